@@ -1,0 +1,1 @@
+"""Alembic environment and run-once revisions (installed as pymemdb.migrations)."""

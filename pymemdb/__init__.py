@@ -1,0 +1,44 @@
+"""pymemdb: the memory layer for AI agents that lives inside PostgreSQL.
+
+The rules live in SQL (schema ``memori``); this package is a thin door:
+
+    import pymemdb
+    with pymemdb.connect() as db:          # embedded server unless a DSN is given
+        db.memories.save_session_checkpoint("skill:api-builder", "alice", "state ...")
+        db.cleanup.preview()
+"""
+
+from pymemdb.db import Database, connect
+from pymemdb.errors import (
+    CleanupAlreadyRunning,
+    CleanupError,
+    CleanupLockTimeout,
+    CleanupRunNotActive,
+    DatabaseError,
+    ExtensionMissing,
+    InvalidArgument,
+    PayloadTooLarge,
+    PgCronMissing,
+    PymemdbError,
+    SchemaNotInstalled,
+    ServerError,
+    UnknownSkill,
+)
+
+__all__ = [
+    "CleanupAlreadyRunning",
+    "CleanupError",
+    "CleanupLockTimeout",
+    "CleanupRunNotActive",
+    "Database",
+    "DatabaseError",
+    "ExtensionMissing",
+    "InvalidArgument",
+    "PayloadTooLarge",
+    "PgCronMissing",
+    "PymemdbError",
+    "SchemaNotInstalled",
+    "ServerError",
+    "UnknownSkill",
+    "connect",
+]

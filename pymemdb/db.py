@@ -1,0 +1,154 @@
+"""Connections: DSN resolution, the embedded default server, the pool, transactions."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, LiteralString, TypeVar
+
+import psycopg
+from psycopg.rows import class_row, dict_row
+from psycopg_pool import ConnectionPool
+
+from pymemdb import embedded
+from pymemdb._sql import SqlFunction
+from pymemdb.errors import SchemaNotInstalled, wrap_exceptions
+
+T = TypeVar("T")
+
+
+def resolve_dsn(dsn: str | None = None) -> str | None:
+    """The DSN to use: the argument, else $PYMEMDB_DSN, else $DATABASE_URL; None means embedded."""
+    return dsn or os.environ.get("PYMEMDB_DSN") or os.environ.get("DATABASE_URL") or None
+
+
+def _configure(conn: psycopg.Connection) -> None:
+    # pgvector adapters, when the extension exists (it does after `pymemdb init`)
+    from pgvector.psycopg import register_vector
+
+    try:
+        register_vector(conn)
+    except psycopg.ProgrammingError:
+        pass
+    conn.rollback()
+
+
+class Database:
+    """A pymemdb database: one pool, one attribute per concern (``db.memories``, ``db.cleanup``)."""
+
+    def __init__(self, dsn: str, *, min_size: int = 1, max_size: int = 8, embedded: bool = False) -> None:
+        from pymemdb.cleanup import Cleanup
+        from pymemdb.events import Events
+        from pymemdb.memories import Memories
+
+        self.dsn = dsn
+        self.embedded = embedded
+        self.pool = ConnectionPool(
+            dsn,
+            min_size=min_size,
+            max_size=max_size,
+            configure=_configure,
+            open=False,
+            name="pymemdb",
+        )
+        with wrap_exceptions():
+            self.pool.open(wait=True, timeout=30)
+        self.memories = Memories(self)
+        self.cleanup = Cleanup(self)
+        self.events = Events(self)
+
+    # -- lifecycle ---------------------------------------------------------
+    def close(self) -> None:
+        self.pool.close()
+
+    def __enter__(self) -> Database:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def install(self, *, force: bool = False) -> Any:
+        from pymemdb.install import install
+
+        return install(self.dsn, force=force)
+
+    def check_schema(self) -> None:
+        """Raise SchemaNotInstalled unless the memori schema is at this client's revision."""
+        from pymemdb.install import head_revision
+
+        with self.transaction() as cur:
+            cur.execute("select to_regclass('memori.alembic_version') is not null as ok")
+            row = cur.fetchone()
+            current = None
+            if row and row[0]:
+                got = cur.execute("select version_num from memori.alembic_version").fetchone()
+                current = got[0] if got else None
+        if current != head_revision():
+            raise SchemaNotInstalled(
+                f"schema memori is at revision {current or 'none'}, this client needs {head_revision()}",
+                sqlstate="PM011",
+                hint="Run `pymemdb init` (or `pymemdb init --sql | psql`) to install or upgrade it.",
+            )
+
+    # -- transactions --------------------------------------------------------
+    @contextmanager
+    def connection(self) -> Iterator[psycopg.Connection]:
+        with wrap_exceptions(), self.pool.connection() as conn:
+            yield conn
+
+    @contextmanager
+    def transaction(self) -> Iterator[psycopg.Cursor[Any]]:
+        """A cursor in its own transaction: committed on success, rolled back on error."""
+        with self.connection() as conn, conn.transaction(), conn.cursor() as cur:
+            yield cur
+
+    def rows(self, query: LiteralString, result: type[T], params: dict[str, Any] | None = None) -> list[T]:
+        """Rows of a view or catalog query as dataclasses."""
+        with self.connection() as conn, conn.transaction(), conn.cursor(row_factory=class_row(result)) as cur:
+            cur.execute(query, params)
+            return cur.fetchall()
+
+    # -- calling SQL functions -------------------------------------------------
+    def call(self, function: SqlFunction, cur: psycopg.Cursor[Any] | None = None, **args: Any) -> Any:
+        """Call ``memori.<function>`` with named arguments and shape its result."""
+        if cur is None:
+            with self.transaction() as own:
+                return self.call(function, own, **args)
+        query = function.query(args)
+        with wrap_exceptions():
+            if function.returns == "scalar":
+                with cur.connection.cursor(row_factory=dict_row) as scalar:
+                    scalar.execute(query, args)
+                    row = scalar.fetchone()
+                    return None if row is None else row["value"]
+            assert function.result is not None
+            with cur.connection.cursor(row_factory=class_row(function.result)) as typed:
+                typed.execute(query, args)
+                if function.returns == "one":
+                    return typed.fetchone()
+                return typed.fetchall()
+
+
+def connect(dsn: str | None = None, *, min_size: int = 1, max_size: int = 8) -> Database:
+    """Open a pymemdb database.
+
+    ``dsn`` falls back to $PYMEMDB_DSN, then $DATABASE_URL. With none of them,
+    the embedded server is started (or reused) and the schema installed on
+    first use. A server given by DSN must have been installed with
+    ``pymemdb init``.
+    """
+    resolved = resolve_dsn(dsn)
+    if resolved is None:
+        url = embedded.start()
+        from pymemdb.install import install
+
+        install(url)
+        return Database(url, min_size=min_size, max_size=max_size, embedded=True)
+    db = Database(resolved, min_size=min_size, max_size=max_size)
+    try:
+        db.check_schema()
+    except BaseException:
+        db.close()
+        raise
+    return db

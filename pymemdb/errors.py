@@ -1,0 +1,181 @@
+"""One exception tree for pymemdb, mapped from our SQLSTATE codes.
+
+Every error the SQL API raises on purpose carries a code from docs/errors.md
+(``PM001`` ...) with a detail and a hint. ``wrap_exceptions`` turns psycopg
+errors into these classes by ``exc.diag.sqlstate``; nothing matches on
+message text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import psycopg
+
+
+class PymemdbError(Exception):
+    """Root of every pymemdb error. ``sqlstate``, ``detail`` and ``hint`` come from the server."""
+
+    sqlstate: str | None = None
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        sqlstate: str | None = None,
+        detail: str | None = None,
+        hint: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        if sqlstate is not None:
+            self.sqlstate = sqlstate
+        self.detail = detail
+        self.hint = hint
+
+    def one_line(self) -> str:
+        """The message and its hint on one line, for the CLI."""
+        text = self.message.rstrip(".")
+        if self.hint:
+            text += f". {self.hint}"
+        return text
+
+
+class InvalidArgument(PymemdbError):
+    """PM001: an argument is missing, out of range or malformed."""
+
+    sqlstate = "PM001"
+
+
+class UnknownSkill(InvalidArgument):
+    """PM002: the skill is not in memori.session_skills."""
+
+    sqlstate = "PM002"
+
+
+class PayloadTooLarge(InvalidArgument):
+    """PM003: content over the documented size limit."""
+
+    sqlstate = "PM003"
+
+
+class ExtensionMissing(PymemdbError):
+    """PM010: the server lacks pgvector."""
+
+    sqlstate = "PM010"
+
+
+class SchemaNotInstalled(PymemdbError):
+    """PM011: schema memori is missing or older than this client (run ``pymemdb init``)."""
+
+    sqlstate = "PM011"
+
+
+class CleanupError(PymemdbError):
+    """Base of cleanup errors."""
+
+
+class CleanupAlreadyRunning(CleanupError):
+    """PM020: another cleanup holds this database's cleanup lock."""
+
+    sqlstate = "PM020"
+
+
+class CleanupRunNotActive(CleanupError):
+    """PM021: the run id is not a running run of this session."""
+
+    sqlstate = "PM021"
+
+
+class CleanupLockTimeout(CleanupError):
+    """PM022: a batch could not lock its rows even at size 1."""
+
+    sqlstate = "PM022"
+
+
+class PgCronMissing(PymemdbError):
+    """PM030: pg_cron is not installed in this database."""
+
+    sqlstate = "PM030"
+
+
+class ServerError(PymemdbError):
+    """The embedded server could not be started, stopped or reached."""
+
+
+class DatabaseError(PymemdbError):
+    """Any other database error, with PostgreSQL's own SQLSTATE."""
+
+
+_BY_SQLSTATE: dict[str, type[PymemdbError]] = {
+    cls.sqlstate: cls
+    for cls in (
+        InvalidArgument,
+        UnknownSkill,
+        PayloadTooLarge,
+        ExtensionMissing,
+        SchemaNotInstalled,
+        CleanupAlreadyRunning,
+        CleanupRunNotActive,
+        CleanupLockTimeout,
+        PgCronMissing,
+    )
+    if cls.sqlstate
+}
+
+# PostgreSQL's own codes that mean "the caller sent bad input" or "not installed".
+_BAD_INPUT_SQLSTATES = {
+    "22P05",  # untranslatable character (\u0000 in JSON)
+    "22021",  # character not in repertoire
+    "22P02",  # invalid text representation
+    "22007",  # invalid datetime format
+    "22008",  # datetime field overflow
+    "22023",  # invalid parameter value
+}
+_NOT_INSTALLED_SQLSTATES = {"3F000", "42883", "42P01"}  # no schema / function / table
+_SCHEMA_HINT = "Run `pymemdb init` (or `pymemdb init --sql | psql`) to install or upgrade the schema."
+
+
+def from_psycopg(exc: psycopg.Error) -> PymemdbError:
+    """The pymemdb error for a psycopg error."""
+    diag = exc.diag
+    state = getattr(exc, "sqlstate", None) or diag.sqlstate
+    message = diag.message_primary or str(exc).strip().splitlines()[0]
+    kwargs = {"sqlstate": state, "detail": diag.message_detail, "hint": diag.message_hint}
+    if state in _BY_SQLSTATE:
+        return _BY_SQLSTATE[state](message, **kwargs)
+    if state in _BAD_INPUT_SQLSTATES:
+        return InvalidArgument(message, **kwargs)
+    if state in _NOT_INSTALLED_SQLSTATES and "memori" in message:
+        return SchemaNotInstalled(message, sqlstate=state, detail=diag.message_detail, hint=_SCHEMA_HINT)
+    return DatabaseError(message, **kwargs)
+
+
+def _nul_byte() -> InvalidArgument:
+    return InvalidArgument(
+        "text contains a NUL (0x00) byte",
+        sqlstate="PM001",
+        hint="PostgreSQL text cannot hold NUL bytes: remove them or store the data base64-encoded.",
+    )
+
+
+@contextmanager
+def wrap_exceptions() -> Iterator[None]:
+    """Re-raise psycopg errors (and NUL bytes psycopg refuses to send) as PymemdbError."""
+    try:
+        yield
+    except psycopg.Error as exc:
+        if isinstance(exc, psycopg.DataError) and "NUL" in str(exc):
+            raise _nul_byte() from exc
+        if isinstance(exc, psycopg.OperationalError) and exc.diag.sqlstate is None:
+            raise ServerError(
+                str(exc).strip().splitlines()[0] if str(exc).strip() else "cannot reach the database",
+                hint="Check the DSN (--dsn, PYMEMDB_DSN, DATABASE_URL) or start the embedded server: pymemdb db start.",
+            ) from exc
+        raise from_psycopg(exc) from exc
+    except ValueError as exc:
+        # psycopg refuses NUL bytes in text parameters before sending them
+        if "NUL" in str(exc) or "0x00" in str(exc):
+            raise _nul_byte() from exc
+        raise

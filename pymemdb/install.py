@@ -1,0 +1,156 @@
+"""Install and upgrade the memori schema.
+
+Two layers, as DESIGN.md says: alembic revisions (run-once DDL) and then every
+``sql/NNN-topic.sql`` file re-applied in order (functions, views, grants). The
+whole install is one transaction under an advisory lock, so two installers
+never interleave and a failure leaves the database as it was.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+from dataclasses import dataclass
+from importlib import resources
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+
+import psycopg
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import create_engine
+from sqlalchemy.pool import NullPool
+
+from pymemdb.errors import wrap_exceptions
+
+_INSTALL_LOCK = 7310582961174350242  # advisory lock key: one installer at a time
+
+
+def package_version() -> str:
+    try:
+        return version("pymemdb")
+    except PackageNotFoundError:  # running from a source tree
+        return "0+source"
+
+
+def _migrations_dir() -> Path:
+    return Path(str(resources.files("pymemdb.migrations")))
+
+
+def sql_files() -> list[tuple[str, str]]:
+    """(name, text) of every sql/NNN-topic.sql file, in install order."""
+    root = resources.files("pymemdb.sql")
+    files = sorted(p for p in root.iterdir() if p.name.endswith(".sql"))
+    return [(p.name, p.read_text(encoding="utf-8")) for p in files]
+
+
+def sql_sha256() -> str:
+    digest = hashlib.sha256()
+    for name, text in sql_files():
+        digest.update(name.encode() + b"\0" + text.encode() + b"\0")
+    return digest.hexdigest()
+
+
+def alembic_config() -> Config:
+    cfg = Config()
+    cfg.set_main_option("script_location", str(_migrations_dir()))
+    cfg.set_main_option("version_locations", str(_migrations_dir() / "versions"))
+    return cfg
+
+
+def head_revision() -> str:
+    head = ScriptDirectory.from_config(alembic_config()).get_current_head()
+    assert head is not None
+    return head
+
+
+@dataclass(frozen=True)
+class InstallResult:
+    changed: bool
+    from_revision: str | None
+    to_revision: str
+    sql_sha256: str
+
+
+def _current_revision(cur: psycopg.Cursor) -> str | None:
+    if cur.execute("select to_regclass('memori.alembic_version')").fetchone() == (None,):
+        return None
+    row = cur.execute("select version_num from memori.alembic_version").fetchone()
+    return row[0] if row else None
+
+
+def _installed_sql_sha(cur: psycopg.Cursor) -> str | None:
+    if cur.execute("select to_regclass('memori.installs')").fetchone() == (None,):
+        return None
+    row = cur.execute("select sql_sha256 from memori.installs order by id desc limit 1").fetchone()
+    return row[0] if row else None
+
+
+def install(dsn: str, *, target: str = "head", force: bool = False, apply_sql: bool = True) -> InstallResult:
+    """Install or upgrade the schema at ``dsn``; a no-op when already current (unless ``force``).
+
+    ``target``/``apply_sql`` exist for the migration tests, which stop at an
+    older revision to upgrade from it.
+    """
+    engine = create_engine(
+        "postgresql+psycopg://", creator=lambda: psycopg.connect(dsn), poolclass=NullPool
+    )
+    digest = sql_sha256()
+    with wrap_exceptions(), engine.begin() as conn:
+        raw = conn.connection.dbapi_connection
+        assert raw is not None
+        # raw psycopg cursor: no parameters, so '%' in SQL text stays literal
+        with raw.cursor() as cur:  # type: ignore[attr-defined]
+            cur.execute("select pg_advisory_xact_lock(%s)", (_INSTALL_LOCK,))
+            before = _current_revision(cur)
+            wanted = head_revision() if target == "head" else target
+            if not force and before == wanted and (not apply_sql or _installed_sql_sha(cur) == digest):
+                return InstallResult(False, before, wanted, digest)
+            cur.execute("create schema if not exists memori")
+        cfg = alembic_config()
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, target)
+        with raw.cursor() as cur:  # type: ignore[attr-defined]
+            if apply_sql:
+                for _name, text in sql_files():
+                    cur.execute(text)
+                cur.execute(
+                    "insert into memori.installs (pymemdb_version, alembic_revision, sql_sha256)"
+                    " values (%s, %s, %s)",
+                    (package_version(), wanted, digest),
+                )
+            after = MigrationContext.configure(conn).get_current_revision()
+    return InstallResult(True, before, after or wanted, digest)
+
+
+def install_script(from_revision: str | None = None) -> str:
+    """One SQL script a DBA can run with ``psql -v ON_ERROR_STOP=1 -f``: alembic offline mode plus sql/.
+
+    Without ``from_revision`` it installs into a database that has no memori
+    schema; with it, it upgrades from that revision.
+    """
+    buffer = io.StringIO()
+    cfg = Config(output_buffer=buffer)
+    cfg.set_main_option("script_location", str(_migrations_dir()))
+    cfg.set_main_option("version_locations", str(_migrations_dir() / "versions"))
+    revision_range = f"{from_revision}:head" if from_revision else "head"
+    command.upgrade(cfg, revision_range, sql=True)
+    parts = [
+        f"-- pymemdb {package_version()} install script (alembic head {head_revision()})",
+        "-- Run with: psql -v ON_ERROR_STOP=1 -f this.sql",
+        "\\set ON_ERROR_STOP on",
+        "create schema if not exists memori;",
+        buffer.getvalue(),
+        "begin;",
+    ]
+    for name, text in sql_files():
+        parts.append(f"-- ==== sql/{name} ====")
+        parts.append(text)
+    parts.append(
+        "insert into memori.installs (pymemdb_version, alembic_revision, sql_sha256) "
+        f"values ('{package_version()}', '{head_revision()}', '{sql_sha256()}');"
+    )
+    parts.append("commit;")
+    return "\n".join(parts) + "\n"

@@ -1,0 +1,164 @@
+"""Typed results: one frozen dataclass per SQL result shape (filled by psycopg's class_row)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Memory:
+    """A row of memori.memories (``user_id`` is the namespace, as in seed 05)."""
+
+    id: int
+    user_id: str
+    content: str
+    category: str
+    metadata: dict[str, Any]
+    created_at: datetime
+    expires_at: datetime | None
+    owner_id: str | None
+
+
+@dataclass(frozen=True)
+class SessionCheckpoint:
+    """memori.session_checkpoint: a memory plus where it was found (current, legacy, previous)."""
+
+    id: int
+    user_id: str
+    content: str
+    category: str
+    metadata: dict[str, Any]
+    created_at: datetime
+    expires_at: datetime | None
+    owner_id: str | None
+    source: str
+
+
+@dataclass(frozen=True)
+class CleanupCandidate:
+    """memori.cleanup_candidate: one row a cleanup would delete, in deletion order."""
+
+    seq: int
+    batch: int
+    table_name: str
+    row_id: str
+    owner: str | None
+    category: str | None
+    kind: str | None
+    priority: int
+    expires_at: datetime
+    reason: str
+
+
+@dataclass(frozen=True)
+class CleanupGroup:
+    """A line of memori.cleanup_preview_summary."""
+
+    table_name: str
+    owner: str | None
+    category: str | None
+    rows: int
+    oldest_expiry: datetime
+    newest_expiry: datetime
+    min_priority: int
+
+
+@dataclass(frozen=True)
+class CleanupRun:
+    """A row of memori.cleanup_runs."""
+
+    id: int
+    trigger: str
+    status: str
+    as_of: datetime
+    batch_size: int
+    max_rows: int | None
+    started_at: datetime
+    finished_at: datetime | None
+    planned: int
+    next_seq: int
+    deleted: int
+    batches: int
+    deleted_by_table: dict[str, int]
+    error: str | None
+    backend_pid: int
+    session_lock: bool
+
+
+@dataclass(frozen=True)
+class CleanupBatch:
+    """memori.cleanup_batch_result."""
+
+    run_id: int
+    batch: int
+    deleted: int
+    deleted_by_table: dict[str, int]
+    remaining: int
+    done: bool
+
+
+@dataclass(frozen=True)
+class CleanupSummary:
+    """memori.cleanup_summary: what a finished run did."""
+
+    run_id: int
+    status: str
+    trigger: str
+    as_of: datetime
+    planned: int
+    deleted: int
+    batches: int
+    deleted_by_table: dict[str, int]
+    seconds: Decimal
+    error: str | None
+
+
+@dataclass(frozen=True)
+class CleanupJob:
+    """The pg_cron job of memori.cleanup_job."""
+
+    job_id: int
+    job_name: str
+    schedule: str
+    command: str
+    active: bool
+    last_status: str | None
+    last_start: datetime | None
+    last_message: str | None
+    next_run: datetime | None
+
+
+@dataclass(frozen=True)
+class CleanupStatus:
+    """The single row of the memori.cleanup_status view."""
+
+    expired_waiting: int
+    expiring_soon: int
+    last_success: datetime | None
+    running: int
+    failures_7d: int
+
+
+@dataclass(frozen=True)
+class Event:
+    """A row of memori.events."""
+
+    id: int
+    event_type: str
+    occurred_at: datetime
+    payload: dict[str, Any]
+    expires_at: datetime | None
+
+
+@dataclass(frozen=True)
+class TtlStatus:
+    """A line of memori.ttl_status."""
+
+    user_id: str
+    permanent: int
+    active_ttl: int
+    expired: int
+    is_session: bool

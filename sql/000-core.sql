@@ -1,0 +1,110 @@
+-- pymemdb SQL API, part 0: settings, argument checks and events.
+-- Idempotent: re-applied after every install or upgrade, in file order.
+
+-------------------------------------------------------------------------------
+-- settings (seeded defaults; a DBA changes them with UPDATE, re-install keeps them)
+insert into memori.settings (key, value, description) values
+  ('cleanup.enabled', 'true', 'Master switch: false makes cleanup_preview empty and cleanup runs delete nothing.'),
+  ('cleanup.lock_timeout_ms', '2000', 'lock_timeout of each cleanup batch; a batch that waits longer is retried at half size.'),
+  ('cleanup.statement_timeout_ms', '5000', 'statement_timeout the CLI sets on each cleanup batch transaction.'),
+  ('retention.warning_days', '7', 'Rows expiring within this many days are reported as expiring_soon.'),
+  ('memories.max_content_bytes', '1048576', 'Largest memories.content accepted by the SQL API, in bytes (UTF-8).'),
+  ('events.notify', 'true', 'Send every event with pg_notify on channel memori_events as well as storing it.')
+on conflict (key) do nothing;
+
+-------------------------------------------------------------------------------
+-- _setting
+create or replace function memori._setting(p_key text) returns jsonb
+as $func$
+  select value from memori.settings where key = p_key
+$func$ language sql stable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._setting(text) is 'Value of one memori.settings row (NULL when absent).';
+
+-------------------------------------------------------------------------------
+-- _invalid: raise PM001 invalid_argument with a hint
+create or replace function memori._invalid(p_message text, p_hint text) returns void
+as $func$
+begin
+  raise exception '%', p_message using errcode = 'PM001', hint = p_hint;
+end
+$func$ language plpgsql immutable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._invalid(text, text) is 'Raise PM001 (invalid argument) with a message and a hint.';
+
+-------------------------------------------------------------------------------
+-- _check_identifier: a required, printable, bounded text argument
+create or replace function memori._check_identifier(p_name text, p_value text, p_max_length integer default 256)
+returns text
+as $func$
+begin
+  if p_value is null or btrim(p_value) = '' then
+    perform memori._invalid(format('%s must not be empty', p_name),
+                            format('Pass a non-empty %s.', p_name));
+  end if;
+  if length(p_value) > p_max_length then
+    perform memori._invalid(format('%s is %s characters long; the limit is %s', p_name, length(p_value), p_max_length),
+                            format('Use a shorter %s.', p_name));
+  end if;
+  if p_value ~ '[[:cntrl:]]' then
+    perform memori._invalid(format('%s contains control characters', p_name),
+                            format('Remove tabs, newlines and other control characters from %s.', p_name));
+  end if;
+  return p_value;
+end
+$func$ language plpgsql immutable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._check_identifier(text, text, integer) is 'Validate an identifier argument (non-empty, bounded, no control characters); raises PM001.';
+
+-------------------------------------------------------------------------------
+-- _check_batch: batch size and row cap of the retention engine
+create or replace function memori._check_batch(p_batch_size integer, p_max_rows integer) returns void
+as $func$
+begin
+  if p_batch_size is null or p_batch_size < 1 or p_batch_size > 100000 then
+    perform memori._invalid(format('batch size must be between 1 and 100000, got %s', coalesce(p_batch_size::text, 'NULL')),
+                            'Use a batch size such as 1000: small batches keep each transaction short.');
+  end if;
+  if p_max_rows is not null and p_max_rows < 0 then
+    perform memori._invalid(format('max rows must be NULL (no cap) or >= 0, got %s', p_max_rows),
+                            'Omit max rows to delete every expired row, or pass a positive cap.');
+  end if;
+end
+$func$ language plpgsql immutable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._check_batch(integer, integer) is 'Validate cleanup batch size (1..100000) and row cap (NULL or >= 0); raises PM001.';
+
+-------------------------------------------------------------------------------
+-- _event_emit: store an event and tell listeners
+create or replace function memori._event_emit(p_event_type text, p_payload jsonb, p_now timestamptz default now())
+returns bigint
+as $func$
+declare
+  v_id        bigint;
+  v_retention interval;
+  v_message   text;
+begin
+  select retention into v_retention
+    from memori.retention_policies
+   where table_name = 'events' and kind in (p_event_type, '*')
+   order by (kind = p_event_type) desc
+   limit 1;
+
+  insert into memori.events (event_type, occurred_at, payload, expires_at)
+  values (p_event_type, p_now, coalesce(p_payload, '{}'::jsonb), p_now + v_retention)
+  returning id into v_id;
+
+  if coalesce(memori._setting('events.notify'), 'true'::jsonb) = 'true'::jsonb then
+    v_message := jsonb_build_object('id', v_id, 'type', p_event_type, 'occurred_at', p_now, 'payload', p_payload)::text;
+    -- NOTIFY payloads are limited to 8000 bytes: large payloads are sent
+    -- without their body, listeners read it from memori.events by id.
+    if octet_length(v_message) > 7900 then
+      v_message := jsonb_build_object('id', v_id, 'type', p_event_type, 'occurred_at', p_now, 'truncated', true)::text;
+    end if;
+    perform pg_notify('memori_events', v_message);
+  end if;
+  return v_id;
+end
+$func$ language plpgsql volatile security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._event_emit(text, jsonb, timestamptz) is 'Append an event to memori.events (expiring per its retention policy) and pg_notify it on channel memori_events.';

@@ -1,0 +1,300 @@
+-- pymemdb SQL API, part 3: memories and TTL'd session checkpoints (seed 05).
+--
+-- memori.memories keeps the seed's shape: user_id holds the namespace.
+-- Skills with session checkpoints write to session_{short}_{YYYY_MM} (UTC
+-- month) with a TTL; permanent skills write to their permanent namespace.
+
+-------------------------------------------------------------------------------
+-- seed 05's skills (kept when re-installing; change them with UPDATE/INSERT)
+insert into memori.session_skills (skill, short_name, ttl_days, permanent_namespace, description) values
+  ('skill:lead-architect',          'lead_architect', 7, null, 'Session checkpoints, 7-day TTL'),
+  ('skill:backend-service-builder', 'backend',        7, null, 'Session checkpoints, 7-day TTL'),
+  ('skill:api-builder',             'api',            7, null, 'Session checkpoints, 7-day TTL'),
+  ('skill:frontend-design',         null, null, 'pt2_project', 'Permanent: UI patterns should persist for consistency'),
+  ('skill:skill-creator',           null, null, 'pt2_project', 'Permanent: skill creation knowledge is reusable')
+on conflict (skill) do nothing;
+
+-------------------------------------------------------------------------------
+-- _retention_memories: memories in the retention engine's shape
+create or replace view memori._retention_memories with (security_invoker = true) as
+select m.id,
+       m.user_id                                     as owner,
+       m.category,
+       coalesce(m.metadata->>'type', '*')            as kind,
+       m.expires_at,
+       (m.metadata->'important') = 'true'::jsonb     as important
+  from memori.memories m;
+comment on view memori._retention_memories is 'memori.memories as retention candidates: namespace as owner, metadata.type as kind, metadata.important.';
+
+-- Default policy: priority 5, permanent unless a TTL is given, and
+-- metadata.important = true keeps an expired memory.
+select memori.retention_register('memories', 'memori.memories', 'memori._retention_memories', 'id',
+                                 'Namespaced memories and session checkpoints (seed 05)', 5, null, true);
+
+insert into memori.retention_policies (table_name, kind, priority, retention, preserve_important, description) values
+  ('memories', 'session_checkpoint', 1, null, false,
+   'Ephemeral session checkpoints: cleaned first; their TTL comes from memori.session_skills')
+on conflict (table_name, kind) do nothing;
+
+-------------------------------------------------------------------------------
+-- active_memories: what every read sees (seed 05's TTL filter)
+create or replace view memori.active_memories with (security_invoker = true) as
+select m.*
+  from memori.memories m
+ where m.expires_at is null or m.expires_at > now();
+comment on view memori.active_memories is 'memori.memories without expired rows (expires_at IS NULL OR expires_at > now()).';
+
+-------------------------------------------------------------------------------
+-- _session_skill: look a skill up by its id or short name
+create or replace function memori._session_skill(p_skill text) returns memori.session_skills
+as $func$
+declare
+  v_skill memori.session_skills;
+begin
+  perform memori._check_identifier('skill', p_skill, 128);
+  select * into v_skill from memori.session_skills s
+   where s.skill = p_skill or s.short_name = p_skill or s.skill = 'skill:' || p_skill
+   order by (s.skill = p_skill) desc
+   limit 1;
+  if not found then
+    raise exception 'unknown skill %', p_skill
+      using errcode = 'PM002',
+            hint = 'Known skills: ' || (select string_agg(skill, ', ' order by skill) from memori.session_skills)
+                   || '. Add one with INSERT INTO memori.session_skills.';
+  end if;
+  return v_skill;
+end
+$func$ language plpgsql stable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._session_skill(text) is 'The memori.session_skills row for a skill id (skill:api-builder) or short name (api); raises PM002.';
+
+-------------------------------------------------------------------------------
+-- session_namespace: where a skill's checkpoints go at p_now
+create or replace function memori.session_namespace(p_skill text, p_now timestamptz default now())
+returns text
+as $func$
+declare
+  v_skill memori.session_skills := memori._session_skill(p_skill);
+begin
+  if v_skill.short_name is null then
+    return v_skill.permanent_namespace;
+  end if;
+  return format('session_%s_%s', v_skill.short_name, to_char(p_now at time zone 'UTC', 'YYYY_MM'));
+end
+$func$ language plpgsql stable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori.session_namespace(text, timestamptz) is 'Namespace of a skill''s checkpoints: session_{short}_{YYYY_MM} (UTC month) or the permanent namespace.';
+
+-------------------------------------------------------------------------------
+-- _check_content: bounded text payload
+create or replace function memori._check_content(p_content text) returns void
+as $func$
+declare
+  v_limit integer := coalesce(memori._setting('memories.max_content_bytes')::integer, 1048576);
+begin
+  if p_content is null or p_content = '' then
+    perform memori._invalid('content must not be empty', 'Pass the checkpoint or memory text as content.');
+  end if;
+  if octet_length(p_content) > v_limit then
+    raise exception 'content is % bytes; the limit is % bytes', octet_length(p_content), v_limit
+      using errcode = 'PM003',
+            hint = 'Store less (summarise, or keep large artifacts outside and reference them), '
+                   'or raise memori.settings memories.max_content_bytes.';
+  end if;
+end
+$func$ language plpgsql stable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._check_content(text) is 'Reject empty content (PM001) and content over memories.max_content_bytes (PM003).';
+
+-------------------------------------------------------------------------------
+-- _check_metadata: a JSON object or NULL
+create or replace function memori._check_metadata(p_metadata jsonb) returns jsonb
+as $func$
+begin
+  if p_metadata is not null and jsonb_typeof(p_metadata) <> 'object' then
+    perform memori._invalid(format('metadata must be a JSON object, got %s', jsonb_typeof(p_metadata)),
+                            'Pass metadata as {"key": value}, or omit it.');
+  end if;
+  return coalesce(p_metadata, '{}'::jsonb);
+end
+$func$ language plpgsql immutable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._check_metadata(jsonb) is 'Return metadata or {} when NULL; PM001 unless a JSON object.';
+
+-------------------------------------------------------------------------------
+-- session_checkpoint_save: seed 05's save_checkpoint
+create or replace function memori.session_checkpoint_save(
+  p_skill    text,
+  p_user_id  text,
+  p_content  text,
+  p_metadata jsonb default '{}'::jsonb,
+  p_now      timestamptz default now()
+) returns memori.memories
+as $func$
+declare
+  v_skill memori.session_skills := memori._session_skill(p_skill);
+  v_row   memori.memories;
+begin
+  perform memori._check_identifier('user id', p_user_id);
+  perform memori._check_content(p_content);
+  if p_now is null then
+    perform memori._invalid('p_now must not be NULL', 'Omit p_now to use the current time.');
+  end if;
+
+  insert into memori.memories (user_id, content, category, metadata, created_at, expires_at, owner_id)
+  values (memori.session_namespace(v_skill.skill, p_now),
+          p_content,
+          'context',
+          memori._check_metadata(p_metadata)
+            || jsonb_build_object('type', 'session_checkpoint', 'ttl_days', v_skill.ttl_days,
+                                  'skill', v_skill.skill, 'user_id', p_user_id),
+          p_now,
+          p_now + make_interval(days => v_skill.ttl_days),  -- NULL for permanent skills
+          p_user_id)
+  returning * into v_row;
+  return v_row;
+end
+$func$ language plpgsql volatile security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori.session_checkpoint_save(text, text, text, jsonb, timestamptz) is 'Save a session checkpoint for a skill: session namespace with the skill''s TTL, or the permanent namespace.';
+
+-------------------------------------------------------------------------------
+-- session_checkpoint_load_latest: seed 05's load_latest_checkpoint
+-- Tiers, first hit wins: (1) the current namespace, (2) the legacy namespace
+-- named by the user id, (3) any earlier session_{short}_YYYY_MM namespace.
+-- Rows of other users are skipped (rows without owner predate pymemdb and
+-- match everyone, as in the seed); expired rows never come back.
+create or replace function memori.session_checkpoint_load_latest(
+  p_skill   text,
+  p_user_id text,
+  p_now     timestamptz default now()
+) returns setof memori.session_checkpoint
+as $func$
+declare
+  v_skill     memori.session_skills := memori._session_skill(p_skill);
+  v_namespace text;
+  v_prefix    text;
+  v_row       memori.session_checkpoint;
+begin
+  perform memori._check_identifier('user id', p_user_id);
+  v_namespace := memori.session_namespace(v_skill.skill, p_now);
+
+  select m.id, m.user_id, m.content, m.category, m.metadata, m.created_at, m.expires_at, m.owner_id, 'current'
+    into v_row
+    from memori.memories m
+   where m.user_id = v_namespace
+     and m.metadata->>'type' = 'session_checkpoint'
+     and (m.expires_at is null or m.expires_at > p_now)
+     and (m.owner_id = p_user_id or m.owner_id is null)
+   order by m.created_at desc, m.id desc
+   limit 1;
+  if found then return next v_row; return; end if;
+
+  select m.id, m.user_id, m.content, m.category, m.metadata, m.created_at, m.expires_at, m.owner_id, 'legacy'
+    into v_row
+    from memori.memories m
+   where m.user_id = p_user_id
+     and m.metadata->>'type' = 'session_checkpoint'
+     and (m.expires_at is null or m.expires_at > p_now)
+   order by m.created_at desc, m.id desc
+   limit 1;
+  if found then return next v_row; return; end if;
+
+  if v_skill.short_name is not null then
+    v_prefix := 'session_' || v_skill.short_name || '_';
+    select m.id, m.user_id, m.content, m.category, m.metadata, m.created_at, m.expires_at, m.owner_id, 'previous'
+      into v_row
+      from memori.memories m
+     where m.user_id ~>=~ v_prefix and m.user_id ~<~ (v_prefix || chr(1114111))  -- index range for the prefix
+       and m.user_id ~ ('^' || v_prefix || '[0-9]{4}_[0-9]{2}$')
+       and m.metadata->>'type' = 'session_checkpoint'
+       and (m.expires_at is null or m.expires_at > p_now)
+       and (m.owner_id = p_user_id or m.owner_id is null)
+     order by m.created_at desc, m.id desc
+     limit 1;
+    if found then return next v_row; end if;
+  end if;
+end
+$func$ language plpgsql stable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori.session_checkpoint_load_latest(text, text, timestamptz) is 'Latest unexpired session checkpoint of a skill for a user: current namespace, then legacy user namespace, then earlier session namespaces; source says which.';
+
+-------------------------------------------------------------------------------
+-- memory_save: a memory in any namespace, with an optional TTL
+create or replace function memori.memory_save(
+  p_namespace text,
+  p_content   text,
+  p_category  text default 'context',
+  p_metadata  jsonb default '{}'::jsonb,
+  p_ttl       interval default null,
+  p_owner_id  text default null,
+  p_now       timestamptz default now()
+) returns memori.memories
+as $func$
+declare
+  v_row memori.memories;
+begin
+  perform memori._check_identifier('namespace', p_namespace);
+  perform memori._check_identifier('category', p_category, 64);
+  perform memori._check_content(p_content);
+  if p_ttl is not null and p_ttl <= interval '0' then
+    perform memori._invalid(format('ttl must be positive, got %s', p_ttl), 'Pass a positive interval such as ''7 days'', or NULL for a permanent memory.');
+  end if;
+  if p_owner_id is not null then
+    perform memori._check_identifier('owner id', p_owner_id);
+  end if;
+  insert into memori.memories (user_id, content, category, metadata, created_at, expires_at, owner_id)
+  values (p_namespace, p_content, p_category, memori._check_metadata(p_metadata), p_now, p_now + p_ttl, p_owner_id)
+  returning * into v_row;
+  return v_row;
+end
+$func$ language plpgsql volatile security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori.memory_save(text, text, text, jsonb, interval, text, timestamptz) is 'Save a memory in a namespace; p_ttl NULL keeps it forever.';
+
+-------------------------------------------------------------------------------
+-- memory_list: newest unexpired memories of a namespace
+create or replace function memori.memory_list(
+  p_namespace text,
+  p_limit     integer default 50,
+  p_now       timestamptz default now()
+) returns setof memori.memories
+as $func$
+begin
+  perform memori._check_identifier('namespace', p_namespace);
+  if p_limit is null or p_limit < 1 or p_limit > 10000 then
+    perform memori._invalid(format('limit must be between 1 and 10000, got %s', p_limit), 'Pass a limit such as 50.');
+  end if;
+  return query
+    select * from memori.memories m
+     where m.user_id = p_namespace and (m.expires_at is null or m.expires_at > p_now)
+     order by m.created_at desc, m.id desc
+     limit p_limit;
+end
+$func$ language plpgsql stable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori.memory_list(text, integer, timestamptz) is 'Newest unexpired memories of a namespace.';
+
+-------------------------------------------------------------------------------
+-- ttl_status: seed 05's "active vs expired by namespace"
+create or replace view memori.ttl_status with (security_invoker = true) as
+select m.user_id,
+       count(*) filter (where m.expires_at is null)    as permanent,
+       count(*) filter (where m.expires_at > now())    as active_ttl,
+       count(*) filter (where m.expires_at <= now())   as expired,
+       m.user_id like 'session\_%'                      as is_session
+  from memori.memories m
+ group by m.user_id;
+comment on view memori.ttl_status is 'Per namespace: permanent, active TTL and expired (not yet cleaned) memories, as of now().';
+
+-------------------------------------------------------------------------------
+-- ttl_next_expiry: seed 05's "next expiration"
+create or replace view memori.ttl_next_expiry with (security_invoker = true) as
+select m.user_id,
+       min(m.expires_at) as next_expiry,
+       max(m.expires_at) as latest_expiry,
+       count(*)          as active_ttl
+  from memori.memories m
+ where m.expires_at is not null and m.expires_at > now()
+ group by m.user_id;
+comment on view memori.ttl_next_expiry is 'Per namespace: next and latest expiry of memories with an active TTL.';

@@ -1,0 +1,41 @@
+-- pymemdb SQL API, part 4: events (append-only, retained by the engine).
+-- Writers call memori._event_emit; listeners LISTEN memori_events.
+
+-------------------------------------------------------------------------------
+-- _retention_events: events in the retention engine's shape
+create or replace view memori._retention_events with (security_invoker = true) as
+select e.id,
+       null::text    as owner,
+       'event'::text as category,
+       e.event_type  as kind,
+       e.expires_at,
+       false         as important
+  from memori.events e;
+comment on view memori._retention_events is 'memori.events as retention candidates: event type as kind.';
+
+-- Events are the least valuable rows: cleaned first, kept 30 days.
+select memori.retention_register('events', 'memori.events', 'memori._retention_events', 'id',
+                                 'Append-only event log (also sent with pg_notify)', 0, interval '30 days');
+
+-------------------------------------------------------------------------------
+-- event_list: recent events, newest first
+create or replace function memori.event_list(
+  p_event_type text default null,
+  p_limit      integer default 50,
+  p_now        timestamptz default now()
+) returns setof memori.events
+as $func$
+begin
+  if p_limit is null or p_limit < 1 or p_limit > 10000 then
+    perform memori._invalid(format('limit must be between 1 and 10000, got %s', p_limit), 'Pass a limit such as 50.');
+  end if;
+  return query
+    select * from memori.events e
+     where (p_event_type is null or e.event_type = p_event_type)
+       and (e.expires_at is null or e.expires_at > p_now)
+     order by e.occurred_at desc, e.id desc
+     limit p_limit;
+end
+$func$ language plpgsql stable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori.event_list(text, integer, timestamptz) is 'Newest unexpired events, optionally of one type.';

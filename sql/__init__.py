@@ -1,0 +1,1 @@
+"""The idempotent SQL API files (sql/NNN-topic.sql), shipped inside the package."""
