@@ -53,8 +53,9 @@ def sql_sha256() -> str:
     return digest.hexdigest()
 
 
-def alembic_config() -> Config:
-    cfg = Config()
+def alembic_config(**kwargs: object) -> Config:
+    cfg = Config(**kwargs)  # type: ignore[arg-type]
+    cfg.set_main_option("path_separator", "os")
     cfg.set_main_option("script_location", str(_migrations_dir()))
     cfg.set_main_option("version_locations", str(_migrations_dir() / "versions"))
     return cfg
@@ -132,9 +133,7 @@ def install_script(from_revision: str | None = None) -> str:
     schema; with it, it upgrades from that revision.
     """
     buffer = io.StringIO()
-    cfg = Config(output_buffer=buffer)
-    cfg.set_main_option("script_location", str(_migrations_dir()))
-    cfg.set_main_option("version_locations", str(_migrations_dir() / "versions"))
+    cfg = alembic_config(output_buffer=buffer)
     revision_range = f"{from_revision}:head" if from_revision else "head"
     command.upgrade(cfg, revision_range, sql=True)
     parts = [

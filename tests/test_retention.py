@@ -1,0 +1,236 @@
+"""The retention engine through SQL: order, preserve-important, batches, preview == execute, runs."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import psycopg
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.helpers import T0, assert_sqlstate, memory, rows, value
+
+SEC = timedelta(seconds=1)
+DAY = timedelta(days=1)
+CHECKPOINT = '{"type": "session_checkpoint"}'
+IMPORTANT = '{"important": true}'
+
+
+def preview(conn: psycopg.Connection, at=T0, batch=1000, max_rows=None) -> list[dict]:  # type: ignore[no-untyped-def]
+    return rows(conn, "select * from memori.cleanup_preview(%s, %s, %s)", (at, batch, max_rows))
+
+
+def execute(conn: psycopg.Connection, at=T0, batch=1000, max_rows=None) -> dict:  # type: ignore[no-untyped-def]
+    return rows(conn, "select * from memori.cleanup_execute(%s, %s, %s)", (at, batch, max_rows))[0]
+
+
+@pytest.mark.parametrize(("offset", "expired"), [(-SEC, True), (timedelta(0), True), (SEC, False)])
+def test_expiry_boundary(conn: psycopg.Connection, offset: timedelta, expired: bool) -> None:
+    """expires_at <= now is expired (seed 05's DELETE); one second later it is still live."""
+    memory(conn, "ns", T0 + offset)
+    assert len(preview(conn)) == (1 if expired else 0)
+    assert execute(conn)["deleted"] == (1 if expired else 0)
+    assert value(conn, "select count(*) from memori.memories") == (0 if expired else 1)
+
+
+def test_permanent_rows_never_cleaned(conn: psycopg.Connection) -> None:
+    memory(conn, "ns", None)
+    assert preview(conn, T0 + 36500 * DAY) == []
+
+
+def test_order_is_priority_then_expiry(conn: psycopg.Connection) -> None:
+    generic_old = memory(conn, "ns", T0 - 10 * DAY)            # priority 5
+    checkpoint_new = memory(conn, "s", T0 - DAY, CHECKPOINT)    # priority 1
+    checkpoint_old = memory(conn, "s", T0 - 2 * DAY, CHECKPOINT)
+    event = value(conn, "insert into memori.events (event_type, expires_at) values ('x', %s) returning id",
+                  (T0 - SEC,))                                   # priority 0
+    order = [(r["table_name"], r["row_id"]) for r in preview(conn)]
+    assert order == [("events", str(event)), ("memories", str(checkpoint_old)),
+                     ("memories", str(checkpoint_new)), ("memories", str(generic_old))]
+    assert [r["seq"] for r in preview(conn)] == [1, 2, 3, 4]
+
+
+def test_policy_priority_is_data(conn: psycopg.Connection) -> None:
+    generic = memory(conn, "ns", T0 - DAY)
+    checkpoint = memory(conn, "s", T0 - DAY, CHECKPOINT)
+    conn.execute("update memori.retention_policies set priority = 9 "
+                 "where table_name = 'memories' and kind = 'session_checkpoint'")
+    assert [r["row_id"] for r in preview(conn)] == [str(generic), str(checkpoint)]
+
+
+def test_preserve_important(conn: psycopg.Connection) -> None:
+    kept = memory(conn, "ns", T0 - DAY, IMPORTANT)              # default policy preserves important
+    gone = memory(conn, "ns", T0 - DAY)
+    checkpoint_important = memory(conn, "s", T0 - DAY, '{"type": "session_checkpoint", "important": true}')
+    ids = {r["row_id"] for r in preview(conn)}
+    assert ids == {str(gone), str(checkpoint_important)}  # checkpoint policy does not preserve
+    execute(conn)
+    assert value(conn, "select array_agg(id) from memori.memories") == [kept]
+    conn.execute("update memori.retention_policies set preserve_important = false where kind = '*'")
+    assert [r["row_id"] for r in preview(conn)] == [str(kept)]
+
+
+def test_policy_and_global_switch_disable_cleanup(conn: psycopg.Connection) -> None:
+    memory(conn, "ns", T0 - DAY)
+    conn.execute("update memori.retention_policies set cleanup_enabled = false where table_name = 'memories'")
+    assert preview(conn) == []
+    conn.execute("update memori.retention_policies set cleanup_enabled = true")
+    conn.execute("update memori.settings set value = 'false' where key = 'cleanup.enabled'")
+    assert preview(conn) == []
+    assert execute(conn)["deleted"] == 0
+
+
+def test_batches_and_max_rows(conn: psycopg.Connection) -> None:
+    for i in range(10):
+        memory(conn, "ns", T0 - (i + 1) * SEC)
+    planned = preview(conn, batch=3)
+    assert [r["batch"] for r in planned] == [1, 1, 1, 2, 2, 2, 3, 3, 3, 4]
+    assert len(preview(conn, max_rows=4)) == 4
+    summary = execute(conn, batch=3, max_rows=7)
+    assert (summary["planned"], summary["deleted"], summary["batches"]) == (7, 7, 3)
+    assert summary["deleted_by_table"] == {"memories": 7}
+    assert value(conn, "select count(*) from memori.memories") == 3
+    # the 3 left are the youngest expired ones (deletion order is oldest expiry first)
+    assert value(conn, "select min(expires_at) from memori.memories") == T0 - 3 * SEC
+    assert execute(conn, max_rows=0)["deleted"] == 0
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        "select * from memori.cleanup_preview(now(), 0)",
+        "select * from memori.cleanup_preview(now(), -5)",
+        "select * from memori.cleanup_preview(now(), 1000, -1)",
+        "select * from memori.cleanup_preview(null)",
+        "select * from memori.cleanup_execute(now(), 100001)",
+        "select * from memori.cleanup_execute(now(), 10, null, 'manual')",
+    ],
+)
+def test_bad_cleanup_arguments(conn: psycopg.Connection, call: str) -> None:
+    assert_sqlstate(conn, "PM001", call)
+
+
+def test_runs_are_recorded_with_events(conn: psycopg.Connection) -> None:
+    for i in range(5):
+        memory(conn, "ns", T0 - (i + 1) * SEC)
+    summary = execute(conn, batch=2)
+    run = rows(conn, "select * from memori.cleanup_runs where id = %s", (summary["run_id"],))[0]
+    assert run["status"] == "succeeded" and run["trigger"] == "sql"
+    assert (run["planned"], run["deleted"], run["batches"]) == (5, 5, 3)
+    assert run["finished_at"] >= run["started_at"]
+    assert value(conn, "select count(*) from memori.cleanup_queue") == 0
+    batches = rows(conn, "select payload from memori.events where event_type = 'cleanup.batch_completed' order by id")
+    assert [b["payload"]["deleted_count"] for b in batches] == [2, 2, 1]
+    assert [b["payload"]["total_checked"] for b in batches] == [2, 2, 1]
+    assert value(conn, "select count(*) from memori.events where event_type = 'cleanup.cleaned_up'") == 1
+
+
+def test_status_view(conn: psycopg.Connection) -> None:
+    now = value(conn, "select now()")
+    memory(conn, "ns", now - SEC)
+    memory(conn, "ns", now + 6 * DAY)
+    memory(conn, "ns", now + 8 * DAY)
+    memory(conn, "ns", now - SEC, IMPORTANT)
+    status = sorted((r["status"], r["should_cleanup"]) for r in rows(
+        conn, "select * from memori.retention_status where table_name = 'memories'"))
+    assert status == [("active", False), ("expired", False), ("expired", True), ("expiring_soon", False)]
+    assert rows(conn, "select expired_waiting, expiring_soon from memori.cleanup_status")[0] == \
+        {"expired_waiting": 1, "expiring_soon": 1}
+
+
+def test_begin_batch_finish_across_transactions(dsn: str) -> None:
+    with psycopg.connect(dsn) as c:
+        for i in range(5):
+            memory(c, "ns", T0 - (i + 1) * SEC)
+        c.commit()
+        run = rows(c, "select * from memori.cleanup_begin(%s, 2)", (T0,))[0]
+        c.commit()
+        results = []
+        while True:
+            batch = rows(c, "select * from memori.cleanup_batch(%s)", (run["id"],))[0]
+            c.commit()
+            results.append((batch["deleted"], batch["remaining"], batch["done"]))
+            if batch["done"]:
+                break
+        assert results == [(2, 3, False), (2, 1, False), (1, 0, True)]
+        summary = rows(c, "select * from memori.cleanup_finish(%s)", (run["id"],))[0]
+        c.commit()
+        assert summary["status"] == "succeeded" and summary["deleted"] == 5
+        # the session lock is released: another run can start
+        assert value(c, "select memori._cleanup_lock_held()") is False
+        c.rollback()
+
+
+def test_second_cleanup_is_refused_not_queued(dsn: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as first, psycopg.connect(dsn, autocommit=True) as second:
+        run = rows(first, "select * from memori.cleanup_begin(%s)", (T0,))[0]
+        err = assert_sqlstate(second, "PM020", "select * from memori.cleanup_execute(%s)", (T0,))
+        assert f"run {run['id']}" in (err.diag.message_detail or "")
+        assert_sqlstate(second, "PM020", "select * from memori.cleanup_begin(%s)", (T0,))
+        # re-entrant advisory locks must not let the same session start twice either
+        assert_sqlstate(first, "PM020", "select * from memori.cleanup_begin(%s)", (T0,))
+        # a batch from a session without the lock is refused
+        assert_sqlstate(second, "PM021", "select * from memori.cleanup_batch(%s)", (run["id"],))
+        rows(first, "select * from memori.cleanup_finish(%s)", (run["id"],))
+        assert execute(second)["status"] == "succeeded"
+
+
+def test_dead_runner_is_marked_abandoned(dsn: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as c:
+        memory(c, "ns", T0 - SEC)
+    with psycopg.connect(dsn, autocommit=True) as dying:
+        dead = rows(dying, "select * from memori.cleanup_begin(%s)", (T0,))[0]
+    # connection closed mid-run: lock released by the server, run left "running"
+    with psycopg.connect(dsn, autocommit=True) as c:
+        summary = execute(c)
+        assert summary["deleted"] == 1
+        assert value(c, "select status from memori.cleanup_runs where id = %s", (dead["id"],)) == "abandoned"
+        assert value(c, "select count(*) from memori.cleanup_queue") == 0
+
+
+def test_batch_waiting_on_a_locked_row_is_retried_smaller(dsn: str) -> None:
+    """A row locked by a writer makes its batch time out and shrink; the other rows still go."""
+    with psycopg.connect(dsn, autocommit=True) as c:
+        ids = [memory(c, "ns", T0 - (i + 1) * SEC) for i in range(8)]
+        c.execute("update memori.settings set value = '100' where key = 'cleanup.lock_timeout_ms'")
+        with psycopg.connect(dsn) as writer:
+            writer.execute("select 1 from memori.memories where id = %s for update", (ids[0],))  # newest expired
+            run = rows(c, "select * from memori.cleanup_begin(%s, 8)", (T0,))[0]
+            sizes = []
+            with pytest.raises(psycopg.Error) as info:
+                while True:
+                    sizes.append(rows(c, "select * from memori.cleanup_batch(%s)", (run["id"],))[0]["deleted"])
+            assert info.value.sqlstate == "PM022"
+            # 8 timed out, 4 went; then 4 -> 2 went; then 2 -> 1 went; the locked row alone fails
+            assert sizes == [4, 2, 1]
+            assert value(c, "select count(*) from memori.memories") == 1
+            writer.rollback()
+        batch = rows(c, "select * from memori.cleanup_batch(%s)", (run["id"],))[0]
+        assert batch["done"] and batch["deleted"] == 1
+        rows(c, "select * from memori.cleanup_finish(%s)", (run["id"],))
+
+
+# -- preview == execute on random data ------------------------------------------------
+namespaces = st.sampled_from(["ns_a", "ns_b", "session_api_2026_11"])
+kinds = st.sampled_from(["{}", CHECKPOINT, IMPORTANT, '{"type": "session_checkpoint", "important": true}'])
+expiries = st.one_of(st.none(), st.integers(min_value=-5, max_value=5))
+row_strategy = st.tuples(namespaces, kinds, expiries)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.lists(row_strategy, max_size=25), batch=st.integers(1, 7),
+       max_rows=st.one_of(st.none(), st.integers(0, 30)))
+def test_preview_equals_execute(conn: psycopg.Connection, data: list, batch: int, max_rows: int | None) -> None:
+    conn.execute("truncate memori.memories, memori.events, memori.cleanup_runs")
+    for namespace, metadata, offset in data:
+        memory(conn, namespace, None if offset is None else T0 + offset * SEC, metadata)
+    before = {r["id"] for r in rows(conn, "select id from memori.memories")}
+    planned = [int(r["row_id"]) for r in preview(conn, T0, batch, max_rows) if r["table_name"] == "memories"]
+    summary = execute(conn, T0, batch, max_rows)
+    after = {r["id"] for r in rows(conn, "select id from memori.memories")}
+    assert sorted(before - after) == sorted(planned)
+    assert summary["deleted"] == len(planned) == summary["planned"]
+    # nothing unexpired and nothing preserved was deleted
+    assert value(conn, "select count(*) from memori.memories where expires_at > %s or expires_at is null",
+                 (T0,)) == sum(1 for _, _, o in data if o is None or o > 0)
