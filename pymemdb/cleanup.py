@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import psycopg
 
 from pymemdb._sql import fn, given
-from pymemdb.errors import CleanupLockTimeout, wrap_exceptions
+from pymemdb.errors import CleanupLockTimeout, DatabaseError
 from pymemdb.types import (
     CleanupBatch,
     CleanupCandidate,
@@ -47,6 +47,7 @@ CLEANUP_RUNS_RECENT = fn("cleanup_runs_recent", ("p_limit", "integer"), result=C
 CRON_NEXT_RUN = fn("cron_next_run", ("p_cron", "text"), ("p_after", "timestamptz"), returns="scalar")
 
 BatchCallback = Callable[[CleanupRun, CleanupBatch], None]
+STATEMENT_TIMEOUT = "57014"  # query_canceled: our statement_timeout fired
 
 
 class Cleanup:
@@ -119,7 +120,9 @@ class Cleanup:
                     with conn.transaction(), conn.cursor() as cur:
                         cur.execute(f"set local statement_timeout = {int(timeout_ms)}")
                         batch: CleanupBatch = self._db.call(CLEANUP_BATCH, cur, p_run_id=run.id, p_batch_size=size)
-                except psycopg.errors.QueryCanceled as exc:
+                except DatabaseError as exc:
+                    if exc.sqlstate != STATEMENT_TIMEOUT:
+                        raise
                     # the batch's transaction rolled back whole: retry it smaller
                     if size == 1:
                         raise CleanupLockTimeout(

@@ -53,6 +53,9 @@ class Database:
             name="pymemdb",
         )
         with wrap_exceptions():
+            # One direct attempt first: it fails fast with libpq's own message,
+            # where the pool would retry for its whole timeout.
+            psycopg.connect(dsn, connect_timeout=10).close()
             self.pool.open(wait=True, timeout=30)
         self.memories = Memories(self)
         self.cleanup = Cleanup(self)

@@ -80,6 +80,9 @@ def start(base: Path | None = None) -> str:
     if (pgdata / "PG_VERSION").exists():
         _remove_stale_pid_file(pgdata)
     embedded = _server_module()
+    # The wheel caches one handle per data dir for the life of the process and
+    # would hand back a stale one after `stop`: we manage the lifecycle, so ask anew.
+    embedded.PostgresServer._instances.pop(pgdata, None)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")

@@ -124,14 +124,16 @@ _BY_SQLSTATE: dict[str, type[PymemdbError]] = {
     if cls.sqlstate
 }
 
-# PostgreSQL's own codes that mean "the caller sent bad input" or "not installed".
-_BAD_INPUT_SQLSTATES = {
-    "22P05",  # untranslatable character (\u0000 in JSON)
-    "22021",  # character not in repertoire
-    "22P02",  # invalid text representation
-    "22007",  # invalid datetime format
-    "22008",  # datetime field overflow
-    "22023",  # invalid parameter value
+_NUL_HINT = "PostgreSQL text cannot hold NUL bytes: remove them or store the data base64-encoded."
+
+# PostgreSQL's own codes that mean "the caller sent bad input", with our hint.
+_BAD_INPUT_HINTS = {
+    "22P05": _NUL_HINT,  # untranslatable character (\u0000 in JSON)
+    "22021": "Send valid UTF-8 text.",  # character not in repertoire
+    "22P02": "Check the value's format (numbers, booleans, UUIDs, JSON).",  # invalid text representation
+    "22007": "Use ISO 8601 timestamps, e.g. 2026-12-01T03:00:00+00:00.",  # invalid datetime format
+    "22008": "Use a timestamp within PostgreSQL's range.",  # datetime field overflow
+    "22023": "Check the argument against the function's documentation.",  # invalid parameter value
 }
 _NOT_INSTALLED_SQLSTATES = {"3F000", "42883", "42P01"}  # no schema / function / table
 _SCHEMA_HINT = "Run `pymemdb init` (or `pymemdb init --sql | psql`) to install or upgrade the schema."
@@ -145,7 +147,8 @@ def from_psycopg(exc: psycopg.Error) -> PymemdbError:
     kwargs = {"sqlstate": state, "detail": diag.message_detail, "hint": diag.message_hint}
     if state in _BY_SQLSTATE:
         return _BY_SQLSTATE[state](message, **kwargs)
-    if state in _BAD_INPUT_SQLSTATES:
+    if state in _BAD_INPUT_HINTS:
+        kwargs["hint"] = diag.message_hint or _BAD_INPUT_HINTS[state]
         return InvalidArgument(message, **kwargs)
     if state in _NOT_INSTALLED_SQLSTATES and "memori" in message:
         return SchemaNotInstalled(message, sqlstate=state, detail=diag.message_detail, hint=_SCHEMA_HINT)
@@ -156,7 +159,7 @@ def _nul_byte() -> InvalidArgument:
     return InvalidArgument(
         "text contains a NUL (0x00) byte",
         sqlstate="PM001",
-        hint="PostgreSQL text cannot hold NUL bytes: remove them or store the data base64-encoded.",
+        hint=_NUL_HINT,
     )
 
 

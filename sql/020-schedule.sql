@@ -197,8 +197,10 @@ begin
     return;  -- no pg_cron, no job: status reports this as "not scheduled"
   end if;
   return query execute
-    'select j.jobid, j.jobname, j.schedule, j.command, j.active,
-            d.status, d.start_time, d.return_message, memori.cron_next_run(j.schedule, $2)
+    -- casts: pg_cron's column types vary between versions (jobname is name in 1.4)
+    'select j.jobid::bigint, j.jobname::text, j.schedule::text, j.command::text, j.active::boolean,
+            d.status::text, d.start_time::timestamptz, d.return_message::text,
+            memori.cron_next_run(j.schedule, $2)
        from cron.job j
        left join lateral (select status, start_time, return_message from cron.job_run_details r
                            where r.jobid = j.jobid order by r.start_time desc nulls last limit 1) d on true

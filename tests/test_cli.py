@@ -1,0 +1,141 @@
+"""The CLI through Typer's CliRunner, plus the real console scripts end to end."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sysconfig
+from datetime import timedelta
+from pathlib import Path
+
+import psycopg
+import pytest
+from typer.testing import CliRunner
+
+from pymemdb.cli.cleanup import app as cleanup_app
+from pymemdb.cli.main import app as main_app
+from tests.helpers import T0, memory
+
+runner = CliRunner()
+
+
+@pytest.fixture
+def env(dsn: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.setenv("PYMEMDB_DSN", dsn)
+    return dsn
+
+
+def _expired(dsn: str, n: int) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for i in range(n):
+            memory(conn, f"ns_{i % 2}", T0 - timedelta(seconds=i + 1))
+
+
+def test_preview_is_the_default(env: str) -> None:
+    result = runner.invoke(cleanup_app, [])
+    assert result.exit_code == 0, result.output
+    assert "Nothing to clean up" in result.output
+
+
+def test_preview_groups_and_json(env: str) -> None:
+    _expired(env, 5)
+    result = runner.invoke(cleanup_app, ["preview", "--now", "2026-11-15T12:00:00", "--limit", "2"])
+    assert result.exit_code == 0, result.output
+    assert "ns_0" in result.output and "total: 5 rows" in result.output
+    data = json.loads(runner.invoke(cleanup_app, ["preview", "--json", "--now", "2026-11-15T12:00:00+00:00"]).stdout)
+    assert data["total"] == 5 and {g["owner"] for g in data["groups"]} == {"ns_0", "ns_1"}
+
+
+def test_execute_yes_json(env: str) -> None:
+    _expired(env, 5)
+    result = runner.invoke(cleanup_app, ["execute", "--yes", "--json", "--batch-size", "2",
+                                         "--now", "2026-11-15T12:00:00"])
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    assert summary["deleted"] == 5 and summary["batches"] == 3 and summary["status"] == "succeeded"
+    status = json.loads(runner.invoke(cleanup_app, ["status", "--json"]).stdout)
+    assert status["runs"][0]["deleted"] == 5 and status["job"] is None
+
+
+def test_execute_while_locked_exits_3(env: str) -> None:
+    with psycopg.connect(env, autocommit=True) as holder:
+        holder.execute("select memori.cleanup_begin()")
+        result = runner.invoke(cleanup_app, ["execute", "--yes"])
+    assert result.exit_code == 3
+    assert result.stderr.count("\n") == 1 and "cleanup already running" in result.stderr
+    assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "text"),
+    [
+        (["execute", "--yes", "--batch-size", "0"], 2, "batch size must be between 1 and 100000"),
+        (["execute", "--yes", "--max-rows", "-1"], 2, "max rows"),
+        (["schedule", "61 * * * *"], 2, "outside 0-59"),
+        (["schedule"], 1, "pg_cron is not installed"),
+        (["unschedule"], 1, "memori-cleanup execute"),
+        (["preview", "--now", "yesterday"], 2, "Invalid value"),
+        (["frobnicate"], 2, "No such command"),
+    ],
+)
+def test_errors_are_one_line_with_exit_codes(env: str, args: list[str], code: int, text: str) -> None:
+    result = runner.invoke(cleanup_app, args)
+    assert result.exit_code == code, result.output
+    assert text in result.output
+    assert "Traceback" not in result.output
+
+
+def test_unreachable_database_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PYMEMDB_DSN", "postgresql://nobody@127.0.0.1:1/none?connect_timeout=2")
+    result = runner.invoke(cleanup_app, ["status"])
+    assert result.exit_code == 1 and result.stderr.startswith("error: ") and result.stderr.count("\n") == 1
+
+
+def test_init_sql_prints_the_script() -> None:
+    result = runner.invoke(main_app, ["init", "--sql"])
+    assert result.exit_code == 0
+    assert "create schema if not exists memori" in result.stdout
+    assert "create or replace function memori.cleanup_preview" in result.stdout
+
+
+def test_init_is_a_noop_when_current(env: str) -> None:
+    result = runner.invoke(main_app, ["init"])
+    assert result.exit_code == 0 and "up to date" in result.output
+
+
+def test_memory_commands(env: str) -> None:
+    saved = runner.invoke(main_app, ["memory", "save-checkpoint", "api", "alice", "hello", "--metadata", '{"a": 1}'])
+    assert saved.exit_code == 0 and "session_api_" in saved.output
+    loaded = runner.invoke(main_app, ["memory", "load-checkpoint", "skill:api-builder", "alice", "--json"])
+    assert loaded.exit_code == 0 and json.loads(loaded.stdout)["content"] == "hello"
+    assert runner.invoke(main_app, ["memory", "load-checkpoint", "api", "bob"]).exit_code == 1
+    bad = runner.invoke(main_app, ["memory", "save-checkpoint", "nope", "alice", "x"])
+    assert bad.exit_code == 2 and "unknown skill nope" in bad.stderr and "skill:api-builder" in bad.stderr
+    bad_json = runner.invoke(main_app, ["memory", "save-checkpoint", "api", "alice", "x", "--metadata", "{"])
+    assert bad_json.exit_code == 2 and "not valid JSON" in bad_json.stderr
+    assert "session_api_" in runner.invoke(main_app, ["memory", "ttl-status"]).output
+
+
+def test_console_scripts_end_to_end(env: str) -> None:
+    """The installed entry points, as an operator runs them from a shell or cron."""
+    scripts = Path(sysconfig.get_path("scripts"))
+    script = shutil.which("memori-cleanup") or str(scripts / "memori-cleanup")
+    assert Path(script).exists(), "pip install -e . installs the console scripts"
+    _expired(env, 3)
+    done = subprocess.run([script, "execute", "--yes", "--json", "--now", "2026-11-15T12:00:00"],
+                          capture_output=True, text=True, env={"PYMEMDB_DSN": env, "PATH": "/usr/bin:/bin"},
+                          check=False, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["deleted"] == 3
+    helped = subprocess.run([shutil.which("pymemdb") or str(scripts / "pymemdb"), "--help"], capture_output=True, text=True,
+                            check=False, timeout=60)
+    assert helped.returncode == 0 and "memory layer" in helped.stdout
+
+
+def test_demo_runs_in_a_scratch_database(env: str) -> None:
+    result = runner.invoke(main_app, ["demo"])
+    assert result.exit_code == 0, result.output
+    assert "deleted 4 of 4" in result.output
+    with psycopg.connect(env) as conn:
+        assert conn.execute("select count(*) from memori.memories").fetchone() == (0,), "user data untouched"
