@@ -11,9 +11,6 @@ from datetime import UTC, datetime
 from typing import Annotated
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
-
 from pymemdb.cli._common import (
     DsnOption,
     JsonOption,
@@ -25,6 +22,9 @@ from pymemdb.cli._common import (
     handle_errors,
     print_json,
 )
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
 from pymemdb.types import CleanupBatch, CleanupRun
 
 app = typer.Typer(
@@ -151,7 +151,8 @@ def schedule(
     with database(dsn) as db:
         job_id = db.cleanup.schedule(cron, job_name=job_name)
         job = db.cleanup.job(job_name=job_name)
-    console.print(f"scheduled pg_cron job {job_id} ({job_name}) '{cron}'; next run {fmt_time(job.next_run if job else None)}")
+    next_run = fmt_time(job.next_run if job else None)
+    console.print(f"scheduled pg_cron job {job_id} ({job_name}) '{cron}'; next run {next_run}")
 
 
 @app.command()

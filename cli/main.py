@@ -7,9 +7,6 @@ from datetime import UTC, datetime
 from typing import Annotated
 
 import typer
-from rich.table import Table
-
-from pymemdb import embedded
 from pymemdb.cli._common import (
     DsnOption,
     JsonOption,
@@ -19,6 +16,9 @@ from pymemdb.cli._common import (
     handle_errors,
     print_json,
 )
+from rich.table import Table
+
+from pymemdb import embedded
 from pymemdb.db import resolve_dsn
 from pymemdb.errors import InvalidArgument
 
@@ -43,7 +43,9 @@ app.add_typer(bench_app, name="bench")
 @handle_errors
 def init(
     dsn: DsnOption = None,
-    sql: Annotated[bool, typer.Option("--sql", help="Print the install script for psql instead of installing.")] = False,
+    sql: Annotated[
+        bool, typer.Option("--sql", help="Print the install script for psql instead of installing.")
+    ] = False,
     from_revision: Annotated[
         str | None, typer.Option("--from", help="With --sql: upgrade from this alembic revision.", show_default=False)
     ] = None,
@@ -134,7 +136,8 @@ def memory_save_checkpoint(
     if as_json:
         print_json(row)
     else:
-        console.print(f"saved memory {row.id} in {row.user_id}, expires {fmt_time(row.expires_at) if row.expires_at else 'never'}")
+        expiry = fmt_time(row.expires_at) if row.expires_at else "never"
+        console.print(f"saved memory {row.id} in {row.user_id}, expires {expiry}")
 
 
 @memory_app.command("load-checkpoint")

@@ -128,7 +128,8 @@ class Cleanup:
                         raise CleanupLockTimeout(
                             f"cleanup batch of run {run.id} exceeded statement_timeout at size 1",
                             sqlstate="PM022",
-                            hint="Raise memori.settings cleanup.statement_timeout_ms or look for a blocking transaction.",
+                            hint="Raise memori.settings cleanup.statement_timeout_ms "
+                            "or look for a blocking transaction.",
                         ) from exc
                     size = max(1, size // 2)
                     continue

@@ -126,6 +126,7 @@ class Database:
                     row = scalar.fetchone()
                     return None if row is None else row["value"]
             assert function.result is not None
+            typed: psycopg.Cursor[Any]
             with cur.connection.cursor(row_factory=class_row(function.result)) as typed:
                 typed.execute(query, args)
                 if function.returns == "one":

@@ -12,6 +12,7 @@ import os
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 
 import platformdirs
 import psutil
@@ -64,7 +65,7 @@ def _remove_stale_pid_file(pgdata: Path) -> None:
         pid_file.unlink()
 
 
-def _server_module():  # type: ignore[no-untyped-def]
+def _server_module() -> ModuleType:
     # The wheel warns when XDG_RUNTIME_DIR is unset (containers, cron): harmless.
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -42,7 +42,7 @@ def _migrations_dir() -> Path:
 def sql_files() -> list[tuple[str, str]]:
     """(name, text) of every sql/NNN-topic.sql file, in install order."""
     root = resources.files("pymemdb.sql")
-    files = sorted(p for p in root.iterdir() if p.name.endswith(".sql"))
+    files = sorted((p for p in root.iterdir() if p.name.endswith(".sql")), key=lambda p: p.name)
     return [(p.name, p.read_text(encoding="utf-8")) for p in files]
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -94,6 +95,6 @@ class Memories:
             MEMORY_LIST, **given(p_namespace=namespace, p_limit=limit, p_now=now)
         )
 
-    def ttl_status(self) -> list[TtlStatus]:
+    def ttl_status(self) -> builtins.list[TtlStatus]:
         """Rows of the memori.ttl_status view."""
         return self._db.rows("select * from memori.ttl_status order by user_id", TtlStatus)

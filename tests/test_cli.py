@@ -11,10 +11,10 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from typer.testing import CliRunner
-
 from pymemdb.cli.cleanup import app as cleanup_app
 from pymemdb.cli.main import app as main_app
+from typer.testing import CliRunner
+
 from tests.helpers import T0, memory
 
 runner = CliRunner()
@@ -43,7 +43,8 @@ def test_preview_groups_and_json(env: str) -> None:
     result = runner.invoke(cleanup_app, ["preview", "--now", "2026-11-15T12:00:00", "--limit", "2"])
     assert result.exit_code == 0, result.output
     assert "ns_0" in result.output and "total: 5 rows" in result.output
-    data = json.loads(runner.invoke(cleanup_app, ["preview", "--json", "--now", "2026-11-15T12:00:00+00:00"]).stdout)
+    previewed = runner.invoke(cleanup_app, ["preview", "--json", "--now", "2026-11-15T12:00:00+00:00"])
+    data = json.loads(previewed.stdout)
     assert data["total"] == 5 and {g["owner"] for g in data["groups"]} == {"ns_0", "ns_1"}
 
 
@@ -128,8 +129,8 @@ def test_console_scripts_end_to_end(env: str) -> None:
                           check=False, timeout=120)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["deleted"] == 3
-    helped = subprocess.run([shutil.which("pymemdb") or str(scripts / "pymemdb"), "--help"], capture_output=True, text=True,
-                            check=False, timeout=60)
+    pymemdb_script = shutil.which("pymemdb") or str(scripts / "pymemdb")
+    helped = subprocess.run([pymemdb_script, "--help"], capture_output=True, text=True, check=False, timeout=60)
     assert helped.returncode == 0 and "memory layer" in helped.stdout
 
 

@@ -108,8 +108,10 @@ def assert_no_privilege(conn: psycopg.Connection, query: str) -> None:
 
 def test_search_path_hijack_is_ignored(conn: psycopg.Connection) -> None:
     """Objects named like ours (or like pg_catalog's) in public and pg_temp are never called."""
-    conn.execute("create function public._setting(text) returns jsonb language sql as $$ select '\"hijacked\"'::jsonb $$")
-    conn.execute("create function public.now() returns timestamptz language sql as $$ select '2000-01-01'::timestamptz $$")
+    conn.execute("create function public._setting(text) returns jsonb language sql "
+                 "as $$ select '\"hijacked\"'::jsonb $$")
+    conn.execute("create function public.now() returns timestamptz language sql "
+                 "as $$ select '2000-01-01'::timestamptz $$")
     conn.execute("create table public.memories (id int)")
     conn.execute("create temp table memories (id bigint, user_id text)")
     conn.execute("set search_path = pg_temp, public, pg_catalog")
