@@ -102,3 +102,14 @@ def test_install_script_for_psql_equals_install(empty_db: str, other_empty_db: s
     install(other_empty_db)
     assert diff(snapshot(empty_db), snapshot(other_empty_db)) == {}
     assert not install(empty_db).changed, "the client recognises a psql install as current"
+
+
+def test_missing_pgvector_is_pm010_with_a_hint(conn) -> None:  # type: ignore[no-untyped-def]
+    """The install's pgvector check, run for an extension the server lacks."""
+    source = (VERSIONS / "0001_foundation.py").read_text()
+    check = re.search(r"(do \$pgvector\$.*?\$pgvector\$;)", source, flags=re.DOTALL)
+    assert check is not None
+    from tests.helpers import assert_sqlstate
+
+    err = assert_sqlstate(conn, "PM010", check.group(1).replace("name = 'vector'", "name = 'vector_absent'"))
+    assert "pgvector" in (err.diag.message_hint or "")

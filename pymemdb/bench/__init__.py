@@ -81,20 +81,21 @@ def timed_call(cur: psycopg.Cursor[Any], probe: Probe, rng: random.Random) -> in
 
 @dataclass
 class Reader:
-    """A concurrent reader: its own connection, probes round robin until stopped.
+    """A concurrent reader: one probe on its own connection, at a steady rate, until stopped.
 
-    ``pause_s`` between reads models an application reading at a steady rate
-    instead of saturating a core, so on a small machine the reader measures
-    interference from the workload (locks, I/O, WAL), not CPU starvation it
-    causes itself. Use it as a context manager around the workload.
+    A steady rate (not a tight loop) models an application and keeps the
+    reader from starving the workload of CPU on a small machine, so it
+    measures interference from the workload (locks, I/O, WAL, CPU), not its
+    own. When a read takes longer than the interval the next starts at once.
+    Use it as a context manager around the workload.
     """
 
     dsn: str
-    probes: Sequence[Probe]
+    probe: Probe
+    rate: float = 200.0  # reads per second
     seed: int = 1
-    pause_s: float = 0.001
-    warmup: int = 50
-    samples: dict[str, list[int]] = field(default_factory=dict)
+    warmup: int = 20
+    samples: list[int] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
     _ready: threading.Event = field(default_factory=threading.Event)
     _error: BaseException | None = None
@@ -105,19 +106,20 @@ class Reader:
         try:
             with psycopg.connect(self.dsn, autocommit=True) as conn, conn.cursor() as cur:
                 for _ in range(self.warmup):  # plans cached, pages in cache
-                    for probe in self.probes:
-                        timed_call(cur, probe, rng)
+                    timed_call(cur, self.probe, rng)
                 self._ready.set()
+                interval = 1 / self.rate
+                due = time.perf_counter()
                 while not self._stop.is_set():
-                    for probe in self.probes:
-                        self.samples[probe.name].append(timed_call(cur, probe, rng))
-                    time.sleep(self.pause_s)
+                    self.samples.append(timed_call(cur, self.probe, rng))
+                    due = max(due + interval, time.perf_counter())
+                    self._stop.wait(due - time.perf_counter())
         except BaseException as exc:
             self._error = exc
             self._ready.set()
 
     def __enter__(self) -> Reader:
-        self.samples = {p.name: [] for p in self.probes}
+        self.samples = []
         self._thread = threading.Thread(target=self._loop, name="pymemdb-bench-reader", daemon=True)
         self._thread.start()
         self._ready.wait()
@@ -132,8 +134,8 @@ class Reader:
         if self._error is not None:
             raise self._error
 
-    def summary(self) -> dict[str, dict[str, float]]:
-        return {name: latency_summary(xs) for name, xs in self.samples.items() if xs}
+    def summary(self) -> dict[str, float] | None:
+        return latency_summary(self.samples) if self.samples else None
 
 
 @contextmanager
