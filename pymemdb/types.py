@@ -23,17 +23,9 @@ class Memory:
 
 
 @dataclass(frozen=True)
-class SessionCheckpoint:
+class SessionCheckpoint(Memory):
     """memori.session_checkpoint: a memory plus where it was found (current, legacy, previous)."""
 
-    id: int
-    user_id: str
-    content: str
-    category: str
-    metadata: dict[str, Any]
-    created_at: datetime
-    expires_at: datetime | None
-    owner_id: str | None
     source: str
 
 

@@ -12,6 +12,7 @@ import os
 import subprocess
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import psycopg
@@ -65,16 +66,23 @@ def template_dsn(server_dsn: str) -> Iterator[str]:
     janitor.drop()
 
 
+@contextmanager
+def database(server: str, template: str | None = None) -> Iterator[str]:
+    """A new database (a clone of ``template`` if given), dropped afterwards."""
+    name = f"pymemdb_test_{uuid.uuid4().hex[:12]}"
+    janitor = _janitor(server, name, template_dbname=template)
+    janitor.init()
+    try:
+        yield make_conninfo(server, dbname=name)
+    finally:
+        janitor.drop()
+
+
 @pytest.fixture
 def dsn(server_dsn: str, template_dsn: str) -> Iterator[str]:
     """A fresh database with the schema installed, dropped after the test."""
-    name = f"pymemdb_test_{uuid.uuid4().hex[:12]}"
-    janitor = _janitor(server_dsn, name, template_dbname=TEMPLATE)
-    janitor.init()
-    try:
-        yield make_conninfo(server_dsn, dbname=name)
-    finally:
-        janitor.drop()
+    with database(server_dsn, TEMPLATE) as url:
+        yield url
 
 
 @pytest.fixture

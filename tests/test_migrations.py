@@ -5,15 +5,13 @@ from __future__ import annotations
 import hashlib
 import re
 import subprocess
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from psycopg.conninfo import make_conninfo
 
 from pymemdb.install import head_revision, install, install_script
-from tests.conftest import ROOT, _janitor
+from tests.conftest import ROOT, database
 from tests.schema_snapshot import diff, snapshot
 
 VERSIONS = ROOT / "migrations" / "versions"
@@ -23,24 +21,14 @@ FROZEN = ROOT / "tests" / "frozen_revisions.txt"
 @pytest.fixture
 def empty_db(server_dsn: str) -> Iterator[str]:
     """A database without the schema."""
-    name = f"pymemdb_mig_{uuid.uuid4().hex[:10]}"
-    janitor = _janitor(server_dsn, name)
-    janitor.init()
-    try:
-        yield make_conninfo(server_dsn, dbname=name)
-    finally:
-        janitor.drop()
+    with database(server_dsn) as url:
+        yield url
 
 
 @pytest.fixture
 def other_empty_db(server_dsn: str) -> Iterator[str]:
-    name = f"pymemdb_mig_{uuid.uuid4().hex[:10]}"
-    janitor = _janitor(server_dsn, name)
-    janitor.init()
-    try:
-        yield make_conninfo(server_dsn, dbname=name)
-    finally:
-        janitor.drop()
+    with database(server_dsn) as url:
+        yield url
 
 
 def released_revisions() -> list[str]:
