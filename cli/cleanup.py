@@ -102,29 +102,27 @@ def execute(
 ) -> None:
     """Delete expired rows in short batches, with a progress bar and a summary."""
     with database(dsn) as db:
-        if not yes and sys.stdin.isatty():
-            waiting = sum(g.rows for g in db.cleanup.preview_summary(now=_utc(now), max_rows=max_rows))
-            if waiting == 0:
+        show_progress = not as_json and sys.stderr.isatty()
+        interactive = not yes and sys.stdin.isatty()
+        expected = db.cleanup.count(now=_utc(now), max_rows=max_rows) if interactive or show_progress else None
+        if interactive:
+            if expected == 0:
                 console.print("Nothing to clean up: no expired rows.")
                 return
-            if not typer.confirm(f"Delete {waiting} expired rows?"):
+            if not typer.confirm(f"Delete {expected} expired rows?"):
                 raise typer.Exit(1)
-        show_progress = not as_json and sys.stderr.isatty()
         with Progress(
             TextColumn("cleanup"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
             console=err_console, disable=not show_progress,
         ) as progress:
-            task = progress.add_task("cleanup", total=None)
-
-            def on_start(run: CleanupRun) -> None:
-                progress.update(task, total=run.planned)
+            task = progress.add_task("cleanup", total=expected)
 
             def on_batch(run: CleanupRun, batch: CleanupBatch) -> None:
-                progress.update(task, completed=run.planned - batch.remaining)
+                progress.advance(task, batch.deleted)
 
             summary = db.cleanup.execute(
                 now=_utc(now), batch_size=batch_size, max_rows=max_rows,
-                on_start=on_start, on_batch=on_batch,
+                on_batch=on_batch,
             )
     if as_json:
         print_json(summary)

@@ -36,6 +36,7 @@ CLEANUP_PREVIEW_SUMMARY = fn(
     "cleanup_preview_summary", ("p_now", "timestamptz"), ("p_max_rows", "integer"),
     result=CleanupGroup, returns="many",
 )
+CLEANUP_COUNT = fn("cleanup_count", ("p_now", "timestamptz"), ("p_max_rows", "integer"), returns="scalar")
 CLEANUP_BEGIN = fn("cleanup_begin", *_RUN_ARGS, ("p_trigger", "text"), result=CleanupRun)
 CLEANUP_BATCH = fn("cleanup_batch", ("p_run_id", "bigint"), ("p_batch_size", "integer"), result=CleanupBatch)
 CLEANUP_FINISH = fn("cleanup_finish", ("p_run_id", "bigint"), ("p_error", "text"), result=CleanupSummary)
@@ -68,6 +69,10 @@ class Cleanup:
             CLEANUP_PREVIEW_SUMMARY, **given(p_now=now, p_max_rows=max_rows)
         )
 
+    def count(self, *, now: datetime | None = None, max_rows: int | None = None) -> int:
+        """memori.cleanup_count: how many rows preview would return (no ordering, cheaper)."""
+        return self._db.call(CLEANUP_COUNT, **given(p_now=now, p_max_rows=max_rows))  # type: ignore[no-any-return]
+
     def execute(
         self,
         *,
@@ -79,6 +84,9 @@ class Cleanup:
         on_batch: BatchCallback | None = None,
     ) -> CleanupSummary:
         """Run a cleanup batch by batch, one short transaction each (cleanup_begin/batch/finish).
+
+        The plan is written in chunks as the run goes (``run.planned`` grows);
+        ``count()`` beforehand gives the expected total for a progress bar.
 
         Holds one pooled connection for the run: the cleanup lock is a
         session lock. If anything fails the run is finished as failed; if even

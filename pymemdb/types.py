@@ -78,6 +78,11 @@ class CleanupRun:
     error: str | None
     backend_pid: int
     session_lock: bool
+    plan_done: bool
+    cursor_priority: int | None
+    cursor_expires: datetime | None
+    cursor_table: str | None
+    cursor_row_id: str | None
 
 
 @dataclass(frozen=True)

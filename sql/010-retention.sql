@@ -140,29 +140,35 @@ select c.table_name,
 comment on view memori.retention_status is 'Per managed row: status (active | expiring_soon | expired), days_until_expiry (NULL = permanent) and should_cleanup, as of now().';
 
 -------------------------------------------------------------------------------
--- _cleanup_plan: the rows a cleanup at p_now deletes, numbered in deletion order
--- The single source of truth for both preview and execute.
-create or replace function memori._cleanup_plan(p_now timestamptz, p_max_rows integer)
-returns table (seq integer, table_name text, row_id text, owner text, category text, kind text,
-               priority integer, expires_at timestamptz, preserve_important boolean, reason text)
+-- _cleanup_plan: the rows a cleanup at p_now deletes, in deletion order
+-- The single source of truth for both preview and execute. With an "after"
+-- key it continues from that row (keyset), so a run can plan in chunks.
+create or replace function memori._cleanup_plan(
+  p_now              timestamptz,
+  p_limit            integer,
+  p_after_priority   integer default null,
+  p_after_expires_at timestamptz default null,
+  p_after_table      text default null,
+  p_after_row_id     text default null
+) returns table (table_name text, row_id text, owner text, category text, kind text, policy_kind text,
+                 priority integer, expires_at timestamptz, preserve_important boolean)
 as $func$
-  select (row_number() over w)::integer,
-         c.table_name, c.row_id, c.owner, c.category, c.kind, c.priority, c.expires_at,
-         c.preserve_important,
-         format('expired %s ago; policy %s/%s, priority %s',
-                date_trunc('second', p_now - c.expires_at), c.table_name, c.policy_kind, c.priority)
+  select c.table_name, c.row_id, c.owner, c.category, c.kind, c.policy_kind, c.priority, c.expires_at,
+         c.preserve_important
     from memori.retention_candidates c
    where c.expires_at is not null
      and c.expires_at <= p_now
      and c.cleanup_enabled
      and not (c.important and c.preserve_important)
      and coalesce(memori._setting('cleanup.enabled'), 'true'::jsonb) = 'true'::jsonb
-  window w as (order by c.priority, c.expires_at, c.table_name, c.row_id)
+     and (p_after_priority is null
+          or (c.priority, c.expires_at, c.table_name, c.row_id)
+             > (p_after_priority, p_after_expires_at, p_after_table, p_after_row_id))
    order by c.priority, c.expires_at, c.table_name, c.row_id
-   limit p_max_rows
+   limit p_limit
 $func$ language sql stable security invoker
 set search_path = pg_catalog, memori, pg_temp;
-comment on function memori._cleanup_plan(timestamptz, integer) is 'Rows a cleanup at p_now would delete, in deletion order (priority, then expiry); shared by preview and execute.';
+comment on function memori._cleanup_plan(timestamptz, integer, integer, timestamptz, text, text) is 'Rows a cleanup at p_now would delete, in deletion order (priority, then expiry), optionally after a given row; shared by preview and execute.';
 
 -------------------------------------------------------------------------------
 -- cleanup_preview: exactly what cleanup_execute would delete, and why
@@ -178,14 +184,34 @@ begin
   end if;
   perform memori._check_batch(p_batch_size, p_max_rows);
   return query
-    select p.seq, ((p.seq - 1) / p_batch_size + 1)::integer, p.table_name, p.row_id, p.owner,
-           p.category, p.kind, p.priority, p.expires_at, p.reason
-      from memori._cleanup_plan(p_now, p_max_rows) p
-     order by p.seq;
+    select p.n::integer, ((p.n - 1) / p_batch_size + 1)::integer, p.table_name, p.row_id, p.owner,
+           p.category, p.kind, p.priority, p.expires_at,
+           format('expired %s ago; policy %s/%s, priority %s',
+                  date_trunc('second', p_now - p.expires_at), p.table_name, p.policy_kind, p.priority)
+      from memori._cleanup_plan(p_now, p_max_rows)
+           with ordinality as p(table_name, row_id, owner, category, kind, policy_kind, priority, expires_at,
+                                preserve_important, n)
+     order by p.n;
 end
 $func$ language plpgsql stable security invoker
 set search_path = pg_catalog, memori, pg_temp;
 comment on function memori.cleanup_preview(timestamptz, integer, integer) is 'Rows cleanup_execute would delete with the same arguments, in deletion order, with batch number and reason.';
+
+-------------------------------------------------------------------------------
+-- cleanup_count: how many rows a cleanup at p_now would delete (no sorting)
+create or replace function memori.cleanup_count(p_now timestamptz default now(), p_max_rows integer default null)
+returns bigint
+as $func$
+  select least(count(*), p_max_rows)
+    from memori.retention_candidates c
+   where c.expires_at is not null
+     and c.expires_at <= p_now
+     and c.cleanup_enabled
+     and not (c.important and c.preserve_important)
+     and coalesce(memori._setting('cleanup.enabled'), 'true'::jsonb) = 'true'::jsonb
+$func$ language sql stable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori.cleanup_count(timestamptz, integer) is 'Number of rows cleanup_preview would return (cheaper: no ordering).';
 
 -------------------------------------------------------------------------------
 -- cleanup_preview_summary: the preview grouped for people
@@ -273,19 +299,73 @@ begin
   insert into memori.cleanup_runs (trigger, as_of, batch_size, max_rows, session_lock)
   values (p_trigger, p_now, p_batch_size, p_max_rows, p_session_lock)
   returning * into v_run;
-
-  insert into memori.cleanup_queue (run_id, seq, table_name, row_id, preserve_important)
-  select v_run.id, p.seq, p.table_name, p.row_id, p.preserve_important
-    from memori._cleanup_plan(p_now, p_max_rows) p;
-
-  update memori.cleanup_runs set planned = (select count(*) from memori.cleanup_queue where run_id = v_run.id)
-   where id = v_run.id
-  returning * into v_run;
+  perform memori._cleanup_plan_chunk(v_run.id);
+  select * into v_run from memori.cleanup_runs where id = v_run.id;
   return v_run;
 end
 $func$ language plpgsql volatile security invoker
 set search_path = pg_catalog, memori, pg_temp;
-comment on function memori._cleanup_start(timestamptz, integer, integer, text, boolean) is 'Take the cleanup lock (session or transaction scoped), record a run and write its plan.';
+comment on function memori._cleanup_start(timestamptz, integer, integer, text, boolean) is 'Take the cleanup lock (session or transaction scoped), record a run and write the first chunk of its plan.';
+
+-------------------------------------------------------------------------------
+-- _cleanup_plan_chunk: write the next chunk of a run's plan
+-- Planning 250k rows in one go takes over a second; in chunks of
+-- cleanup.plan_chunk_rows every transaction stays short. Each chunk continues
+-- after the last planned row, so the chunks concatenate to the preview.
+create or replace function memori._cleanup_plan_chunk(p_run_id bigint) returns integer
+as $func$
+declare
+  v_run      memori.cleanup_runs;
+  v_limit    integer;
+  v_count    integer := 0;
+  v_priority integer;
+  v_expires  timestamptz;
+  v_table    text;
+  v_row_id   text;
+  v_work_mem text := current_setting('work_mem');
+begin
+  select * into v_run from memori.cleanup_runs where id = p_run_id for update;
+  if v_run.plan_done then
+    return 0;
+  end if;
+  v_limit := coalesce(memori._setting('cleanup.plan_chunk_rows')::integer, 50000);
+  if v_run.max_rows is not null then
+    v_limit := least(v_limit, v_run.max_rows - v_run.planned);
+  end if;
+
+  if v_limit > 0 then
+    perform set_config('work_mem', '32MB', true);  -- the chunk's sort stays in memory
+    with chunk as materialized (
+      select p.*
+        from memori._cleanup_plan(v_run.as_of, v_limit, v_run.cursor_priority, v_run.cursor_expires,
+                                  v_run.cursor_table, v_run.cursor_row_id)
+             with ordinality as p(table_name, row_id, owner, category, kind, policy_kind, priority, expires_at,
+                                  preserve_important, n)
+    ), queued as (
+      insert into memori.cleanup_queue (run_id, seq, table_name, row_id, preserve_important)
+      select v_run.id, v_run.planned + c.n::integer, c.table_name, c.row_id, c.preserve_important from chunk c
+    )
+    select c.n::integer, c.priority, c.expires_at, c.table_name, c.row_id
+      into v_count, v_priority, v_expires, v_table, v_row_id
+      from chunk c order by c.n desc limit 1;
+    v_count := coalesce(v_count, 0);
+    perform set_config('work_mem', v_work_mem, true);
+  end if;
+
+  update memori.cleanup_runs
+     set planned = planned + v_count,
+         plan_done = v_count < v_limit or v_limit <= 0
+                     or (max_rows is not null and planned + v_count >= max_rows),
+         cursor_priority = coalesce(v_priority, cursor_priority),
+         cursor_expires = coalesce(v_expires, cursor_expires),
+         cursor_table = coalesce(v_table, cursor_table),
+         cursor_row_id = coalesce(v_row_id, cursor_row_id)
+   where id = p_run_id;
+  return v_count;
+end
+$func$ language plpgsql volatile security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._cleanup_plan_chunk(bigint) is 'Append the next cleanup.plan_chunk_rows rows (in deletion order) to a run''s plan; returns how many.';
 
 -------------------------------------------------------------------------------
 -- cleanup_begin: start a cleanup run driven batch by batch (CLI, client)
@@ -382,8 +462,12 @@ begin
   perform memori._check_batch(v_size, null);
 
   if v_run.next_seq > v_run.planned then
-    v_result := (v_run.id, v_run.batches, 0, '{}'::jsonb, 0, true);
-    return v_result;
+    perform memori._cleanup_plan_chunk(v_run.id);  -- no-op once every due row is planned
+    select * into v_run from memori.cleanup_runs where id = p_run_id;
+    if v_run.next_seq > v_run.planned then
+      v_result := (v_run.id, v_run.batches, 0, '{}'::jsonb, 0, true);
+      return v_result;
+    end if;
   end if;
 
   -- A batch that cannot get its row locks within lock_timeout is rolled back
@@ -425,7 +509,8 @@ begin
                                'deleted_by_table', v_counts),
             clock_timestamp());
 
-  v_result := (v_run.id, v_run.batches, v_deleted, v_counts, v_run.planned - v_hi, v_hi >= v_run.planned);
+  v_result := (v_run.id, v_run.batches, v_deleted, v_counts, v_run.planned - v_hi,
+               v_hi >= v_run.planned and v_run.plan_done);
   return v_result;
 end
 $func$ language plpgsql volatile security invoker

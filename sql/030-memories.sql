@@ -69,19 +69,23 @@ set search_path = pg_catalog, memori, pg_temp;
 comment on function memori._session_skill(text) is 'The memori.session_skills row for a skill id (skill:api-builder) or short name (api); raises PM002.';
 
 -------------------------------------------------------------------------------
+-- _skill_namespace: where a skill's checkpoints go at p_now
+create or replace function memori._skill_namespace(p_skill memori.session_skills, p_now timestamptz)
+returns text
+as $func$
+  select case when p_skill.short_name is null then p_skill.permanent_namespace
+              else format('session_%s_%s', p_skill.short_name, to_char(p_now at time zone 'UTC', 'YYYY_MM')) end
+$func$ language sql stable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._skill_namespace(memori.session_skills, timestamptz) is 'Namespace of a resolved skill at p_now: session_{short}_{YYYY_MM} (UTC month) or the permanent namespace.';
+
+-------------------------------------------------------------------------------
 -- session_namespace: where a skill's checkpoints go at p_now
 create or replace function memori.session_namespace(p_skill text, p_now timestamptz default now())
 returns text
 as $func$
-declare
-  v_skill memori.session_skills := memori._session_skill(p_skill);
-begin
-  if v_skill.short_name is null then
-    return v_skill.permanent_namespace;
-  end if;
-  return format('session_%s_%s', v_skill.short_name, to_char(p_now at time zone 'UTC', 'YYYY_MM'));
-end
-$func$ language plpgsql stable security invoker
+  select memori._skill_namespace(memori._session_skill(p_skill), p_now)
+$func$ language sql stable security invoker
 set search_path = pg_catalog, memori, pg_temp;
 comment on function memori.session_namespace(text, timestamptz) is 'Namespace of a skill''s checkpoints: session_{short}_{YYYY_MM} (UTC month) or the permanent namespace.';
 
@@ -142,7 +146,7 @@ begin
   end if;
 
   insert into memori.memories (user_id, content, category, metadata, created_at, expires_at, owner_id)
-  values (memori.session_namespace(v_skill.skill, p_now),
+  values (memori._skill_namespace(v_skill, p_now),
           p_content,
           'context',
           memori._check_metadata(p_metadata)
@@ -159,6 +163,29 @@ set search_path = pg_catalog, memori, pg_temp;
 comment on function memori.session_checkpoint_save(text, text, text, jsonb, timestamptz) is 'Save a session checkpoint for a skill: session namespace with the skill''s TTL, or the permanent namespace.';
 
 -------------------------------------------------------------------------------
+-- _latest_checkpoint: newest unexpired checkpoint of a user in one namespace
+-- Two index probes (the user's own rows; rows without owner, written by older
+-- clients) instead of a walk over every user's rows in the namespace.
+create or replace function memori._latest_checkpoint(p_namespace text, p_user_id text, p_now timestamptz)
+returns memori.memories
+as $func$
+  select m.*
+    from ((select * from memori.memories
+            where user_id = p_namespace and owner_id = p_user_id
+              and metadata->>'type' = 'session_checkpoint' and (expires_at is null or expires_at > p_now)
+            order by created_at desc, id desc limit 1)
+          union all
+          (select * from memori.memories
+            where user_id = p_namespace and owner_id is null
+              and metadata->>'type' = 'session_checkpoint' and (expires_at is null or expires_at > p_now)
+            order by created_at desc, id desc limit 1)) m
+   order by m.created_at desc, m.id desc
+   limit 1
+$func$ language sql stable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._latest_checkpoint(text, text, timestamptz) is 'Newest unexpired session checkpoint of a user (or of no owner) in one namespace.';
+
+-------------------------------------------------------------------------------
 -- session_checkpoint_load_latest: seed 05's load_latest_checkpoint
 -- Tiers, first hit wins: (1) the current namespace, (2) the legacy namespace
 -- named by the user id, (3) any earlier session_{short}_YYYY_MM namespace.
@@ -171,39 +198,33 @@ create or replace function memori.session_checkpoint_load_latest(
 ) returns setof memori.session_checkpoint
 as $func$
 declare
-  v_skill     memori.session_skills := memori._session_skill(p_skill);
-  v_namespace text;
-  v_prefix    text;
-  v_row       memori.session_checkpoint;
+  v_skill  memori.session_skills := memori._session_skill(p_skill);
+  v_row    memori.memories;
+  v_prefix text;
 begin
   perform memori._check_identifier('user id', p_user_id);
-  v_namespace := memori.session_namespace(v_skill.skill, p_now);
 
-  select m.id, m.user_id, m.content, m.category, m.metadata, m.created_at, m.expires_at, m.owner_id, 'current'
-    into v_row
-    from memori.memories m
-   where m.user_id = v_namespace
-     and m.metadata->>'type' = 'session_checkpoint'
-     and (m.expires_at is null or m.expires_at > p_now)
-     and (m.owner_id = p_user_id or m.owner_id is null)
-   order by m.created_at desc, m.id desc
-   limit 1;
-  if found then return next v_row; return; end if;
+  v_row := memori._latest_checkpoint(memori._skill_namespace(v_skill, p_now), p_user_id, p_now);
+  if v_row.id is not null then
+    return query select v_row.*, 'current'::text;
+    return;
+  end if;
 
-  select m.id, m.user_id, m.content, m.category, m.metadata, m.created_at, m.expires_at, m.owner_id, 'legacy'
-    into v_row
+  select m.* into v_row
     from memori.memories m
    where m.user_id = p_user_id
      and m.metadata->>'type' = 'session_checkpoint'
      and (m.expires_at is null or m.expires_at > p_now)
    order by m.created_at desc, m.id desc
    limit 1;
-  if found then return next v_row; return; end if;
+  if found then
+    return query select v_row.*, 'legacy'::text;
+    return;
+  end if;
 
   if v_skill.short_name is not null then
     v_prefix := 'session_' || v_skill.short_name || '_';
-    select m.id, m.user_id, m.content, m.category, m.metadata, m.created_at, m.expires_at, m.owner_id, 'previous'
-      into v_row
+    select m.* into v_row
       from memori.memories m
      where m.user_id ~>=~ v_prefix and m.user_id ~<~ (v_prefix || chr(1114111))  -- index range for the prefix
        and m.user_id ~ ('^' || v_prefix || '[0-9]{4}_[0-9]{2}$')
@@ -212,7 +233,9 @@ begin
        and (m.owner_id = p_user_id or m.owner_id is null)
      order by m.created_at desc, m.id desc
      limit 1;
-    if found then return next v_row; end if;
+    if found then
+      return query select v_row.*, 'previous'::text;
+    end if;
   end if;
 end
 $func$ language plpgsql stable security invoker

@@ -234,3 +234,23 @@ def test_preview_equals_execute(conn: psycopg.Connection, data: list, batch: int
     # nothing unexpired and nothing preserved was deleted
     assert value(conn, "select count(*) from memori.memories where expires_at > %s or expires_at is null",
                  (T0,)) == sum(1 for _, _, o in data if o is None or o > 0)
+
+
+@pytest.mark.parametrize("chunk", [1, 2, 3, 50000])
+def test_planning_in_chunks_equals_preview(conn: psycopg.Connection, chunk: int) -> None:
+    """A run plans cleanup.plan_chunk_rows rows per transaction; the chunks concatenate to the preview."""
+    conn.execute("update memori.settings set value = %s where key = 'cleanup.plan_chunk_rows'", (str(chunk),))
+    for i in range(7):
+        memory(conn, f"ns_{i % 3}", T0 - (i % 4) * SEC, CHECKPOINT if i % 2 else "{}")  # ties on expiry
+    planned = [(r["table_name"], r["row_id"]) for r in preview(conn)]
+    assert value(conn, "select memori.cleanup_count(%s)", (T0,)) == len(planned) == 7
+    conn.execute("create table public.delete_log (id bigint, at timestamptz default clock_timestamp(), n serial)")
+    conn.execute("create function public.log_delete() returns trigger language plpgsql as "
+                 "$$ begin insert into public.delete_log (id) values (old.id); return old; end $$")
+    conn.execute("create trigger log_delete after delete on memori.memories for each row "
+                 "execute function public.log_delete()")
+    summary = execute(conn, T0, 2)
+    order = [str(r["id"]) for r in rows(conn, "select id from public.delete_log order by n")]
+    assert order == [row_id for _, row_id in planned], "deleted in exactly the previewed order"
+    assert summary["deleted"] == summary["planned"] == 7
+    assert value(conn, "select count(*) from memori.memories") == 0

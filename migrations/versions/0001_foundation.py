@@ -110,11 +110,17 @@ def upgrade() -> None:
         -- index above already answers `expires_at <= now()` with a range scan,
         -- so nothing is lost.
 
-        -- Latest checkpoint of a namespace: one backward index probe.
-        -- text_pattern_ops also serves the legacy `user_id LIKE 'session_x_%'`.
+        -- Latest checkpoint of a user in a namespace: one index probe per
+        -- owner (the user's own rows, and legacy rows without owner). A
+        -- monthly session namespace holds every user's checkpoints, so the
+        -- owner must be in the key. text_pattern_ops also serves the legacy
+        -- `user_id LIKE 'session_x_%'`.
         create index idx_memories_session_checkpoints on memori.memories
-          (user_id text_pattern_ops, created_at desc)
+          (user_id text_pattern_ops, owner_id, created_at desc, id desc)
           where metadata->>'type' = 'session_checkpoint';
+        -- The planner has no statistics for metadata->>'type' without this
+        -- (it would guess 0.5 % where most rows are checkpoints).
+        create statistics memori.memories_type_stats on ((metadata->>'type')) from memori.memories;
 
         -- Events: append-only, retained by the engine, also sent with pg_notify.
         create table memori.events (
@@ -145,7 +151,14 @@ def upgrade() -> None:
           deleted_by_table jsonb not null default '{}'::jsonb,
           error            text,
           backend_pid      integer not null default pg_backend_pid(),
-          session_lock     boolean not null default false
+          session_lock     boolean not null default false,
+          -- the plan is written in chunks: the key of the last planned row,
+          -- and whether every due row is planned
+          plan_done        boolean not null default false,
+          cursor_priority  integer,
+          cursor_expires   timestamptz,
+          cursor_table     text,
+          cursor_row_id    text
         );
         create index idx_cleanup_runs_started on memori.cleanup_runs (started_at desc);
 

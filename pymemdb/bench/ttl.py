@@ -249,6 +249,7 @@ def _probes(targets: list[tuple[str, str, int]]) -> list[tuple[Probe, float]]:
 def _reads(
     conn: psycopg.Connection[Any], targets: list[tuple[str, str, int]], iterations: int, seed: int
 ) -> dict[str, Any]:
+    """Latest-checkpoint lookups vs. PK lookups of the same rows, and the tier-1 plan."""
     (latest, _), (pk, _) = _probes(targets)
     rng = random.Random(seed)
     samples: dict[str, list[int]] = {latest.name: [], pk.name: []}
@@ -354,7 +355,7 @@ def _cleanup(
 
 
 def _plan_breakdown(conn: psycopg.Connection[Any]) -> dict[str, Any]:
-    """Time the parts of cleanup_begin's planning transaction (warm cache), then roll back."""
+    """Time the parts of cleanup_begin's planning transaction, then roll them back."""
     plan = "select count(*) from memori._cleanup_plan(%s, null)"
     out: dict[str, Any] = {}
     with conn.transaction(force_rollback=True):
@@ -364,13 +365,17 @@ def _plan_breakdown(conn: psycopg.Connection[Any]) -> dict[str, Any]:
         with stopwatch() as elapsed:
             _one(conn, plan, (NOW,))
         out["plan_query_ms"] = round(elapsed() * 1000, 1)
+        # the queue write alone: from the plan materialised beforehand
+        conn.execute(sql.SQL(
+            "create temp table bench_plan on commit drop as"
+            " select * from memori._cleanup_plan({}, null)").format(sql.Literal(NOW)))
         with stopwatch() as elapsed:
             conn.execute(
                 "insert into memori.cleanup_queue (run_id, seq, table_name, row_id,"
-                " preserve_important) select -1, p.seq, p.table_name, p.row_id,"
-                " p.preserve_important from memori._cleanup_plan(%s, null) p", (NOW,)
+                " preserve_important) select -1, seq, table_name, row_id, preserve_important"
+                " from bench_plan"
             )
-        out["queue_insert_ms"] = round(elapsed() * 1000 - out["plan_query_ms"], 1)
+        out["queue_insert_ms"] = round(elapsed() * 1000, 1)
         with stopwatch() as elapsed:
             _one(conn, "select count(*) from memori.cleanup_queue where run_id = -1")
         out["queue_count_ms"] = round(elapsed() * 1000, 1)
@@ -464,7 +469,8 @@ def run(
             ),
         },
     }
-    result["reads"]["goal_met"] = (result["reads"]["ratio_p99"] or 0) <= GOAL_READ_RATIO
+    reads = result["reads"]
+    reads["goal_met"] = max(reads["ratio_p50"] or 0, reads["ratio_p99"] or 0) <= GOAL_READ_RATIO
     result["ok"] = pm["checks"]["ok"] and naive["checks"]["ok"]
     return result
 
