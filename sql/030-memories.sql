@@ -163,34 +163,13 @@ set search_path = pg_catalog, memori, pg_temp;
 comment on function memori.session_checkpoint_save(text, text, text, jsonb, timestamptz) is 'Save a session checkpoint for a skill: session namespace with the skill''s TTL, or the permanent namespace.';
 
 -------------------------------------------------------------------------------
--- _latest_checkpoint: newest unexpired checkpoint of a user in one namespace
--- Two index probes (the user's own rows; rows without owner, written by older
--- clients) instead of a walk over every user's rows in the namespace.
-create or replace function memori._latest_checkpoint(p_namespace text, p_user_id text, p_now timestamptz)
-returns memori.memories
-as $func$
-  select m.*
-    from ((select * from memori.memories
-            where user_id = p_namespace and owner_id = p_user_id
-              and metadata->>'type' = 'session_checkpoint' and (expires_at is null or expires_at > p_now)
-            order by created_at desc, id desc limit 1)
-          union all
-          (select * from memori.memories
-            where user_id = p_namespace and owner_id is null
-              and metadata->>'type' = 'session_checkpoint' and (expires_at is null or expires_at > p_now)
-            order by created_at desc, id desc limit 1)) m
-   order by m.created_at desc, m.id desc
-   limit 1
-$func$ language sql stable security invoker
-set search_path = pg_catalog, memori, pg_temp;
-comment on function memori._latest_checkpoint(text, text, timestamptz) is 'Newest unexpired session checkpoint of a user (or of no owner) in one namespace.';
-
--------------------------------------------------------------------------------
 -- session_checkpoint_load_latest: seed 05's load_latest_checkpoint
 -- Tiers, first hit wins: (1) the current namespace, (2) the legacy namespace
 -- named by the user id, (3) any earlier session_{short}_YYYY_MM namespace.
 -- Rows of other users are skipped (rows without owner predate pymemdb and
 -- match everyone, as in the seed); expired rows never come back.
+-- A hot path: its queries are inline (each nested call with a SET clause
+-- costs several microseconds); the helpers are only called to raise errors.
 create or replace function memori.session_checkpoint_load_latest(
   p_skill   text,
   p_user_id text,
@@ -198,18 +177,43 @@ create or replace function memori.session_checkpoint_load_latest(
 ) returns setof memori.session_checkpoint
 as $func$
 declare
-  v_skill  memori.session_skills := memori._session_skill(p_skill);
-  v_row    memori.memories;
-  v_prefix text;
+  v_skill     memori.session_skills;
+  v_namespace text;
+  v_row       memori.memories;
+  v_prefix    text;
 begin
-  perform memori._check_identifier('user id', p_user_id);
+  if p_user_id is null or btrim(p_user_id) = '' or length(p_user_id) > 256 or p_user_id ~ '[[:cntrl:]]' then
+    perform memori._check_identifier('user id', p_user_id);
+  end if;
+  select * into v_skill from memori.session_skills s
+   where s.skill = p_skill or s.short_name = p_skill or s.skill = 'skill:' || p_skill
+   order by (s.skill = p_skill) desc
+   limit 1;
+  if not found then
+    v_skill := memori._session_skill(p_skill);  -- raises PM001/PM002 with a hint
+  end if;
 
-  v_row := memori._latest_checkpoint(memori._skill_namespace(v_skill, p_now), p_user_id, p_now);
-  if v_row.id is not null then
+  -- (1) the current namespace: one index probe for the user's rows, one for
+  -- rows without owner (a monthly namespace holds every user's checkpoints)
+  v_namespace := memori._skill_namespace(v_skill, p_now);
+  select m.* into v_row
+    from ((select * from memori.memories
+            where user_id = v_namespace and owner_id = p_user_id
+              and metadata->>'type' = 'session_checkpoint' and (expires_at is null or expires_at > p_now)
+            order by created_at desc, id desc limit 1)
+          union all
+          (select * from memori.memories
+            where user_id = v_namespace and owner_id is null
+              and metadata->>'type' = 'session_checkpoint' and (expires_at is null or expires_at > p_now)
+            order by created_at desc, id desc limit 1)) m
+   order by m.created_at desc, m.id desc
+   limit 1;
+  if found then
     return query select v_row.*, 'current'::text;
     return;
   end if;
 
+  -- (2) the legacy namespace named by the user
   select m.* into v_row
     from memori.memories m
    where m.user_id = p_user_id
@@ -222,6 +226,7 @@ begin
     return;
   end if;
 
+  -- (3) earlier months of the skill's session namespace
   if v_skill.short_name is not null then
     v_prefix := 'session_' || v_skill.short_name || '_';
     select m.* into v_row
