@@ -121,6 +121,28 @@ PK_LOOKUP: LiteralString = "select * from memori.memories where id = %s"
 
 
 
+def _explain_nested(conn: psycopg.Connection[Any], query: LiteralString, params: Any) -> str:
+    """EXPLAIN (ANALYZE, BUFFERS) of the statements a function runs, as it runs them.
+
+    auto_explain reports the plans of nested statements at NOTICE level, so the
+    plans come back on this connection instead of the server log.
+    """
+    plans: list[str] = []
+    handler = lambda diag: plans.append(diag.message_primary or "")  # noqa: E731
+    conn.add_notice_handler(handler)
+    try:
+        with conn.transaction(force_rollback=True):
+            conn.execute("load 'auto_explain'")
+            for setting in ("log_min_duration = 0", "log_analyze = on", "log_buffers = on",
+                            "log_nested_statements = on", "log_level = notice"):
+                conn.execute(f"set local auto_explain.{setting}")
+            conn.execute(query, params).fetchall()
+    finally:
+        conn.remove_notice_handler(handler)
+    # the last plan is the outer call itself; the ones before are its statements
+    return "\n\n".join(plans[:-1] or plans)
+
+
 def _function_body(conn: psycopg.Connection[Any], name: str, args: dict[str, Any]) -> sql.SQL:
     """The installed body of SQL function memori.<name> with its p_* parameters bound to literals.
 
@@ -253,16 +275,13 @@ def _reads(
             ([t[0] for t in targets], [t[1] for t in targets], NOW),
         ).fetchall())
     skill, user, _ = targets[0]
-    namespace = _one(conn, "select memori.session_namespace(%s, %s)", (skill, NOW))
-    tier1 = _function_body(conn, "_latest_checkpoint",
-                           {"p_namespace": namespace, "p_user_id": user, "p_now": NOW})
     summary = {name: latency_summary(xs) for name, xs in samples.items()}
     return {
         "iterations": iterations, "pairs": len(targets), "sources": sources, **summary,
         "ratio_p50": ratio(summary[latest.name]["p50_us"], summary[pk.name]["p50_us"]),
         "ratio_p99": ratio(summary[latest.name]["p99_us"], summary[pk.name]["p99_us"]),
         "goal_ratio": GOAL_READ_RATIO,
-        "explain_tier1": _explain(conn, tier1),
+        "explain_tier1": _explain_nested(conn, LOAD_LATEST, (skill, user, NOW)),
     }
 
 
