@@ -141,12 +141,16 @@ comment on view memori.retention_status is 'Per managed row: status (active | ex
 
 -------------------------------------------------------------------------------
 -- _cleanup_plan: the rows a cleanup at p_now deletes, in deletion order
--- The single source of truth for both preview and execute. With an "after"
--- key it continues from that row (keyset), so a run can plan in chunks.
+-- The single source of truth for both preview and execute. A run plans one
+-- priority level at a time, continuing after the last planned row of that
+-- level (keyset): within a level the order is expiry first, so each chunk
+-- is an index range from the cursor's expiry instead of a scan of every
+-- expired row. Text tie-breakers sort byte-wise (COLLATE "C"): cheap and
+-- independent of the database's locale.
 create or replace function memori._cleanup_plan(
   p_now              timestamptz,
   p_limit            integer,
-  p_after_priority   integer default null,
+  p_priority         integer default null,   -- NULL: every level, in order
   p_after_expires_at timestamptz default null,
   p_after_table      text default null,
   p_after_row_id     text default null
@@ -161,14 +165,20 @@ as $func$
      and c.cleanup_enabled
      and not (c.important and c.preserve_important)
      and coalesce(memori._setting('cleanup.enabled'), 'true'::jsonb) = 'true'::jsonb
-     and (p_after_priority is null
-          or (c.priority, c.expires_at, c.table_name, c.row_id)
-             > (p_after_priority, p_after_expires_at, p_after_table, p_after_row_id))
-   order by c.priority, c.expires_at, c.table_name, c.row_id
+     and (p_priority is null
+          or (c.priority = p_priority
+              -- evaluated once: prunes the branches of tables without a policy at this level
+              and c.table_name = any (array(select rp.table_name from memori.retention_policies rp
+                                              where rp.priority = p_priority))))
+     and (p_after_expires_at is null
+          or (c.expires_at >= p_after_expires_at  -- sargable: an index range on expires_at
+              and (c.expires_at, c.table_name collate "C", c.row_id collate "C")
+                  > (p_after_expires_at, p_after_table, p_after_row_id)))
+   order by c.priority, c.expires_at, c.table_name collate "C", c.row_id collate "C"
    limit p_limit
 $func$ language sql stable security invoker
 set search_path = pg_catalog, memori, pg_temp;
-comment on function memori._cleanup_plan(timestamptz, integer, integer, timestamptz, text, text) is 'Rows a cleanup at p_now would delete, in deletion order (priority, then expiry), optionally after a given row; shared by preview and execute.';
+comment on function memori._cleanup_plan(timestamptz, integer, integer, timestamptz, text, text) is 'Rows a cleanup at p_now would delete, in deletion order (priority, then expiry), optionally one priority level after a given row; shared by preview and execute.';
 
 -------------------------------------------------------------------------------
 -- cleanup_preview: exactly what cleanup_execute would delete, and why
@@ -310,15 +320,17 @@ comment on function memori._cleanup_start(timestamptz, integer, integer, text, b
 -------------------------------------------------------------------------------
 -- _cleanup_plan_chunk: write the next chunk of a run's plan
 -- Planning 250k rows in one go takes over a second; in chunks of
--- cleanup.plan_chunk_rows every transaction stays short. Each chunk continues
--- after the last planned row, so the chunks concatenate to the preview.
+-- cleanup.plan_chunk_rows every transaction stays short. Levels are planned
+-- in priority order, each continuing after its last planned row, so the
+-- chunks concatenate to the preview.
 create or replace function memori._cleanup_plan_chunk(p_run_id bigint) returns integer
 as $func$
 declare
   v_run      memori.cleanup_runs;
-  v_limit    integer;
-  v_count    integer := 0;
-  v_priority integer;
+  v_wanted   integer;
+  v_planned  integer := 0;
+  v_got      integer;
+  v_level    integer;
   v_expires  timestamptz;
   v_table    text;
   v_row_id   text;
@@ -328,44 +340,55 @@ begin
   if v_run.plan_done then
     return 0;
   end if;
-  v_limit := coalesce(memori._setting('cleanup.plan_chunk_rows')::integer, 50000);
+  v_wanted := coalesce(memori._setting('cleanup.plan_chunk_rows')::integer, 50000);
   if v_run.max_rows is not null then
-    v_limit := least(v_limit, v_run.max_rows - v_run.planned);
+    v_wanted := least(v_wanted, v_run.max_rows - v_run.planned);
   end if;
+  -- the cursor: a level, and the last row planned in it (NULL: level not started)
+  v_level := coalesce(v_run.cursor_priority, (select min(priority) from memori.retention_policies));
+  v_expires := v_run.cursor_expires;
+  v_table := v_run.cursor_table;
+  v_row_id := v_run.cursor_row_id;
+  perform set_config('work_mem', '32MB', true);  -- the chunk's sort stays in memory
 
-  if v_limit > 0 then
-    perform set_config('work_mem', '32MB', true);  -- the chunk's sort stays in memory
+  while v_wanted > v_planned and v_level is not null loop
+    v_got := 0;
     with chunk as materialized (
       select p.*
-        from memori._cleanup_plan(v_run.as_of, v_limit, v_run.cursor_priority, v_run.cursor_expires,
-                                  v_run.cursor_table, v_run.cursor_row_id)
+        from memori._cleanup_plan(v_run.as_of, v_wanted - v_planned, v_level, v_expires, v_table, v_row_id)
              with ordinality as p(table_name, row_id, owner, category, kind, policy_kind, priority, expires_at,
                                   preserve_important, n)
     ), queued as (
       insert into memori.cleanup_queue (run_id, seq, table_name, row_id, preserve_important)
-      select v_run.id, v_run.planned + c.n::integer, c.table_name, c.row_id, c.preserve_important from chunk c
+      select v_run.id, v_run.planned + v_planned + c.n::integer, c.table_name, c.row_id, c.preserve_important
+        from chunk c
     )
-    select c.n::integer, c.priority, c.expires_at, c.table_name, c.row_id
-      into v_count, v_priority, v_expires, v_table, v_row_id
+    select c.n::integer, c.expires_at, c.table_name, c.row_id
+      into v_got, v_expires, v_table, v_row_id
       from chunk c order by c.n desc limit 1;
-    v_count := coalesce(v_count, 0);
-    perform set_config('work_mem', v_work_mem, true);
-  end if;
+    v_planned := v_planned + coalesce(v_got, 0);
+    if v_planned < v_wanted then
+      -- this level is exhausted: the next one starts from its beginning
+      v_level := (select min(priority) from memori.retention_policies where priority > v_level);
+      v_expires := null; v_table := null; v_row_id := null;
+    end if;
+  end loop;
+  perform set_config('work_mem', v_work_mem, true);
 
   update memori.cleanup_runs
-     set planned = planned + v_count,
-         plan_done = v_count < v_limit or v_limit <= 0
-                     or (max_rows is not null and planned + v_count >= max_rows),
-         cursor_priority = coalesce(v_priority, cursor_priority),
-         cursor_expires = coalesce(v_expires, cursor_expires),
-         cursor_table = coalesce(v_table, cursor_table),
-         cursor_row_id = coalesce(v_row_id, cursor_row_id)
+     set planned = planned + v_planned,
+         plan_done = v_level is null or v_wanted <= 0
+                     or (max_rows is not null and planned + v_planned >= max_rows),
+         cursor_priority = v_level,
+         cursor_expires = v_expires,
+         cursor_table = v_table,
+         cursor_row_id = v_row_id
    where id = p_run_id;
-  return v_count;
+  return v_planned;
 end
 $func$ language plpgsql volatile security invoker
 set search_path = pg_catalog, memori, pg_temp;
-comment on function memori._cleanup_plan_chunk(bigint) is 'Append the next cleanup.plan_chunk_rows rows (in deletion order) to a run''s plan; returns how many.';
+comment on function memori._cleanup_plan_chunk(bigint) is 'Append the next cleanup.plan_chunk_rows rows (in deletion order, level by level) to a run''s plan; returns how many.';
 
 -------------------------------------------------------------------------------
 -- cleanup_begin: start a cleanup run driven batch by batch (CLI, client)

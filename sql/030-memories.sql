@@ -13,6 +13,8 @@ insert into memori.session_skills (skill, short_name, ttl_days, permanent_namesp
   ('skill:frontend-design',         null, null, 'pt2_project', 'Permanent: UI patterns should persist for consistency'),
   ('skill:skill-creator',           null, null, 'pt2_project', 'Permanent: skill creation knowledge is reusable')
 on conflict (skill) do nothing;
+-- a handful of rows read on every checkpoint call: give the planner real statistics
+analyze memori.session_skills;
 
 -------------------------------------------------------------------------------
 -- _retention_memories: memories in the retention engine's shape

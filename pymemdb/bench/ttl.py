@@ -156,6 +156,10 @@ def _function_body(conn: psycopg.Connection[Any], name: str, args: dict[str, Any
         # escape backslashes: re.sub reads them in the replacement
         literal = sql.Literal(value).as_string(conn).replace("\\", "\\\\")
         body = re.sub(rf"\b{param}\b", literal, body)
+    unbound = sorted(set(re.findall(r"\bp_\w+", body)))
+    if unbound:
+        raise PymemdbError(f"memori.{name}: no value for {', '.join(unbound)}",
+                           hint="The function's parameters changed: update the benchmark.")
     return sql.SQL(body)
 
 
@@ -360,11 +364,12 @@ def _cleanup(
 
 
 def _plan_breakdown(conn: psycopg.Connection[Any]) -> dict[str, Any]:
-    """Time and explain one chunk of the cleanup plan, as cleanup_begin and cleanup_batch write it."""
+    """Time and explain the first chunk of the cleanup plan, as cleanup_begin writes it."""
     chunk = _one(conn, "select value::int from memori.settings where key = 'cleanup.plan_chunk_rows'")
     total = _one(conn, "select memori.cleanup_count(%s)", (NOW,))
     body = _function_body(conn, "_cleanup_plan", {
-        "p_now": NOW, "p_limit": chunk, "p_after_priority": None, "p_after_expires_at": None,
+        "p_now": NOW, "p_limit": chunk, "p_after_expires_at": None,
+        "p_priority": _one(conn, "select min(priority) from memori.retention_policies"),
         "p_after_table": None, "p_after_row_id": None,
     })
     with conn.transaction(force_rollback=True):
