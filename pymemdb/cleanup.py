@@ -8,6 +8,7 @@ times out is rolled back and retried at half the size.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -115,10 +116,12 @@ class Cleanup:
                 CLEANUP_BEGIN, cur,
                 **given(p_now=now, p_batch_size=batch_size, p_max_rows=max_rows, p_trigger=trigger),
             )
-            timeout_ms = cur.execute(
+            timeout_ms, pause_ms = cur.execute(
                 "select coalesce((select value::int from memori.settings"
-                " where key = 'cleanup.statement_timeout_ms'), 5000)"
-            ).fetchone()[0]  # type: ignore[index]
+                "                  where key = 'cleanup.statement_timeout_ms'), 5000),"
+                "       coalesce((select value::int from memori.settings"
+                "                  where key = 'cleanup.batch_pause_ms'), 0)"
+            ).fetchone()  # type: ignore[misc]
         if on_start:
             on_start(run)
         try:
@@ -145,6 +148,8 @@ class Cleanup:
                     on_batch(run, batch)
                 if batch.done:
                     break
+                if pause_ms > 0:
+                    time.sleep(pause_ms / 1000)  # yield to the workload between batches
             with conn.transaction(), conn.cursor() as cur:
                 return self._db.call(CLEANUP_FINISH, cur, p_run_id=run.id)  # type: ignore[no-any-return]
         except BaseException as exc:

@@ -335,6 +335,8 @@ declare
   v_table    text;
   v_row_id   text;
   v_work_mem text := current_setting('work_mem');
+  v_sort     text := current_setting('enable_sort');
+  v_cache    text := current_setting('plan_cache_mode');
 begin
   select * into v_run from memori.cleanup_runs where id = p_run_id for update;
   if v_run.plan_done then
@@ -350,6 +352,15 @@ begin
   v_table := v_run.cursor_table;
   v_row_id := v_run.cursor_row_id;
   perform set_config('work_mem', '32MB', true);  -- the chunk's sort stays in memory
+  -- The planner cannot estimate how many rows a computed priority matches
+  -- (it guesses a few hundred where there may be millions), so it would read
+  -- and sort every expired row for each chunk. Discouraging the full sort
+  -- makes it walk the expires_at index in order and stop after the chunk
+  -- (incremental sort): 130 ms instead of 430 ms per 50k chunk at 250k due.
+  perform set_config('enable_sort', 'off', true);
+  -- ...and only a plan made for this level's values prunes the other tables:
+  -- a generic cached plan (chosen after five calls) would scan them all again.
+  perform set_config('plan_cache_mode', 'force_custom_plan', true);
 
   while v_wanted > v_planned and v_level is not null loop
     v_got := 0;
@@ -374,6 +385,8 @@ begin
     end if;
   end loop;
   perform set_config('work_mem', v_work_mem, true);
+  perform set_config('enable_sort', v_sort, true);
+  perform set_config('plan_cache_mode', v_cache, true);
 
   update memori.cleanup_runs
      set planned = planned + v_planned,
@@ -426,13 +439,16 @@ begin
     -- The expiry and preserve-important conditions are checked again inside
     -- the DELETE: a writer that extended a TTL or marked a row important after
     -- the plan was written wins, and the row stays.
+    -- (the candidate view is consulted only for rows whose policy preserves
+    -- important rows: the common case costs one primary-key probe per row)
     execute format(
       'with gone as ('
-      '  delete from %1$s t using memori.cleanup_queue q, %2$s v'
+      '  delete from %1$s t using memori.cleanup_queue q'
       '   where q.run_id = $1 and q.seq between $2 and $3 and q.table_name = $4'
-      '     and t.%3$I = q.row_id::%4$s and v.id = t.%3$I'
+      '     and t.%3$I = q.row_id::%4$s'
       '     and t.expires_at is not null and t.expires_at <= $5'
-      '     and not (q.preserve_important and coalesce(v.important, false))'
+      '     and not (q.preserve_important'
+      '              and exists (select 1 from %2$s v where v.id = t.%3$I and v.important))'
       '  returning 1)'
       ' select count(*) from gone',
       v_table.relation, v_table.candidate_view, v_table.id_column, v_table.id_type)
@@ -617,15 +633,20 @@ as $proc$
 declare
   v_run   memori.cleanup_runs;
   v_batch memori.cleanup_batch_result;
+  v_pause numeric;
 begin
   -- Transaction control needs a top-level CALL: no search_path SET clause
   -- here (it would forbid COMMIT), every name is schema-qualified instead.
   v_run := memori._cleanup_start(pg_catalog.now(), p_batch_size, p_max_rows, p_trigger, true);
   commit;
+  v_pause := coalesce((select value::numeric from memori.settings where key = 'cleanup.batch_pause_ms'), 0);
   loop
     v_batch := memori.cleanup_batch(v_run.id);
     commit;
     exit when v_batch.done;
+    if v_pause > 0 then
+      perform pg_catalog.pg_sleep(v_pause / 1000);  -- yield to the workload between batches
+    end if;
   end loop;
   perform memori.cleanup_finish(v_run.id);
   commit;
