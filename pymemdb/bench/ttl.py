@@ -305,14 +305,19 @@ def _pymemdb_cleanup(dsn: str, batch_size: int) -> dict[str, Any]:
             now=NOW, batch_size=batch_size, on_start=on_start, on_batch=on_batch
         )
         end = time.perf_counter()
-    # each mark closes a transaction: plan, batch 1..n; the finish follows the last
+    # each mark closes a transaction: plan, batch 1..n; the finish follows the last.
+    # Batches 2..n start after the client's cleanup.batch_pause_ms: not part of a transaction.
+    with _connect(dsn) as conn:
+        pause_ms = _one(conn, "select coalesce((select value::int from memori.settings"
+                              " where key = 'cleanup.batch_pause_ms'), 0)")
     bounds = [start, *marks, end]
     txn_ms = [(b - a) * 1000 for a, b in itertools.pairwise(bounds)]
+    txn_ms = [ms - pause_ms if 2 <= i < len(txn_ms) - 1 else ms for i, ms in enumerate(txn_ms)]
     batches = sorted(txn_ms[1:-1])
     return {
         "run_id": summary.run_id, "deleted": summary.deleted,
         "deleted_by_table": summary.deleted_by_table, "batches": summary.batches,
-        "seconds": end - start, "longest_txn_ms": round(max(txn_ms), 1),
+        "seconds": end - start, "longest_txn_ms": round(max(txn_ms), 1), "batch_pause_ms": pause_ms,
         "plan_txn_ms": round(txn_ms[0], 1), "finish_txn_ms": round(txn_ms[-1], 1),
         "batch_txn_ms": {
             "p50": round(batches[len(batches) // 2], 1) if batches else 0.0,
@@ -369,7 +374,8 @@ def _plan_breakdown(conn: psycopg.Connection[Any]) -> dict[str, Any]:
     total = _one(conn, "select memori.cleanup_count(%s)", (NOW,))
     body = _function_body(conn, "_cleanup_plan", {
         "p_now": NOW, "p_limit": chunk, "p_after_expires_at": None,
-        "p_priority": _one(conn, "select min(priority) from memori.retention_policies"),
+        # the level of the first row due: where cleanup_begin's first chunk comes from
+        "p_priority": _one(conn, "select priority from memori.cleanup_preview(%s, 1000, 1)", (NOW,)),
         "p_after_table": None, "p_after_row_id": None,
     })
     with conn.transaction(force_rollback=True):
