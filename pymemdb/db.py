@@ -78,15 +78,10 @@ class Database:
 
     def check_schema(self) -> None:
         """Raise SchemaNotInstalled unless the memori schema is at this client's revision."""
-        from pymemdb.install import head_revision
+        from pymemdb.install import current_revision, head_revision
 
         with self.transaction() as cur:
-            cur.execute("select to_regclass('memori.alembic_version') is not null as ok")
-            row = cur.fetchone()
-            current = None
-            if row and row[0]:
-                got = cur.execute("select version_num from memori.alembic_version").fetchone()
-                current = got[0] if got else None
+            current = current_revision(cur)
         if current != head_revision():
             raise SchemaNotInstalled(
                 f"schema memori is at revision {current or 'none'}, this client needs {head_revision()}",

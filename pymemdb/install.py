@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from importlib import resources
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
+from typing import Any
 
 import psycopg
 from alembic import command
@@ -75,14 +76,15 @@ class InstallResult:
     sql_sha256: str
 
 
-def _current_revision(cur: psycopg.Cursor) -> str | None:
+def current_revision(cur: psycopg.Cursor[Any]) -> str | None:
+    """The alembic revision of schema memori, or None when it is not installed."""
     if cur.execute("select to_regclass('memori.alembic_version')").fetchone() == (None,):
         return None
     row = cur.execute("select version_num from memori.alembic_version").fetchone()
     return row[0] if row else None
 
 
-def _installed_sql_sha(cur: psycopg.Cursor) -> str | None:
+def _installed_sql_sha(cur: psycopg.Cursor[Any]) -> str | None:
     if cur.execute("select to_regclass('memori.installs')").fetchone() == (None,):
         return None
     row = cur.execute("select sql_sha256 from memori.installs order by id desc limit 1").fetchone()
@@ -105,7 +107,7 @@ def install(dsn: str, *, target: str = "head", force: bool = False, apply_sql: b
         # raw psycopg cursor: no parameters, so '%' in SQL text stays literal
         with raw.cursor() as cur:  # type: ignore[attr-defined]
             cur.execute("select pg_advisory_xact_lock(%s)", (_INSTALL_LOCK,))
-            before = _current_revision(cur)
+            before = current_revision(cur)
             wanted = head_revision() if target == "head" else target
             if not force and before == wanted and (not apply_sql or _installed_sql_sha(cur) == digest):
                 return InstallResult(False, before, wanted, digest)
