@@ -113,11 +113,15 @@ select r.table_name,
        coalesce(pk.kind, pd.kind)                                   as policy_kind,
        coalesce(pk.priority, pd.priority)                           as priority,
        coalesce(pk.preserve_important, pd.preserve_important)       as preserve_important,
-       coalesce(pk.cleanup_enabled, pd.cleanup_enabled)             as cleanup_enabled
+       coalesce(pk.cleanup_enabled, pd.cleanup_enabled)             as cleanup_enabled,
+       -- the one rule of what cleanup may delete once the row has expired
+       (coalesce(pk.cleanup_enabled, pd.cleanup_enabled)
+        and not (coalesce(r.important, false) and coalesce(pk.preserve_important, pd.preserve_important))
+        and coalesce(memori._setting('cleanup.enabled'), 'true'::jsonb) = 'true'::jsonb) as deletable
   from memori.retention_rows r
   left join memori.retention_policies pk on pk.table_name = r.table_name and pk.kind = r.kind
   left join memori.retention_policies pd on pd.table_name = r.table_name and pd.kind = '*';
-comment on view memori.retention_candidates is 'Every retention-managed row with the policy that governs it (kind-specific, else the table default).';
+comment on view memori.retention_candidates is 'Every retention-managed row with the policy that governs it (kind-specific, else the table default) and whether cleanup may delete it once expired.';
 
 -------------------------------------------------------------------------------
 -- retention_status: active | expiring_soon | expired per row, as of now()
@@ -133,9 +137,7 @@ select c.table_name,
                  then 'expiring_soon'
             else 'active' end                                                  as status,
        round((extract(epoch from c.expires_at - now()) / 86400)::numeric, 3)    as days_until_expiry,
-       (c.expires_at is not null and c.expires_at <= now()
-        and c.cleanup_enabled and not (c.important and c.preserve_important)
-        and coalesce(memori._setting('cleanup.enabled'), 'true'::jsonb) = 'true'::jsonb) as should_cleanup
+       (c.expires_at is not null and c.expires_at <= now() and c.deletable)    as should_cleanup
   from memori.retention_candidates c;
 comment on view memori.retention_status is 'Per managed row: status (active | expiring_soon | expired), days_until_expiry (NULL = permanent) and should_cleanup, as of now().';
 
@@ -162,9 +164,7 @@ as $func$
     from memori.retention_candidates c
    where c.expires_at is not null
      and c.expires_at <= p_now
-     and c.cleanup_enabled
-     and not (c.important and c.preserve_important)
-     and coalesce(memori._setting('cleanup.enabled'), 'true'::jsonb) = 'true'::jsonb
+     and c.deletable
      and (p_priority is null
           or (c.priority = p_priority
               -- evaluated once: prunes the branches of tables without a policy at this level
@@ -216,9 +216,7 @@ as $func$
     from memori.retention_candidates c
    where c.expires_at is not null
      and c.expires_at <= p_now
-     and c.cleanup_enabled
-     and not (c.important and c.preserve_important)
-     and coalesce(memori._setting('cleanup.enabled'), 'true'::jsonb) = 'true'::jsonb
+     and c.deletable
 $func$ language sql stable security invoker
 set search_path = pg_catalog, memori, pg_temp;
 comment on function memori.cleanup_count(timestamptz, integer) is 'Number of rows cleanup_preview would return (cheaper: no ordering).';
