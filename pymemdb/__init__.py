@@ -17,12 +17,14 @@ from pymemdb.errors import (
     DatabaseError,
     ExtensionMissing,
     InvalidArgument,
+    NotFound,
     PayloadTooLarge,
     PgCronMissing,
     PymemdbError,
     SchemaNotInstalled,
     ServerError,
     UnknownSkill,
+    UnknownValue,
 )
 
 __all__ = [
@@ -34,11 +36,13 @@ __all__ = [
     "DatabaseError",
     "ExtensionMissing",
     "InvalidArgument",
+    "NotFound",
     "PayloadTooLarge",
     "PgCronMissing",
     "PymemdbError",
     "SchemaNotInstalled",
     "ServerError",
     "UnknownSkill",
+    "UnknownValue",
     "connect",
 ]

@@ -38,6 +38,7 @@ class Database:
     """A pymemdb database: one pool, one attribute per concern (``db.memories``, ``db.cleanup``)."""
 
     def __init__(self, dsn: str, *, min_size: int = 1, max_size: int = 8, embedded: bool = False) -> None:
+        from pymemdb.checkpoints import Checkpoints
         from pymemdb.cleanup import Cleanup
         from pymemdb.events import Events
         from pymemdb.memories import Memories
@@ -59,6 +60,7 @@ class Database:
             self.pool.open(wait=True, timeout=30)
         self.memories = Memories(self)
         self.cleanup = Cleanup(self)
+        self.checkpoints = Checkpoints(self)
         self.events = Events(self)
 
     # -- lifecycle ---------------------------------------------------------
@@ -78,10 +80,16 @@ class Database:
 
     def check_schema(self) -> None:
         """Raise SchemaNotInstalled unless the memori schema is at this client's revision."""
-        from pymemdb.install import current_revision, head_revision
+        from pymemdb.install import current_revision, head_revision, known_revisions
 
         with self.transaction() as cur:
             current = current_revision(cur)
+        if current is not None and current not in known_revisions():
+            raise SchemaNotInstalled(
+                f"schema memori is at revision {current}, newer than this client knows (head {head_revision()})",
+                sqlstate="PM011",
+                hint="Upgrade the pymemdb package (pip install -U pymemdb) to the version that installed it.",
+            )
         if current != head_revision():
             raise SchemaNotInstalled(
                 f"schema memori is at revision {current or 'none'}, this client needs {head_revision()}",

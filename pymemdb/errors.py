@@ -60,6 +60,18 @@ class PayloadTooLarge(InvalidArgument):
     sqlstate = "PM003"
 
 
+class UnknownValue(InvalidArgument):
+    """PM004: a value that must be one of a configured set (checkpoint type, ...) is not."""
+
+    sqlstate = "PM004"
+
+
+class NotFound(PymemdbError):
+    """PM005: the row (checkpoint, version) does not exist, has expired, or is no longer kept."""
+
+    sqlstate = "PM005"
+
+
 class ExtensionMissing(PymemdbError):
     """PM010: the server lacks pgvector."""
 
@@ -114,6 +126,8 @@ _BY_SQLSTATE: dict[str, type[PymemdbError]] = {
         InvalidArgument,
         UnknownSkill,
         PayloadTooLarge,
+        UnknownValue,
+        NotFound,
         ExtensionMissing,
         SchemaNotInstalled,
         CleanupAlreadyRunning,

@@ -68,6 +68,11 @@ def head_revision() -> str:
     return head
 
 
+def known_revisions() -> set[str]:
+    """Every alembic revision this client ships."""
+    return {script.revision for script in ScriptDirectory.from_config(alembic_config()).walk_revisions()}
+
+
 @dataclass(frozen=True)
 class InstallResult:
     changed: bool

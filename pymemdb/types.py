@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
+from uuid import UUID
 
 
 @dataclass(frozen=True)
@@ -159,3 +160,73 @@ class TtlStatus:
     active_ttl: int
     expired: int
     is_session: bool
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A row of memori.checkpoints."""
+
+    id: UUID
+    session_id: str
+    user_id: str
+    checkpoint_type: str
+    title: str
+    description: str | None
+    data: dict[str, Any]
+    metadata: dict[str, Any]
+    tags: list[str]
+    priority: int
+    retention_days: int
+    preserve_important: bool
+    version: int
+    created_at: datetime
+    updated_at: datetime
+    expires_at: datetime | None
+    pxyz: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class CheckpointVersion:
+    """memori.checkpoint_version: one kept version of a checkpoint."""
+
+    version: int
+    created_at: datetime
+    is_current: bool
+    bytes: int
+
+
+@dataclass(frozen=True)
+class CheckpointStat:
+    """memori.checkpoint_stat: one checkpoint type's counts and sizes."""
+
+    checkpoint_type: str
+    total: int
+    active: int
+    expiring_soon: int
+    expired: int
+    preserved: int
+    raw_bytes: int
+    stored_bytes: int
+    next_expiry: datetime | None
+
+
+@dataclass(frozen=True)
+class CheckpointAutoResult:
+    """memori.checkpoint_auto_result: whether an automatic checkpoint was made, and why (not)."""
+
+    created: bool
+    reason: str
+    next_allowed_at: datetime | None
+    checkpoint_id: UUID | None
+
+
+@dataclass(frozen=True)
+class CheckpointStatus:
+    """A row of the memori.checkpoint_expiry_status view."""
+
+    checkpoint_id: UUID
+    checkpoint_type: str
+    expires_at: datetime | None
+    status: str
+    days_until_expiry: Decimal | None
+    should_cleanup: bool

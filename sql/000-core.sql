@@ -14,6 +14,9 @@ insert into memori.settings (key, value, description) values
   ('events.notify', 'true', 'Send every event with pg_notify on channel memori_events as well as storing it.')
 on conflict (key) do nothing;
 
+comment on table memori.settings is 'Configuration as data: change with UPDATE; re-installing keeps your values.';
+comment on table memori.installs is 'One row per install or upgrade: package version, alembic revision, checksum of the sql/ files.';
+
 -------------------------------------------------------------------------------
 -- _setting
 create or replace function memori._setting(p_key text) returns jsonb

@@ -11,6 +11,11 @@
 -- A row is expired when expires_at <= p_now; reads show it while
 -- expires_at > p_now. The boundary second belongs to "expired".
 
+comment on table memori.retention_tables is 'Registry of retention-managed tables and their candidate views (memori.retention_register).';
+comment on table memori.retention_policies is 'Retention policy per (table, kind): priority (lower is cleaned first), retention, preserve-important, cleanup on/off; kind * is the table default.';
+comment on table memori.cleanup_runs is 'One row per cleanup run: trigger, status, planned/deleted counts, batches, error.';
+comment on table memori.cleanup_queue is 'The plan of running cleanups: rows to delete in deletion order (unlogged, emptied when a run ends).';
+
 -------------------------------------------------------------------------------
 -- _retention_rebuild_rows: regenerate the union view over registered tables
 create or replace function memori._retention_rebuild_rows() returns void
@@ -261,6 +266,46 @@ set search_path = pg_catalog, memori, pg_temp;
 comment on function memori._cleanup_lock_held() is 'True when this session holds the cleanup advisory lock.';
 
 -------------------------------------------------------------------------------
+-- _retention_expiry_events: <prefix>.expired / .expiring_soon since the last run
+-- For tables registered with an event prefix: rows that expired, or entered
+-- the warning window, between the previous run's as_of and this run's.
+create or replace function memori._retention_expiry_events(p_run_id bigint) returns void
+as $func$
+declare
+  v_run   memori.cleanup_runs;
+  v_since timestamptz;
+  v_warn  interval := make_interval(days => coalesce(memori._setting('retention.warning_days')::int, 7));
+  v_table record;
+  v_event record;
+begin
+  select * into v_run from memori.cleanup_runs where id = p_run_id;
+  select max(as_of) into v_since from memori.cleanup_runs where id <> p_run_id and as_of <= v_run.as_of;
+  v_since := coalesce(v_since, '-infinity');
+  for v_table in select table_name, event_prefix from memori.retention_tables where event_prefix is not null loop
+    for v_event in
+      select 'expired' as kind, count(*)::integer as n, jsonb_agg(r.row_id) filter (where r.rn <= 1000) as ids
+        from (select row_id, row_number() over (order by expires_at) as rn from memori.retention_rows
+               where table_name = v_table.table_name and expires_at > v_since and expires_at <= v_run.as_of) r
+      union all
+      select 'expiring_soon', count(*)::integer, jsonb_agg(r.row_id) filter (where r.rn <= 1000)
+        from (select row_id, row_number() over (order by expires_at) as rn from memori.retention_rows
+               where table_name = v_table.table_name and expires_at > greatest(v_since + v_warn, v_run.as_of)
+                 and expires_at <= v_run.as_of + v_warn) r
+    loop
+      if v_event.n > 0 then
+        perform memori._event_emit(v_table.event_prefix || '.' || v_event.kind,
+                  jsonb_build_object('run_id', p_run_id, 'count', v_event.n, 'ids', v_event.ids,
+                                     'since', v_since, 'as_of', v_run.as_of),
+                  clock_timestamp());
+      end if;
+    end loop;
+  end loop;
+end
+$func$ language plpgsql volatile security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._retention_expiry_events(bigint) is 'Emit <prefix>.expired and <prefix>.expiring_soon (first 1000 ids and a count) for rows that crossed those lines since the previous cleanup run.';
+
+-------------------------------------------------------------------------------
 -- _cleanup_start: take the lock, record the run, write its plan
 create or replace function memori._cleanup_start(
   p_now timestamptz, p_batch_size integer, p_max_rows integer, p_trigger text, p_session_lock boolean
@@ -307,6 +352,7 @@ begin
   insert into memori.cleanup_runs (trigger, as_of, batch_size, max_rows, session_lock)
   values (p_trigger, p_now, p_batch_size, p_max_rows, p_session_lock)
   returning * into v_run;
+  perform memori._retention_expiry_events(v_run.id);
   perform memori._cleanup_plan_chunk(v_run.id);
   select * into v_run from memori.cleanup_runs where id = v_run.id;
   return v_run;
@@ -423,15 +469,17 @@ as $func$
 declare
   v_table   record;
   v_deleted integer;
+  v_ids     jsonb;
   v_counts  jsonb := '{}'::jsonb;
 begin
   for v_table in
-    select distinct t.table_name, t.relation, t.candidate_view, t.id_column,
-           format_type(a.atttypid, a.atttypmod) as id_type
+    select t.table_name, t.relation, t.candidate_view, t.id_column, t.event_prefix,
+           format_type(a.atttypid, a.atttypmod) as id_type, count(*)::integer as checked
       from memori.cleanup_queue q
       join memori.retention_tables t on t.table_name = q.table_name
       join pg_catalog.pg_attribute a on a.attrelid = t.relation and a.attname = t.id_column
      where q.run_id = p_run.id and q.seq between p_lo and p_hi
+     group by t.table_name, t.relation, t.candidate_view, t.id_column, t.event_prefix, a.atttypid, a.atttypmod
      order by t.table_name
   loop
     -- The expiry and preserve-important conditions are checked again inside
@@ -447,12 +495,19 @@ begin
       '     and t.expires_at is not null and t.expires_at <= $5'
       '     and not (q.preserve_important'
       '              and exists (select 1 from %2$s v where v.id = t.%3$I and v.important))'
-      '  returning 1)'
-      ' select count(*) from gone',
+      '  returning t.%3$I::text as id)'
+      ' select count(*)::integer, case when $6 then coalesce(jsonb_agg(id), ''[]'') end from gone',
       v_table.relation, v_table.candidate_view, v_table.id_column, v_table.id_type)
-      using p_run.id, p_lo, p_hi, v_table.table_name, p_run.as_of
-      into v_deleted;
+      using p_run.id, p_lo, p_hi, v_table.table_name, p_run.as_of, v_table.event_prefix is not null
+      into v_deleted, v_ids;
     v_counts := v_counts || jsonb_build_object(v_table.table_name, v_deleted);
+    if v_table.event_prefix is not null then
+      perform memori._event_emit(v_table.event_prefix || '.cleaned_up',
+                jsonb_build_object('run_id', p_run.id, 'ids', v_ids, 'count', v_deleted), clock_timestamp());
+      perform memori._event_emit(v_table.event_prefix || '.cleanup_batch_completed',
+                jsonb_build_object('run_id', p_run.id, 'deleted_count', v_deleted, 'total_checked', v_table.checked),
+                clock_timestamp());
+    end if;
   end loop;
   return v_counts;
 end

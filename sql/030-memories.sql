@@ -16,6 +16,9 @@ on conflict (skill) do nothing;
 -- a handful of rows read on every checkpoint call: give the planner real statistics
 analyze memori.session_skills;
 
+comment on table memori.memories is 'Namespaced memories (seed 05): user_id is the namespace, expires_at NULL is permanent, owner_id the writing user.';
+comment on table memori.session_skills is 'Skills with session checkpoints (short_name, ttl_days) or a permanent namespace (seed 05).';
+
 -------------------------------------------------------------------------------
 -- _retention_memories: memories in the retention engine's shape
 create or replace view memori._retention_memories with (security_invoker = true) as

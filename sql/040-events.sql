@@ -1,6 +1,8 @@
 -- pymemdb SQL API, part 4: events (append-only, retained by the engine).
 -- Writers call memori._event_emit; listeners LISTEN memori_events.
 
+comment on table memori.events is 'Append-only event log, also sent with pg_notify on channel memori_events; retained 30 days.';
+
 -------------------------------------------------------------------------------
 -- _retention_events: events in the retention engine's shape
 create or replace view memori._retention_events with (security_invoker = true) as

@@ -78,12 +78,15 @@ begin
                   memori.session_skills to memori_app, memori_cleaner;
 
   -- memori_app: the read/write API
-  grant select, insert, update, delete on memori.memories to memori_app;
+  grant select, insert, update, delete on memori.memories, memori.checkpoints, memori.checkpoint_versions
+    to memori_app;
+  grant select on memori.milestone_criteria to memori_app, memori_cleaner;
   grant select, insert on memori.events to memori_app;
   grant select on memori.cleanup_runs to memori_app;
   grant select on memori.active_memories, memori.ttl_status, memori.ttl_next_expiry,
                   memori.retention_rows, memori.retention_candidates, memori.retention_status,
-                  memori.cleanup_status, memori._retention_memories, memori._retention_events to memori_app;
+                  memori.cleanup_status, memori._retention_memories, memori._retention_events,
+                  memori._retention_checkpoints, memori.checkpoint_expiry_status to memori_app;
   grant execute on all functions in schema memori to memori_app;
   -- ...except running and scheduling cleanup, which is the cleaner's job
   revoke execute on function memori.cleanup_begin(timestamptz, integer, integer, text),
@@ -99,19 +102,25 @@ begin
     from memori_app;
 
   -- memori_cleaner: find and delete expired rows, record runs
-  grant select, delete on memori.memories, memori.events to memori_cleaner;
+  grant select, delete on memori.memories, memori.events, memori.checkpoints to memori_cleaner;
   grant insert on memori.events to memori_cleaner;
   grant select, insert, update on memori.cleanup_runs to memori_cleaner;
   grant select, insert, delete on memori.cleanup_queue to memori_cleaner;
   grant select on memori.retention_rows, memori.retention_candidates, memori.retention_status,
-                  memori.cleanup_status, memori._retention_memories, memori._retention_events
+                  memori.cleanup_status, memori._retention_memories, memori._retention_events,
+                  memori._retention_checkpoints, memori.checkpoint_expiry_status
     to memori_cleaner;
   grant execute on all functions in schema memori to memori_cleaner;
   grant execute on procedure memori.cleanup_run(integer, integer, text) to memori_cleaner;
   revoke execute on function memori.retention_register(text, regclass, regclass, name, text, integer, interval, boolean),
                              memori._retention_rebuild_rows(),
                              memori.session_checkpoint_save(text, text, text, jsonb, timestamptz),
-                             memori.memory_save(text, text, text, jsonb, interval, text, timestamptz)
+                             memori.memory_save(text, text, text, jsonb, interval, text, timestamptz),
+                             memori.checkpoint_create(text, text, text, text, jsonb, text, jsonb, text[], integer, timestamptz),
+                             memori.checkpoint_update(uuid, jsonb, timestamptz),
+                             memori.checkpoint_preserve(uuid, boolean),
+                             memori.checkpoint_auto(text, text, text, jsonb, timestamptz),
+                             memori.checkpoint_detect_milestone(text, text, jsonb, timestamptz)
     from memori_cleaner;
 end
 $grants$;

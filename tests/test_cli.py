@@ -120,8 +120,10 @@ def test_memory_commands(env: str) -> None:
 
 def test_console_scripts_end_to_end(env: str) -> None:
     """The installed entry points, as an operator runs them from a shell or cron."""
-    scripts = Path(sysconfig.get_path("scripts"))
-    script = shutil.which("memori-cleanup") or str(scripts / "memori-cleanup")
+    scripts = Path(sysconfig.get_path("scripts"))  # this interpreter's, not whatever PATH finds first
+    script = (str(scripts / "memori-cleanup") if (scripts / "memori-cleanup").exists()
+              else shutil.which("memori-cleanup"))
+    assert script
     assert Path(script).exists(), "pip install -e . installs the console scripts"
     _expired(env, 3)
     done = subprocess.run([script, "execute", "--yes", "--json", "--now", "2026-11-15T12:00:00"],
@@ -129,7 +131,8 @@ def test_console_scripts_end_to_end(env: str) -> None:
                           check=False, timeout=120)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["deleted"] == 3
-    pymemdb_script = shutil.which("pymemdb") or str(scripts / "pymemdb")
+    pymemdb_script = str(scripts / "pymemdb") if (scripts / "pymemdb").exists() else shutil.which("pymemdb")
+    assert pymemdb_script
     helped = subprocess.run([pymemdb_script, "--help"], capture_output=True, text=True, check=False, timeout=60)
     assert helped.returncode == 0 and "memory layer" in helped.stdout
 

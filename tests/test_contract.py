@@ -3,17 +3,22 @@
 from __future__ import annotations
 
 import dataclasses
+import importlib
+import pkgutil
 import re
 
 import psycopg
 
-import pymemdb.cleanup
-import pymemdb.events
-import pymemdb.memories  # noqa: F401  (importing registers their SqlFunctions)
+import pymemdb
 from pymemdb import errors
 from pymemdb._sql import REGISTRY
 from tests.conftest import ROOT
 from tests.helpers import rows
+
+# Importing every client module registers its SqlFunctions, whatever ran before.
+for _module in pkgutil.iter_modules(pymemdb.__path__):
+    if _module.name != "__main__":  # that one runs the CLI
+        importlib.import_module(f"pymemdb.{_module.name}")
 
 # SQL functions deliberately without a client method.
 NO_WRAPPER = {

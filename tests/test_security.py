@@ -55,10 +55,8 @@ def test_every_public_object_is_documented(conn: psycopg.Connection) -> None:
         union all
         select c.relname from pg_class c
          where c.relnamespace = 'memori'::regnamespace and c.relkind in ('r', 'v')
-           and c.relname not like '\\_%' and obj_description(c.oid, 'pg_class') is null
-           and c.relname not in (select table_name from memori.retention_tables)
-           and c.relname not in ('settings', 'retention_tables', 'retention_policies', 'session_skills',
-                                 'cleanup_runs', 'cleanup_queue', 'installs', 'alembic_version')""")
+           and obj_description(c.oid, 'pg_class') is null
+           and c.relname <> 'alembic_version'""")
     assert missing == []
 
 

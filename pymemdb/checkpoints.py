@@ -1,0 +1,205 @@
+"""The checkpoint tracker (seed 01, part 1): ``db.checkpoints``."""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+from uuid import UUID
+
+from psycopg.rows import class_row
+from psycopg.types.json import Jsonb
+
+from pymemdb._sql import fn, given
+from pymemdb.types import (
+    Checkpoint,
+    CheckpointAutoResult,
+    CheckpointStat,
+    CheckpointStatus,
+    CheckpointVersion,
+)
+
+if TYPE_CHECKING:
+    from pymemdb.db import Database
+
+CHECKPOINT_CREATE = fn(
+    "checkpoint_create",
+    ("p_session_id", "text"), ("p_user_id", "text"), ("p_type", "text"), ("p_title", "text"), ("p_data", "jsonb"),
+    ("p_description", "text"), ("p_metadata", "jsonb"), ("p_tags", "text[]"), ("p_retention_days", "integer"),
+    ("p_now", "timestamptz"),
+    result=Checkpoint,
+)
+CHECKPOINT_GET = fn("checkpoint_get", ("p_id", "uuid"), ("p_now", "timestamptz"), result=Checkpoint)
+CHECKPOINT_QUERY = fn(
+    "checkpoint_query",
+    ("p_session_id", "text"), ("p_user_id", "text"), ("p_type", "text"), ("p_from", "timestamptz"),
+    ("p_to", "timestamptz"), ("p_tags", "text[]"), ("p_include_expired", "boolean"), ("p_limit", "integer"),
+    ("p_now", "timestamptz"),
+    result=Checkpoint, returns="many",
+)
+CHECKPOINT_DELETE = fn("checkpoint_delete", ("p_id", "uuid"), returns="scalar")
+CHECKPOINT_PRESERVE = fn("checkpoint_preserve", ("p_id", "uuid"), ("p_preserve", "boolean"), result=Checkpoint)
+CHECKPOINT_UPDATE = fn(
+    "checkpoint_update", ("p_id", "uuid"), ("p_data", "jsonb"), ("p_now", "timestamptz"), result=Checkpoint
+)
+CHECKPOINT_VERSIONS = fn("checkpoint_versions", ("p_id", "uuid"), result=CheckpointVersion, returns="many")
+CHECKPOINT_AT_VERSION = fn("checkpoint_at_version", ("p_id", "uuid"), ("p_version", "integer"), returns="scalar")
+CHECKPOINT_STATS = fn(
+    "checkpoint_stats", ("p_user_id", "text"), ("p_now", "timestamptz"), result=CheckpointStat, returns="many"
+)
+CHECKPOINT_DETECT_MILESTONE = fn(
+    "checkpoint_detect_milestone",
+    ("p_session_id", "text"), ("p_user_id", "text"), ("p_current", "jsonb"), ("p_now", "timestamptz"),
+    result=Checkpoint,
+)
+CHECKPOINT_AUTO = fn(
+    "checkpoint_auto",
+    ("p_session_id", "text"), ("p_user_id", "text"), ("p_trigger", "text"), ("p_data", "jsonb"),
+    ("p_now", "timestamptz"),
+    result=CheckpointAutoResult,
+)
+
+
+@dataclass(frozen=True)
+class NewCheckpoint:
+    """One checkpoint for ``create_many``: the arguments of memori.checkpoint_create."""
+
+    session_id: str
+    user_id: str
+    type: str
+    title: str
+    data: dict[str, Any]
+    description: str | None = None
+    metadata: dict[str, Any] | None = None
+    tags: Sequence[str] = field(default_factory=tuple)
+    retention_days: int | None = None
+    now: datetime | None = None
+
+
+def _create_args(c: NewCheckpoint) -> dict[str, Any]:
+    return given(
+        p_session_id=c.session_id, p_user_id=c.user_id, p_type=c.type, p_title=c.title, p_data=Jsonb(c.data),
+        p_description=c.description, p_metadata=None if c.metadata is None else Jsonb(c.metadata),
+        p_tags=list(c.tags) if c.tags else None, p_retention_days=c.retention_days, p_now=c.now,
+    )
+
+
+class Checkpoints:
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    def create(
+        self,
+        session_id: str,
+        user_id: str,
+        type: str,
+        title: str,
+        data: dict[str, Any],
+        *,
+        description: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        tags: Sequence[str] = (),
+        retention_days: int | None = None,
+        now: datetime | None = None,
+    ) -> Checkpoint:
+        """memori.checkpoint_create: priority and retention from the type's policy unless overridden."""
+        new = NewCheckpoint(session_id, user_id, type, title, data, description, metadata, tags, retention_days, now)
+        return self._db.call(CHECKPOINT_CREATE, **_create_args(new))  # type: ignore[no-any-return]
+
+    def create_many(self, checkpoints: Iterable[NewCheckpoint]) -> builtins.list[Checkpoint]:
+        """memori.checkpoint_create for many checkpoints in one transaction, pipelined (all or nothing)."""
+        created: builtins.list[Checkpoint] = []
+        with self._db.connection() as conn, conn.transaction(), conn.pipeline():
+            cursors = []
+            for new in checkpoints:
+                args = _create_args(new)
+                cur = conn.cursor(row_factory=class_row(Checkpoint))
+                cur.execute(CHECKPOINT_CREATE.query(args), args)
+                cursors.append(cur)
+            for cur in cursors:
+                row = cur.fetchone()
+                assert row is not None
+                created.append(row)
+        return created
+
+    def get(self, checkpoint_id: UUID | str, *, now: datetime | None = None) -> Checkpoint | None:
+        """memori.checkpoint_get: None when missing or expired."""
+        return self._db.call(CHECKPOINT_GET, **given(p_id=checkpoint_id, p_now=now))  # type: ignore[no-any-return]
+
+    def query(
+        self,
+        *,
+        session_id: str | None = None,
+        user_id: str | None = None,
+        type: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        tags: Sequence[str] | None = None,
+        include_expired: bool | None = None,
+        limit: int | None = None,
+        now: datetime | None = None,
+    ) -> builtins.list[Checkpoint]:
+        """memori.checkpoint_query: newest first, unexpired unless include_expired."""
+        return self._db.call(  # type: ignore[no-any-return]
+            CHECKPOINT_QUERY,
+            **given(p_session_id=session_id, p_user_id=user_id, p_type=type, p_from=since, p_to=until,
+                    p_tags=None if tags is None else list(tags), p_include_expired=include_expired,
+                    p_limit=limit, p_now=now),
+        )
+
+    def delete(self, checkpoint_id: UUID | str) -> bool:
+        """memori.checkpoint_delete: False when there was none."""
+        return self._db.call(CHECKPOINT_DELETE, p_id=checkpoint_id)  # type: ignore[no-any-return]
+
+    def preserve(self, checkpoint_id: UUID | str, preserve: bool = True) -> Checkpoint:
+        """memori.checkpoint_preserve: keep (or release) a manual/milestone checkpoint past expiry."""
+        return self._db.call(CHECKPOINT_PRESERVE, p_id=checkpoint_id, p_preserve=preserve)  # type: ignore[no-any-return]
+
+    def update(self, checkpoint_id: UUID | str, data: dict[str, Any], *, now: datetime | None = None) -> Checkpoint:
+        """memori.checkpoint_update: new data as a new version; older versions kept as diffs."""
+        return self._db.call(  # type: ignore[no-any-return]
+            CHECKPOINT_UPDATE, **given(p_id=checkpoint_id, p_data=Jsonb(data), p_now=now)
+        )
+
+    def versions(self, checkpoint_id: UUID | str) -> builtins.list[CheckpointVersion]:
+        """memori.checkpoint_versions: kept versions, current first."""
+        return self._db.call(CHECKPOINT_VERSIONS, p_id=checkpoint_id)  # type: ignore[no-any-return]
+
+    def at_version(self, checkpoint_id: UUID | str, version: int) -> dict[str, Any]:
+        """memori.checkpoint_at_version: a kept version's data, rebuilt exactly."""
+        return self._db.call(CHECKPOINT_AT_VERSION, p_id=checkpoint_id, p_version=version)  # type: ignore[no-any-return]
+
+    def stats(self, *, user_id: str | None = None, now: datetime | None = None) -> builtins.list[CheckpointStat]:
+        """memori.checkpoint_stats: per type counts by status, raw and stored bytes, next expiry."""
+        return self._db.call(CHECKPOINT_STATS, **given(p_user_id=user_id, p_now=now))  # type: ignore[no-any-return]
+
+    def detect_milestone(
+        self, session_id: str, user_id: str, current: dict[str, Any], *, now: datetime | None = None
+    ) -> Checkpoint | None:
+        """memori.checkpoint_detect_milestone: the milestone created, or None when no criterion fired."""
+        return self._db.call(  # type: ignore[no-any-return]
+            CHECKPOINT_DETECT_MILESTONE,
+            **given(p_session_id=session_id, p_user_id=user_id, p_current=Jsonb(current), p_now=now),
+        )
+
+    def auto(
+        self, session_id: str, user_id: str, trigger: str, data: dict[str, Any], *, now: datetime | None = None
+    ) -> CheckpointAutoResult:
+        """memori.checkpoint_auto: an automatic checkpoint if the trigger is configured and the interval passed."""
+        return self._db.call(  # type: ignore[no-any-return]
+            CHECKPOINT_AUTO,
+            **given(p_session_id=session_id, p_user_id=user_id, p_trigger=trigger, p_data=Jsonb(data), p_now=now),
+        )
+
+    def status(self, checkpoint_ids: Sequence[UUID | str] | None = None) -> builtins.list[CheckpointStatus]:
+        """Rows of the memori.checkpoint_expiry_status view (all, or the given checkpoints)."""
+        if checkpoint_ids is None:
+            return self._db.rows("select * from memori.checkpoint_expiry_status order by expires_at", CheckpointStatus)
+        return self._db.rows(
+            "select * from memori.checkpoint_expiry_status where checkpoint_id = any(%(ids)s::uuid[])"
+            " order by expires_at",
+            CheckpointStatus,
+            {"ids": [str(i) for i in checkpoint_ids]},
+        )

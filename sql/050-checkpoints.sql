@@ -1,0 +1,592 @@
+-- pymemdb SQL API, part 5: the checkpoint tracker (seed 01, part 1).
+--
+-- Typed checkpoints (manual, automatic, milestone) whose priority and
+-- retention come from retention policies, so the one retention engine
+-- previews and cleans them with everything else. Versions are kept as
+-- reverse patches (sql/045-jsonb-diff.sql); milestone criteria are rows.
+
+-------------------------------------------------------------------------------
+-- configuration (seed 01's checkpoint config; kept when re-installing)
+insert into memori.settings (key, value, description) values
+  ('checkpoint.default_retention_days', '90', 'Retention of a checkpoint whose type has none.'),
+  ('checkpoint.max_retention_days', '365', 'Largest per-checkpoint retention override (checkpoint_create p_retention_days).'),
+  ('checkpoint.preserve_important', 'true', 'Default preserve_important of new checkpoints: manual and milestone ones then survive expiry until unpreserved.'),
+  ('checkpoint.batch_size', '100', 'Cleanup batch size the seed configures for checkpoints (memori-cleanup --batch-size).'),
+  ('checkpoint.warning_days', '7', 'Checkpoints expiring within this many days are expiring_soon.'),
+  ('checkpoint.auto_enabled', 'true', 'Automatic checkpoints on/off.'),
+  ('checkpoint.auto_interval_seconds', '1800', 'Least time between two automatic checkpoints of a session.'),
+  ('checkpoint.auto_triggers', '["context_change", "task_complete", "session_end"]', 'Triggers that may create an automatic checkpoint.'),
+  ('checkpoint.max_versions', '10', 'Versions kept per checkpoint, the current one included.'),
+  ('checkpoint.compression_threshold_bytes', '5000', 'Data above this size is reported by checkpoint.compressed (PostgreSQL compresses it with TOAST).'),
+  ('checkpoint.max_data_bytes', '1048576', 'Largest checkpoint data (JSON text bytes) the API accepts.'),
+  ('checkpoint.query_events', 'true', 'Emit checkpoint.queried on checkpoint_get/checkpoint_query (turn off for hot read paths).')
+on conflict (key) do nothing;
+
+insert into memori.milestone_criteria (name, kind, path, item_field, factor, position, description) values
+  ('all_tasks_completed', 'all_completed', '{tasks}', 'completed', null, 1,
+   'Every task in data.tasks is completed now, and some task was not in the previous checkpoint'),
+  ('skill_level_increase', 'increase', '{skill_level}', null, null, 2,
+   'data.skill_level is higher than in the previous checkpoint'),
+  ('efficiency_improvement_detected', 'ratio_increase', '{efficiency}', null, 1.1, 3,
+   'data.efficiency is more than 1.1 times the previous checkpoint''s')
+on conflict (name) do nothing;
+
+comment on table memori.checkpoints is 'Typed session checkpoints (seed 01): priority and retention from their type''s policy.';
+comment on table memori.checkpoint_versions is 'Earlier versions of checkpoint data, each the reverse patch from the next version.';
+comment on table memori.milestone_criteria is 'Milestone criteria as data: kind all_completed / increase / ratio_increase over a JSON path.';
+
+-------------------------------------------------------------------------------
+-- _retention_checkpoints: checkpoints in the retention engine's shape
+create or replace view memori._retention_checkpoints with (security_invoker = true) as
+select c.id,
+       c.user_id            as owner,
+       c.session_id         as category,
+       c.checkpoint_type    as kind,
+       c.expires_at,
+       c.preserve_important as important
+  from memori.checkpoints c;
+comment on view memori._retention_checkpoints is 'memori.checkpoints as retention candidates: type as kind, preserve_important as important.';
+
+select memori.retention_register('checkpoints', 'memori.checkpoints', 'memori._retention_checkpoints', 'id',
+                                 'Typed session checkpoints (seed 01)', 5, interval '90 days', false);
+update memori.retention_tables set event_prefix = 'checkpoint' where table_name = 'checkpoints';
+
+-- Seed 01's type policies: priority, retention, and whether preserve_important protects them.
+insert into memori.retention_policies (table_name, kind, priority, retention, preserve_important, description) values
+  ('checkpoints', 'manual',    8, interval '90 days',  true,  'Manual checkpoints (seed 01: priority 8, 90 days)'),
+  ('checkpoints', 'automatic', 5, interval '30 days',  false, 'Automatic checkpoints (seed 01: priority 5, 30 days)'),
+  ('checkpoints', 'milestone', 10, interval '365 days', true, 'Milestones (seed 01: priority 10, 365 days)')
+on conflict (table_name, kind) do nothing;
+
+-------------------------------------------------------------------------------
+-- _checkpoint_pxyz: the seed's coordinate, filled by the database
+create or replace function memori._checkpoint_pxyz() returns trigger
+as $func$
+begin
+  new.pxyz := jsonb_build_object(
+    'entity', 'checkpoint',
+    'operation', case when tg_op = 'INSERT' then 'created' else 'updated' end,
+    'policy', new.checkpoint_type,
+    'time', case when tg_op = 'INSERT' then new.created_at else new.updated_at end);
+  return new;
+end
+$func$ language plpgsql security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._checkpoint_pxyz() is 'Trigger: set checkpoints.pxyz (entity, operation, policy, time) on every insert and update.';
+
+create or replace trigger checkpoints_pxyz before insert or update on memori.checkpoints
+  for each row execute function memori._checkpoint_pxyz();
+
+-------------------------------------------------------------------------------
+-- _checkpoint_policy: the policy of a checkpoint type
+create or replace function memori._checkpoint_policy(p_type text) returns memori.retention_policies
+as $func$
+declare
+  v_policy memori.retention_policies;
+begin
+  select * into v_policy from memori.retention_policies
+   where table_name = 'checkpoints' and kind = p_type and kind <> '*';
+  if not found then
+    raise exception 'unknown checkpoint type %', coalesce(quote_literal(p_type), 'NULL')
+      using errcode = 'PM004',
+            hint = 'Use one of: ' || (select string_agg(kind, ', ' order by priority) from memori.retention_policies
+                                       where table_name = 'checkpoints' and kind <> '*') || '.';
+  end if;
+  return v_policy;
+end
+$func$ language plpgsql stable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._checkpoint_policy(text) is 'The retention policy of a checkpoint type; PM004 for an unknown type.';
+
+-------------------------------------------------------------------------------
+-- _check_checkpoint_data: a bounded JSON object
+create or replace function memori._check_checkpoint_data(p_data jsonb) returns integer
+as $func$
+declare
+  v_bytes integer;
+  v_limit integer := coalesce(memori._setting('checkpoint.max_data_bytes')::integer, 1048576);
+begin
+  if p_data is null or jsonb_typeof(p_data) <> 'object' then
+    perform memori._invalid(format('checkpoint data must be a JSON object, got %s', coalesce(jsonb_typeof(p_data), 'NULL')),
+                            'Pass the session state as {"key": value, ...}.');
+  end if;
+  v_bytes := octet_length(p_data::text);
+  if v_bytes > v_limit then
+    raise exception 'checkpoint data is % bytes; the limit is % bytes', v_bytes, v_limit
+      using errcode = 'PM003',
+            hint = 'Keep large artifacts outside and reference them, or raise memori.settings checkpoint.max_data_bytes.';
+  end if;
+  return v_bytes;
+end
+$func$ language plpgsql stable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._check_checkpoint_data(jsonb) is 'Validate checkpoint data (a JSON object within checkpoint.max_data_bytes) and return its size in bytes.';
+
+-------------------------------------------------------------------------------
+-- _checkpoint_compressed: tell listeners a large value was stored compressed
+create or replace function memori._checkpoint_compressed(p_id uuid, p_raw_bytes integer, p_now timestamptz)
+returns void
+as $func$
+begin
+  if p_raw_bytes > coalesce(memori._setting('checkpoint.compression_threshold_bytes')::integer, 5000) then
+    perform memori._event_emit('checkpoint.compressed',
+              jsonb_build_object('checkpoint_id', p_id, 'raw_bytes', p_raw_bytes,
+                                 'stored_bytes', (select pg_column_size(c.data) from memori.checkpoints c where c.id = p_id)),
+              p_now);
+  end if;
+end
+$func$ language plpgsql volatile security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._checkpoint_compressed(uuid, integer, timestamptz) is 'Emit checkpoint.compressed (raw and stored bytes) when data is above the compression threshold.';
+
+-------------------------------------------------------------------------------
+-- checkpoint_create: a typed checkpoint with its type's priority and retention
+create or replace function memori.checkpoint_create(
+  p_session_id     text,
+  p_user_id        text,
+  p_type           text,
+  p_title          text,
+  p_data           jsonb,
+  p_description    text default null,
+  p_metadata       jsonb default '{}'::jsonb,
+  p_tags           text[] default '{}',
+  p_retention_days integer default null,
+  p_now            timestamptz default now()
+) returns memori.checkpoints
+as $func$
+declare
+  v_policy    memori.retention_policies := memori._checkpoint_policy(p_type);
+  v_bytes     integer;
+  v_retention integer;
+  v_max       integer := coalesce(memori._setting('checkpoint.max_retention_days')::integer, 365);
+  v_row       memori.checkpoints;
+begin
+  perform memori._check_identifier('session id', p_session_id);
+  perform memori._check_identifier('user id', p_user_id);
+  perform memori._check_identifier('title', p_title, 500);
+  v_bytes := memori._check_checkpoint_data(p_data);
+  if p_description is not null and length(p_description) > 10000 then
+    perform memori._invalid('description is longer than 10000 characters', 'Shorten the description; put details in data.');
+  end if;
+  if p_tags is not null and (cardinality(p_tags) > 50
+     or exists (select 1 from unnest(p_tags) t where t is null or btrim(t) = '' or length(t) > 64)) then
+    perform memori._invalid('tags must be at most 50 non-empty strings of at most 64 characters',
+                            'Pass tags such as {"release", "api"}.');
+  end if;
+  if p_retention_days is not null and (p_retention_days < 1 or p_retention_days > v_max) then
+    perform memori._invalid(format('retention of %s days is outside 1..%s', p_retention_days, v_max),
+                            format('Pass at most %s days (memori.settings checkpoint.max_retention_days), or omit it to use the %s policy.', v_max, p_type));
+  end if;
+  if p_now is null then
+    perform memori._invalid('p_now must not be NULL', 'Omit p_now to use the current time.');
+  end if;
+  v_retention := coalesce(p_retention_days, extract(day from v_policy.retention)::integer,
+                          coalesce(memori._setting('checkpoint.default_retention_days')::integer, 90));
+
+  insert into memori.checkpoints (session_id, user_id, checkpoint_type, title, description, data, metadata, tags,
+                                  priority, retention_days, preserve_important, created_at, updated_at, expires_at)
+  values (p_session_id, p_user_id, p_type, p_title, p_description, p_data,
+          memori._check_metadata(p_metadata), coalesce(p_tags, '{}'), v_policy.priority, v_retention,
+          coalesce(memori._setting('checkpoint.preserve_important')::boolean, true),
+          p_now, p_now, p_now + make_interval(days => v_retention))
+  returning * into v_row;
+
+  perform memori._event_emit('checkpoint.created',
+            jsonb_build_object('checkpoint_id', v_row.id, 'session_id', p_session_id, 'user_id', p_user_id,
+                               'checkpoint_type', p_type, 'expires_at', v_row.expires_at), p_now);
+  perform memori._checkpoint_compressed(v_row.id, v_bytes, p_now);
+  return v_row;
+end
+$func$ language plpgsql volatile security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori.checkpoint_create(text, text, text, text, jsonb, text, jsonb, text[], integer, timestamptz) is 'Create a checkpoint; priority and retention come from its type''s policy unless p_retention_days overrides (up to the maximum).';
+
+-------------------------------------------------------------------------------
+-- _checkpoint_queried: the checkpoint.queried event, unless switched off
+create or replace function memori._checkpoint_queried(p_filter jsonb, p_count integer, p_now timestamptz)
+returns void
+as $func$
+begin
+  if coalesce(memori._setting('checkpoint.query_events'), 'true'::jsonb) = 'true'::jsonb then
+    perform memori._event_emit('checkpoint.queried', p_filter || jsonb_build_object('count', p_count), p_now);
+  end if;
+end
+$func$ language plpgsql volatile security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._checkpoint_queried(jsonb, integer, timestamptz) is 'Emit checkpoint.queried unless memori.settings checkpoint.query_events is false.';
+
+-------------------------------------------------------------------------------
+-- checkpoint_get: one unexpired checkpoint
+create or replace function memori.checkpoint_get(p_id uuid, p_now timestamptz default now())
+returns setof memori.checkpoints
+as $func$
+declare
+  v_row   memori.checkpoints;
+  v_found boolean;
+begin
+  select * into v_row from memori.checkpoints c
+   where c.id = p_id and (c.expires_at is null or c.expires_at > p_now);
+  v_found := found;  -- PERFORM below resets FOUND
+  perform memori._checkpoint_queried(jsonb_build_object('checkpoint_id', p_id), v_found::integer, p_now);
+  if v_found then
+    return next v_row;
+  end if;
+end
+$func$ language plpgsql volatile security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori.checkpoint_get(uuid, timestamptz) is 'One checkpoint by id; no row when it does not exist or has expired.';
+
+-------------------------------------------------------------------------------
+-- checkpoint_query: by session, user, type, time range and tags, newest first
+create or replace function memori.checkpoint_query(
+  p_session_id      text default null,
+  p_user_id         text default null,
+  p_type            text default null,
+  p_from            timestamptz default null,
+  p_to              timestamptz default null,
+  p_tags            text[] default null,
+  p_include_expired boolean default false,
+  p_limit           integer default 50,
+  p_now             timestamptz default now()
+) returns setof memori.checkpoints
+as $func$
+declare
+  v_count integer;
+begin
+  if p_type is not null then
+    perform memori._checkpoint_policy(p_type);
+  end if;
+  if p_limit is null or p_limit < 1 or p_limit > 10000 then
+    perform memori._invalid(format('limit must be between 1 and 10000, got %s', p_limit), 'Pass a limit such as 50.');
+  end if;
+  if p_from is not null and p_to is not null and p_from > p_to then
+    perform memori._invalid('p_from is after p_to', 'Pass a time range with p_from <= p_to.');
+  end if;
+  return query
+    select * from memori.checkpoints c
+     where (p_session_id is null or c.session_id = p_session_id)
+       and (p_user_id is null or c.user_id = p_user_id)
+       and (p_type is null or c.checkpoint_type = p_type)
+       and (p_from is null or c.created_at >= p_from)
+       and (p_to is null or c.created_at < p_to)
+       and (p_tags is null or c.tags @> p_tags)
+       and (p_include_expired or c.expires_at is null or c.expires_at > p_now)
+     order by c.created_at desc, c.id desc
+     limit p_limit;
+  get diagnostics v_count = row_count;
+  perform memori._checkpoint_queried(
+            jsonb_strip_nulls(jsonb_build_object('session_id', p_session_id, 'user_id', p_user_id,
+                                                 'checkpoint_type', p_type, 'tags', p_tags)), v_count, p_now);
+end
+$func$ language plpgsql volatile security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori.checkpoint_query(text, text, text, timestamptz, timestamptz, text[], boolean, integer, timestamptz) is 'Checkpoints by session, user, type, time range [p_from, p_to) and tags (all given), newest first; unexpired unless p_include_expired.';
+
+-------------------------------------------------------------------------------
+-- checkpoint_delete
+create or replace function memori.checkpoint_delete(p_id uuid) returns boolean
+as $func$
+declare
+  v_row memori.checkpoints;
+begin
+  delete from memori.checkpoints where id = p_id returning * into v_row;
+  if not found then
+    return false;
+  end if;
+  perform memori._event_emit('checkpoint.deleted',
+            jsonb_build_object('checkpoint_id', p_id, 'session_id', v_row.session_id, 'user_id', v_row.user_id));
+  return true;
+end
+$func$ language plpgsql volatile security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori.checkpoint_delete(uuid) is 'Delete a checkpoint and its versions; false when there was none.';
+
+-------------------------------------------------------------------------------
+-- _checkpoint_for_update: an unexpired checkpoint, locked, or PM005
+create or replace function memori._checkpoint_for_update(p_id uuid, p_now timestamptz) returns memori.checkpoints
+as $func$
+declare
+  v_row memori.checkpoints;
+begin
+  select * into v_row from memori.checkpoints c
+   where c.id = p_id and (c.expires_at is null or c.expires_at > p_now)
+     for update;
+  if not found then
+    raise exception 'checkpoint % not found', p_id
+      using errcode = 'PM005', hint = 'It does not exist or has expired; memori.checkpoint_query lists checkpoints.';
+  end if;
+  return v_row;
+end
+$func$ language plpgsql volatile security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._checkpoint_for_update(uuid, timestamptz) is 'Lock an unexpired checkpoint for change; PM005 when missing or expired.';
+
+-------------------------------------------------------------------------------
+-- checkpoint_preserve: protect a checkpoint from cleanup after expiry (or not)
+create or replace function memori.checkpoint_preserve(p_id uuid, p_preserve boolean default true)
+returns memori.checkpoints
+as $func$
+declare
+  v_row memori.checkpoints;
+begin
+  if p_preserve is null then
+    perform memori._invalid('p_preserve must not be NULL', 'Pass true to preserve, false to let cleanup take it.');
+  end if;
+  update memori.checkpoints set preserve_important = p_preserve where id = p_id returning * into v_row;
+  if not found then
+    raise exception 'checkpoint % not found', p_id
+      using errcode = 'PM005', hint = 'memori.checkpoint_query lists checkpoints.';
+  end if;
+  return v_row;
+end
+$func$ language plpgsql volatile security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori.checkpoint_preserve(uuid, boolean) is 'Set preserve_important: a preserved manual or milestone checkpoint survives cleanup after it expires.';
+
+-------------------------------------------------------------------------------
+-- checkpoint_update: new data, the old version kept as a reverse patch
+create or replace function memori.checkpoint_update(p_id uuid, p_data jsonb, p_now timestamptz default now())
+returns memori.checkpoints
+as $func$
+declare
+  v_old   memori.checkpoints := memori._checkpoint_for_update(p_id, p_now);
+  v_bytes integer := memori._check_checkpoint_data(p_data);
+  v_keep  integer := greatest(coalesce(memori._setting('checkpoint.max_versions')::integer, 10), 1);
+  v_row   memori.checkpoints;
+begin
+  if v_keep > 1 then
+    insert into memori.checkpoint_versions (checkpoint_id, version, reverse_patch, data_bytes, created_at)
+    values (p_id, v_old.version, memori._jsonb_diff(p_data, v_old.data), octet_length(v_old.data::text),
+            v_old.updated_at);
+  end if;
+  -- keep the current version and the v_keep - 1 before it
+  delete from memori.checkpoint_versions
+   where checkpoint_id = p_id and version <= v_old.version + 1 - v_keep;
+
+  update memori.checkpoints
+     set data = p_data, version = v_old.version + 1, updated_at = p_now
+   where id = p_id
+  returning * into v_row;
+  perform memori._event_emit('checkpoint.updated',
+            jsonb_build_object('checkpoint_id', p_id, 'version', v_row.version), p_now);
+  perform memori._checkpoint_compressed(p_id, v_bytes, p_now);
+  return v_row;
+end
+$func$ language plpgsql volatile security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori.checkpoint_update(uuid, jsonb, timestamptz) is 'Replace a checkpoint''s data as a new version; earlier versions are kept as reverse patches, at most checkpoint.max_versions in all.';
+
+-------------------------------------------------------------------------------
+-- checkpoint_versions: the kept versions, newest first
+create or replace function memori.checkpoint_versions(p_id uuid) returns setof memori.checkpoint_version
+as $func$
+begin
+  if not exists (select 1 from memori.checkpoints where id = p_id) then
+    raise exception 'checkpoint % not found', p_id
+      using errcode = 'PM005', hint = 'memori.checkpoint_query lists checkpoints.';
+  end if;
+  return query
+    select c.version, c.updated_at, true, octet_length(c.data::text)
+      from memori.checkpoints c where c.id = p_id
+    union all
+    select v.version, v.created_at, false, v.data_bytes
+      from memori.checkpoint_versions v where v.checkpoint_id = p_id
+    order by 1 desc;
+end
+$func$ language plpgsql stable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori.checkpoint_versions(uuid) is 'The kept versions of a checkpoint, newest (current) first, with their data size in bytes.';
+
+-------------------------------------------------------------------------------
+-- checkpoint_at_version: a kept version's data, rebuilt exactly
+create or replace function memori.checkpoint_at_version(p_id uuid, p_version integer) returns jsonb
+as $func$
+declare
+  v_row   memori.checkpoints;
+  v_doc   jsonb;
+  v_patch record;
+  v_low   integer;
+begin
+  select * into v_row from memori.checkpoints where id = p_id;
+  if not found then
+    raise exception 'checkpoint % not found', p_id
+      using errcode = 'PM005', hint = 'memori.checkpoint_query lists checkpoints.';
+  end if;
+  select coalesce(min(version), v_row.version) into v_low from memori.checkpoint_versions where checkpoint_id = p_id;
+  if p_version is null or p_version < v_low or p_version > v_row.version then
+    raise exception 'version % of checkpoint % is not kept', p_version, p_id
+      using errcode = 'PM005', hint = format('Kept versions: %s to %s (memori.checkpoint_versions).', v_low, v_row.version);
+  end if;
+  v_doc := v_row.data;
+  for v_patch in
+    select reverse_patch from memori.checkpoint_versions
+     where checkpoint_id = p_id and version >= p_version
+     order by version desc
+  loop
+    v_doc := memori._jsonb_patch(v_doc, v_patch.reverse_patch);
+  end loop;
+  return v_doc;
+end
+$func$ language plpgsql stable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori.checkpoint_at_version(uuid, integer) is 'The data of a kept version of a checkpoint, rebuilt from the current data and reverse patches; PM005 for a version not kept.';
+
+-------------------------------------------------------------------------------
+-- checkpoint_expiry_status: the seed's checkpoint_expiry_status schema
+create or replace view memori.checkpoint_expiry_status with (security_invoker = true) as
+select c.id                                                                   as checkpoint_id,
+       c.checkpoint_type,
+       c.expires_at,
+       case when c.expires_at <= now() then 'expired'
+            when c.expires_at <= now()
+                 + make_interval(days => coalesce(memori._setting('checkpoint.warning_days')::int, 7))
+                 then 'expiring_soon'
+            else 'active' end                                                 as status,
+       round((extract(epoch from c.expires_at - now()) / 86400)::numeric, 3)   as days_until_expiry,
+       (c.expires_at <= now() and r.deletable)                                 as should_cleanup
+  from memori.checkpoints c
+  join memori.retention_candidates r on r.table_name = 'checkpoints' and r.row_id = c.id::text;
+comment on view memori.checkpoint_expiry_status is 'Per checkpoint: status (active | expiring_soon | expired), days_until_expiry and should_cleanup, as of now().';
+
+-------------------------------------------------------------------------------
+-- checkpoint_stats: counts by type and status, sizes, next expiry
+create or replace function memori.checkpoint_stats(p_user_id text default null, p_now timestamptz default now())
+returns setof memori.checkpoint_stat
+as $func$
+  select p.kind,
+         count(c.id),
+         count(c.id) filter (where c.expires_at > p_now + make_interval(days => w.days)),
+         count(c.id) filter (where c.expires_at > p_now and c.expires_at <= p_now + make_interval(days => w.days)),
+         count(c.id) filter (where c.expires_at <= p_now),
+         count(c.id) filter (where c.preserve_important),
+         coalesce(sum(octet_length(c.data::text)), 0),
+         coalesce(sum(pg_column_size(c.data)), 0),
+         min(c.expires_at) filter (where c.expires_at > p_now)
+    from memori.retention_policies p
+    cross join (select coalesce(memori._setting('checkpoint.warning_days')::int, 7) as days) w
+    left join memori.checkpoints c
+      on c.checkpoint_type = p.kind and (p_user_id is null or c.user_id = p_user_id)
+   where p.table_name = 'checkpoints' and p.kind <> '*'
+   group by p.kind, p.priority
+   order by p.priority desc
+$func$ language sql stable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori.checkpoint_stats(text, timestamptz) is 'Per checkpoint type: total, active, expiring_soon, expired, preserved, raw and stored bytes of data, next expiry.';
+
+-------------------------------------------------------------------------------
+-- _milestone_fired: does one criterion fire between two states?
+create or replace function memori._milestone_fired(p_criterion memori.milestone_criteria, p_current jsonb, p_previous jsonb)
+returns boolean
+as $func$
+declare
+  v_now  jsonb := p_current #> p_criterion.path;
+  v_prev jsonb := p_previous #> p_criterion.path;
+begin
+  if p_criterion.kind = 'all_completed' then
+    -- every item completed now (an empty list is not an accomplishment), some not before
+    return jsonb_typeof(v_now) = 'array' and jsonb_array_length(v_now) > 0
+       and jsonb_typeof(v_prev) = 'array'
+       and not exists (select 1 from jsonb_array_elements(v_now) t
+                        where t -> p_criterion.item_field is distinct from 'true'::jsonb)
+       and exists (select 1 from jsonb_array_elements(v_prev) t
+                    where t -> p_criterion.item_field is distinct from 'true'::jsonb);
+  end if;
+  if jsonb_typeof(v_now) <> 'number' or jsonb_typeof(v_prev) <> 'number' then
+    return false;  -- missing or non-numeric values never fire
+  end if;
+  if p_criterion.kind = 'increase' then
+    return v_now::numeric > v_prev::numeric;
+  end if;
+  return v_now::numeric > v_prev::numeric * p_criterion.factor;  -- ratio_increase
+end
+$func$ language plpgsql immutable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._milestone_fired(memori.milestone_criteria, jsonb, jsonb) is 'Evaluate one milestone criterion (all_completed, increase, ratio_increase) on current vs previous data.';
+
+-------------------------------------------------------------------------------
+-- checkpoint_detect_milestone: compare with the session's latest checkpoint
+create or replace function memori.checkpoint_detect_milestone(
+  p_session_id text,
+  p_user_id    text,
+  p_current    jsonb,
+  p_now        timestamptz default now()
+) returns setof memori.checkpoints
+as $func$
+declare
+  v_previous memori.checkpoints;
+  v_triggers text[];
+  v_row      memori.checkpoints;
+begin
+  perform memori._check_identifier('session id', p_session_id);
+  perform memori._check_checkpoint_data(p_current);
+  select * into v_previous from memori.checkpoints c
+   where c.session_id = p_session_id and (c.expires_at is null or c.expires_at > p_now)
+   order by c.created_at desc, c.id desc
+   limit 1;
+  if not found then
+    return;  -- nothing to compare with
+  end if;
+  select array_agg(m.name order by m.position, m.name) into v_triggers
+    from memori.milestone_criteria m
+   where m.enabled and memori._milestone_fired(m, p_current, v_previous.data);
+  if v_triggers is null then
+    return;
+  end if;
+  perform memori._event_emit('checkpoint.milestone_detected',
+            jsonb_build_object('session_id', p_session_id, 'triggers', to_jsonb(v_triggers),
+                               'previous_checkpoint_id', v_previous.id), p_now);
+  v_row := memori.checkpoint_create(p_session_id, p_user_id, 'milestone', 'Milestone: ' || v_triggers[1], p_current,
+                                    p_metadata => jsonb_build_object('triggers', to_jsonb(v_triggers),
+                                                                     'previous_checkpoint_id', v_previous.id),
+                                    p_now => p_now);
+  perform memori._event_emit('checkpoint.milestone_created',
+            jsonb_build_object('checkpoint_id', v_row.id, 'session_id', p_session_id,
+                               'triggers', to_jsonb(v_triggers)), p_now);
+  return next v_row;
+end
+$func$ language plpgsql volatile security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori.checkpoint_detect_milestone(text, text, jsonb, timestamptz) is 'Evaluate the milestone criteria on the current state against the session''s latest checkpoint; create and return a milestone checkpoint when any fires.';
+
+-------------------------------------------------------------------------------
+-- checkpoint_auto: an automatic checkpoint for a configured trigger, at most once per interval
+create or replace function memori.checkpoint_auto(
+  p_session_id text,
+  p_user_id    text,
+  p_trigger    text,
+  p_data       jsonb,
+  p_now        timestamptz default now()
+) returns memori.checkpoint_auto_result
+as $func$
+declare
+  v_interval interval := make_interval(secs => coalesce(memori._setting('checkpoint.auto_interval_seconds')::int, 1800));
+  v_last     timestamptz;
+  v_row      memori.checkpoints;
+  v_result   memori.checkpoint_auto_result;
+begin
+  perform memori._check_identifier('session id', p_session_id);
+  perform memori._check_identifier('trigger', p_trigger, 64);
+  if coalesce(memori._setting('checkpoint.auto_enabled'), 'true'::jsonb) <> 'true'::jsonb then
+    v_result := (false, 'disabled', null, null);
+    return v_result;
+  end if;
+  if not coalesce(memori._setting('checkpoint.auto_triggers') ? p_trigger, false) then
+    v_result := (false, 'trigger_not_configured', null, null);
+    return v_result;
+  end if;
+  -- one automatic checkpoint per interval even when calls race
+  perform pg_advisory_xact_lock(hashtextextended('memori.checkpoint_auto:' || p_session_id, 0));
+  select max(created_at) into v_last from memori.checkpoints
+   where session_id = p_session_id and checkpoint_type = 'automatic';
+  if v_last is not null and v_last + v_interval > p_now then
+    v_result := (false, 'interval_not_elapsed', v_last + v_interval, null);
+    return v_result;
+  end if;
+  v_row := memori.checkpoint_create(p_session_id, p_user_id, 'automatic', 'Auto: ' || p_trigger, p_data,
+                                    p_metadata => jsonb_build_object('trigger', p_trigger), p_now => p_now);
+  v_result := (true, 'created', p_now + v_interval, v_row.id);
+  return v_result;
+end
+$func$ language plpgsql volatile security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori.checkpoint_auto(text, text, text, jsonb, timestamptz) is 'Create an automatic checkpoint for a configured trigger once the interval since the session''s last one has passed; the result says why not otherwise.';
