@@ -12,6 +12,7 @@ from decimal import Decimal
 from functools import wraps
 from pathlib import Path
 from typing import Annotated, Any, ParamSpec, TypeVar
+from uuid import UUID
 
 import typer
 from rich.console import Console
@@ -91,7 +92,7 @@ def _jsonable(value: Any) -> Any:
         return value.isoformat()
     if isinstance(value, Decimal):
         return float(value)
-    if isinstance(value, Path):
+    if isinstance(value, Path | UUID):
         return str(value)
     return value
 

@@ -11,6 +11,9 @@ from datetime import UTC, datetime
 from typing import Annotated
 
 import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
 from pymemdb.cli._common import (
     DsnOption,
     JsonOption,
@@ -22,9 +25,6 @@ from pymemdb.cli._common import (
     handle_errors,
     print_json,
 )
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
-
 from pymemdb.types import CleanupBatch, CleanupRun
 
 app = typer.Typer(

@@ -7,6 +7,9 @@ from datetime import UTC, datetime
 from typing import Annotated
 
 import typer
+from rich.table import Table
+
+from pymemdb import embedded
 from pymemdb.cli._common import (
     DsnOption,
     JsonOption,
@@ -16,9 +19,7 @@ from pymemdb.cli._common import (
     handle_errors,
     print_json,
 )
-from rich.table import Table
-
-from pymemdb import embedded
+from pymemdb.cli.checkpoint import app as checkpoint_app
 from pymemdb.db import resolve_dsn
 from pymemdb.errors import InvalidArgument
 
@@ -34,6 +35,7 @@ memory_app = typer.Typer(help="Memories and TTL'd session checkpoints (seed 05).
 bench_app = typer.Typer(help="Benchmarks: each runs its baseline in the same run and prints ratios.",
                         no_args_is_help=True)
 app.add_typer(db_app, name="db")
+app.add_typer(checkpoint_app, name="checkpoint")
 app.add_typer(memory_app, name="memory")
 app.add_typer(bench_app, name="bench")
 

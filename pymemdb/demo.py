@@ -83,4 +83,38 @@ def run_demo(dsn: str | None, *, keep: bool = False, console: Console | None = N
                       f"planned={run.planned} deleted={run.deleted} batches={run.batches}")
         events = db.events.list(limit=3)
         out.print("  latest events: " + ", ".join(e.event_type for e in events))
+        _checkpoint_chapter(db, out, now)
     out.print(f"Done. The demo used database {DEMO_DATABASE}" + (" (kept)." if keep else " (dropped)."))
+
+
+def _checkpoint_chapter(db: pymemdb.Database, out: Console, now: datetime) -> None:
+    """Seed 01: typed checkpoints, versions, a milestone, and cleanup by priority."""
+    day = timedelta(days=1)
+    out.rule("6. Checkpoints: types, versions, milestones (seed 01)")
+    state = {"tasks": [{"name": "schema", "completed": True}, {"name": "api", "completed": False}], "skill_level": 2}
+    manual = db.checkpoints.create("sess-1", "alice", "manual", "Schema designed", state, tags=["design"],
+                                   now=now - 100 * day)
+    auto = db.checkpoints.auto("sess-1", "alice", "task_complete", state, now=now - 40 * day)
+    again = db.checkpoints.auto("sess-1", "alice", "context_change", state, now=now - 40 * day + timedelta(minutes=5))
+    out.print(f"  manual checkpoint: priority {manual.priority}, expires {manual.expires_at:%Y-%m-%d}")
+    out.print(f"  automatic: {auto.reason}; five minutes later: {again.reason} (next allowed "
+              f"{again.next_allowed_at:%H:%M})")
+    updated = db.checkpoints.update(manual.id, {**state, "skill_level": 3}, now=now - 99 * day)
+    out.print(f"  updated to version {updated.version}; version 1 rebuilt from its diff: "
+              f"skill_level = {db.checkpoints.at_version(manual.id, 1)['skill_level']}")
+    done = {"tasks": [{"name": "schema", "completed": True}, {"name": "api", "completed": True}], "skill_level": 3}
+    milestone = db.checkpoints.detect_milestone("sess-1", "alice", done, now=now - 30 * day)
+    if milestone:
+        out.print(f"  {milestone.title} (priority {milestone.priority}, "
+                  f"triggers {milestone.metadata['triggers']})")
+    table = Table(title="memori.checkpoint_stats")
+    for column in ("type", "total", "active", "expired"):
+        table.add_column(column)
+    for stat in db.checkpoints.stats(now=now):
+        table.add_row(stat.checkpoint_type, str(stat.total), str(stat.active), str(stat.expired))
+    out.print(table)
+    due = [c for c in db.cleanup.preview(now=now) if c.table_name == "checkpoints"]
+    out.print(f"  due now: {[c.kind for c in due]} (the manual one is preserved until released)")
+    db.checkpoints.preserve(manual.id, False)
+    due = [c for c in db.cleanup.preview(now=now) if c.table_name == "checkpoints"]
+    out.print(f"  after releasing it, in deletion order: {[f'{c.kind} (priority {c.priority})' for c in due]}")

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from pymemdb.cli.cleanup import app as cleanup_app
-from pymemdb.cli.main import app as main_app
 from typer.testing import CliRunner
 
+from pymemdb.cli.cleanup import app as cleanup_app
+from pymemdb.cli.main import app as main_app
 from tests.helpers import T0, memory
 
 runner = CliRunner()
