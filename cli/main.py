@@ -215,6 +215,30 @@ def demo(
     run_demo(dsn, keep=keep, console=console)
 
 
+@bench_app.command("checkpoints")
+@handle_errors
+def bench_checkpoints(
+    rows: Annotated[int, typer.Option("--rows", help="Checkpoints for the query benchmark.")] = 1_000_000,
+    dsn: DsnOption = None,
+    as_json: JsonOption = False,
+    seed: Annotated[int, typer.Option("--seed")] = 1,
+) -> None:
+    """Checkpoint create throughput (one per transaction vs. create_many) and latest-per-session query."""
+    from pymemdb.bench import checkpoints
+    from pymemdb.scratch import scratch_database
+
+    if rows < 1000:
+        raise InvalidArgument(f"--rows must be at least 1000, got {rows}", hint="Use --rows 100000 for a quick run.")
+    with scratch_database(dsn, "pymemdb_bench") as target:
+        result = checkpoints.run(target, rows, seed=seed,
+                                 progress=None if as_json else (lambda msg: console.print(f"[dim]{msg}[/dim]")))
+    if as_json:
+        print_json(result)
+    else:
+        for table in checkpoints.render(result):
+            console.print(table)
+
+
 @bench_app.command("ttl")
 @handle_errors
 def bench_ttl(
