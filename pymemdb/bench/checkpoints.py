@@ -31,6 +31,7 @@ from typing import Any, LiteralString
 
 import psycopg
 from psycopg import sql
+from psycopg.rows import class_row
 from psycopg.types.json import Jsonb
 from rich.table import Table
 
@@ -38,6 +39,7 @@ import pymemdb
 from pymemdb.bench import Probe, Progress, latency_summary, ratio, stopwatch, timed_call
 from pymemdb.checkpoints import CHECKPOINT_CREATE, NewCheckpoint
 from pymemdb.errors import PymemdbError
+from pymemdb.types import Checkpoint
 
 NOW = datetime(2026, 6, 20, 12, 0, tzinfo=UTC)  # the benchmark's clock, passed as p_now
 GOAL_CREATE_RATIO = 10.0  # create_many checkpoints/s over create()'s
@@ -200,12 +202,12 @@ def _columns(batch: Sequence[NewCheckpoint]) -> list[list[Any]]:
             [c.title for c in batch], [Jsonb(c.data) for c in batch], [c.now for c in batch]]
 
 
-def _throughput(n: int, seconds: float, cpu: float, batch_ms: list[int] | None = None) -> dict[str, Any]:
+def _throughput(n: int, seconds: float, cpu: float, batch_ns: list[int] | None = None) -> dict[str, Any]:
     out: dict[str, Any] = {"checkpoints": n, "seconds": round(seconds, 3), "per_s": round(n / seconds),
                            "us_per_checkpoint": round(seconds / n * 1e6, 1),
                            "client_cpu_us_per_checkpoint": round(cpu / n * 1e6, 1)}
-    if batch_ms:
-        out["batch"] = latency_summary(batch_ms)
+    if batch_ns:
+        out["batch"] = latency_summary(batch_ns)
     return out
 
 
@@ -253,9 +255,14 @@ def _creates(dsn: str, rng: random.Random, single: int, batched: int, batch_size
         out["breakdown"] = _single_breakdown(conn, _new_checkpoints(rng, 500, 2 * 10**5))
 
         def executemany(batch: list[NewCheckpoint]) -> int:
-            with conn.transaction(), conn.cursor() as cur:
-                cur.executemany(CREATE_ALL, [_args(c) for c in batch])  # pipelined by psycopg, no results kept
-                return cur.rowcount
+            # what create_many returns (the rows as Checkpoint), through psycopg's own pipelined executemany
+            created: list[Checkpoint] = []
+            with conn.transaction(), conn.cursor(row_factory=class_row(Checkpoint)) as cur:
+                cur.executemany(CREATE_ALL, [_args(c) for c in batch], returning=True)
+                while True:
+                    created.extend(cur.fetchall())
+                    if not cur.nextset():
+                        return len(created)
 
         def one_statement(batch: list[NewCheckpoint]) -> int:
             with conn.transaction():
@@ -273,7 +280,43 @@ def _creates(dsn: str, rng: random.Random, single: int, batched: int, batch_size
         }
         for alt in out["alternatives"].values():
             alt["ratio_to_single"] = ratio(alt["per_s"], out["single"]["per_s"])
+        out["server_functions"] = _function_times(conn, _new_checkpoints(rng, batch_size, 6 * 10**5))
+        out["breakdown"]["compose_us"] = _compose_cost(conn, _new_checkpoints(rng, batch_size, 7 * 10**5))
     return out
+
+
+def _function_times(conn: psycopg.Connection[Any], batch: list[NewCheckpoint]) -> dict[str, Any] | None:
+    """Server time of checkpoint_create per call, by function (self time), over one batch (rolled back).
+
+    track_functions counts this transaction's calls in pg_stat_xact_user_functions;
+    setting it needs superuser (None otherwise). SQL functions (memori._setting)
+    are inlined or counted in their caller.
+    """
+    try:
+        with conn.transaction(force_rollback=True):
+            conn.execute("set local track_functions = 'all'")
+            with stopwatch() as elapsed:
+                conn.execute(CREATE_UNNEST, _columns(batch)).fetchall()
+            rows = conn.execute(
+                "select funcname, calls, self_time, total_time from pg_stat_xact_user_functions"
+                " where schemaname = 'memori' order by self_time desc").fetchall()
+    except psycopg.errors.InsufficientPrivilege:
+        return None
+    n = len(batch)
+    return {
+        "statement_us_per_checkpoint": round(elapsed() / n * 1e6, 1),
+        "functions": {name: {"calls": round(calls / n, 2), "self_us": round(self_ms * 1000 / n, 1),
+                             "total_us": round(total_ms * 1000 / n, 1)}
+                      for name, calls, self_ms, total_ms in rows},
+    }
+
+
+def _compose_cost(conn: psycopg.Connection[Any], items: list[NewCheckpoint]) -> float:
+    """Client CPU (µs) to build one call's query as create()/create_many() do: SqlFunction.query, then bytes."""
+    cpu = time.process_time()
+    for c in items:
+        CHECKPOINT_CREATE.query(_args(c)).as_bytes(conn)
+    return round((time.process_time() - cpu) / len(items) * 1e6, 1)
 
 
 def _single_breakdown(conn: psycopg.Connection[Any], items: list[NewCheckpoint]) -> dict[str, Any]:
@@ -494,8 +537,7 @@ def render(result: dict[str, Any]) -> list[Table]:
     for name, w, r in ways:
         ct.add_row(name, _f(w["checkpoints"]), _f(w["per_s"]), _f(w["us_per_checkpoint"]),
                    _f(w["client_cpu_us_per_checkpoint"]), _f(r, "x"),
-                   style=None if name.startswith(("create()", "executemany", "one", "plain"))
-                   else "bold" if cr["goal_met"] else "bold red")
+                   style=None if w is not cr["create_many"] else "bold" if cr["goal_met"] else "bold red")
     ct.caption = (f"goal create_many ≥ {cr['goal_ratio']}x create(): {'met' if cr['goal_met'] else 'MISSED'}; "
                   "one_statement = unnest + LATERAL checkpoint_create; plain_insert = no function, no event")
 
@@ -506,7 +548,20 @@ def render(result: dict[str, Any]) -> list[Table]:
     for key in ("rtt_us", "begin_us", "statement_us", "commit_us"):
         bt.add_row(key.removesuffix("_us"), _f(bd[key]["p50_us"]), _f(bd[key]["p99_us"]))
     bt.add_row("create() through the client", _f(cr["single"]["call"]["p50_us"]), _f(cr["single"]["call"]["p99_us"]))
-    bt.caption = "rtt = prepared select 1; commit includes the WAL flush"
+    bt.caption = (f"rtt = prepared select 1; commit includes the WAL flush; building the query: "
+                  f"{_f(bd['compose_us'])} µs client CPU per call")
+
+    tables = [ct, bt]
+    sf = cr["server_functions"]
+    if sf:
+        ft = Table(title=f"Server time of one checkpoint_create ({_f(sf['statement_us_per_checkpoint'])} µs "
+                         "per checkpoint in one statement), by function")
+        for col in ("function", "calls", "self µs", "total µs"):
+            ft.add_column(col, justify="left" if col == "function" else "right")
+        for name, f in sf["functions"].items():
+            ft.add_row(name, _f(f["calls"]), _f(f["self_us"]), _f(f["total_us"]))
+        ft.caption = "track_functions = all; per checkpoint created"
+        tables.append(ft)
 
     data = result["data"]
     info = Table(title=f"bench checkpoints: {data['rows']:,} rows, now = {result['now']}")
@@ -539,4 +594,4 @@ def render(result: dict[str, Any]) -> list[Table]:
     plans.add_row("checkpoint_query, events on (nested statements)", reads["events_on"]["explain"])
     plans.add_row("checkpoint_query, events off (nested statements)", reads["events_off"]["explain"])
     plans.add_row("index-only variant (index columns, no expiry filter)", reads["explain_index_only_variant"])
-    return [ct, bt, info, rt, plans]
+    return [*tables, info, rt, plans]
