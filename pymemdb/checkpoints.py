@@ -9,7 +9,6 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
-from psycopg.rows import class_row
 from psycopg.types.json import Jsonb
 
 from pymemdb._sql import fn, given
@@ -30,6 +29,9 @@ CHECKPOINT_CREATE = fn(
     ("p_description", "text"), ("p_metadata", "jsonb"), ("p_tags", "text[]"), ("p_retention_days", "integer"),
     ("p_now", "timestamptz"),
     result=Checkpoint,
+)
+CHECKPOINT_CREATE_MANY = fn(
+    "checkpoint_create_many", ("p_checkpoints", "jsonb"), ("p_now", "timestamptz"), result=Checkpoint, returns="many"
 )
 CHECKPOINT_GET = fn("checkpoint_get", ("p_id", "uuid"), ("p_now", "timestamptz"), result=Checkpoint)
 CHECKPOINT_QUERY = fn(
@@ -78,6 +80,16 @@ class NewCheckpoint:
     now: datetime | None = None
 
 
+def _create_item(c: NewCheckpoint) -> dict[str, Any]:
+    """One element of checkpoint_create_many's JSON array."""
+    item: dict[str, Any] = {"session_id": c.session_id, "user_id": c.user_id, "type": c.type, "title": c.title,
+                            "data": c.data}
+    optional = {"description": c.description, "metadata": c.metadata, "tags": list(c.tags) or None,
+                "retention_days": c.retention_days, "now": c.now.isoformat() if c.now else None}
+    item.update({k: v for k, v in optional.items() if v is not None})
+    return item
+
+
 def _create_args(c: NewCheckpoint) -> dict[str, Any]:
     return given(
         p_session_id=c.session_id, p_user_id=c.user_id, p_type=c.type, p_title=c.title, p_data=Jsonb(c.data),
@@ -108,21 +120,14 @@ class Checkpoints:
         new = NewCheckpoint(session_id, user_id, type, title, data, description, metadata, tags, retention_days, now)
         return self._db.call(CHECKPOINT_CREATE, **_create_args(new))  # type: ignore[no-any-return]
 
-    def create_many(self, checkpoints: Iterable[NewCheckpoint]) -> builtins.list[Checkpoint]:
-        """memori.checkpoint_create for many checkpoints in one transaction, pipelined (all or nothing)."""
-        created: builtins.list[Checkpoint] = []
-        with self._db.connection() as conn, conn.transaction(), conn.pipeline():
-            cursors = []
-            for new in checkpoints:
-                args = _create_args(new)
-                cur = conn.cursor(row_factory=class_row(Checkpoint))
-                cur.execute(CHECKPOINT_CREATE.query(args), args)
-                cursors.append(cur)
-            for cur in cursors:
-                row = cur.fetchone()
-                assert row is not None
-                created.append(row)
-        return created
+    def create_many(
+        self, checkpoints: Iterable[NewCheckpoint], *, now: datetime | None = None
+    ) -> builtins.list[Checkpoint]:
+        """memori.checkpoint_create_many: up to 10000 checkpoints in one statement, all or nothing, in order."""
+        items = [_create_item(c) for c in checkpoints]
+        return self._db.call(  # type: ignore[no-any-return]
+            CHECKPOINT_CREATE_MANY, **given(p_checkpoints=Jsonb(items), p_now=now)
+        )
 
     def get(self, checkpoint_id: UUID | str, *, now: datetime | None = None) -> Checkpoint | None:
         """memori.checkpoint_get: None when missing or expired."""

@@ -80,6 +80,55 @@ set search_path = pg_catalog, memori, pg_temp;
 comment on function memori._check_batch(integer, integer) is 'Validate cleanup batch size (1..100000) and row cap (NULL or >= 0); raises PM001.';
 
 -------------------------------------------------------------------------------
+-- _event_notify: tell LISTEN memori_events about a stored event
+create or replace function memori._event_notify(p_id bigint, p_event_type text, p_at timestamptz, p_payload jsonb)
+returns void
+as $func$
+declare
+  v_message text;
+begin
+  if coalesce(memori._setting('events.notify'), 'true'::jsonb) <> 'true'::jsonb then
+    return;
+  end if;
+  v_message := jsonb_build_object('id', p_id, 'type', p_event_type, 'occurred_at', p_at, 'payload', p_payload)::text;
+  -- NOTIFY payloads are limited to 8000 bytes: large payloads are sent
+  -- without their body, listeners read it from memori.events by id.
+  if octet_length(v_message) > 7900 then
+    v_message := jsonb_build_object('id', p_id, 'type', p_event_type, 'occurred_at', p_at, 'truncated', true)::text;
+  end if;
+  perform pg_notify('memori_events', v_message);
+end
+$func$ language plpgsql volatile security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._event_notify(bigint, text, timestamptz, jsonb) is 'pg_notify one stored event on channel memori_events (without its payload when over NOTIFY''s limit), unless events.notify is false.';
+
+-------------------------------------------------------------------------------
+-- _event_emit_many: store events of one type and tell listeners
+create or replace function memori._event_emit_many(p_event_type text, p_payloads jsonb[], p_now timestamptz default now())
+returns void
+as $func$
+declare
+  v_retention interval;
+  v_event     record;
+begin
+  select retention into v_retention
+    from memori.retention_policies
+   where table_name = 'events' and kind in (p_event_type, '*')
+   order by (kind = p_event_type) desc
+   limit 1;
+  for v_event in
+    insert into memori.events (event_type, occurred_at, payload, expires_at)
+    select p_event_type, p_now, coalesce(x, '{}'::jsonb), p_now + v_retention from unnest(p_payloads) x
+    returning id, payload
+  loop
+    perform memori._event_notify(v_event.id, p_event_type, p_now, v_event.payload);
+  end loop;
+end
+$func$ language plpgsql volatile security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._event_emit_many(text, jsonb[], timestamptz) is 'Append events of one type to memori.events (expiring per their retention policy) and pg_notify each.';
+
+-------------------------------------------------------------------------------
 -- _event_emit: store an event and tell listeners
 create or replace function memori._event_emit(p_event_type text, p_payload jsonb, p_now timestamptz default now())
 returns bigint
@@ -87,7 +136,6 @@ as $func$
 declare
   v_id        bigint;
   v_retention interval;
-  v_message   text;
 begin
   select retention into v_retention
     from memori.retention_policies
@@ -98,16 +146,7 @@ begin
   insert into memori.events (event_type, occurred_at, payload, expires_at)
   values (p_event_type, p_now, coalesce(p_payload, '{}'::jsonb), p_now + v_retention)
   returning id into v_id;
-
-  if coalesce(memori._setting('events.notify'), 'true'::jsonb) = 'true'::jsonb then
-    v_message := jsonb_build_object('id', v_id, 'type', p_event_type, 'occurred_at', p_now, 'payload', p_payload)::text;
-    -- NOTIFY payloads are limited to 8000 bytes: large payloads are sent
-    -- without their body, listeners read it from memori.events by id.
-    if octet_length(v_message) > 7900 then
-      v_message := jsonb_build_object('id', v_id, 'type', p_event_type, 'occurred_at', p_now, 'truncated', true)::text;
-    end if;
-    perform pg_notify('memori_events', v_message);
-  end if;
+  perform memori._event_notify(v_id, p_event_type, p_now, p_payload);
   return v_id;
 end
 $func$ language plpgsql volatile security invoker

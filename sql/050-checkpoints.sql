@@ -140,23 +140,24 @@ set search_path = pg_catalog, memori, pg_temp;
 comment on function memori._checkpoint_compressed(uuid, integer, timestamptz) is 'Emit checkpoint.compressed (raw and stored bytes) when data is above the compression threshold.';
 
 -------------------------------------------------------------------------------
--- checkpoint_create: a typed checkpoint with its type's priority and retention
-create or replace function memori.checkpoint_create(
+-- _checkpoint_prepare: a validated checkpoint row, not yet inserted
+-- The one place the rules of a new checkpoint live (checkpoint_create and
+-- checkpoint_create_many both insert what it returns).
+create or replace function memori._checkpoint_prepare(
   p_session_id     text,
   p_user_id        text,
   p_type           text,
   p_title          text,
   p_data           jsonb,
-  p_description    text default null,
-  p_metadata       jsonb default '{}'::jsonb,
-  p_tags           text[] default '{}',
-  p_retention_days integer default null,
-  p_now            timestamptz default now()
+  p_description    text,
+  p_metadata       jsonb,
+  p_tags           text[],
+  p_retention_days integer,
+  p_now            timestamptz
 ) returns memori.checkpoints
 as $func$
 declare
   v_policy    memori.retention_policies := memori._checkpoint_policy(p_type);
-  v_bytes     integer;
   v_retention integer;
   v_max       integer := coalesce(memori._setting('checkpoint.max_retention_days')::integer, 365);
   v_row       memori.checkpoints;
@@ -164,7 +165,7 @@ begin
   perform memori._check_identifier('session id', p_session_id);
   perform memori._check_identifier('user id', p_user_id);
   perform memori._check_identifier('title', p_title, 500);
-  v_bytes := memori._check_checkpoint_data(p_data);
+  perform memori._check_checkpoint_data(p_data);
   if p_description is not null and length(p_description) > 10000 then
     perform memori._invalid('description is longer than 10000 characters', 'Shorten the description; put details in data.');
   end if;
@@ -182,24 +183,130 @@ begin
   end if;
   v_retention := coalesce(p_retention_days, extract(day from v_policy.retention)::integer,
                           coalesce(memori._setting('checkpoint.default_retention_days')::integer, 90));
+  v_row := (gen_random_uuid(), p_session_id, p_user_id, p_type, p_title, p_description, p_data,
+            memori._check_metadata(p_metadata), coalesce(p_tags, '{}'), v_policy.priority, v_retention,
+            coalesce(memori._setting('checkpoint.preserve_important')::boolean, true), 1, p_now, p_now,
+            p_now + make_interval(days => v_retention), '{}'::jsonb);
+  return v_row;
+end
+$func$ language plpgsql volatile security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._checkpoint_prepare(text, text, text, text, jsonb, text, jsonb, text[], integer, timestamptz) is 'Validate a new checkpoint and compute its policy fields; returns the row to insert (PM001/PM003/PM004).';
 
-  insert into memori.checkpoints (session_id, user_id, checkpoint_type, title, description, data, metadata, tags,
-                                  priority, retention_days, preserve_important, created_at, updated_at, expires_at)
-  values (p_session_id, p_user_id, p_type, p_title, p_description, p_data,
-          memori._check_metadata(p_metadata), coalesce(p_tags, '{}'), v_policy.priority, v_retention,
-          coalesce(memori._setting('checkpoint.preserve_important')::boolean, true),
-          p_now, p_now, p_now + make_interval(days => v_retention))
-  returning * into v_row;
+-------------------------------------------------------------------------------
+-- _checkpoints_created: events for checkpoints just inserted
+create or replace function memori._checkpoints_created(p_rows memori.checkpoints[], p_now timestamptz) returns void
+as $func$
+declare
+  v_threshold integer := coalesce(memori._setting('checkpoint.compression_threshold_bytes')::integer, 5000);
+  v_big       record;
+begin
+  perform memori._event_emit_many('checkpoint.created',
+            array(select jsonb_build_object('checkpoint_id', c.id, 'session_id', c.session_id, 'user_id', c.user_id,
+                                            'checkpoint_type', c.checkpoint_type, 'expires_at', c.expires_at)
+                    from unnest(p_rows) c), p_now);
+  for v_big in select c.id, octet_length(c.data::text) as raw from unnest(p_rows) c
+                where octet_length(c.data::text) > v_threshold loop
+    perform memori._checkpoint_compressed(v_big.id, v_big.raw, p_now);
+  end loop;
+end
+$func$ language plpgsql volatile security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._checkpoints_created(memori.checkpoints[], timestamptz) is 'Emit checkpoint.created (and checkpoint.compressed for large data) for inserted checkpoints.';
 
-  perform memori._event_emit('checkpoint.created',
-            jsonb_build_object('checkpoint_id', v_row.id, 'session_id', p_session_id, 'user_id', p_user_id,
-                               'checkpoint_type', p_type, 'expires_at', v_row.expires_at), p_now);
-  perform memori._checkpoint_compressed(v_row.id, v_bytes, p_now);
+-------------------------------------------------------------------------------
+-- checkpoint_create: a typed checkpoint with its type's priority and retention
+create or replace function memori.checkpoint_create(
+  p_session_id     text,
+  p_user_id        text,
+  p_type           text,
+  p_title          text,
+  p_data           jsonb,
+  p_description    text default null,
+  p_metadata       jsonb default '{}'::jsonb,
+  p_tags           text[] default '{}',
+  p_retention_days integer default null,
+  p_now            timestamptz default now()
+) returns memori.checkpoints
+as $func$
+declare
+  v_row memori.checkpoints := memori._checkpoint_prepare(p_session_id, p_user_id, p_type, p_title, p_data,
+                                                         p_description, p_metadata, p_tags, p_retention_days, p_now);
+begin
+  insert into memori.checkpoints select (v_row).* returning * into v_row;
+  perform memori._checkpoints_created(array[v_row], p_now);
   return v_row;
 end
 $func$ language plpgsql volatile security invoker
 set search_path = pg_catalog, memori, pg_temp;
 comment on function memori.checkpoint_create(text, text, text, text, jsonb, text, jsonb, text[], integer, timestamptz) is 'Create a checkpoint; priority and retention come from its type''s policy unless p_retention_days overrides (up to the maximum).';
+
+-------------------------------------------------------------------------------
+-- _checkpoint_prepare_item: one element of checkpoint_create_many's list
+create or replace function memori._checkpoint_prepare_item(p_item jsonb, p_n bigint, p_now timestamptz)
+returns memori.checkpoints
+as $func$
+declare
+  v_extra text;
+  v_state text;
+  v_msg   text;
+  v_hint  text;
+begin
+  if jsonb_typeof(p_item) <> 'object' then
+    perform memori._invalid('not a JSON object', 'Each checkpoint is an object with session_id, user_id, type, title, data.');
+  end if;
+  select string_agg(k, ', ') into v_extra from jsonb_object_keys(p_item) k
+   where k not in ('session_id', 'user_id', 'type', 'title', 'data', 'description', 'metadata', 'tags',
+                   'retention_days', 'now');
+  if v_extra is not null then
+    perform memori._invalid(format('unknown field(s) %s', v_extra),
+                            'Fields: session_id, user_id, type, title, data, description, metadata, tags, retention_days, now.');
+  end if;
+  return memori._checkpoint_prepare(
+    p_item->>'session_id', p_item->>'user_id', p_item->>'type', p_item->>'title', p_item->'data',
+    p_item->>'description', coalesce(p_item->'metadata', '{}'::jsonb),
+    case when p_item ? 'tags' then array(select jsonb_array_elements_text(p_item->'tags')) end,
+    (p_item->>'retention_days')::integer, coalesce((p_item->>'now')::timestamptz, p_now));
+exception when others then
+  -- say which checkpoint of the list was wrong, keeping the code and hint
+  get stacked diagnostics v_state = returned_sqlstate, v_msg = message_text, v_hint = pg_exception_hint;
+  raise exception 'checkpoint % of the list: %', p_n, v_msg
+    using errcode = v_state, hint = coalesce(nullif(v_hint, ''), 'Fix that checkpoint; nothing was written.');
+end
+$func$ language plpgsql volatile security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._checkpoint_prepare_item(jsonb, bigint, timestamptz) is 'Validate element n of checkpoint_create_many''s list (errors name the element).';
+
+-------------------------------------------------------------------------------
+-- checkpoint_create_many: many checkpoints in one statement, all or nothing
+create or replace function memori.checkpoint_create_many(p_checkpoints jsonb, p_now timestamptz default now())
+returns setof memori.checkpoints
+as $func$
+declare
+  v_rows memori.checkpoints[];
+begin
+  if p_checkpoints is null or jsonb_typeof(p_checkpoints) <> 'array' then
+    perform memori._invalid('checkpoints must be a JSON array of objects',
+                            'Pass [{"session_id": ..., "user_id": ..., "type": ..., "title": ..., "data": {...}}, ...].');
+  end if;
+  if jsonb_array_length(p_checkpoints) > 10000 then
+    perform memori._invalid(format('%s checkpoints in one call; the limit is 10000', jsonb_array_length(p_checkpoints)),
+                            'Split the list into calls of at most 10000.');
+  end if;
+  -- one aggregate, not a loop of array appends (each append copies the array)
+  select coalesce(array_agg(memori._checkpoint_prepare_item(t.e, t.n, p_now) order by t.n), '{}')
+    into v_rows
+    from jsonb_array_elements(p_checkpoints) with ordinality t(e, n);
+
+  insert into memori.checkpoints select r.* from unnest(v_rows) r;
+  perform memori._checkpoints_created(v_rows, p_now);
+  -- in the order given (the trigger filled pxyz: read the rows back)
+  return query
+    select c.* from unnest(v_rows) with ordinality r join memori.checkpoints c on c.id = r.id order by r.ordinality;
+end
+$func$ language plpgsql volatile security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori.checkpoint_create_many(jsonb, timestamptz) is 'Create up to 10000 checkpoints from a JSON array in one statement (same rules as checkpoint_create); all or nothing, returned in the order given.';
 
 -------------------------------------------------------------------------------
 -- _checkpoint_queried: the checkpoint.queried event, unless switched off
@@ -279,6 +386,9 @@ begin
                                                  'checkpoint_type', p_type, 'tags', p_tags)), v_count, p_now);
 end
 $func$ language plpgsql volatile security invoker
+-- optional filters ("p_x is null or col = p_x"): only a plan made for the
+-- values given uses the right index; a generic cached plan scans the table
+set plan_cache_mode = force_custom_plan
 set search_path = pg_catalog, memori, pg_temp;
 comment on function memori.checkpoint_query(text, text, text, timestamptz, timestamptz, text[], boolean, integer, timestamptz) is 'Checkpoints by session, user, type, time range [p_from, p_to) and tags (all given), newest first; unexpired unless p_include_expired.';
 

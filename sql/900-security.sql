@@ -117,6 +117,7 @@ begin
                              memori.session_checkpoint_save(text, text, text, jsonb, timestamptz),
                              memori.memory_save(text, text, text, jsonb, interval, text, timestamptz),
                              memori.checkpoint_create(text, text, text, text, jsonb, text, jsonb, text[], integer, timestamptz),
+                             memori.checkpoint_create_many(jsonb, timestamptz),
                              memori.checkpoint_update(uuid, jsonb, timestamptz),
                              memori.checkpoint_preserve(uuid, boolean),
                              memori.checkpoint_auto(text, text, text, jsonb, timestamptz),

@@ -350,3 +350,21 @@ def test_version_reconstruction_property(conn: psycopg.Connection, history: list
     assert kept == list(range(len(history), max(len(history) - keep, 0), -1))
     for v in kept:
         assert value(conn, "select memori.checkpoint_at_version(%s, %s)", (cid, v)) == history[v - 1]
+
+
+def test_create_many_validates_each_and_writes_all_or_nothing(conn: psycopg.Connection) -> None:
+    items = [{"session_id": "s1", "user_id": "u", "type": t, "title": f"c{i}", "data": {"i": i}, "tags": ["x"]}
+             for i, t in enumerate(["manual", "automatic", "milestone"])]
+    made = rows(conn, "select * from memori.checkpoint_create_many(%s, %s)", (Jsonb(items), T0))
+    assert [(r["title"], r["priority"], r["retention_days"]) for r in made] == [
+        ("c0", 8, 90), ("c1", 5, 30), ("c2", 10, 365)]
+    assert all(r["pxyz"]["operation"] == "created" and r["tags"] == ["x"] for r in made)
+    assert len(events(conn, "checkpoint.created")) == 3
+    bad = [*items, {"session_id": "s1", "user_id": "u", "type": "weekly", "title": "t", "data": {}}]
+    err = assert_sqlstate(conn, "PM004", "select * from memori.checkpoint_create_many(%s)", (Jsonb(bad),))
+    assert "checkpoint 4 of the list" in err.diag.message_primary  # type: ignore[operator]
+    assert_sqlstate(conn, "PM001", "select * from memori.checkpoint_create_many(%s)",
+                    (Jsonb([{**items[0], "sesion_id": "typo"}]),))
+    assert_sqlstate(conn, "PM001", "select * from memori.checkpoint_create_many('{}')")
+    assert_sqlstate(conn, "PM001", "select * from memori.checkpoint_create_many(%s)", (Jsonb([1] * 10001),))
+    assert value(conn, "select count(*) from memori.checkpoints") == 3

@@ -48,7 +48,7 @@ def upgrade() -> None:
           check (version >= 1)
         );
         -- latest per session (and the session's history), newest first
-        create index idx_checkpoints_session_time on memori.checkpoints (session_id, created_at desc, id);
+        create index idx_checkpoints_session_time on memori.checkpoints (session_id, created_at desc, id desc);
         create index idx_checkpoints_user_time on memori.checkpoints (user_id, created_at desc);
         create index idx_checkpoints_type_time on memori.checkpoints (checkpoint_type, created_at desc);
         create index idx_checkpoints_expires_at on memori.checkpoints (expires_at) where expires_at is not null;
