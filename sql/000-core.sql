@@ -38,22 +38,34 @@ set search_path = pg_catalog, memori, pg_temp;
 comment on function memori._invalid(text, text) is 'Raise PM001 (invalid argument) with a message and a hint.';
 
 -------------------------------------------------------------------------------
+-- _identifier_problem: why a required identifier is invalid (NULL when valid)
+create or replace function memori._identifier_problem(p_name text, p_value text, p_max_length integer default 256)
+returns text[]
+as $func$
+  select case
+    when p_value is null or btrim(p_value) = '' then
+      array[format('%s must not be empty', p_name), format('Pass a non-empty %s.', p_name)]
+    when length(p_value) > p_max_length then
+      array[format('%s is %s characters long; the limit is %s', p_name, length(p_value), p_max_length),
+            format('Use a shorter %s.', p_name)]
+    when p_value ~ '[[:cntrl:]]' then
+      array[format('%s contains control characters', p_name),
+            format('Remove tabs, newlines and other control characters from %s.', p_name)]
+  end
+$func$ language sql immutable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._identifier_problem(text, text, integer) is 'The rule for identifier arguments (non-empty, bounded, no control characters): {message, hint} when broken, else NULL.';
+
+-------------------------------------------------------------------------------
 -- _check_identifier: a required, printable, bounded text argument
 create or replace function memori._check_identifier(p_name text, p_value text, p_max_length integer default 256)
 returns text
 as $func$
+declare
+  v_problem text[] := memori._identifier_problem(p_name, p_value, p_max_length);
 begin
-  if p_value is null or btrim(p_value) = '' then
-    perform memori._invalid(format('%s must not be empty', p_name),
-                            format('Pass a non-empty %s.', p_name));
-  end if;
-  if length(p_value) > p_max_length then
-    perform memori._invalid(format('%s is %s characters long; the limit is %s', p_name, length(p_value), p_max_length),
-                            format('Use a shorter %s.', p_name));
-  end if;
-  if p_value ~ '[[:cntrl:]]' then
-    perform memori._invalid(format('%s contains control characters', p_name),
-                            format('Remove tabs, newlines and other control characters from %s.', p_name));
+  if v_problem is not null then
+    perform memori._invalid(v_problem[1], v_problem[2]);
   end if;
   return p_value;
 end
@@ -80,27 +92,34 @@ set search_path = pg_catalog, memori, pg_temp;
 comment on function memori._check_batch(integer, integer) is 'Validate cleanup batch size (1..100000) and row cap (NULL or >= 0); raises PM001.';
 
 -------------------------------------------------------------------------------
+-- _event_message: the NOTIFY text of a stored event
+create or replace function memori._event_message(p_id bigint, p_event_type text, p_at timestamptz, p_payload jsonb)
+returns text
+as $func$
+  -- NOTIFY payloads are limited to 8000 bytes: large payloads are sent
+  -- without their body, listeners read it from memori.events by id.
+  select case when octet_length(m) > 7900
+              then jsonb_build_object('id', p_id, 'type', p_event_type, 'occurred_at', p_at, 'truncated', true)::text
+              else m end
+    from (select jsonb_build_object('id', p_id, 'type', p_event_type, 'occurred_at', p_at,
+                                    'payload', p_payload)::text as m) x
+$func$ language sql immutable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._event_message(bigint, text, timestamptz, jsonb) is 'The pg_notify text of an event (without its payload when over NOTIFY''s limit).';
+
+-------------------------------------------------------------------------------
 -- _event_notify: tell LISTEN memori_events about a stored event
 create or replace function memori._event_notify(p_id bigint, p_event_type text, p_at timestamptz, p_payload jsonb)
 returns void
 as $func$
-declare
-  v_message text;
 begin
-  if coalesce(memori._setting('events.notify'), 'true'::jsonb) <> 'true'::jsonb then
-    return;
+  if coalesce(memori._setting('events.notify'), 'true'::jsonb) = 'true'::jsonb then
+    perform pg_notify('memori_events', memori._event_message(p_id, p_event_type, p_at, p_payload));
   end if;
-  v_message := jsonb_build_object('id', p_id, 'type', p_event_type, 'occurred_at', p_at, 'payload', p_payload)::text;
-  -- NOTIFY payloads are limited to 8000 bytes: large payloads are sent
-  -- without their body, listeners read it from memori.events by id.
-  if octet_length(v_message) > 7900 then
-    v_message := jsonb_build_object('id', p_id, 'type', p_event_type, 'occurred_at', p_at, 'truncated', true)::text;
-  end if;
-  perform pg_notify('memori_events', v_message);
 end
 $func$ language plpgsql volatile security invoker
 set search_path = pg_catalog, memori, pg_temp;
-comment on function memori._event_notify(bigint, text, timestamptz, jsonb) is 'pg_notify one stored event on channel memori_events (without its payload when over NOTIFY''s limit), unless events.notify is false.';
+comment on function memori._event_notify(bigint, text, timestamptz, jsonb) is 'pg_notify one stored event on channel memori_events, unless events.notify is false.';
 
 -------------------------------------------------------------------------------
 -- _event_emit_many: store events of one type and tell listeners
@@ -109,20 +128,23 @@ returns void
 as $func$
 declare
   v_retention interval;
-  v_event     record;
+  v_notify    boolean := coalesce(memori._setting('events.notify'), 'true'::jsonb) = 'true'::jsonb;
+  v_sent      bigint;
 begin
   select retention into v_retention
     from memori.retention_policies
    where table_name = 'events' and kind in (p_event_type, '*')
    order by (kind = p_event_type) desc
    limit 1;
-  for v_event in
+  with stored as (
     insert into memori.events (event_type, occurred_at, payload, expires_at)
     select p_event_type, p_now, coalesce(x, '{}'::jsonb), p_now + v_retention from unnest(p_payloads) x
     returning id, payload
-  loop
-    perform memori._event_notify(v_event.id, p_event_type, p_now, v_event.payload);
-  end loop;
+  )
+  select count(pg_notify('memori_events', memori._event_message(stored.id, p_event_type, p_now, stored.payload)))
+         filter (where v_notify)
+    into v_sent
+    from stored;
 end
 $func$ language plpgsql volatile security invoker
 set search_path = pg_catalog, memori, pg_temp;

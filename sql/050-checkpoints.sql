@@ -140,58 +140,130 @@ set search_path = pg_catalog, memori, pg_temp;
 comment on function memori._checkpoint_compressed(uuid, integer, timestamptz) is 'Emit checkpoint.compressed (raw and stored bytes) when data is above the compression threshold.';
 
 -------------------------------------------------------------------------------
--- _checkpoint_prepare: a validated checkpoint row, not yet inserted
--- The one place the rules of a new checkpoint live (checkpoint_create and
--- checkpoint_create_many both insert what it returns).
-create or replace function memori._checkpoint_prepare(
-  p_session_id     text,
-  p_user_id        text,
-  p_type           text,
-  p_title          text,
-  p_data           jsonb,
-  p_description    text,
-  p_metadata       jsonb,
-  p_tags           text[],
-  p_retention_days integer,
-  p_now            timestamptz
-) returns memori.checkpoints
+-- _checkpoint_item_problem: the first rule a new checkpoint breaks
+-- The rules of a new checkpoint, in one place: {sqlstate, message, hint}, or
+-- NULL when the item is valid. An SQL CASE, so a list of thousands is checked
+-- in one statement.
+create or replace function memori._checkpoint_item_problem(
+  p_item          jsonb,
+  p_known_type    boolean,
+  p_max_retention integer,
+  p_max_bytes     integer
+) returns text[]
+as $func$
+  select case
+    when jsonb_typeof(p_item) is distinct from 'object' then
+      array['PM001', 'not a JSON object', 'Each checkpoint is an object with session_id, user_id, type, title, data.']
+    when exists (select 1 from jsonb_object_keys(p_item) k
+                  where k not in ('session_id', 'user_id', 'type', 'title', 'data', 'description', 'metadata',
+                                  'tags', 'retention_days', 'now')) then
+      array['PM001',
+            'unknown field(s) ' || (select string_agg(k, ', ') from jsonb_object_keys(p_item) k
+                                     where k not in ('session_id', 'user_id', 'type', 'title', 'data', 'description',
+                                                     'metadata', 'tags', 'retention_days', 'now')),
+            'Fields: session_id, user_id, type, title, data, description, metadata, tags, retention_days, now.']
+    when not p_known_type then
+      array['PM004', format('unknown checkpoint type %s', coalesce(quote_literal(p_item->>'type'), 'NULL')), null]
+    when memori._identifier_problem('session id', p_item->>'session_id') is not null then
+      array['PM001'] || memori._identifier_problem('session id', p_item->>'session_id')
+    when memori._identifier_problem('user id', p_item->>'user_id') is not null then
+      array['PM001'] || memori._identifier_problem('user id', p_item->>'user_id')
+    when memori._identifier_problem('title', p_item->>'title', 500) is not null then
+      array['PM001'] || memori._identifier_problem('title', p_item->>'title', 500)
+    when jsonb_typeof(p_item->'data') is distinct from 'object' then
+      array['PM001', format('checkpoint data must be a JSON object, got %s', coalesce(jsonb_typeof(p_item->'data'), 'NULL')),
+            'Pass the session state as {"key": value, ...}.']
+    when octet_length((p_item->'data')::text) > p_max_bytes then
+      array['PM003', format('checkpoint data is %s bytes; the limit is %s bytes', octet_length((p_item->'data')::text), p_max_bytes),
+            'Keep large artifacts outside and reference them, or raise memori.settings checkpoint.max_data_bytes.']
+    when coalesce(jsonb_typeof(p_item->'description'), 'null') not in ('string', 'null')
+         or length(p_item->>'description') > 10000 then
+      array['PM001', 'description must be a string of at most 10000 characters', 'Shorten the description; put details in data.']
+    when coalesce(jsonb_typeof(p_item->'metadata'), 'null') not in ('object', 'null') then
+      array['PM001', format('metadata must be a JSON object, got %s', jsonb_typeof(p_item->'metadata')),
+            'Pass metadata as {"key": value}, or omit it.']
+    when coalesce(jsonb_typeof(p_item->'tags'), 'null') <> 'null'
+         and (jsonb_typeof(p_item->'tags') <> 'array' or jsonb_array_length(p_item->'tags') > 50
+              or exists (select 1 from jsonb_array_elements(p_item->'tags') t
+                          where jsonb_typeof(t) <> 'string' or btrim(t #>> '{}') = '' or length(t #>> '{}') > 64)) then
+      array['PM001', 'tags must be at most 50 non-empty strings of at most 64 characters',
+            'Pass tags such as {"release", "api"}.']
+    when coalesce(jsonb_typeof(p_item->'retention_days'), 'null') <> 'null'
+         and (jsonb_typeof(p_item->'retention_days') <> 'number'
+              or (p_item->>'retention_days')::numeric <> trunc((p_item->>'retention_days')::numeric)
+              or (p_item->>'retention_days')::numeric not between 1 and p_max_retention) then
+      array['PM001', format('retention of %s days is outside 1..%s', p_item->>'retention_days', p_max_retention),
+            format('Pass at most %s days (memori.settings checkpoint.max_retention_days), or omit it to use the type''s policy.',
+                   p_max_retention)]
+    when coalesce(jsonb_typeof(p_item->'now'), 'null') not in ('string', 'null') then
+      array['PM001', 'now must be a timestamp string', 'Pass an ISO 8601 time such as 2026-11-22T09:00:00Z, or omit it.']
+  end
+$func$ language sql stable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._checkpoint_item_problem(jsonb, boolean, integer, integer) is 'The rules of a new checkpoint: {sqlstate, message, hint} of the first one an item breaks, NULL when valid.';
+
+-------------------------------------------------------------------------------
+-- _checkpoints_insert: validate a list of new checkpoints, insert them all
+create or replace function memori._checkpoints_insert(p_items jsonb, p_now timestamptz, p_in_list boolean)
+returns setof memori.checkpoints
 as $func$
 declare
-  v_policy    memori.retention_policies := memori._checkpoint_policy(p_type);
-  v_retention integer;
-  v_max       integer := coalesce(memori._setting('checkpoint.max_retention_days')::integer, 365);
-  v_row       memori.checkpoints;
+  v_cfg  record;
+  v_bad  record;
+  v_rows memori.checkpoints[];
 begin
-  perform memori._check_identifier('session id', p_session_id);
-  perform memori._check_identifier('user id', p_user_id);
-  perform memori._check_identifier('title', p_title, 500);
-  perform memori._check_checkpoint_data(p_data);
-  if p_description is not null and length(p_description) > 10000 then
-    perform memori._invalid('description is longer than 10000 characters', 'Shorten the description; put details in data.');
-  end if;
-  if p_tags is not null and (cardinality(p_tags) > 50
-     or exists (select 1 from unnest(p_tags) t where t is null or btrim(t) = '' or length(t) > 64)) then
-    perform memori._invalid('tags must be at most 50 non-empty strings of at most 64 characters',
-                            'Pass tags such as {"release", "api"}.');
-  end if;
-  if p_retention_days is not null and (p_retention_days < 1 or p_retention_days > v_max) then
-    perform memori._invalid(format('retention of %s days is outside 1..%s', p_retention_days, v_max),
-                            format('Pass at most %s days (memori.settings checkpoint.max_retention_days), or omit it to use the %s policy.', v_max, p_type));
-  end if;
   if p_now is null then
     perform memori._invalid('p_now must not be NULL', 'Omit p_now to use the current time.');
   end if;
-  v_retention := coalesce(p_retention_days, extract(day from v_policy.retention)::integer,
-                          coalesce(memori._setting('checkpoint.default_retention_days')::integer, 90));
-  v_row := (gen_random_uuid(), p_session_id, p_user_id, p_type, p_title, p_description, p_data,
-            memori._check_metadata(p_metadata), coalesce(p_tags, '{}'), v_policy.priority, v_retention,
-            coalesce(memori._setting('checkpoint.preserve_important')::boolean, true), 1, p_now, p_now,
-            p_now + make_interval(days => v_retention), '{}'::jsonb);
-  return v_row;
+  select coalesce(max(value::text) filter (where key = 'checkpoint.max_retention_days'), '365')::integer as max_retention,
+         coalesce(max(value::text) filter (where key = 'checkpoint.default_retention_days'), '90')::integer as default_retention,
+         coalesce(max(value::text) filter (where key = 'checkpoint.max_data_bytes'), '1048576')::integer as max_bytes,
+         coalesce(max(value::text) filter (where key = 'checkpoint.preserve_important'), 'true')::boolean as preserve
+    into v_cfg
+    from memori.settings where key like 'checkpoint.%';
+
+  -- the first broken rule, in list order: nothing is written
+  select t.n, memori._checkpoint_item_problem(t.e, pol.kind is not null, v_cfg.max_retention, v_cfg.max_bytes) as problem
+    into v_bad
+    from jsonb_array_elements(p_items) with ordinality t(e, n)
+    left join memori.retention_policies pol
+      on pol.table_name = 'checkpoints' and pol.kind <> '*' and pol.kind = t.e->>'type'
+   where memori._checkpoint_item_problem(t.e, pol.kind is not null, v_cfg.max_retention, v_cfg.max_bytes) is not null
+   order by t.n
+   limit 1;
+  if found then
+    raise exception '%', case when p_in_list then format('checkpoint %s of the list: %s', v_bad.n, v_bad.problem[2])
+                              else v_bad.problem[2] end
+      using errcode = v_bad.problem[1],
+            hint = coalesce(v_bad.problem[3],
+                            'Use one of: ' || (select string_agg(kind, ', ' order by priority) from memori.retention_policies
+                                                where table_name = 'checkpoints' and kind <> '*') || '.');
+  end if;
+
+  with inserted as (
+    insert into memori.checkpoints (session_id, user_id, checkpoint_type, title, description, data, metadata, tags,
+                                    priority, retention_days, preserve_important, created_at, updated_at, expires_at)
+    select t.e->>'session_id', t.e->>'user_id', pol.kind, t.e->>'title', t.e->>'description', t.e->'data',
+           coalesce(nullif(t.e->'metadata', 'null'::jsonb), '{}'::jsonb),
+           coalesce(array(select jsonb_array_elements_text(nullif(t.e->'tags', 'null'::jsonb))), '{}'),
+           pol.priority, r.days, v_cfg.preserve, r.at, r.at, r.at + make_interval(days => r.days)
+      from jsonb_array_elements(p_items) with ordinality t(e, n)
+      join memori.retention_policies pol
+        on pol.table_name = 'checkpoints' and pol.kind <> '*' and pol.kind = t.e->>'type'
+     cross join lateral (select coalesce((t.e->>'retention_days')::integer, extract(day from pol.retention)::integer,
+                                         v_cfg.default_retention) as days,
+                                coalesce((t.e->>'now')::timestamptz, p_now) as at) r
+     order by t.n
+    returning *
+  )
+  select array_agg(i) into v_rows from inserted i;  -- in insertion order: the list's order
+
+  perform memori._checkpoints_created(v_rows, p_now);
+  return query select * from unnest(v_rows);
 end
 $func$ language plpgsql volatile security invoker
 set search_path = pg_catalog, memori, pg_temp;
-comment on function memori._checkpoint_prepare(text, text, text, text, jsonb, text, jsonb, text[], integer, timestamptz) is 'Validate a new checkpoint and compute its policy fields; returns the row to insert (PM001/PM003/PM004).';
+comment on function memori._checkpoints_insert(jsonb, timestamptz, boolean) is 'Validate a JSON list of new checkpoints (the first broken rule raises, nothing is written), insert them in one statement with their type''s policy, emit their events.';
 
 -------------------------------------------------------------------------------
 -- _checkpoints_created: events for checkpoints just inserted
@@ -229,61 +301,21 @@ create or replace function memori.checkpoint_create(
   p_now            timestamptz default now()
 ) returns memori.checkpoints
 as $func$
-declare
-  v_row memori.checkpoints := memori._checkpoint_prepare(p_session_id, p_user_id, p_type, p_title, p_data,
-                                                         p_description, p_metadata, p_tags, p_retention_days, p_now);
-begin
-  insert into memori.checkpoints select (v_row).* returning * into v_row;
-  perform memori._checkpoints_created(array[v_row], p_now);
-  return v_row;
-end
-$func$ language plpgsql volatile security invoker
+  select c from memori._checkpoints_insert(
+    jsonb_build_array(jsonb_build_object(
+      'session_id', p_session_id, 'user_id', p_user_id, 'type', p_type, 'title', p_title, 'data', p_data,
+      'description', p_description, 'metadata', p_metadata, 'tags', to_jsonb(p_tags),
+      'retention_days', p_retention_days)),
+    p_now, false) c
+$func$ language sql volatile security invoker
 set search_path = pg_catalog, memori, pg_temp;
 comment on function memori.checkpoint_create(text, text, text, text, jsonb, text, jsonb, text[], integer, timestamptz) is 'Create a checkpoint; priority and retention come from its type''s policy unless p_retention_days overrides (up to the maximum).';
-
--------------------------------------------------------------------------------
--- _checkpoint_prepare_item: one element of checkpoint_create_many's list
-create or replace function memori._checkpoint_prepare_item(p_item jsonb, p_n bigint, p_now timestamptz)
-returns memori.checkpoints
-as $func$
-declare
-  v_extra text;
-  v_state text;
-  v_msg   text;
-  v_hint  text;
-begin
-  if jsonb_typeof(p_item) <> 'object' then
-    perform memori._invalid('not a JSON object', 'Each checkpoint is an object with session_id, user_id, type, title, data.');
-  end if;
-  select string_agg(k, ', ') into v_extra from jsonb_object_keys(p_item) k
-   where k not in ('session_id', 'user_id', 'type', 'title', 'data', 'description', 'metadata', 'tags',
-                   'retention_days', 'now');
-  if v_extra is not null then
-    perform memori._invalid(format('unknown field(s) %s', v_extra),
-                            'Fields: session_id, user_id, type, title, data, description, metadata, tags, retention_days, now.');
-  end if;
-  return memori._checkpoint_prepare(
-    p_item->>'session_id', p_item->>'user_id', p_item->>'type', p_item->>'title', p_item->'data',
-    p_item->>'description', coalesce(p_item->'metadata', '{}'::jsonb),
-    case when p_item ? 'tags' then array(select jsonb_array_elements_text(p_item->'tags')) end,
-    (p_item->>'retention_days')::integer, coalesce((p_item->>'now')::timestamptz, p_now));
-exception when others then
-  -- say which checkpoint of the list was wrong, keeping the code and hint
-  get stacked diagnostics v_state = returned_sqlstate, v_msg = message_text, v_hint = pg_exception_hint;
-  raise exception 'checkpoint % of the list: %', p_n, v_msg
-    using errcode = v_state, hint = coalesce(nullif(v_hint, ''), 'Fix that checkpoint; nothing was written.');
-end
-$func$ language plpgsql volatile security invoker
-set search_path = pg_catalog, memori, pg_temp;
-comment on function memori._checkpoint_prepare_item(jsonb, bigint, timestamptz) is 'Validate element n of checkpoint_create_many''s list (errors name the element).';
 
 -------------------------------------------------------------------------------
 -- checkpoint_create_many: many checkpoints in one statement, all or nothing
 create or replace function memori.checkpoint_create_many(p_checkpoints jsonb, p_now timestamptz default now())
 returns setof memori.checkpoints
 as $func$
-declare
-  v_rows memori.checkpoints[];
 begin
   if p_checkpoints is null or jsonb_typeof(p_checkpoints) <> 'array' then
     perform memori._invalid('checkpoints must be a JSON array of objects',
@@ -293,16 +325,7 @@ begin
     perform memori._invalid(format('%s checkpoints in one call; the limit is 10000', jsonb_array_length(p_checkpoints)),
                             'Split the list into calls of at most 10000.');
   end if;
-  -- one aggregate, not a loop of array appends (each append copies the array)
-  select coalesce(array_agg(memori._checkpoint_prepare_item(t.e, t.n, p_now) order by t.n), '{}')
-    into v_rows
-    from jsonb_array_elements(p_checkpoints) with ordinality t(e, n);
-
-  insert into memori.checkpoints select r.* from unnest(v_rows) r;
-  perform memori._checkpoints_created(v_rows, p_now);
-  -- in the order given (the trigger filled pxyz: read the rows back)
-  return query
-    select c.* from unnest(v_rows) with ordinality r join memori.checkpoints c on c.id = r.id order by r.ordinality;
+  return query select * from memori._checkpoints_insert(p_checkpoints, p_now, true);
 end
 $func$ language plpgsql volatile security invoker
 set search_path = pg_catalog, memori, pg_temp;
