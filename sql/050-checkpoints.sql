@@ -273,18 +273,29 @@ declare
   v_threshold integer := coalesce(memori._setting('checkpoint.compression_threshold_bytes')::integer, 5000);
   v_big       record;
 begin
-  perform memori._event_emit_many('checkpoint.created',
-            array(select jsonb_build_object('checkpoint_id', c.id, 'session_id', c.session_id, 'user_id', c.user_id,
-                                            'checkpoint_type', c.checkpoint_type, 'expires_at', c.expires_at)
-                    from unnest(p_rows) c), p_now);
-  for v_big in select c.id, octet_length(c.data::text) as raw from unnest(p_rows) c
-                where octet_length(c.data::text) > v_threshold loop
+  if cardinality(p_rows) = 1 then
+    perform memori._event_emit('checkpoint.created',
+              (select jsonb_build_object('checkpoint_id', c.id, 'session_id', c.session_id, 'user_id', c.user_id,
+                                         'checkpoint_type', c.checkpoint_type, 'expires_at', c.expires_at)
+                 from unnest(p_rows) c), p_now);
+  elsif cardinality(p_rows) > 1 then
+    -- a batch is one event listing its checkpoints, not one event (and NOTIFY) per row
+    perform memori._event_emit('checkpoint.created',
+              jsonb_build_object('count', cardinality(p_rows),
+                                 'checkpoint_ids', (select jsonb_agg(c.id) from unnest(p_rows) c)), p_now);
+  end if;
+  -- pg_column_size (the jsonb's own size) is a cheap first filter; the
+  -- threshold applies to the JSON text, computed only for candidates
+  for v_big in select x.id, x.raw
+                 from (select c.id, octet_length(c.data::text) as raw from unnest(p_rows) c
+                        where pg_column_size(c.data) > v_threshold / 4) x  -- escapes shrink in jsonb
+                where x.raw > v_threshold loop
     perform memori._checkpoint_compressed(v_big.id, v_big.raw, p_now);
   end loop;
 end
 $func$ language plpgsql volatile security invoker
 set search_path = pg_catalog, memori, pg_temp;
-comment on function memori._checkpoints_created(memori.checkpoints[], timestamptz) is 'Emit checkpoint.created (and checkpoint.compressed for large data) for inserted checkpoints.';
+comment on function memori._checkpoints_created(memori.checkpoints[], timestamptz) is 'Emit checkpoint.created (one event per call: the checkpoint, or count and ids of a batch) and checkpoint.compressed for large data.';
 
 -------------------------------------------------------------------------------
 -- checkpoint_create: a typed checkpoint with its type's priority and retention

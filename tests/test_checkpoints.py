@@ -359,7 +359,8 @@ def test_create_many_validates_each_and_writes_all_or_nothing(conn: psycopg.Conn
     assert [(r["title"], r["priority"], r["retention_days"]) for r in made] == [
         ("c0", 8, 90), ("c1", 5, 30), ("c2", 10, 365)]
     assert all(r["pxyz"]["operation"] == "created" and r["tags"] == ["x"] for r in made)
-    assert len(events(conn, "checkpoint.created")) == 3
+    created = events(conn, "checkpoint.created")  # a batch is one event listing its checkpoints
+    assert created == [{"count": 3, "checkpoint_ids": [str(r["id"]) for r in made]}]
     bad = [*items, {"session_id": "s1", "user_id": "u", "type": "weekly", "title": "t", "data": {}}]
     err = assert_sqlstate(conn, "PM004", "select * from memori.checkpoint_create_many(%s)", (Jsonb(bad),))
     assert "checkpoint 4 of the list" in err.diag.message_primary  # type: ignore[operator]
