@@ -215,51 +215,43 @@ def demo(
     run_demo(dsn, keep=keep, console=console)
 
 
-@bench_app.command("checkpoints")
-@handle_errors
-def bench_checkpoints(
-    rows: Annotated[int, typer.Option("--rows", help="Checkpoints for the query benchmark.")] = 1_000_000,
-    dsn: DsnOption = None,
-    as_json: JsonOption = False,
-    seed: Annotated[int, typer.Option("--seed")] = 1,
-) -> None:
-    """Checkpoint create throughput (one per transaction vs. create_many) and latest-per-session query."""
-    from pymemdb.bench import checkpoints
+def _bench(suite: str, dsn: str | None, rows: int, seed: int, as_json: bool) -> None:
+    """Run pymemdb.bench.<suite> on a scratch database and print its tables or JSON."""
+    import importlib
+
     from pymemdb.scratch import scratch_database
 
     if rows < 1000:
         raise InvalidArgument(f"--rows must be at least 1000, got {rows}", hint="Use --rows 100000 for a quick run.")
+    module = importlib.import_module(f"pymemdb.bench.{suite}")
     with scratch_database(dsn, "pymemdb_bench") as target:
-        result = checkpoints.run(target, rows, seed=seed,
-                                 progress=None if as_json else (lambda msg: console.print(f"[dim]{msg}[/dim]")))
+        result = module.run(target, rows, seed=seed,
+                            progress=None if as_json else (lambda msg: console.print(f"[dim]{msg}[/dim]")))
+    result["finished_at"] = datetime.now(UTC).isoformat()
     if as_json:
         print_json(result)
     else:
-        for table in checkpoints.render(result):
+        for table in module.render(result):
             console.print(table)
+
+
+RowsOption = Annotated[int, typer.Option("--rows", help="Rows generated for the benchmark.")]
+SeedOption = Annotated[int, typer.Option("--seed", help="Seed of the generated data.")]
+
+
+@bench_app.command("checkpoints")
+@handle_errors
+def bench_checkpoints(
+    rows: RowsOption = 1_000_000, dsn: DsnOption = None, as_json: JsonOption = False, seed: SeedOption = 1
+) -> None:
+    """Checkpoint create throughput (one per transaction vs. create_many) and latest-per-session query."""
+    _bench("checkpoints", dsn, rows, seed, as_json)
 
 
 @bench_app.command("ttl")
 @handle_errors
 def bench_ttl(
-    rows: Annotated[int, typer.Option("--rows", help="Rows in memori.memories.")] = 1_000_000,
-    dsn: DsnOption = None,
-    as_json: JsonOption = False,
-    seed: Annotated[int, typer.Option("--seed")] = 1,
+    rows: RowsOption = 1_000_000, dsn: DsnOption = None, as_json: JsonOption = False, seed: SeedOption = 1
 ) -> None:
     """Latest-checkpoint lookup vs. a PK lookup; batched cleanup vs. one naive DELETE (scratch database)."""
-    from pymemdb.bench import ttl
-    from pymemdb.scratch import scratch_database
-
-    if rows < 1000:
-        raise InvalidArgument(f"--rows must be at least 1000, got {rows}", hint="Use --rows 100000 for a quick run.")
-    with scratch_database(dsn, "pymemdb_bench") as target:
-        result = ttl.run(target, rows, seed=seed,
-                         progress=None if as_json else (lambda msg: console.print(f"[dim]{msg}[/dim]")))
-    result["started_at"] = datetime.now(UTC).isoformat()
-    if as_json:
-        print_json(result)
-    else:
-        rendered = ttl.render(result)
-        for table in rendered if isinstance(rendered, list) else [rendered]:
-            console.print(table)
+    _bench("ttl", dsn, rows, seed, as_json)

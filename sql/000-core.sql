@@ -122,6 +122,19 @@ set search_path = pg_catalog, memori, pg_temp;
 comment on function memori._event_notify(bigint, text, timestamptz, jsonb) is 'pg_notify one stored event on channel memori_events, unless events.notify is false.';
 
 -------------------------------------------------------------------------------
+-- _event_retention: how long events of a type are kept
+create or replace function memori._event_retention(p_event_type text) returns interval
+as $func$
+  select retention
+    from memori.retention_policies
+   where table_name = 'events' and kind in (p_event_type, '*')
+   order by (kind = p_event_type) desc
+   limit 1
+$func$ language sql stable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._event_retention(text) is 'Retention of events of a type: its own policy, else the events default (NULL: kept).';
+
+-------------------------------------------------------------------------------
 -- _event_emit_many: store events of one type and tell listeners
 create or replace function memori._event_emit_many(p_event_type text, p_payloads jsonb[], p_now timestamptz default now())
 returns void
@@ -131,11 +144,7 @@ declare
   v_notify    boolean := coalesce(memori._setting('events.notify'), 'true'::jsonb) = 'true'::jsonb;
   v_sent      bigint;
 begin
-  select retention into v_retention
-    from memori.retention_policies
-   where table_name = 'events' and kind in (p_event_type, '*')
-   order by (kind = p_event_type) desc
-   limit 1;
+  v_retention := memori._event_retention(p_event_type);
   with stored as (
     insert into memori.events (event_type, occurred_at, payload, expires_at)
     select p_event_type, p_now, coalesce(x, '{}'::jsonb), p_now + v_retention from unnest(p_payloads) x
@@ -159,12 +168,7 @@ declare
   v_id        bigint;
   v_retention interval;
 begin
-  select retention into v_retention
-    from memori.retention_policies
-   where table_name = 'events' and kind in (p_event_type, '*')
-   order by (kind = p_event_type) desc
-   limit 1;
-
+  v_retention := memori._event_retention(p_event_type);
   insert into memori.events (event_type, occurred_at, payload, expires_at)
   values (p_event_type, p_now, coalesce(p_payload, '{}'::jsonb), p_now + v_retention)
   returning id into v_id;

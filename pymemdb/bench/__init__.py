@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, LiteralString
 
 import psycopg
+from psycopg import sql
 
 Progress = Callable[[str], None]
 
@@ -151,3 +152,41 @@ def stopwatch() -> Iterator[Callable[[], float]]:
         yield elapsed
     finally:
         end = time.perf_counter()
+
+def explain_nested(conn: psycopg.Connection[Any], query: LiteralString, params: Any) -> str:
+    """EXPLAIN (ANALYZE, BUFFERS) of the statements a function runs, as it runs them.
+
+    auto_explain reports the plans of nested statements at NOTICE level, so the
+    plans come back on this connection instead of the server log.
+    """
+    plans: list[str] = []
+    handler = lambda diag: plans.append(diag.message_primary or "")  # noqa: E731
+    conn.add_notice_handler(handler)
+    try:
+        with conn.transaction(force_rollback=True):
+            conn.execute("load 'auto_explain'")
+            for setting in ("log_min_duration = 0", "log_analyze = on", "log_buffers = on",
+                            "log_nested_statements = on", "log_level = notice"):
+                conn.execute(f"set local auto_explain.{setting}")
+            conn.execute(query, params).fetchall()
+    finally:
+        conn.remove_notice_handler(handler)
+    # the last plan is the outer call itself; the ones before are its statements
+    return "\n\n".join(plans[:-1] or plans)
+
+def connect(dsn: str) -> psycopg.Connection[Any]:
+    conn = psycopg.connect(dsn, autocommit=True)
+    conn.execute("set timezone = 'UTC'")
+    return conn
+
+def one(conn: psycopg.Connection[Any], query: LiteralString | sql.Composed, params: Any = None) -> Any:
+    row = conn.execute(query, params).fetchone()
+    assert row is not None
+    return row[0]
+
+def fmt(value: Any, unit: str = "") -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:,.3g}{unit}" if value < 10 else f"{value:,.0f}{unit}"
+    return f"{value:,}{unit}"

@@ -36,7 +36,18 @@ from psycopg.types.json import Jsonb
 from rich.table import Table
 
 import pymemdb
-from pymemdb.bench import Probe, Progress, latency_summary, ratio, stopwatch, timed_call
+from pymemdb.bench import (
+    Probe,
+    Progress,
+    connect,
+    explain_nested,
+    fmt,
+    latency_summary,
+    one,
+    ratio,
+    stopwatch,
+    timed_call,
+)
 from pymemdb.checkpoints import CHECKPOINT_CREATE, NewCheckpoint
 from pymemdb.errors import PymemdbError
 from pymemdb.types import Checkpoint
@@ -123,37 +134,10 @@ select session_id, created_at, id from memori.checkpoints
 QUERY_EVENTS: LiteralString = "update memori.settings set value = %s::jsonb where key = 'checkpoint.query_events'"
 
 
-def _connect(dsn: str) -> psycopg.Connection[Any]:
-    conn = psycopg.connect(dsn, autocommit=True)
-    conn.execute("set timezone = 'UTC'")
-    return conn
 
 
-def _one(conn: psycopg.Connection[Any], query: LiteralString | sql.Composed, params: Any = None) -> Any:
-    row = conn.execute(query, params).fetchone()
-    assert row is not None
-    return row[0]
 
 
-def _explain_nested(conn: psycopg.Connection[Any], query: LiteralString, params: Any) -> str:
-    """EXPLAIN (ANALYZE, BUFFERS) of the statements a function runs, as it runs them (as bench.ttl does).
-
-    auto_explain reports the plans of nested statements at NOTICE level, so the
-    plans come back on this connection instead of the server log. Rolled back.
-    """
-    plans: list[str] = []
-    handler = lambda diag: plans.append(diag.message_primary or "")  # noqa: E731
-    conn.add_notice_handler(handler)
-    try:
-        with conn.transaction(force_rollback=True):
-            conn.execute("load 'auto_explain'")
-            for setting in ("log_min_duration = 0", "log_analyze = on", "log_buffers = on",
-                            "log_nested_statements = on", "log_level = notice"):
-                conn.execute(f"set local auto_explain.{setting}")
-            conn.execute(query, params).fetchall()
-    finally:
-        conn.remove_notice_handler(handler)
-    return "\n\n".join(plans[:-1] or plans)  # the last plan is the outer call itself
 
 
 def _explain(conn: psycopg.Connection[Any], query: LiteralString, params: Any) -> str:
@@ -164,7 +148,7 @@ def _explain(conn: psycopg.Connection[Any], query: LiteralString, params: Any) -
 @contextmanager
 def _query_events(conn: psycopg.Connection[Any], on: bool) -> Iterator[None]:
     """memori.settings checkpoint.query_events set to ``on`` for the block, then restored."""
-    before = _one(conn, "select value from memori.settings where key = 'checkpoint.query_events'")
+    before = one(conn, "select value from memori.settings where key = 'checkpoint.query_events'")
     conn.execute(QUERY_EVENTS, (json.dumps(on),))
     try:
         yield
@@ -251,7 +235,7 @@ def _creates(dsn: str, rng: random.Random, single: int, batched: int, batch_size
     out["goal_ratio"] = GOAL_CREATE_RATIO
     out["goal_met"] = (out["ratio"] or 0) >= GOAL_CREATE_RATIO
 
-    with _connect(dsn) as conn:
+    with connect(dsn) as conn:
         out["breakdown"] = _single_breakdown(conn, _new_checkpoints(rng, 500, 2 * 10**5))
 
         def executemany(batch: list[NewCheckpoint]) -> int:
@@ -368,10 +352,10 @@ def _generate(conn: psycopg.Connection[Any], rows: int, seed: int) -> dict[str, 
     return {
         "rows": sum(by_type.values()), "by_type": by_type, "sessions": sessions, "users": users,
         "insert_s": round(insert_s, 1), "insert_vacuum_analyze_s": round(elapsed(), 1),
-        "data_bytes_avg": round(_one(conn, "select avg(octet_length(data::text)) from memori.checkpoints"
+        "data_bytes_avg": round(one(conn, "select avg(octet_length(data::text)) from memori.checkpoints"
                                            " tablesample system (1)") or 0),
-        "table_mb": round(_one(conn, "select pg_table_size('memori.checkpoints')") / 2**20),
-        "indexes_mb": round(_one(conn, "select pg_indexes_size('memori.checkpoints')") / 2**20),
+        "table_mb": round(one(conn, "select pg_table_size('memori.checkpoints')") / 2**20),
+        "indexes_mb": round(one(conn, "select pg_indexes_size('memori.checkpoints')") / 2**20),
     }
 
 
@@ -427,7 +411,7 @@ def _reads(conn: psycopg.Connection[Any], data: dict[str, Any], iterations: int,
     targets = _targets(conn, data["sessions"], seed, 1000)
     sessions = [t[0] for t in targets]
     # the latest checkpoint is expired for some sessions: checkpoint_query then reads all of the session's rows
-    found = _one(conn, "select count(*) from unnest(%s::text[]) t(s) where exists (select from memori.checkpoints c"
+    found = one(conn, "select count(*) from unnest(%s::text[]) t(s) where exists (select from memori.checkpoints c"
                        " where c.session_id = t.s and (c.expires_at is null or c.expires_at > %s))",
                  (sessions, NOW))
     latest = Probe("checkpoint_query", LATEST, lambda r: (r.choice(targets)[0], NOW))
@@ -448,7 +432,7 @@ def _reads(conn: psycopg.Connection[Any], data: dict[str, Any], iterations: int,
             }
             if not on:
                 r["buffers_per_call"][direct.name] = _buffers(conn, DIRECT, some)
-            r["explain"] = _explain_nested(conn, LATEST, (sessions[0], NOW))
+            r["explain"] = explain_nested(conn, LATEST, (sessions[0], NOW))
             out["events_on" if on else "events_off"] = r
     off = out["events_off"]
     out["uses_session_index"] = "idx_checkpoints_session_time" in off["explain"]
@@ -486,8 +470,8 @@ def run(
     if rows < 1000:
         raise PymemdbError(f"rows must be at least 1000, got {rows}", hint="Try 100000.")
     rng = random.Random(seed)
-    with _connect(dsn) as conn:
-        existing = _one(conn, "select count(*) from memori.checkpoints")
+    with connect(dsn) as conn:
+        existing = one(conn, "select count(*) from memori.checkpoints")
         if existing and not allow_existing:
             raise PymemdbError(
                 f"memori.checkpoints already holds {existing} rows; the benchmark needs it empty",
@@ -495,11 +479,11 @@ def run(
                 "or pass allow_existing=True (bench rows are those of sessions bench_*).",
             )
         fresh = existing == 0
-        settings = {s: _one(conn, sql.SQL("show {}").format(sql.Identifier(s)))
+        settings = {s: one(conn, sql.SQL("show {}").format(sql.Identifier(s)))
                     for s in ("fsync", "synchronous_commit", "shared_buffers", "plan_cache_mode")}
         result: dict[str, Any] = {
             "suite": "checkpoints", "rows": rows, "seed": seed, "now": NOW.isoformat(),
-            "server_version": _one(conn, "show server_version"), "settings": settings,
+            "server_version": one(conn, "show server_version"), "settings": settings,
             "goals": {"create_ratio": GOAL_CREATE_RATIO},
         }
         try:
@@ -517,12 +501,6 @@ def run(
 
 
 # -- render ------------------------------------------------------------------------------------------
-def _f(value: Any, unit: str = "") -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:,.3g}{unit}" if value < 10 else f"{value:,.0f}{unit}"
-    return f"{value:,}{unit}"
 
 
 def render(result: dict[str, Any]) -> list[Table]:
@@ -535,8 +513,8 @@ def render(result: dict[str, Any]) -> list[Table]:
             ("create_many(): pipeline", cr["create_many"], cr["ratio"]),
             *((f"{name} (no client)", alt, alt["ratio_to_single"]) for name, alt in cr["alternatives"].items())]
     for name, w, r in ways:
-        ct.add_row(name, _f(w["checkpoints"]), _f(w["per_s"]), _f(w["us_per_checkpoint"]),
-                   _f(w["client_cpu_us_per_checkpoint"]), _f(r, "x"),
+        ct.add_row(name, fmt(w["checkpoints"]), fmt(w["per_s"]), fmt(w["us_per_checkpoint"]),
+                   fmt(w["client_cpu_us_per_checkpoint"]), fmt(r, "x"),
                    style=None if w is not cr["create_many"] else "bold" if cr["goal_met"] else "bold red")
     ct.caption = (f"goal create_many ≥ {cr['goal_ratio']}x create(): {'met' if cr['goal_met'] else 'MISSED'}; "
                   "one_statement = unnest + LATERAL checkpoint_create; plain_insert = no function, no event")
@@ -546,20 +524,20 @@ def render(result: dict[str, Any]) -> list[Table]:
     for col in ("part", "p50 µs", "p99 µs"):
         bt.add_column(col, justify="left" if col == "part" else "right")
     for key in ("rtt_us", "begin_us", "statement_us", "commit_us"):
-        bt.add_row(key.removesuffix("_us"), _f(bd[key]["p50_us"]), _f(bd[key]["p99_us"]))
-    bt.add_row("create() through the client", _f(cr["single"]["call"]["p50_us"]), _f(cr["single"]["call"]["p99_us"]))
+        bt.add_row(key.removesuffix("_us"), fmt(bd[key]["p50_us"]), fmt(bd[key]["p99_us"]))
+    bt.add_row("create() through the client", fmt(cr["single"]["call"]["p50_us"]), fmt(cr["single"]["call"]["p99_us"]))
     bt.caption = (f"rtt = prepared select 1; commit includes the WAL flush; building the query: "
-                  f"{_f(bd['compose_us'])} µs client CPU per call")
+                  f"{fmt(bd['compose_us'])} µs client CPU per call")
 
     tables = [ct, bt]
     sf = cr["server_functions"]
     if sf:
-        ft = Table(title=f"Server time of one checkpoint_create ({_f(sf['statement_us_per_checkpoint'])} µs "
+        ft = Table(title=f"Server time of one checkpoint_create ({fmt(sf['statement_us_per_checkpoint'])} µs "
                          "per checkpoint in one statement), by function")
         for col in ("function", "calls", "self µs", "total µs"):
             ft.add_column(col, justify="left" if col == "function" else "right")
         for name, f in sf["functions"].items():
-            ft.add_row(name, _f(f["calls"]), _f(f["self_us"]), _f(f["total_us"]))
+            ft.add_row(name, fmt(f["calls"]), fmt(f["self_us"]), fmt(f["total_us"]))
         ft.caption = "track_functions = all; per checkpoint created"
         tables.append(ft)
 
@@ -567,8 +545,8 @@ def render(result: dict[str, Any]) -> list[Table]:
     info = Table(title=f"bench checkpoints: {data['rows']:,} rows, now = {result['now']}")
     for col in ("sessions", "users", "types", "data B", "table", "indexes", "generate + vacuum"):
         info.add_column(col, justify="right")
-    info.add_row(_f(data["sessions"]), _f(data["users"]), ", ".join(f"{k} {v:,}" for k, v in data["by_type"].items()),
-                 _f(data["data_bytes_avg"]), f"{data['table_mb']:,} MB", f"{data['indexes_mb']:,} MB",
+    info.add_row(fmt(data["sessions"]), fmt(data["users"]), ", ".join(f"{k} {v:,}" for k, v in data["by_type"].items()),
+                 fmt(data["data_bytes_avg"]), f"{data['table_mb']:,} MB", f"{data['indexes_mb']:,} MB",
                  f"{data['insert_vacuum_analyze_s']} s")
 
     reads = result["reads"]
@@ -582,8 +560,8 @@ def render(result: dict[str, Any]) -> list[Table]:
                 continue
             s = r[name]
             bufs = ", ".join(f"{k} {v:g}" for k, v in r["buffers_per_call"][name].items())
-            rt.add_row(mode.removeprefix("events_"), name, _f(s["p50_us"]), _f(s["p99_us"]), _f(s["mean_us"]),
-                       _f(ratio(s["p50_us"], r["pk_lookup"]["p50_us"]), "x"), bufs)
+            rt.add_row(mode.removeprefix("events_"), name, fmt(s["p50_us"]), fmt(s["p99_us"]), fmt(s["mean_us"]),
+                       fmt(ratio(s["p50_us"], r["pk_lookup"]["p50_us"]), "x"), bufs)
     rt.caption = (f"{reads['sessions_with_live_checkpoint']} of {reads['sessions']} sessions have a live checkpoint; "
                   f"idx_checkpoints_session_time used: {reads['uses_session_index']}, "
                   f"index-only: {reads['index_only_scan']}")

@@ -33,7 +33,11 @@ from pymemdb.bench import (
     Probe,
     Progress,
     Reader,
+    connect,
+    explain_nested,
+    fmt,
     latency_summary,
+    one,
     ratio,
     stopwatch,
     timed_call,
@@ -121,26 +125,6 @@ PK_LOOKUP: LiteralString = "select * from memori.memories where id = %s"
 
 
 
-def _explain_nested(conn: psycopg.Connection[Any], query: LiteralString, params: Any) -> str:
-    """EXPLAIN (ANALYZE, BUFFERS) of the statements a function runs, as it runs them.
-
-    auto_explain reports the plans of nested statements at NOTICE level, so the
-    plans come back on this connection instead of the server log.
-    """
-    plans: list[str] = []
-    handler = lambda diag: plans.append(diag.message_primary or "")  # noqa: E731
-    conn.add_notice_handler(handler)
-    try:
-        with conn.transaction(force_rollback=True):
-            conn.execute("load 'auto_explain'")
-            for setting in ("log_min_duration = 0", "log_analyze = on", "log_buffers = on",
-                            "log_nested_statements = on", "log_level = notice"):
-                conn.execute(f"set local auto_explain.{setting}")
-            conn.execute(query, params).fetchall()
-    finally:
-        conn.remove_notice_handler(handler)
-    # the last plan is the outer call itself; the ones before are its statements
-    return "\n\n".join(plans[:-1] or plans)
 
 
 def _function_body(conn: psycopg.Connection[Any], name: str, args: dict[str, Any]) -> sql.SQL:
@@ -149,7 +133,7 @@ def _function_body(conn: psycopg.Connection[Any], name: str, args: dict[str, Any
     EXPLAIN cannot see inside a function with a SET clause; explaining the body
     read from pg_proc shows the real plan without keeping a copy that drifts.
     """
-    body = _one(conn, "select prosrc from pg_proc where oid = to_regproc(%s)", (f"memori.{name}",))
+    body = one(conn, "select prosrc from pg_proc where oid = to_regproc(%s)", (f"memori.{name}",))
     if body is None:
         raise PymemdbError(f"memori.{name} is not installed", hint="Run pymemdb init.")
     for param, value in sorted(args.items(), key=lambda kv: -len(kv[0])):
@@ -163,16 +147,8 @@ def _function_body(conn: psycopg.Connection[Any], name: str, args: dict[str, Any
     return sql.SQL(body)
 
 
-def _connect(dsn: str) -> psycopg.Connection[Any]:
-    conn = psycopg.connect(dsn, autocommit=True)
-    conn.execute("set timezone = 'UTC'")
-    return conn
 
 
-def _one(conn: psycopg.Connection[Any], query: LiteralString, params: Any = None) -> Any:
-    row = conn.execute(query, params).fetchone()
-    assert row is not None
-    return row[0]
 
 
 def _counts(conn: psycopg.Connection[Any]) -> tuple[int, int]:
@@ -218,9 +194,9 @@ def _generate(conn: psycopg.Connection[Any], rows: int, seed: int, fresh: bool) 
     expired, unexpired = _counts(conn)
     return {
         "rows": expired + unexpired, "expired": expired, "unexpired": unexpired, "users": users,
-        "namespaces": _one(conn, "select count(distinct user_id) from memori.memories"),
+        "namespaces": one(conn, "select count(distinct user_id) from memori.memories"),
         "insert_s": round(insert_s, 2), "insert_vacuum_analyze_s": round(elapsed(), 2),
-        "table_mb": round(_one(conn, "select pg_total_relation_size('memori.memories')") / 2**20),
+        "table_mb": round(one(conn, "select pg_total_relation_size('memori.memories')") / 2**20),
     }
 
 
@@ -285,7 +261,7 @@ def _reads(
         "ratio_p50": ratio(summary[latest.name]["p50_us"], summary[pk.name]["p50_us"]),
         "ratio_p99": ratio(summary[latest.name]["p99_us"], summary[pk.name]["p99_us"]),
         "goal_ratio": GOAL_READ_RATIO,
-        "explain_tier1": _explain_nested(conn, LOAD_LATEST, (skill, user, NOW)),
+        "explain_tier1": explain_nested(conn, LOAD_LATEST, (skill, user, NOW)),
     }
 
 
@@ -307,8 +283,8 @@ def _pymemdb_cleanup(dsn: str, batch_size: int) -> dict[str, Any]:
         end = time.perf_counter()
     # each mark closes a transaction: plan, batch 1..n; the finish follows the last.
     # Batches 2..n start after the client's cleanup.batch_pause_ms: not part of a transaction.
-    with _connect(dsn) as conn:
-        pause_ms = _one(conn, "select coalesce((select value::int from memori.settings"
+    with connect(dsn) as conn:
+        pause_ms = one(conn, "select coalesce((select value::int from memori.settings"
                               " where key = 'cleanup.batch_pause_ms'), 0)")
     bounds = [start, *marks, end]
     txn_ms = [(b - a) * 1000 for a, b in itertools.pairwise(bounds)]
@@ -327,7 +303,7 @@ def _pymemdb_cleanup(dsn: str, batch_size: int) -> dict[str, Any]:
 
 
 def _naive_cleanup(dsn: str) -> dict[str, Any]:
-    with _connect(dsn) as conn, stopwatch() as elapsed:
+    with connect(dsn) as conn, stopwatch() as elapsed:
         with conn.transaction():
             deleted = conn.execute(NAIVE_DELETE, {"now": NOW}).rowcount
     seconds = elapsed()
@@ -370,12 +346,12 @@ def _cleanup(
 
 def _plan_breakdown(conn: psycopg.Connection[Any]) -> dict[str, Any]:
     """Time and explain the first chunk of the cleanup plan, as cleanup_begin writes it."""
-    chunk = _one(conn, "select value::int from memori.settings where key = 'cleanup.plan_chunk_rows'")
-    total = _one(conn, "select memori.cleanup_count(%s)", (NOW,))
+    chunk = one(conn, "select value::int from memori.settings where key = 'cleanup.plan_chunk_rows'")
+    total = one(conn, "select memori.cleanup_count(%s)", (NOW,))
     body = _function_body(conn, "_cleanup_plan", {
         "p_now": NOW, "p_limit": chunk, "p_after_expires_at": None,
         # the level of the first row due: where cleanup_begin's first chunk comes from
-        "p_priority": _one(conn, "select priority from memori.cleanup_preview(%s, 1000, 1)", (NOW,)),
+        "p_priority": one(conn, "select priority from memori.cleanup_preview(%s, 1000, 1)", (NOW,)),
         "p_after_table": None, "p_after_row_id": None,
     })
     with conn.transaction(force_rollback=True):
@@ -416,8 +392,8 @@ def run(
     if rows < 1000:
         raise PymemdbError(f"rows must be at least 1000, got {rows}", hint="Try 100000.")
     run_ids: list[int] = []
-    with _connect(dsn) as conn:
-        existing = _one(conn, "select count(*) from memori.memories")
+    with connect(dsn) as conn:
+        existing = one(conn, "select count(*) from memori.memories")
         if existing and not allow_existing:
             raise PymemdbError(
                 f"memori.memories already holds {existing} rows; the benchmark needs it empty",
@@ -427,7 +403,7 @@ def run(
         fresh = existing == 0
         result: dict[str, Any] = {
             "suite": "ttl", "rows": rows, "seed": seed, "now": NOW.isoformat(),
-            "batch_size": batch_size, "server_version": _one(conn, "show server_version"),
+            "batch_size": batch_size, "server_version": one(conn, "show server_version"),
             "goals": {"read_ratio": GOAL_READ_RATIO, "max_txn_ms": GOAL_MAX_TXN_MS,
                       "reader_p99_ratio": GOAL_READER_P99_RATIO},
         }
@@ -479,12 +455,6 @@ def run(
     return result
 
 
-def _f(value: Any, unit: str = "") -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:,.3g}{unit}" if value < 10 else f"{value:,.0f}{unit}"
-    return f"{value:,}{unit}"
 
 
 def render(result: dict[str, Any]) -> list[Table]:
@@ -493,8 +463,8 @@ def render(result: dict[str, Any]) -> list[Table]:
     info = Table(title=f"bench ttl: {data['rows']:,} rows, now = {result['now']}")
     for col in ("expired", "unexpired", "namespaces", "users", "table", "generate + vacuum"):
         info.add_column(col, justify="right")
-    info.add_row(_f(data["expired"]), _f(data["unexpired"]), _f(data["namespaces"]),
-                 _f(data["users"]), f"{data['table_mb']:,} MB",
+    info.add_row(fmt(data["expired"]), fmt(data["unexpired"]), fmt(data["namespaces"]),
+                 fmt(data["users"]), f"{data['table_mb']:,} MB",
                  f"{data['insert_vacuum_analyze_s']} s")
 
     reads = result["reads"]
@@ -503,8 +473,8 @@ def render(result: dict[str, Any]) -> list[Table]:
         rt.add_column(col, justify="right" if col != "query" else "left")
     for name in ("latest_checkpoint", "pk_lookup"):
         s = reads[name]
-        rt.add_row(name, _f(s["p50_us"]), _f(s["p99_us"]), _f(s["mean_us"]))
-    rt.add_row("ratio", _f(reads["ratio_p50"], "x"), _f(reads["ratio_p99"], "x"), "",
+        rt.add_row(name, fmt(s["p50_us"]), fmt(s["p99_us"]), fmt(s["mean_us"]))
+    rt.add_row("ratio", fmt(reads["ratio_p50"], "x"), fmt(reads["ratio_p99"], "x"), "",
                style="bold" if reads["goal_met"] else "bold red")
     rt.caption = f"goal ≤ {reads['goal_ratio']}x · sources {reads['sources']}"
 
@@ -513,19 +483,19 @@ def render(result: dict[str, Any]) -> list[Table]:
     ct = Table(title=f"Cleanup of {pm['checks']['expired_before']:,} expired rows")
     for col in ("", "pymemdb", "naive DELETE", "pymemdb / naive"):
         ct.add_column(col, justify="right" if col else "left")
-    ct.add_row("rows deleted", _f(pm["deleted"]), _f(nv["deleted"]), "")
-    ct.add_row("wall s", _f(pm["seconds"]), _f(nv["seconds"]), _f(vs["seconds"], "x"))
-    ct.add_row("rows/s", _f(pm["rows_per_s"]), _f(nv["rows_per_s"]), _f(vs["rows_per_s"], "x"))
-    ct.add_row("longest transaction ms", _f(pm["longest_txn_ms"]), _f(nv["longest_txn_ms"]),
-               _f(vs["longest_txn_ms"], "x"))
-    ct.add_row("WAL MB", _f(pm["wal_bytes"] / 2**20), _f(nv["wal_bytes"] / 2**20),
-               _f(vs["wal_bytes"], "x"))
+    ct.add_row("rows deleted", fmt(pm["deleted"]), fmt(nv["deleted"]), "")
+    ct.add_row("wall s", fmt(pm["seconds"]), fmt(nv["seconds"]), fmt(vs["seconds"], "x"))
+    ct.add_row("rows/s", fmt(pm["rows_per_s"]), fmt(nv["rows_per_s"]), fmt(vs["rows_per_s"], "x"))
+    ct.add_row("longest transaction ms", fmt(pm["longest_txn_ms"]), fmt(nv["longest_txn_ms"]),
+               fmt(vs["longest_txn_ms"], "x"))
+    ct.add_row("WAL MB", fmt(pm["wal_bytes"] / 2**20), fmt(nv["wal_bytes"] / 2**20),
+               fmt(vs["wal_bytes"], "x"))
     for name in ("latest_checkpoint", "pk_lookup"):
         cells = []
         for way in (pm, nv):
             r = way["reader"][name]
             idle, during = ((r[k] or {}).get("p99_us") for k in ("idle", "during"))
-            cells.append(f"{_f(idle)} → {_f(during)} ({_f(r['p99_ratio'], 'x')})")
+            cells.append(f"{fmt(idle)} → {fmt(during)} ({fmt(r['p99_ratio'], 'x')})")
         ct.add_row(f"reader {name} p99 µs idle → during", *cells, "")
     ct.add_row("checks", "ok" if pm["checks"]["ok"] else "FAILED",
                "ok" if nv["checks"]["ok"] else "FAILED", "")
@@ -539,7 +509,7 @@ def render(result: dict[str, Any]) -> list[Table]:
     pt = Table(title=f"Cleanup plan: {pl['plan_rows']:,} rows in {pl['chunks']} chunks of {pl['chunk_rows']:,}")
     for col in ("one chunk's plan query ms", "begin txn ms (plan + first chunk)", "longest batch txn ms"):
         pt.add_column(col, justify="right")
-    pt.add_row(_f(pl["chunk_query_ms"]), _f(pm["plan_txn_ms"]), _f(pm["batch_txn_ms"]["max"]))
+    pt.add_row(fmt(pl["chunk_query_ms"]), fmt(pm["plan_txn_ms"]), fmt(pm["batch_txn_ms"]["max"]))
     pt.caption = "chunk timed on the second data set (rolled back); transactions from the pymemdb run"
 
     plans = Table(title="Plans", show_lines=True)
