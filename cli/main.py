@@ -221,8 +221,6 @@ def _bench(suite: str, dsn: str | None, rows: int, seed: int, as_json: bool) -> 
 
     from pymemdb.scratch import scratch_database
 
-    if rows < 1000:
-        raise InvalidArgument(f"--rows must be at least 1000, got {rows}", hint="Use --rows 100000 for a quick run.")
     module = importlib.import_module(f"pymemdb.bench.{suite}")
     with scratch_database(dsn, "pymemdb_bench") as target:
         result = module.run(target, rows, seed=seed,

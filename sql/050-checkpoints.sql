@@ -446,6 +446,18 @@ set search_path = pg_catalog, memori, pg_temp;
 comment on function memori.checkpoint_delete(uuid) is 'Delete a checkpoint and its versions; false when there was none.';
 
 -------------------------------------------------------------------------------
+-- _checkpoint_not_found: PM005 for a checkpoint id
+create or replace function memori._checkpoint_not_found(p_id uuid) returns void
+as $func$
+begin
+  raise exception 'checkpoint % not found', p_id
+    using errcode = 'PM005', hint = 'It does not exist or has expired; memori.checkpoint_query lists checkpoints.';
+end
+$func$ language plpgsql immutable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._checkpoint_not_found(uuid) is 'Raise PM005: the checkpoint does not exist or has expired.';
+
+-------------------------------------------------------------------------------
 -- _checkpoint_for_update: an unexpired checkpoint, locked, or PM005
 create or replace function memori._checkpoint_for_update(p_id uuid, p_now timestamptz) returns memori.checkpoints
 as $func$
@@ -456,8 +468,7 @@ begin
    where c.id = p_id and (c.expires_at is null or c.expires_at > p_now)
      for update;
   if not found then
-    raise exception 'checkpoint % not found', p_id
-      using errcode = 'PM005', hint = 'It does not exist or has expired; memori.checkpoint_query lists checkpoints.';
+    perform memori._checkpoint_not_found(p_id);
   end if;
   return v_row;
 end
@@ -478,8 +489,7 @@ begin
   end if;
   update memori.checkpoints set preserve_important = p_preserve where id = p_id returning * into v_row;
   if not found then
-    raise exception 'checkpoint % not found', p_id
-      using errcode = 'PM005', hint = 'memori.checkpoint_query lists checkpoints.';
+    perform memori._checkpoint_not_found(p_id);
   end if;
   return v_row;
 end
@@ -526,8 +536,7 @@ create or replace function memori.checkpoint_versions(p_id uuid) returns setof m
 as $func$
 begin
   if not exists (select 1 from memori.checkpoints where id = p_id) then
-    raise exception 'checkpoint % not found', p_id
-      using errcode = 'PM005', hint = 'memori.checkpoint_query lists checkpoints.';
+    perform memori._checkpoint_not_found(p_id);
   end if;
   return query
     select c.version, c.updated_at, true, octet_length(c.data::text)
@@ -553,8 +562,7 @@ declare
 begin
   select * into v_row from memori.checkpoints where id = p_id;
   if not found then
-    raise exception 'checkpoint % not found', p_id
-      using errcode = 'PM005', hint = 'memori.checkpoint_query lists checkpoints.';
+    perform memori._checkpoint_not_found(p_id);
   end if;
   select coalesce(min(version), v_row.version) into v_low from memori.checkpoint_versions where checkpoint_id = p_id;
   if p_version is null or p_version < v_low or p_version > v_row.version then

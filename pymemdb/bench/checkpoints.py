@@ -49,7 +49,7 @@ from pymemdb.bench import (
     timed_call,
 )
 from pymemdb.checkpoints import CHECKPOINT_CREATE, NewCheckpoint
-from pymemdb.errors import PymemdbError
+from pymemdb.errors import InvalidArgument, PymemdbError
 from pymemdb.types import Checkpoint
 
 NOW = datetime(2026, 6, 20, 12, 0, tzinfo=UTC)  # the benchmark's clock, passed as p_now
@@ -468,7 +468,7 @@ def run(
     """Run the checkpoint benchmark against ``dsn`` (schema memori installed) and return its figures."""
     say = progress or (lambda _msg: None)
     if rows < 1000:
-        raise PymemdbError(f"rows must be at least 1000, got {rows}", hint="Try 100000.")
+        raise InvalidArgument(f"--rows must be at least 1000, got {rows}", hint="Use --rows 100000 for a quick run.")
     rng = random.Random(seed)
     with connect(dsn) as conn:
         existing = one(conn, "select count(*) from memori.checkpoints")

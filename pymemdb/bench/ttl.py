@@ -44,7 +44,7 @@ from pymemdb.bench import (
     wal_bytes_since,
     wal_lsn,
 )
-from pymemdb.errors import PymemdbError
+from pymemdb.errors import InvalidArgument, PymemdbError
 from pymemdb.types import CleanupBatch, CleanupRun
 
 # Fixed benchmark clock: a 20th, so every checkpoint still alive (created in
@@ -390,7 +390,7 @@ def run(
     """Run the TTL benchmark against ``dsn`` (schema memori installed) and return its figures."""
     say = progress or (lambda _msg: None)
     if rows < 1000:
-        raise PymemdbError(f"rows must be at least 1000, got {rows}", hint="Try 100000.")
+        raise InvalidArgument(f"--rows must be at least 1000, got {rows}", hint="Use --rows 100000 for a quick run.")
     run_ids: list[int] = []
     with connect(dsn) as conn:
         existing = one(conn, "select count(*) from memori.memories")
