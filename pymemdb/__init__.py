@@ -8,8 +8,10 @@ The rules live in SQL (schema ``memori``); this package is a thin door:
         db.cleanup.preview()
 """
 
+from pymemdb.context import Scope
 from pymemdb.db import Database, connect
 from pymemdb.errors import (
+    AccessDenied,
     CleanupAlreadyRunning,
     CleanupError,
     CleanupLockTimeout,
@@ -25,9 +27,11 @@ from pymemdb.errors import (
     ServerError,
     UnknownSkill,
     UnknownValue,
+    WrongUser,
 )
 
 __all__ = [
+    "AccessDenied",
     "CleanupAlreadyRunning",
     "CleanupError",
     "CleanupLockTimeout",
@@ -41,8 +45,10 @@ __all__ = [
     "PgCronMissing",
     "PymemdbError",
     "SchemaNotInstalled",
+    "Scope",
     "ServerError",
     "UnknownSkill",
     "UnknownValue",
+    "WrongUser",
     "connect",
 ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -34,17 +35,27 @@ def _configure(conn: psycopg.Connection) -> None:
     conn.rollback()
 
 
+_SET_USER: LiteralString = "select set_config('memori.user_id', %s, true)"
+
+
 class Database:
-    """A pymemdb database: one pool, one attribute per concern (``db.memories``, ``db.cleanup``)."""
+    """A pymemdb database: one pool, one attribute per concern (``db.memories``, ``db.cleanup``).
 
-    def __init__(self, dsn: str, *, min_size: int = 1, max_size: int = 8, embedded: bool = False) -> None:
-        from pymemdb.checkpoints import Checkpoints
-        from pymemdb.cleanup import Cleanup
-        from pymemdb.events import Events
-        from pymemdb.memories import Memories
+    ``user_id`` is the user the calls act for. Each transaction sets it as
+    ``memori.user_id`` with ``set_config(..., true)`` (transaction-local, so a
+    pooled connection never carries one user's identity into another's
+    transaction, and a transaction-mode PgBouncer is safe); row-level security
+    keys on it. A call that names a user (``p_user_id``) acts for that user.
+    Services acting for many users share one pool through ``db.as_user(...)``.
+    """
 
+    def __init__(
+        self, dsn: str, *, min_size: int = 1, max_size: int = 8, embedded: bool = False, user_id: str | None = None
+    ) -> None:
         self.dsn = dsn
         self.embedded = embedded
+        self.user_id = user_id
+        self._owns_pool = True
         self.pool = ConnectionPool(
             dsn,
             min_size=min_size,
@@ -58,14 +69,36 @@ class Database:
             # where the pool would retry for its whole timeout.
             psycopg.connect(dsn, connect_timeout=10).close()
             self.pool.open(wait=True, timeout=30)
+        self._attach_concerns()
+
+    def _attach_concerns(self) -> None:
+        from pymemdb.checkpoints import Checkpoints
+        from pymemdb.cleanup import Cleanup
+        from pymemdb.context import Business, Context, Projects, Sessions
+        from pymemdb.events import Events
+        from pymemdb.memories import Memories
+
         self.memories = Memories(self)
         self.cleanup = Cleanup(self)
         self.checkpoints = Checkpoints(self)
         self.events = Events(self)
+        self.context = Context(self)
+        self.business = Business(self)
+        self.sessions = Sessions(self)
+        self.projects = Projects(self)
+
+    def as_user(self, user_id: str) -> Database:
+        """The same database and pool, acting for ``user_id`` (closing it leaves the pool open)."""
+        view = copy.copy(self)
+        view.user_id = user_id
+        view._owns_pool = False
+        view._attach_concerns()
+        return view
 
     # -- lifecycle ---------------------------------------------------------
     def close(self) -> None:
-        self.pool.close()
+        if self._owns_pool:
+            self.pool.close()
 
     def __enter__(self) -> Database:
         return self
@@ -104,14 +137,20 @@ class Database:
             yield conn
 
     @contextmanager
-    def transaction(self) -> Iterator[psycopg.Cursor[Any]]:
-        """A cursor in its own transaction: committed on success, rolled back on error."""
+    def transaction(self, user_id: str | None = None) -> Iterator[psycopg.Cursor[Any]]:
+        """A cursor in its own transaction, acting for ``user_id`` (else ``self.user_id``).
+
+        Committed on success, rolled back on error.
+        """
+        acting = user_id or self.user_id
         with self.connection() as conn, conn.transaction(), conn.cursor() as cur:
+            if acting is not None:
+                cur.execute(_SET_USER, (acting,))
             yield cur
 
     def rows(self, query: LiteralString, result: type[T], params: dict[str, Any] | None = None) -> list[T]:
-        """Rows of a view or catalog query as dataclasses."""
-        with self.connection() as conn, conn.transaction(), conn.cursor(row_factory=class_row(result)) as cur:
+        """Rows of a view or catalog query as dataclasses (acting for ``self.user_id``)."""
+        with self.transaction() as own, own.connection.cursor(row_factory=class_row(result)) as cur:
             cur.execute(query, params)
             return cur.fetchall()
 
@@ -119,7 +158,8 @@ class Database:
     def call(self, function: SqlFunction, cur: psycopg.Cursor[Any] | None = None, **args: Any) -> Any:
         """Call ``memori.<function>`` with named arguments and shape its result."""
         if cur is None:
-            with self.transaction() as own:
+            acting = args.get("p_user_id")
+            with self.transaction(acting if isinstance(acting, str) else None) as own:
                 return self.call(function, own, **args)
         query = function.query(args)
         with wrap_exceptions():
@@ -137,13 +177,16 @@ class Database:
                 return typed.fetchall()
 
 
-def connect(dsn: str | None = None, *, min_size: int = 1, max_size: int = 8) -> Database:
+def connect(
+    dsn: str | None = None, *, min_size: int = 1, max_size: int = 8, user_id: str | None = None
+) -> Database:
     """Open a pymemdb database.
 
     ``dsn`` falls back to $PYMEMDB_DSN, then $DATABASE_URL. With none of them,
     the embedded server is started (or reused) and the schema installed on
     first use. A server given by DSN must have been installed with
-    ``pymemdb init``.
+    ``pymemdb init``. ``user_id`` is the user calls act for by default
+    (``memori.user_id``, which row-level security keys on).
     """
     resolved = resolve_dsn(dsn)
     if resolved is None:
@@ -151,8 +194,8 @@ def connect(dsn: str | None = None, *, min_size: int = 1, max_size: int = 8) -> 
         from pymemdb.install import install
 
         install(url)
-        return Database(url, min_size=min_size, max_size=max_size, embedded=True)
-    db = Database(resolved, min_size=min_size, max_size=max_size)
+        return Database(url, min_size=min_size, max_size=max_size, embedded=True, user_id=user_id)
+    db = Database(resolved, min_size=min_size, max_size=max_size, user_id=user_id)
     try:
         db.check_schema()
     except BaseException:

@@ -112,6 +112,26 @@ class PgCronMissing(PymemdbError):
     sqlstate = "PM030"
 
 
+class AccessError(PymemdbError):
+    """Base of the errors about who may act on which rows."""
+
+
+class WrongUser(AccessError):
+    """PM040: p_user_id differs from the transaction's memori.user_id."""
+
+    sqlstate = "PM040"
+
+
+class AccessDenied(AccessError):
+    """PM041: not a member of the project, another user's session, or a global write without memori_admin.
+
+    Also raised for PostgreSQL's 42501 (a row-level security policy or a
+    missing privilege refused the statement).
+    """
+
+    sqlstate = "PM041"
+
+
 class ServerError(PymemdbError):
     """The embedded server could not be started, stopped or reached."""
 
@@ -134,6 +154,8 @@ _BY_SQLSTATE: dict[str, type[PymemdbError]] = {
         CleanupRunNotActive,
         CleanupLockTimeout,
         PgCronMissing,
+        WrongUser,
+        AccessDenied,
     )
     if cls.sqlstate
 }
@@ -161,6 +183,12 @@ def from_psycopg(exc: psycopg.Error) -> PymemdbError:
     kwargs = {"sqlstate": state, "detail": diag.message_detail, "hint": diag.message_hint}
     if state in _BY_SQLSTATE:
         return _BY_SQLSTATE[state](message, **kwargs)
+    if state == "42501":  # insufficient_privilege: a grant or a row-level security policy said no
+        kwargs["hint"] = diag.message_hint or (
+            "The connected role may not do this: app roles act for the user in memori.user_id "
+            "(pymemdb.connect(user_id=...) or db.as_user(...)); cleanup needs memori_cleaner."
+        )
+        return AccessDenied(message, **kwargs)
     if state in _BAD_INPUT_HINTS:
         kwargs["hint"] = diag.message_hint or _BAD_INPUT_HINTS[state]
         return InvalidArgument(message, **kwargs)

@@ -41,9 +41,26 @@ class Events:
 
         Each item is ``{"id", "type", "occurred_at", "payload"}`` (``truncated``
         instead of ``payload`` for bodies over NOTIFY's 8000 bytes: read those by
-        id). Uses its own connection, not the pool's.
+        id). A user's event is notified without its body (LISTEN is not subject
+        to row-level security); its body is read here from memori.events as the
+        acting user, and events this user may not see are skipped. Uses its own
+        connection for LISTEN, not the pool's.
         """
         with wrap_exceptions(), psycopg.connect(self._db.dsn, autocommit=True) as conn:
             conn.execute(f"listen {CHANNEL}")
             for notify in conn.notifies(timeout=timeout, stop_after=stop_after):
-                yield json.loads(notify.payload)
+                event = json.loads(notify.payload)
+                if event.pop("private", False):
+                    body = self._private_body(event["id"])
+                    if body is None:
+                        continue
+                    event["payload"] = body
+                yield event
+
+    def _private_body(self, event_id: int) -> dict[str, Any] | None:
+        """The payload of a user's event if the acting user may see it (RLS, and the user itself)."""
+        with self._db.transaction() as cur:
+            row = cur.execute("select payload, user_id from memori.events where id = %s", (event_id,)).fetchone()
+        if row is None or (self._db.user_id is not None and row[1] != self._db.user_id):
+            return None
+        return row[0]  # type: ignore[no-any-return]

@@ -149,6 +149,7 @@ class Event:
     occurred_at: datetime
     payload: dict[str, Any]
     expires_at: datetime | None
+    user_id: str | None  # the acting user; None for system events (cleanup)
 
 
 @dataclass(frozen=True)
@@ -230,3 +231,103 @@ class CheckpointStatus:
     status: str
     days_until_expiry: Decimal | None
     should_cleanup: bool
+
+
+# -- the context store (seed 01, part 2) -----------------------------------------
+@dataclass(frozen=True)
+class ContextEntry:
+    """A row of memori.context_entries (``ttl`` in milliseconds, as in the seed)."""
+
+    id: UUID
+    key: str
+    value: Any
+    type: str
+    scope: str
+    user_id: str
+    project_id: str | None
+    session_id: str | None
+    ttl: int | None
+    expires_at: datetime | None
+    created_at: datetime
+    updated_at: datetime
+    pxyz: dict[str, Any]
+    scope_owner: str
+
+
+@dataclass(frozen=True)
+class ContextValue:
+    """memori.context_value: a key's value and the scope it was resolved from."""
+
+    key: str
+    value: Any
+    scope: str
+    type: str
+    entry_id: UUID
+    user_id: str
+    project_id: str | None
+    session_id: str | None
+    expires_at: datetime | None
+    updated_at: datetime
+
+
+@dataclass(frozen=True)
+class ContextStat:
+    """memori.context_stat: visible entries of one scope or type."""
+
+    dimension: str  # 'scope' | 'type'
+    name: str
+    total: int
+    active: int
+    expiring_soon: int
+    expired: int
+    value_bytes: int
+
+
+@dataclass(frozen=True)
+class SessionContext:
+    """memori.session_context: a session and its live windows (highest priority first)."""
+
+    session_id: str
+    user_id: str
+    project_id: str | None
+    start_time: datetime
+    last_activity: datetime
+    metadata: dict[str, Any]
+    context_windows: list[dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class ContextWindow:
+    """A row of memori.context_windows."""
+
+    window_id: UUID
+    session_id: str
+    user_id: str
+    window_type: str
+    content: dict[str, Any]
+    priority: int
+    retention_policy: str
+    created_at: datetime
+    expires_at: datetime | None
+
+
+@dataclass(frozen=True)
+class Project:
+    """A row of memori.projects."""
+
+    project_id: str
+    name: str
+    owner_id: str
+    metadata: dict[str, Any]
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class ProjectMember:
+    """A row of memori.project_members."""
+
+    project_id: str
+    user_id: str
+    project_owner: str
+    role: str
+    added_at: datetime

@@ -93,33 +93,43 @@ comment on function memori._check_batch(integer, integer) is 'Validate cleanup b
 
 -------------------------------------------------------------------------------
 -- _event_message: the NOTIFY text of a stored event
-create or replace function memori._event_message(p_id bigint, p_event_type text, p_at timestamptz, p_payload jsonb)
+-- (signatures before revision 0003 had no user: an upgrade drops them)
+drop function if exists memori._event_message(bigint, text, timestamptz, jsonb);
+drop function if exists memori._event_notify(bigint, text, timestamptz, jsonb);
+create or replace function memori._event_message(p_id bigint, p_event_type text, p_at timestamptz, p_payload jsonb,
+                                                 p_user_id text default null)
 returns text
 as $func$
-  -- NOTIFY payloads are limited to 8000 bytes: large payloads are sent
-  -- without their body, listeners read it from memori.events by id.
-  select case when octet_length(m) > 7900
+  -- LISTEN is not subject to row-level security: every listener in the
+  -- database gets every notification. A user's event is therefore sent
+  -- without its body (private: true); listeners read it from memori.events
+  -- by id, where RLS shows it to that user only. NOTIFY payloads are also
+  -- limited to 8000 bytes: large bodies are sent the same way (truncated).
+  select case when p_user_id is not null
+              then jsonb_build_object('id', p_id, 'type', p_event_type, 'occurred_at', p_at, 'private', true)::text
+              when octet_length(m) > 7900
               then jsonb_build_object('id', p_id, 'type', p_event_type, 'occurred_at', p_at, 'truncated', true)::text
               else m end
     from (select jsonb_build_object('id', p_id, 'type', p_event_type, 'occurred_at', p_at,
                                     'payload', p_payload)::text as m) x
 $func$ language sql immutable security invoker
 set search_path = pg_catalog, memori, pg_temp;
-comment on function memori._event_message(bigint, text, timestamptz, jsonb) is 'The pg_notify text of an event (without its payload when over NOTIFY''s limit).';
+comment on function memori._event_message(bigint, text, timestamptz, jsonb, text) is 'The pg_notify text of an event: without its body for a user''s event (private) or over NOTIFY''s limit (truncated).';
 
 -------------------------------------------------------------------------------
 -- _event_notify: tell LISTEN memori_events about a stored event
-create or replace function memori._event_notify(p_id bigint, p_event_type text, p_at timestamptz, p_payload jsonb)
+create or replace function memori._event_notify(p_id bigint, p_event_type text, p_at timestamptz, p_payload jsonb,
+                                                p_user_id text default null)
 returns void
 as $func$
 begin
   if coalesce(memori._setting('events.notify'), 'true'::jsonb) = 'true'::jsonb then
-    perform pg_notify('memori_events', memori._event_message(p_id, p_event_type, p_at, p_payload));
+    perform pg_notify('memori_events', memori._event_message(p_id, p_event_type, p_at, p_payload, p_user_id));
   end if;
 end
 $func$ language plpgsql volatile security invoker
 set search_path = pg_catalog, memori, pg_temp;
-comment on function memori._event_notify(bigint, text, timestamptz, jsonb) is 'pg_notify one stored event on channel memori_events, unless events.notify is false.';
+comment on function memori._event_notify(bigint, text, timestamptz, jsonb, text) is 'pg_notify one stored event on channel memori_events, unless events.notify is false.';
 
 -------------------------------------------------------------------------------
 -- _event_retention: how long events of a type are kept
@@ -143,21 +153,22 @@ declare
   v_retention interval;
   v_notify    boolean := coalesce(memori._setting('events.notify'), 'true'::jsonb) = 'true'::jsonb;
   v_sent      bigint;
+  v_user      text := nullif(current_setting('memori.user_id', true), '');
 begin
   v_retention := memori._event_retention(p_event_type);
   with stored as (
-    insert into memori.events (event_type, occurred_at, payload, expires_at)
-    select p_event_type, p_now, coalesce(x, '{}'::jsonb), p_now + v_retention from unnest(p_payloads) x
+    insert into memori.events (event_type, occurred_at, payload, expires_at, user_id)
+    select p_event_type, p_now, coalesce(x, '{}'::jsonb), p_now + v_retention, v_user from unnest(p_payloads) x
     returning id, payload
   )
-  select count(pg_notify('memori_events', memori._event_message(stored.id, p_event_type, p_now, stored.payload)))
+  select count(pg_notify('memori_events', memori._event_message(stored.id, p_event_type, p_now, stored.payload, v_user)))
          filter (where v_notify)
     into v_sent
     from stored;
 end
 $func$ language plpgsql volatile security invoker
 set search_path = pg_catalog, memori, pg_temp;
-comment on function memori._event_emit_many(text, jsonb[], timestamptz) is 'Append events of one type to memori.events (expiring per their retention policy) and pg_notify each.';
+comment on function memori._event_emit_many(text, jsonb[], timestamptz) is 'Append events of one type, as the acting user (memori.user_id), to memori.events (expiring per their retention policy) and pg_notify each.';
 
 -------------------------------------------------------------------------------
 -- _event_emit: store an event and tell listeners
@@ -167,14 +178,15 @@ as $func$
 declare
   v_id        bigint;
   v_retention interval;
+  v_user      text := nullif(current_setting('memori.user_id', true), '');
 begin
   v_retention := memori._event_retention(p_event_type);
-  insert into memori.events (event_type, occurred_at, payload, expires_at)
-  values (p_event_type, p_now, coalesce(p_payload, '{}'::jsonb), p_now + v_retention)
+  insert into memori.events (event_type, occurred_at, payload, expires_at, user_id)
+  values (p_event_type, p_now, coalesce(p_payload, '{}'::jsonb), p_now + v_retention, v_user)
   returning id into v_id;
-  perform memori._event_notify(v_id, p_event_type, p_now, p_payload);
+  perform memori._event_notify(v_id, p_event_type, p_now, p_payload, v_user);
   return v_id;
 end
 $func$ language plpgsql volatile security invoker
 set search_path = pg_catalog, memori, pg_temp;
-comment on function memori._event_emit(text, jsonb, timestamptz) is 'Append an event to memori.events (expiring per its retention policy) and pg_notify it on channel memori_events.';
+comment on function memori._event_emit(text, jsonb, timestamptz) is 'Append an event, as the acting user (memori.user_id), to memori.events (expiring per its retention policy) and pg_notify it on channel memori_events.';

@@ -3,6 +3,13 @@
 --   memori_owner   NOLOGIN, owns every object in schema memori
 --   memori_app     what agents use: the read/write API, cleanup preview
 --   memori_cleaner cleanup only: run, batch, schedule; reads nothing else
+--   memori_admin   memori_app plus writing global context entries
+--
+-- Row-level security (ENABLEd and FORCEd) on every user-scoped table: an app
+-- role sees and writes only the rows of current_setting('memori.user_id'),
+-- set per transaction by the client (set_config(..., true), so it is safe
+-- behind a transaction-mode pooler); unset or empty sees nothing. The cleaner
+-- sees and deletes expired rows only.
 --
 -- Grant the roles to login roles: GRANT memori_app TO my_service;
 -- Installing as a user that may not create roles skips role setup (a NOTICE
@@ -12,7 +19,7 @@ do $roles$
 declare
   v_role text;
 begin
-  foreach v_role in array array['memori_owner', 'memori_app', 'memori_cleaner'] loop
+  foreach v_role in array array['memori_owner', 'memori_app', 'memori_cleaner', 'memori_admin'] loop
     if not exists (select 1 from pg_catalog.pg_roles where rolname = v_role) then
       begin
         execute format('create role %I nologin', v_role);
@@ -21,6 +28,15 @@ begin
       end;
     end if;
   end loop;
+  if exists (select 1 from pg_catalog.pg_roles where rolname = 'memori_admin')
+     and exists (select 1 from pg_catalog.pg_roles where rolname = 'memori_app')
+     and not pg_catalog.pg_has_role('memori_admin', 'memori_app', 'member') then
+    begin
+      grant memori_app to memori_admin;
+    exception when insufficient_privilege then
+      raise notice 'pymemdb: cannot grant memori_app to memori_admin; grant it as a role administrator';
+    end;
+  end if;
 end
 $roles$;
 
@@ -123,5 +139,141 @@ begin
                              memori.checkpoint_auto(text, text, text, jsonb, timestamptz),
                              memori.checkpoint_detect_milestone(text, text, jsonb, timestamptz)
     from memori_cleaner;
+
+  -- what is installed: clients check the revision when they connect
+  grant select on memori.alembic_version, memori.installs to memori_app, memori_cleaner;
+
+  -- context store (issue 4)
+  grant select, insert, update, delete on memori.projects, memori.project_members, memori.sessions,
+                                          memori.context_entries, memori.context_windows to memori_app;
+  grant select on memori._retention_context_entries, memori._retention_context_windows,
+                  memori._retention_sessions to memori_app, memori_cleaner;
+  grant select, delete on memori.context_entries, memori.context_windows, memori.sessions to memori_cleaner;
+  revoke execute on function memori.context_set(text, jsonb, text, text, text, text, text, bigint, timestamptz),
+                             memori.context_delete(text, text, text, text, text),
+                             memori.context_cleanup_by_scope(text, text, text, text, boolean, timestamptz),
+                             memori.context_prune_old(interval, text, timestamptz),
+                             memori.business_context_set(jsonb, text, timestamptz),
+                             memori.business_context_update(jsonb, text, timestamptz),
+                             memori.session_context_set(text, text, text, jsonb, timestamptz),
+                             memori.session_context_add_window(text, text, jsonb, integer, text, text, timestamptz),
+                             memori.session_context_remove_window(text, uuid, text, timestamptz),
+                             memori.project_create(text, text, text, jsonb, timestamptz),
+                             memori.project_member_add(text, text, text, timestamptz),
+                             memori.project_member_remove(text, text, text)
+    from memori_cleaner;
 end
 $grants$;
+
+-------------------------------------------------------------------------------
+-- Row-level security. Policies are dropped and re-created on every install,
+-- so this block is the whole truth. Without the roles (an installer that may
+-- not create them) the user policies apply to PUBLIC.
+do $rls$
+declare
+  v_cur     constant text := 'current_setting(''memori.user_id'', true)';
+  v_app     text := case when exists (select 1 from pg_catalog.pg_roles where rolname = 'memori_app')
+                         then 'memori_app' else 'public' end;
+  v_cleaner boolean := exists (select 1 from pg_catalog.pg_roles where rolname = 'memori_cleaner');
+  v_admin   boolean := exists (select 1 from pg_catalog.pg_roles where rolname = 'memori_admin');
+  v_member  text;
+  v_t       record;
+begin
+  for v_t in select p.tablename, p.policyname from pg_catalog.pg_policies p where p.schemaname = 'memori' loop
+    execute format('drop policy %I on memori.%I', v_t.policyname, v_t.tablename);
+  end loop;
+
+  -- Every user-scoped table, with the column naming its user (NULL: the
+  -- table has specific policies below). Tables of later issues join here.
+  for v_t in
+    select t.tbl, t.col, exists (select 1 from pg_catalog.pg_attribute a
+                                  where a.attrelid = format('memori.%I', t.tbl)::regclass
+                                    and a.attname = 'expires_at' and not a.attisdropped) as expires
+      from (values ('memories', 'owner_id'), ('checkpoints', 'user_id'), ('checkpoint_versions', null),
+                   ('events', null), ('projects', null), ('project_members', null), ('sessions', null),
+                   ('context_entries', null), ('context_windows', 'user_id')) t(tbl, col)
+  loop
+    execute format('alter table memori.%I enable row level security', v_t.tbl);
+    execute format('alter table memori.%I force row level security', v_t.tbl);
+    if v_t.col is not null then
+      execute format('create policy user_rows on memori.%I for all to %I using (%I = %s) with check (%I = %s)',
+                     v_t.tbl, v_app, v_t.col, v_cur, v_t.col, v_cur);
+    end if;
+    if v_cleaner and v_t.expires then
+      -- the cleaner finds and deletes expired rows, and sees nothing else
+      execute format('create policy cleaner_expired on memori.%I for select to memori_cleaner '
+                     'using (expires_at <= now())', v_t.tbl);
+      execute format('create policy cleaner_delete on memori.%I for delete to memori_cleaner '
+                     'using (expires_at <= now())', v_t.tbl);
+    end if;
+  end loop;
+
+  -- checkpoint versions: those of the checkpoints one may see
+  execute format('create policy user_rows on memori.checkpoint_versions for all to %I '
+                 'using (exists (select 1 from memori.checkpoints c where c.id = checkpoint_id)) '
+                 'with check (exists (select 1 from memori.checkpoints c where c.id = checkpoint_id))', v_app);
+
+  -- events: one's own; system events (no user) may be written, not read
+  execute format('create policy user_rows on memori.events for select to %I using (user_id = %s)', v_app, v_cur);
+  execute format('create policy user_insert on memori.events for insert to %I '
+                 'with check (user_id is null or user_id = %s)', v_app, v_cur);
+  if v_cleaner then
+    -- (and reads them back: INSERT ... RETURNING needs a SELECT policy too)
+    execute 'create policy cleaner_insert on memori.events for insert to memori_cleaner with check (user_id is null)';
+    execute 'create policy cleaner_system on memori.events for select to memori_cleaner using (user_id is null)';
+  end if;
+
+  -- projects: members read; the owner writes. project_members: one's own
+  -- memberships, and the owner sees and manages the list. (The member
+  -- policy must not read projects: the two would recurse.)
+  v_member := format('exists (select 1 from memori.project_members m where m.project_id = %%s and m.user_id = %s)',
+                     v_cur);
+  execute format('create policy member_read on memori.projects for select to %I using (owner_id = %s or %s)',
+                 v_app, v_cur, format(v_member, 'projects.project_id'));
+  execute format('create policy owner_write on memori.projects for insert to %I with check (owner_id = %s)', v_app, v_cur);
+  execute format('create policy owner_update on memori.projects for update to %I using (owner_id = %s) '
+                 'with check (owner_id = %s)', v_app, v_cur, v_cur);
+  execute format('create policy owner_delete on memori.projects for delete to %I using (owner_id = %s)', v_app, v_cur);
+  execute format('create policy member_rows on memori.project_members for select to %I '
+                 'using (user_id = %s or project_owner = %s)', v_app, v_cur, v_cur);
+  execute format('create policy owner_write on memori.project_members for all to %I '
+                 'using (project_owner = %s) with check (project_owner = %s)', v_app, v_cur, v_cur);
+
+  -- sessions: the user's own, in projects the user is a member of
+  execute format('create policy user_rows on memori.sessions for all to %I using (user_id = %s) '
+                 'with check (user_id = %s and (project_id is null or %s))',
+                 v_app, v_cur, v_cur, format(v_member, 'sessions.project_id'));
+
+  -- context entries: the seed's matches_scope. Global entries are read by
+  -- every app user and written by memori_admin only; project entries by the
+  -- members; user and session entries by their user (a session entry only
+  -- on one of the user's sessions).
+  execute format('create policy scope_read on memori.context_entries for select to %I using ('
+                 'scope = ''global'' or (scope in (''user'', ''session'') and user_id = %s) '
+                 'or (scope = ''project'' and %s))', v_app, v_cur, format(v_member, 'context_entries.project_id'));
+  execute format('create policy scope_change on memori.context_entries for update to %I using ('
+                 '(scope in (''user'', ''session'') and user_id = %s) or (scope = ''project'' and %s)) '
+                 'with check (user_id = %s and scope <> ''global'' and (scope <> ''project'' or %s) '
+                 'and (scope <> ''session'' or exists (select 1 from memori.sessions s '
+                 'where s.session_id = context_entries.session_id and s.user_id = %s)))',
+                 v_app, v_cur, format(v_member, 'context_entries.project_id'),
+                 v_cur, format(v_member, 'context_entries.project_id'), v_cur);
+  execute format('create policy scope_insert on memori.context_entries for insert to %I '
+                 'with check (user_id = %s and scope <> ''global'' and (scope <> ''project'' or %s) '
+                 'and (scope <> ''session'' or exists (select 1 from memori.sessions s '
+                 'where s.session_id = context_entries.session_id and s.user_id = %s)))',
+                 v_app, v_cur, format(v_member, 'context_entries.project_id'), v_cur);
+  execute format('create policy scope_delete on memori.context_entries for delete to %I using ('
+                 '(scope in (''user'', ''session'') and user_id = %s) or (scope = ''project'' and %s))',
+                 v_app, v_cur, format(v_member, 'context_entries.project_id'));
+  if v_admin then
+    execute format('create policy admin_global on memori.context_entries for all to memori_admin '
+                   'using (scope = ''global'') with check (scope = ''global'' and user_id = %s)', v_cur);
+  end if;
+
+  -- context windows: on the user's own sessions
+  execute format('create policy session_owner on memori.context_windows as restrictive for insert to %I '
+                 'with check (exists (select 1 from memori.sessions s where s.session_id = context_windows.session_id '
+                 'and s.user_id = %s))', v_app, v_cur);
+end
+$rls$;

@@ -81,6 +81,9 @@ def _as(conn: psycopg.Connection, role: str) -> None:
 
 def test_app_role_uses_the_api_but_cannot_run_cleanup(conn: psycopg.Connection) -> None:
     _as(conn, "memori_app")
+    # fail closed: without memori.user_id an app role writes (and reads) nothing
+    assert_no_privilege(conn, "select (memori.session_checkpoint_save('api', 'alice', 'x')).id")
+    conn.execute("select set_config('memori.user_id', 'alice', false)")
     value(conn, "select (memori.session_checkpoint_save('api', 'alice', 'x')).id")
     assert value(conn, "select count(*) from memori.cleanup_preview()") == 0
     assert_no_privilege(conn, "select memori.cleanup_execute()")
@@ -117,3 +120,19 @@ def test_search_path_hijack_is_ignored(conn: psycopg.Connection) -> None:
     assert row["created_at"].year > 2000
     assert value(conn, "select count(*) from memori.memories") == 1
     assert_sqlstate(conn, "PM001", "select * from memori.cleanup_preview(now(), 0)")
+
+
+def test_search_path_hijack_is_ignored_by_the_context_store(conn: psycopg.Connection) -> None:
+    conn.execute("create function public._acting_user(text) returns text language sql as $$ select 'mallory' $$")
+    conn.execute("create function public._context_scope_rank(text) returns integer language sql as $$ select 0 $$")
+    conn.execute("create table public.context_entries (id uuid, key text, value jsonb)")
+    conn.execute("create temp table sessions (session_id text, user_id text)")
+    conn.execute("create function pg_temp.current_setting(text, boolean) returns text language sql "
+                 "as $$ select 'mallory' $$")
+    conn.execute("set search_path = pg_temp, public, pg_catalog")
+    conn.execute("select memori.context_set('k', '\"u\"', 'user_preferences', 'user', 'alice')")
+    conn.execute("select memori.context_set('k', '\"s\"', 'user_preferences', 'session', 'alice', null, 's1')")
+    row = rows(conn, "select * from memori.context_get('k', 'alice', null, 's1')")[0]
+    assert (row["value"], row["scope"], row["user_id"]) == ("s", "session", "alice")
+    assert value(conn, "select count(*) from public.context_entries") == 0
+    assert value(conn, "select count(*) from memori.sessions where user_id = 'alice'") == 1

@@ -1,0 +1,1010 @@
+-- pymemdb SQL API, part 6: the context store (seed 01, part 2).
+--
+-- Entries live at four scopes (global, user, project, session); a read
+-- resolves a key to the most specific visible, unexpired entry (session >
+-- project > user > global). Who may see a project or session entry is data
+-- (memori.project_members, memori.sessions); row-level security
+-- (sql/900-security.sql) makes the same rules a database guarantee for
+-- direct table access. The acting user is p_user_id, else the transaction's
+-- memori.user_id setting (the client sets it per transaction).
+
+-------------------------------------------------------------------------------
+-- configuration (kept when re-installing)
+insert into memori.settings (key, value, description) values
+  ('context.max_windows', '10', 'maxContextWindows: context windows kept per session; adding one more removes the lowest-priority (oldest first among equals).'),
+  ('context.max_value_bytes', '1048576', 'Largest context value (JSON text bytes) the API accepts.'),
+  ('context.max_key_length', '512', 'Longest context key, in characters.'),
+  ('context.default_ttl_ms', '{"temporary_state": 3600000}', 'TTL in milliseconds applied per entry type when context_set gets none (types not listed are permanent).'),
+  ('context.temporary_window_ttl_ms', '3600000', 'Lifetime of a context window with retention policy temporary, in milliseconds.'),
+  ('context.search_max_rows', '10000', 'Largest p_limit of context_search.')
+on conflict (key) do nothing;
+
+comment on table memori.projects is 'Projects: a name and an owner; project-scoped context is visible to the members.';
+comment on table memori.project_members is 'Members of a project (the owner is one); project_owner is checked against memori.projects by a foreign key.';
+comment on table memori.sessions is 'Sessions (seed 01 session_context): one user, optionally a project; start time, last activity, metadata.';
+comment on table memori.context_entries is 'Scoped context entries (seed 01): one value per (scope, owner, key), TTL in milliseconds, resolved most specific first.';
+comment on table memori.context_windows is 'Context windows of a session (seed 01 context_window): type, content, priority 1..10, retention policy.';
+
+-------------------------------------------------------------------------------
+-- retention: entries, windows and sessions are cleaned by the one engine
+create or replace view memori._retention_context_entries with (security_invoker = true) as
+select e.id,
+       e.user_id   as owner,
+       e.scope     as category,
+       e.type      as kind,
+       e.expires_at,
+       false       as important
+  from memori.context_entries e;
+comment on view memori._retention_context_entries is 'memori.context_entries as retention candidates: scope as category, entry type as kind.';
+
+create or replace view memori._retention_context_windows with (security_invoker = true) as
+select w.window_id        as id,
+       w.user_id          as owner,
+       w.session_id       as category,
+       w.retention_policy as kind,
+       w.expires_at,
+       false              as important
+  from memori.context_windows w;
+comment on view memori._retention_context_windows is 'memori.context_windows as retention candidates: session as category, retention policy as kind.';
+
+create or replace view memori._retention_sessions with (security_invoker = true) as
+select s.session_id                   as id,
+       s.user_id                      as owner,
+       coalesce(s.project_id, '')     as category,
+       'session'::text                as kind,
+       s.expires_at,
+       false                          as important
+  from memori.sessions s;
+comment on view memori._retention_sessions is 'memori.sessions as retention candidates (deleting a session deletes its entries and windows).';
+
+select memori.retention_register('context_entries', 'memori.context_entries', 'memori._retention_context_entries', 'id',
+                                 'Scoped context entries (seed 01, part 2)', 4, null, false);
+select memori.retention_register('context_windows', 'memori.context_windows', 'memori._retention_context_windows',
+                                 'window_id', 'Session context windows (seed 01, part 2)', 2, null, false);
+select memori.retention_register('sessions', 'memori.sessions', 'memori._retention_sessions', 'session_id',
+                                 'Sessions; deleting one deletes its context entries and windows', 3, null, false);
+update memori.retention_tables set event_prefix = 'context' where table_name = 'context_entries';
+
+-- Temporary state goes first, business context last.
+insert into memori.retention_policies (table_name, kind, priority, retention, preserve_important, description) values
+  ('context_entries', 'temporary_state',  1, null, false, 'Temporary state: cleaned first once its TTL has passed'),
+  ('context_entries', 'session_context',  3, null, false, 'Session context entries'),
+  ('context_entries', 'user_preferences', 6, null, false, 'User preferences'),
+  ('context_entries', 'business_context', 7, null, false, 'Business context: cleaned last')
+on conflict (table_name, kind) do nothing;
+
+-------------------------------------------------------------------------------
+-- _acting_user: the user a call acts for
+create or replace function memori._acting_user(p_user_id text) returns text
+as $func$
+declare
+  v_setting text := nullif(current_setting('memori.user_id', true), '');
+begin
+  if p_user_id is null then
+    if v_setting is null then
+      perform memori._invalid('no acting user: pass p_user_id or set memori.user_id',
+                              'Call set_config(''memori.user_id'', ''<user>'', true) in the transaction, or pass the user id.');
+    end if;
+    return v_setting;
+  end if;
+  perform memori._check_identifier('user id', p_user_id);
+  if v_setting is not null and v_setting <> p_user_id then
+    raise exception 'this transaction acts for user %, not %', quote_literal(v_setting), quote_literal(p_user_id)
+      using errcode = 'PM040',
+            hint = 'Pass the same user as memori.user_id, or set memori.user_id to the user this call is for.';
+  end if;
+  return p_user_id;
+end
+$func$ language plpgsql stable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._acting_user(text) is 'The acting user: p_user_id (which must equal memori.user_id when that is set), else memori.user_id; PM001 when neither, PM040 when they differ.';
+
+-------------------------------------------------------------------------------
+-- _context_scope_rank: how specific a scope is (session 4 .. global 1)
+create or replace function memori._context_scope_rank(p_scope text) returns integer
+as $func$
+  select case p_scope when 'session' then 4 when 'project' then 3 when 'user' then 2 when 'global' then 1 end
+$func$ language sql immutable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._context_scope_rank(text) is 'Specificity of a scope for resolution: session 4, project 3, user 2, global 1.';
+
+-------------------------------------------------------------------------------
+-- _check_context_enum: a value from a fixed set (PM004 lists the set)
+create or replace function memori._check_context_enum(p_what text, p_value text, p_allowed text[]) returns text
+as $func$
+begin
+  if p_value is null or not (p_value = any(p_allowed)) then
+    raise exception 'unknown % %', p_what, coalesce(quote_literal(p_value), 'NULL')
+      using errcode = 'PM004',
+            hint = format('Use one of: %s.', array_to_string(p_allowed, ', '));
+  end if;
+  return p_value;
+end
+$func$ language plpgsql immutable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._check_context_enum(text, text, text[]) is 'Raise PM004 (listing the allowed values) unless the value is one of them.';
+
+-------------------------------------------------------------------------------
+-- _check_context_value: a bounded JSON value
+create or replace function memori._check_context_value(p_what text, p_value jsonb) returns jsonb
+as $func$
+declare
+  v_limit bigint := coalesce(memori._setting('context.max_value_bytes')::bigint, 1048576);
+  v_bytes bigint;
+begin
+  if p_value is null then
+    perform memori._invalid(format('%s must not be NULL', p_what), 'Pass a JSON value; to remove an entry use context_delete.');
+  end if;
+  v_bytes := octet_length(p_value::text);
+  if v_bytes > v_limit then
+    raise exception '% is % bytes; the limit is % bytes', p_what, v_bytes, v_limit
+      using errcode = 'PM003',
+            hint = 'Keep large artifacts outside and reference them, or raise memori.settings context.max_value_bytes.';
+  end if;
+  return p_value;
+end
+$func$ language plpgsql stable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._check_context_value(text, jsonb) is 'Validate a context value or window content: not NULL, at most context.max_value_bytes (PM003).';
+
+-------------------------------------------------------------------------------
+-- _is_project_member: may the user see the project's entries?
+create or replace function memori._is_project_member(p_project_id text, p_user_id text) returns boolean
+as $func$
+  select exists (select 1 from memori.project_members m
+                  where m.project_id = p_project_id and m.user_id = p_user_id)
+$func$ language sql stable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._is_project_member(text, text) is 'True when the user is a member (or the owner) of the project.';
+
+-------------------------------------------------------------------------------
+-- _requester: the project and session a read may see, given the acting user
+--   project: p_project_id, else the session's project; NULL unless a member
+--   session: p_session_id when the session is the user's, else NULL
+create or replace function memori._context_requester(
+  p_user_id    text,
+  p_project_id text,
+  p_session_id text,
+  out project_id text,
+  out session_id text
+)
+as $func$
+declare
+  v_session_project text;
+begin
+  if p_session_id is not null then
+    select s.session_id, s.project_id into session_id, v_session_project
+      from memori.sessions s
+     where s.session_id = p_session_id and s.user_id = p_user_id;
+  end if;
+  project_id := coalesce(p_project_id, v_session_project);
+  if project_id is not null and not memori._is_project_member(project_id, p_user_id) then
+    project_id := null;
+  end if;
+end
+$func$ language plpgsql stable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._context_requester(text, text, text) is 'The project (given, else the session''s; only if the user is a member) and session (only if the user''s) a read may see.';
+
+-------------------------------------------------------------------------------
+-- _context_session: the acting user's session, created on first use
+create or replace function memori._context_session(
+  p_session_id text,
+  p_user_id    text,
+  p_project_id text,
+  p_now        timestamptz
+) returns memori.sessions
+as $func$
+declare
+  v_session memori.sessions;
+begin
+  perform memori._check_identifier('session id', p_session_id);
+  -- lock: window limits and last_activity are per session
+  select * into v_session from memori.sessions s where s.session_id = p_session_id for update;
+  if found then
+    if v_session.user_id <> p_user_id then
+      raise exception 'session % belongs to another user', quote_literal(p_session_id)
+        using errcode = 'PM041', hint = 'Use a session of the acting user (session ids are global: use UUIDs).';
+    end if;
+    return v_session;
+  end if;
+  if p_project_id is not null and not memori._is_project_member(p_project_id, p_user_id) then
+    raise exception 'user % is not a member of project %', quote_literal(p_user_id), quote_literal(p_project_id)
+      using errcode = 'PM041', hint = 'Ask the project owner to add the user (memori.project_member_add).';
+  end if;
+  begin
+    insert into memori.sessions (session_id, user_id, project_id, start_time, last_activity)
+    values (p_session_id, p_user_id, p_project_id, p_now, p_now)
+    returning * into v_session;
+  exception when unique_violation then
+    -- taken by a session this user cannot see (row-level security)
+    raise exception 'session % belongs to another user', quote_literal(p_session_id)
+      using errcode = 'PM041', hint = 'Use a session of the acting user (session ids are global: use UUIDs).';
+  end;
+  return v_session;
+end
+$func$ language plpgsql volatile security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._context_session(text, text, text, timestamptz) is 'The acting user''s session, locked, created on first use; PM041 for another user''s session or a project the user is not in.';
+
+-------------------------------------------------------------------------------
+-- _context_pxyz: the seed's coordinate, filled by the database
+create or replace function memori._context_pxyz() returns trigger
+as $func$
+begin
+  new.pxyz := jsonb_build_object(
+    'entity', 'context_store_entry',
+    'operation', case when tg_op = 'INSERT' then 'store' else 'update' end,
+    'scope', new.scope,
+    'time', new.updated_at);
+  return new;
+end
+$func$ language plpgsql security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._context_pxyz() is 'Trigger: set context_entries.pxyz (entity, operation, scope, time) on every insert and update.';
+
+create or replace trigger context_entries_pxyz before insert or update on memori.context_entries
+  for each row execute function memori._context_pxyz();
+
+-------------------------------------------------------------------------------
+-- project_create: a project owned by the acting user (who becomes a member)
+create or replace function memori.project_create(
+  p_project_id text,
+  p_name       text,
+  p_user_id    text default null,
+  p_metadata   jsonb default '{}'::jsonb,
+  p_now        timestamptz default now()
+) returns memori.projects
+as $func$
+declare
+  v_user    text := memori._acting_user(p_user_id);
+  v_project memori.projects;
+begin
+  perform memori._check_identifier('project id', p_project_id);
+  perform memori._check_identifier('project name', p_name, 512);
+  begin
+    insert into memori.projects (project_id, name, owner_id, metadata, created_at)
+    values (p_project_id, p_name, v_user, memori._check_metadata(coalesce(p_metadata, '{}'::jsonb)), p_now)
+    returning * into v_project;
+  exception when unique_violation then
+    raise exception 'project % already exists', quote_literal(p_project_id)
+      using errcode = 'PM001', hint = 'Choose another project id (project ids are global: use UUIDs).';
+  end;
+  insert into memori.project_members (project_id, user_id, project_owner, role, added_at)
+  values (p_project_id, v_user, v_user, 'owner', p_now);
+  return v_project;
+end
+$func$ language plpgsql volatile security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori.project_create(text, text, text, jsonb, timestamptz) is 'Create a project owned by the acting user, who becomes its first member.';
+
+-------------------------------------------------------------------------------
+-- _project_owned: the acting user's own project, or PM041
+create or replace function memori._project_owned(p_project_id text, p_user_id text) returns memori.projects
+as $func$
+declare
+  v_project memori.projects;
+begin
+  perform memori._check_identifier('project id', p_project_id);
+  select * into v_project from memori.projects p where p.project_id = p_project_id and p.owner_id = p_user_id;
+  if not found then
+    raise exception 'project % does not exist or is not owned by %', quote_literal(p_project_id), quote_literal(p_user_id)
+      using errcode = 'PM041', hint = 'Only the project owner manages its members.';
+  end if;
+  return v_project;
+end
+$func$ language plpgsql stable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._project_owned(text, text) is 'The project when the user owns it; PM041 otherwise.';
+
+-------------------------------------------------------------------------------
+-- project_member_add: the owner adds a member
+create or replace function memori.project_member_add(
+  p_project_id text,
+  p_member_id  text,
+  p_user_id    text default null,
+  p_now        timestamptz default now()
+) returns memori.project_members
+as $func$
+declare
+  v_user    text := memori._acting_user(p_user_id);
+  v_project memori.projects := memori._project_owned(p_project_id, v_user);
+  v_member  memori.project_members;
+begin
+  perform memori._check_identifier('member id', p_member_id);
+  insert into memori.project_members (project_id, user_id, project_owner, role, added_at)
+  values (v_project.project_id, p_member_id, v_project.owner_id, 'member', p_now)
+  on conflict (project_id, user_id) do update set added_at = memori.project_members.added_at
+  returning * into v_member;
+  return v_member;
+end
+$func$ language plpgsql volatile security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori.project_member_add(text, text, text, timestamptz) is 'Add a member to a project the acting user owns (idempotent).';
+
+-------------------------------------------------------------------------------
+-- project_member_remove: the owner removes a member (not themselves)
+create or replace function memori.project_member_remove(
+  p_project_id text,
+  p_member_id  text,
+  p_user_id    text default null
+) returns boolean
+as $func$
+declare
+  v_user    text := memori._acting_user(p_user_id);
+  v_project memori.projects := memori._project_owned(p_project_id, v_user);
+begin
+  if p_member_id = v_project.owner_id then
+    perform memori._invalid('the owner cannot be removed from the project',
+                            'Delete the project instead, or keep the owner as a member.');
+  end if;
+  delete from memori.project_members m where m.project_id = p_project_id and m.user_id = p_member_id;
+  return found;
+end
+$func$ language plpgsql volatile security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori.project_member_remove(text, text, text) is 'Remove a member from a project the acting user owns; true when one was removed.';
+
+-------------------------------------------------------------------------------
+-- project_member_list: members of a project the acting user owns
+create or replace function memori.project_member_list(p_project_id text, p_user_id text default null)
+returns setof memori.project_members
+as $func$
+declare
+  v_user    text := memori._acting_user(p_user_id);
+  v_project memori.projects := memori._project_owned(p_project_id, v_user);
+begin
+  return query select * from memori.project_members m where m.project_id = v_project.project_id
+                order by m.role desc, m.user_id;
+end
+$func$ language plpgsql stable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori.project_member_list(text, text) is 'Members of a project the acting user owns, the owner first.';
+
+-------------------------------------------------------------------------------
+-- context_set: store (upsert) a value at one scope; TTL recomputed every time
+create or replace function memori.context_set(
+  p_key        text,
+  p_value      jsonb,
+  p_type       text,
+  p_scope      text,
+  p_user_id    text default null,
+  p_project_id text default null,
+  p_session_id text default null,
+  p_ttl_ms     bigint default null,
+  p_now        timestamptz default now()
+) returns memori.context_entries
+as $func$
+declare
+  v_user    text := memori._acting_user(p_user_id);
+  v_ttl     bigint := p_ttl_ms;
+  v_project text;
+  v_session text;
+  v_entry   memori.context_entries;
+begin
+  perform memori._check_identifier('key', p_key, coalesce(memori._setting('context.max_key_length')::int, 512));
+  perform memori._check_context_enum('scope', p_scope, array['global', 'user', 'project', 'session']);
+  perform memori._check_context_enum('context type', p_type,
+                                     array['business_context', 'session_context', 'user_preferences', 'temporary_state']);
+  perform memori._check_context_value('context value', p_value);
+  if p_ttl_ms is not null and p_ttl_ms <= 0 then
+    perform memori._invalid(format('TTL must be a positive number of milliseconds, got %s', p_ttl_ms),
+                            'Pass a TTL such as 3600000 (one hour), or NULL for the type''s default.');
+  end if;
+  v_ttl := coalesce(p_ttl_ms, (memori._setting('context.default_ttl_ms')->>p_type)::bigint);
+
+  -- scope/owner consistency: exactly the owner the scope is keyed on
+  if p_scope in ('global', 'user') and (p_project_id is not null or p_session_id is not null) then
+    perform memori._invalid(format('a %s entry takes no project or session', p_scope),
+                            'Use scope project or session, or leave p_project_id and p_session_id NULL.');
+  elsif p_scope = 'project' then
+    if p_project_id is null then
+      perform memori._invalid('a project entry needs a project', 'Pass p_project_id (memori.project_create makes one).');
+    end if;
+    if p_session_id is not null then
+      perform memori._invalid('a project entry takes no session', 'Leave p_session_id NULL, or use scope session.');
+    end if;
+    if not memori._is_project_member(p_project_id, v_user) then
+      raise exception 'user % is not a member of project %', quote_literal(v_user), quote_literal(p_project_id)
+        using errcode = 'PM041', hint = 'Ask the project owner to add the user (memori.project_member_add).';
+    end if;
+    v_project := p_project_id;
+  elsif p_scope = 'session' then
+    if p_session_id is null then
+      perform memori._invalid('a session entry needs a session', 'Pass p_session_id.');
+    end if;
+    if p_project_id is not null then
+      perform memori._invalid('a session entry takes no project (the session has one)', 'Leave p_project_id NULL.');
+    end if;
+    v_session := (memori._context_session(p_session_id, v_user, null, p_now)).session_id;
+  end if;
+  if p_scope = 'global' and exists (select 1 from pg_catalog.pg_roles where rolname = 'memori_admin')
+     and not pg_catalog.pg_has_role(current_user, 'memori_admin', 'member') then
+    raise exception 'only memori_admin writes global context entries'
+      using errcode = 'PM041', hint = 'Use scope user, project or session, or ask an administrator.';
+  end if;
+
+  insert into memori.context_entries as e
+         (key, value, type, scope, user_id, project_id, session_id, ttl, expires_at, created_at, updated_at)
+  values (p_key, p_value, p_type, p_scope, v_user, v_project, v_session, v_ttl,
+          p_now + make_interval(secs => v_ttl / 1000.0), p_now, p_now)
+  on conflict (scope_owner, key, scope) do update
+     set value      = excluded.value,
+         type       = excluded.type,
+         user_id    = excluded.user_id,
+         ttl        = excluded.ttl,
+         expires_at = excluded.expires_at,
+         updated_at = excluded.updated_at,
+         -- an expired entry set again is a new entry
+         created_at = case when e.expires_at <= excluded.updated_at then excluded.created_at else e.created_at end
+  returning * into v_entry;
+  return v_entry;
+end
+$func$ language plpgsql volatile security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori.context_set(text, jsonb, text, text, text, text, text, bigint, timestamptz) is 'Store a context value at one scope (upsert); TTL in ms recomputed on every set, defaulting per type (context.default_ttl_ms).';
+
+-------------------------------------------------------------------------------
+-- context_get: a key resolved across scopes, most specific visible entry first
+create or replace function memori.context_get(
+  p_key        text,
+  p_user_id    text default null,
+  p_project_id text default null,
+  p_session_id text default null,
+  p_now        timestamptz default now()
+) returns setof memori.context_value
+as $func$
+declare
+  v_user text := memori._acting_user(p_user_id);
+  v_req  record := memori._context_requester(v_user, p_project_id, p_session_id);
+begin
+  return query
+    select e.key::text, e.value, e.scope, e.type, e.id, e.user_id, e.project_id, e.session_id, e.expires_at, e.updated_at
+      from memori.context_entries e
+     where e.scope_owner = any (array['', v_user, v_req.project_id, v_req.session_id])
+       and e.key = p_key
+       and (e.expires_at is null or e.expires_at > p_now)
+       and case e.scope when 'global'  then true
+                        when 'user'    then e.scope_owner = v_user
+                        when 'project' then e.scope_owner = v_req.project_id
+                        when 'session' then e.scope_owner = v_req.session_id and e.user_id = v_user end
+     order by memori._context_scope_rank(e.scope) desc
+     limit 1;
+end
+$func$ language plpgsql stable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori.context_get(text, text, text, text, timestamptz) is 'Resolve a key: the most specific visible, unexpired entry (session > project > user > global) and the scope it came from.';
+
+-------------------------------------------------------------------------------
+-- _context_prefix_upper: the smallest key after every key with the prefix
+create or replace function memori._context_prefix_upper(p_prefix text) returns text
+as $func$
+  select case when p_prefix is null or p_prefix = '' or ascii(right(p_prefix, 1)) >= 1114111 then null
+              else left(p_prefix, -1) || chr(ascii(right(p_prefix, 1)) + 1) end
+$func$ language sql immutable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._context_prefix_upper(text) is 'Exclusive upper bound of the keys starting with a prefix (bytewise order), NULL when unbounded.';
+
+-------------------------------------------------------------------------------
+-- context_resolve: every visible key, resolved, as one merged view
+create or replace function memori.context_resolve(
+  p_user_id    text default null,
+  p_project_id text default null,
+  p_session_id text default null,
+  p_prefix     text default null,
+  p_now        timestamptz default now()
+) returns setof memori.context_value
+as $func$
+declare
+  v_user  text := memori._acting_user(p_user_id);
+  v_req   record := memori._context_requester(v_user, p_project_id, p_session_id);
+  v_lo    text collate "C" := coalesce(p_prefix, '');
+  v_hi    text collate "C" := memori._context_prefix_upper(p_prefix);
+begin
+  return query
+    select distinct on (e.key)
+           e.key::text, e.value, e.scope, e.type, e.id, e.user_id, e.project_id, e.session_id, e.expires_at, e.updated_at
+      from memori.context_entries e
+     where e.scope_owner = any (array['', v_user, v_req.project_id, v_req.session_id])
+       and e.key >= v_lo and (v_hi is null or e.key < v_hi)
+       and (e.expires_at is null or e.expires_at > p_now)
+       and case e.scope when 'global'  then true
+                        when 'user'    then e.scope_owner = v_user
+                        when 'project' then e.scope_owner = v_req.project_id
+                        when 'session' then e.scope_owner = v_req.session_id and e.user_id = v_user end
+     order by e.key, memori._context_scope_rank(e.scope) desc;
+end
+$func$ language plpgsql stable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori.context_resolve(text, text, text, text, timestamptz) is 'Every visible key (optionally with a prefix) resolved to its most specific unexpired entry, ordered by key.';
+
+-------------------------------------------------------------------------------
+-- context_delete: remove the entry at one scope
+create or replace function memori.context_delete(
+  p_key        text,
+  p_scope      text,
+  p_user_id    text default null,
+  p_project_id text default null,
+  p_session_id text default null
+) returns boolean
+as $func$
+declare
+  v_user  text := memori._acting_user(p_user_id);
+  v_owner text;
+begin
+  perform memori._check_context_enum('scope', p_scope, array['global', 'user', 'project', 'session']);
+  v_owner := case p_scope when 'global' then '' when 'user' then v_user
+                          when 'project' then p_project_id when 'session' then p_session_id end;
+  if v_owner is null then
+    perform memori._invalid(format('deleting a %s entry needs its %s', p_scope, p_scope),
+                            format('Pass p_%s_id.', p_scope));
+  end if;
+  if p_scope = 'project' and not memori._is_project_member(p_project_id, v_user) then
+    raise exception 'user % is not a member of project %', quote_literal(v_user), quote_literal(p_project_id)
+      using errcode = 'PM041', hint = 'Only members change a project''s entries.';
+  end if;
+  delete from memori.context_entries e
+   where e.scope_owner = v_owner and e.key = p_key and e.scope = p_scope
+     and (p_scope <> 'session' or e.user_id = v_user);
+  return found;
+end
+$func$ language plpgsql volatile security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori.context_delete(text, text, text, text, text) is 'Delete the entry of a key at one scope; true when one was deleted.';
+
+-------------------------------------------------------------------------------
+-- _context_visible: every visible entry of a requester (expired ones too)
+create or replace function memori._context_visible(p_user_id text, p_project_id text, p_session_id text)
+returns setof memori.context_entries
+as $func$
+  select e.*
+    from memori._context_requester(p_user_id, p_project_id, p_session_id) r,
+         memori.context_entries e
+   where e.scope_owner = any (array['', p_user_id, r.project_id, r.session_id])
+     and case e.scope when 'global'  then true
+                      when 'user'    then e.scope_owner = p_user_id
+                      when 'project' then e.scope_owner = r.project_id
+                      when 'session' then e.scope_owner = r.session_id and e.user_id = p_user_id end
+$func$ language sql stable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._context_visible(text, text, text) is 'Entries the seed''s matches_scope lets a requester see (membership and session ownership checked), expired ones included.';
+
+-------------------------------------------------------------------------------
+-- context_search: visible entries by key pattern, contained value, scopes, types
+create or replace function memori.context_search(
+  p_user_id        text default null,
+  p_project_id     text default null,
+  p_session_id     text default null,
+  p_key_pattern    text default null,
+  p_value_contains jsonb default null,
+  p_scopes         text[] default null,
+  p_types          text[] default null,
+  p_limit          integer default 100,
+  p_now            timestamptz default now()
+) returns setof memori.context_value
+as $func$
+declare
+  v_user text := memori._acting_user(p_user_id);
+  v_max  integer := coalesce(memori._setting('context.search_max_rows')::int, 10000);
+  v_x    text;
+begin
+  if p_limit is null or p_limit < 1 or p_limit > v_max then
+    perform memori._invalid(format('limit must be between 1 and %s, got %s', v_max, coalesce(p_limit::text, 'NULL')),
+                            'Pass a limit such as 100.');
+  end if;
+  foreach v_x in array coalesce(p_scopes, '{}') loop
+    perform memori._check_context_enum('scope', v_x, array['global', 'user', 'project', 'session']);
+  end loop;
+  foreach v_x in array coalesce(p_types, '{}') loop
+    perform memori._check_context_enum('context type', v_x,
+                                       array['business_context', 'session_context', 'user_preferences', 'temporary_state']);
+  end loop;
+  return query
+    select e.key::text, e.value, e.scope, e.type, e.id, e.user_id, e.project_id, e.session_id, e.expires_at, e.updated_at
+      from memori._context_visible(v_user, p_project_id, p_session_id) e
+     where (e.expires_at is null or e.expires_at > p_now)
+       and (p_key_pattern is null or e.key like p_key_pattern)
+       and (p_value_contains is null or e.value @> p_value_contains)
+       and (p_scopes is null or e.scope = any (p_scopes))
+       and (p_types is null or e.type = any (p_types))
+     order by e.key, memori._context_scope_rank(e.scope) desc
+     limit p_limit;
+end
+$func$ language plpgsql stable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori.context_search(text, text, text, text, jsonb, text[], text[], integer, timestamptz) is 'Visible unexpired entries at every scope (not resolved) matching a LIKE key pattern, a contained JSON value, scopes and types.';
+
+-------------------------------------------------------------------------------
+-- context_expiring_soon: visible entries that expire within an interval
+create or replace function memori.context_expiring_soon(
+  p_within     interval default interval '1 hour',
+  p_user_id    text default null,
+  p_project_id text default null,
+  p_session_id text default null,
+  p_now        timestamptz default now()
+) returns setof memori.context_value
+as $func$
+declare
+  v_user text := memori._acting_user(p_user_id);
+begin
+  if p_within is null or p_within <= interval '0' then
+    perform memori._invalid('the interval must be positive', 'Pass an interval such as ''1 hour''.');
+  end if;
+  return query
+    select e.key::text, e.value, e.scope, e.type, e.id, e.user_id, e.project_id, e.session_id, e.expires_at, e.updated_at
+      from memori._context_visible(v_user, p_project_id, p_session_id) e
+     where e.expires_at > p_now and e.expires_at <= p_now + p_within
+     order by e.expires_at, e.key;
+end
+$func$ language plpgsql stable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori.context_expiring_soon(interval, text, text, text, timestamptz) is 'Visible entries not yet expired that expire within p_within (seed: one hour), soonest first.';
+
+-------------------------------------------------------------------------------
+-- context_cleanup_by_scope: delete the acting user's entries at one scope
+create or replace function memori.context_cleanup_by_scope(
+  p_scope        text,
+  p_user_id      text default null,
+  p_project_id   text default null,
+  p_session_id   text default null,
+  p_expired_only boolean default false,
+  p_now          timestamptz default now()
+) returns integer
+as $func$
+declare
+  v_user  text := memori._acting_user(p_user_id);
+  v_owner text;
+  v_count integer;
+begin
+  perform memori._check_context_enum('scope', p_scope, array['global', 'user', 'project', 'session']);
+  v_owner := case p_scope when 'global' then '' when 'user' then v_user
+                          when 'project' then p_project_id when 'session' then p_session_id end;
+  if v_owner is null then
+    perform memori._invalid(format('cleaning %s entries needs the %s', p_scope, p_scope), format('Pass p_%s_id.', p_scope));
+  end if;
+  if p_scope = 'project' and not memori._is_project_member(p_project_id, v_user) then
+    raise exception 'user % is not a member of project %', quote_literal(v_user), quote_literal(p_project_id)
+      using errcode = 'PM041', hint = 'Only members change a project''s entries.';
+  end if;
+  delete from memori.context_entries e
+   where e.scope_owner = v_owner and e.scope = p_scope
+     and (p_scope <> 'session' or e.user_id = v_user)
+     and (not p_expired_only or e.expires_at <= p_now);
+  get diagnostics v_count = row_count;
+  return v_count;
+end
+$func$ language plpgsql volatile security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori.context_cleanup_by_scope(text, text, text, text, boolean, timestamptz) is 'Delete every entry (or only the expired ones) of one scope owner: the user, a project, a session, or global (admin); returns the count.';
+
+-------------------------------------------------------------------------------
+-- context_prune_old: delete the acting user's entries not updated for a while
+create or replace function memori.context_prune_old(
+  p_older_than interval,
+  p_user_id    text default null,
+  p_now        timestamptz default now()
+) returns integer
+as $func$
+declare
+  v_user  text := memori._acting_user(p_user_id);
+  v_count integer;
+begin
+  if p_older_than is null or p_older_than <= interval '0' then
+    perform memori._invalid('the age must be a positive interval', 'Pass an interval such as ''90 days''.');
+  end if;
+  delete from memori.context_entries e
+   where e.user_id = v_user and e.scope <> 'global' and e.updated_at < p_now - p_older_than;
+  get diagnostics v_count = row_count;
+  return v_count;
+end
+$func$ language plpgsql volatile security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori.context_prune_old(interval, text, timestamptz) is 'Delete the acting user''s non-global entries not updated within p_older_than; returns the count (expired entries are the retention engine''s).';
+
+-------------------------------------------------------------------------------
+-- context_stats: visible entries by scope and by type
+create or replace function memori.context_stats(
+  p_user_id    text default null,
+  p_project_id text default null,
+  p_session_id text default null,
+  p_within     interval default interval '1 hour',
+  p_now        timestamptz default now()
+) returns setof memori.context_stat
+as $func$
+declare
+  v_user text := memori._acting_user(p_user_id);
+begin
+  return query
+    with visible as (select * from memori._context_visible(v_user, p_project_id, p_session_id)),
+    dims as (
+      select 'scope'::text as dimension, s as name, ord from unnest(array['global', 'user', 'project', 'session']) with ordinality u(s, ord)
+      union all
+      select 'type', t, 4 + ord from unnest(array['business_context', 'session_context', 'user_preferences', 'temporary_state'])
+             with ordinality u(t, ord)
+    )
+    select d.dimension, d.name,
+           count(v.id),
+           count(v.id) filter (where v.expires_at is null or v.expires_at > p_now + p_within),
+           count(v.id) filter (where v.expires_at > p_now and v.expires_at <= p_now + p_within),
+           count(v.id) filter (where v.expires_at <= p_now),
+           coalesce(sum(pg_column_size(v.value)), 0)::bigint
+      from dims d
+      left join visible v on (d.dimension = 'scope' and v.scope = d.name) or (d.dimension = 'type' and v.type = d.name)
+     group by d.dimension, d.name, d.ord
+     order by d.ord;
+end
+$func$ language plpgsql stable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori.context_stats(text, text, text, interval, timestamptz) is 'Visible entries per scope and per type: total, active, expiring within p_within, expired, stored value bytes.';
+
+-------------------------------------------------------------------------------
+-- _business_context_check: the seed's business_context shape
+create or replace function memori._business_context_check(p_context jsonb) returns jsonb
+as $func$
+declare
+  v_unknown text;
+begin
+  if p_context is null or jsonb_typeof(p_context) <> 'object' then
+    perform memori._invalid('business context must be a JSON object',
+                            'Pass {"focus_mode": "deep_work", "business_objectives": [...], ...}.');
+  end if;
+  select string_agg(k, ', ' order by k) into v_unknown
+    from jsonb_object_keys(p_context) k
+   where k not in ('current_project', 'active_workflow', 'focus_mode', 'business_objectives',
+                   'context_variables', 'workspace_settings');
+  if v_unknown is not null then
+    perform memori._invalid(format('unknown business context field(s): %s', v_unknown),
+                            'Fields: current_project, active_workflow, focus_mode, business_objectives, context_variables, workspace_settings.');
+  end if;
+  if p_context ? 'focus_mode' and p_context->'focus_mode' <> 'null'::jsonb then
+    perform memori._check_context_enum('focus mode', p_context->>'focus_mode',
+                                       array['deep_work', 'collaboration', 'planning', 'execution']);
+  end if;
+  if jsonb_typeof(p_context->'business_objectives') not in ('array', 'null') then
+    perform memori._invalid('business_objectives must be an array', 'Pass ["objective", ...].');
+  end if;
+  if jsonb_typeof(p_context->'context_variables') not in ('object', 'null')
+     or jsonb_typeof(p_context->'workspace_settings') not in ('object', 'null') then
+    perform memori._invalid('context_variables and workspace_settings must be objects', 'Pass {"name": value, ...}.');
+  end if;
+  if jsonb_typeof(p_context->'current_project') not in ('string', 'null')
+     or jsonb_typeof(p_context->'active_workflow') not in ('string', 'null') then
+    perform memori._invalid('current_project and active_workflow must be strings', 'Pass the project id and workflow name as text.');
+  end if;
+  return memori._check_context_value('business context', p_context);
+end
+$func$ language plpgsql stable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._business_context_check(jsonb) is 'Validate the seed''s business_context shape (known fields, focus_mode enum, field types); PM001/PM004.';
+
+-------------------------------------------------------------------------------
+-- business_context_get: the user's business context (with user_id), or NULL
+create or replace function memori.business_context_get(p_user_id text default null, p_now timestamptz default now())
+returns jsonb
+as $func$
+declare
+  v_user text := memori._acting_user(p_user_id);
+begin
+  return (select e.value || jsonb_build_object('user_id', v_user)
+            from memori.context_entries e
+           where e.scope_owner = v_user and e.key = 'business_context' and e.scope = 'user'
+             and (e.expires_at is null or e.expires_at > p_now));
+end
+$func$ language plpgsql stable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori.business_context_get(text, timestamptz) is 'The acting user''s business context (seed shape, with user_id), NULL when none.';
+
+-------------------------------------------------------------------------------
+-- business_context_set: replace the user's business context
+create or replace function memori.business_context_set(
+  p_context jsonb,
+  p_user_id text default null,
+  p_now     timestamptz default now()
+) returns jsonb
+as $func$
+declare
+  v_user text := memori._acting_user(p_user_id);
+begin
+  perform memori.context_set('business_context', memori._business_context_check(p_context - 'user_id'),
+                             'business_context', 'user', v_user, null, null, null, p_now);
+  return memori.business_context_get(v_user, p_now);
+end
+$func$ language plpgsql volatile security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori.business_context_set(jsonb, text, timestamptz) is 'Replace the acting user''s business context (validated against the seed''s shape).';
+
+-------------------------------------------------------------------------------
+-- business_context_update: merge fields into the user's business context
+create or replace function memori.business_context_update(
+  p_fields  jsonb,
+  p_user_id text default null,
+  p_now     timestamptz default now()
+) returns jsonb
+as $func$
+declare
+  v_user    text := memori._acting_user(p_user_id);
+  v_current jsonb;
+begin
+  if p_fields is null or jsonb_typeof(p_fields) <> 'object' then
+    perform memori._invalid('fields must be a JSON object', 'Pass {"focus_mode": "planning"}.');
+  end if;
+  -- lock the row so concurrent updates merge instead of overwriting each other
+  select e.value into v_current
+    from memori.context_entries e
+   where e.scope_owner = v_user and e.key = 'business_context' and e.scope = 'user'
+     and (e.expires_at is null or e.expires_at > p_now)
+   for update;
+  return memori.business_context_set(coalesce(v_current, '{}'::jsonb) || (p_fields - 'user_id'), v_user, p_now);
+end
+$func$ language plpgsql volatile security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori.business_context_update(jsonb, text, timestamptz) is 'Merge top-level fields into the acting user''s business context (creating it when absent).';
+
+-------------------------------------------------------------------------------
+-- _session_context: a session with its live windows, in the seed's shape
+create or replace function memori._session_context(p_session memori.sessions, p_now timestamptz)
+returns memori.session_context
+as $func$
+  select p_session.session_id, p_session.user_id, p_session.project_id, p_session.start_time,
+         p_session.last_activity, p_session.metadata,
+         coalesce((select jsonb_agg(jsonb_build_object(
+                             'window_id', w.window_id, 'type', w.window_type, 'content', w.content,
+                             'priority', w.priority, 'retention_policy', w.retention_policy,
+                             'created_at', w.created_at, 'expires_at', w.expires_at)
+                           order by w.priority desc, w.created_at, w.window_id)
+                     from memori.context_windows w
+                    where w.session_id = p_session.session_id
+                      and (w.expires_at is null or w.expires_at > p_now)), '[]'::jsonb)
+$func$ language sql stable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._session_context(memori.sessions, timestamptz) is 'A session and its unexpired windows (highest priority first) as memori.session_context.';
+
+-------------------------------------------------------------------------------
+-- session_context_set: create or update the acting user's session
+create or replace function memori.session_context_set(
+  p_session_id text,
+  p_user_id    text default null,
+  p_project_id text default null,
+  p_metadata   jsonb default null,
+  p_now        timestamptz default now()
+) returns memori.session_context
+as $func$
+declare
+  v_user    text := memori._acting_user(p_user_id);
+  v_session memori.sessions := memori._context_session(p_session_id, v_user, p_project_id, p_now);
+begin
+  if p_project_id is not null and v_session.project_id is distinct from p_project_id then
+    if not memori._is_project_member(p_project_id, v_user) then
+      raise exception 'user % is not a member of project %', quote_literal(v_user), quote_literal(p_project_id)
+        using errcode = 'PM041', hint = 'Ask the project owner to add the user (memori.project_member_add).';
+    end if;
+  end if;
+  update memori.sessions s
+     set project_id    = coalesce(p_project_id, s.project_id),
+         metadata      = case when p_metadata is null then s.metadata else memori._check_metadata(p_metadata) end,
+         last_activity = greatest(s.last_activity, p_now)
+   where s.session_id = v_session.session_id
+  returning * into v_session;
+  return memori._session_context(v_session, p_now);
+end
+$func$ language plpgsql volatile security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori.session_context_set(text, text, text, jsonb, timestamptz) is 'Create or update the acting user''s session (project, metadata replaced when given); returns it with its windows.';
+
+-------------------------------------------------------------------------------
+-- session_context_get: the acting user's session with its windows
+create or replace function memori.session_context_get(
+  p_session_id text,
+  p_user_id    text default null,
+  p_now        timestamptz default now()
+) returns setof memori.session_context
+as $func$
+declare
+  v_user text := memori._acting_user(p_user_id);
+begin
+  return query
+    select (memori._session_context(s, p_now)).*
+      from memori.sessions s
+     where s.session_id = p_session_id and s.user_id = v_user;
+end
+$func$ language plpgsql stable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori.session_context_get(text, text, timestamptz) is 'The acting user''s session with its unexpired windows (no row when unknown).';
+
+-------------------------------------------------------------------------------
+-- session_context_add_window: add a window, keeping at most context.max_windows
+create or replace function memori.session_context_add_window(
+  p_session_id       text,
+  p_window_type      text,
+  p_content          jsonb,
+  p_priority         integer default 5,
+  p_retention_policy text default 'session',
+  p_user_id          text default null,
+  p_now              timestamptz default now()
+) returns memori.context_windows
+as $func$
+declare
+  v_user    text := memori._acting_user(p_user_id);
+  v_max     integer := coalesce(memori._setting('context.max_windows')::int, 10);
+  v_session memori.sessions;
+  v_window  memori.context_windows;
+  v_removed uuid[];
+begin
+  perform memori._check_context_enum('window type', p_window_type,
+                                     array['conversation', 'task_execution', 'project_planning', 'business_analysis']);
+  perform memori._check_context_enum('retention policy', p_retention_policy,
+                                     array['session', 'temporary', 'persistent', 'archived']);
+  if p_priority is null or p_priority < 1 or p_priority > 10 then
+    perform memori._invalid(format('window priority must be between 1 and 10, got %s', coalesce(p_priority::text, 'NULL')),
+                            'Pass 1 (first to go) .. 10 (last to go).');
+  end if;
+  perform memori._check_context_value('window content', p_content);
+  if jsonb_typeof(p_content) <> 'object' then
+    perform memori._invalid('window content must be a JSON object', 'Pass {"messages": [...]} or similar.');
+  end if;
+  v_session := memori._context_session(p_session_id, v_user, null, p_now);  -- locks the session
+
+  -- expired windows do not count; the seed removes the lowest priority first
+  -- (oldest first among equals) until the new one fits
+  with live as (
+    select w.window_id, w.priority, w.created_at,
+           (w.expires_at is not null and w.expires_at <= p_now) as expired
+      from memori.context_windows w
+     where w.session_id = v_session.session_id
+  ), victims as (
+    select window_id from live where expired
+    union all
+    select window_id from (
+      select window_id from live where not expired
+       order by priority, created_at, window_id
+       limit greatest((select count(*) from live where not expired) - (v_max - 1), 0)) lowest
+  )
+  , gone as (delete from memori.context_windows w using victims v where w.window_id = v.window_id returning w.window_id)
+  select coalesce(array_agg(window_id), '{}') into v_removed from gone;
+
+  insert into memori.context_windows (session_id, user_id, window_type, content, priority, retention_policy,
+                                      created_at, expires_at)
+  values (v_session.session_id, v_user, p_window_type, p_content, p_priority, p_retention_policy, p_now,
+          case when p_retention_policy = 'temporary'
+               then p_now + make_interval(secs => coalesce(memori._setting('context.temporary_window_ttl_ms')::bigint,
+                                                           3600000) / 1000.0) end)
+  returning * into v_window;
+
+  update memori.sessions s set last_activity = greatest(s.last_activity, p_now)
+   where s.session_id = v_session.session_id;
+
+  perform memori._event_emit('context.window_added',
+                             jsonb_build_object('session_id', v_session.session_id, 'window_id', v_window.window_id,
+                                                'type', p_window_type, 'priority', p_priority,
+                                                'removed_window_ids', to_jsonb(v_removed)), p_now);
+  return v_window;
+end
+$func$ language plpgsql volatile security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori.session_context_add_window(text, text, jsonb, integer, text, text, timestamptz) is 'Add a context window to the acting user''s session, first removing the lowest-priority (oldest among equals) beyond context.max_windows; emits context.window_added.';
+
+-------------------------------------------------------------------------------
+-- session_context_remove_window: remove one window
+create or replace function memori.session_context_remove_window(
+  p_session_id text,
+  p_window_id  uuid,
+  p_user_id    text default null,
+  p_now        timestamptz default now()
+) returns boolean
+as $func$
+declare
+  v_user text := memori._acting_user(p_user_id);
+begin
+  delete from memori.context_windows w
+   where w.window_id = p_window_id and w.session_id = p_session_id and w.user_id = v_user;
+  if not found then
+    return false;
+  end if;
+  update memori.sessions s set last_activity = greatest(s.last_activity, p_now) where s.session_id = p_session_id;
+  perform memori._event_emit('context.window_removed',
+                             jsonb_build_object('session_id', p_session_id, 'window_id', p_window_id), p_now);
+  return true;
+end
+$func$ language plpgsql volatile security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori.session_context_remove_window(text, uuid, text, timestamptz) is 'Remove a window from the acting user''s session; true when one was removed; emits context.window_removed.';
