@@ -248,6 +248,15 @@ def bench_checkpoints(
     _bench("checkpoints", dsn, rows, seed, as_json)
 
 
+@bench_app.command("context")
+@handle_errors
+def bench_context(
+    rows: RowsOption = 1_000_000, dsn: DsnOption = None, as_json: JsonOption = False, seed: SeedOption = 1
+) -> None:
+    """context_get across four scopes vs. a primary-key get (superuser and RLS); context_resolve of 200 keys."""
+    _bench("context", dsn, rows, seed, as_json)
+
+
 @bench_app.command("ttl")
 @handle_errors
 def bench_ttl(

@@ -7,6 +7,10 @@
 -- (sql/900-security.sql) makes the same rules a database guarantee for
 -- direct table access. The acting user is p_user_id, else the transaction's
 -- memori.user_id setting (the client sets it per transaction).
+--
+-- Scope specificity (session 4 > project 3 > user 2 > global 1) is written
+-- inline as a CASE in each query: a function with a pinned search_path is not
+-- inlined and would run once per candidate row.
 
 -------------------------------------------------------------------------------
 -- configuration (kept when re-installing)
@@ -100,15 +104,6 @@ set search_path = pg_catalog, memori, pg_temp;
 comment on function memori._acting_user(text) is 'The acting user: p_user_id (which must equal memori.user_id when that is set), else memori.user_id; PM001 when neither, PM040 when they differ.';
 
 -------------------------------------------------------------------------------
--- _context_scope_rank: how specific a scope is (session 4 .. global 1)
-create or replace function memori._context_scope_rank(p_scope text) returns integer
-as $func$
-  select case p_scope when 'session' then 4 when 'project' then 3 when 'user' then 2 when 'global' then 1 end
-$func$ language sql immutable security invoker
-set search_path = pg_catalog, memori, pg_temp;
-comment on function memori._context_scope_rank(text) is 'Specificity of a scope for resolution: session 4, project 3, user 2, global 1.';
-
--------------------------------------------------------------------------------
 -- _check_context_enum: a value from a fixed set (PM004 lists the set)
 create or replace function memori._check_context_enum(p_what text, p_value text, p_allowed text[]) returns text
 as $func$
@@ -158,9 +153,10 @@ set search_path = pg_catalog, memori, pg_temp;
 comment on function memori._is_project_member(text, text) is 'True when the user is a member (or the owner) of the project.';
 
 -------------------------------------------------------------------------------
--- _requester: the project and session a read may see, given the acting user
+-- _context_requester: the project and session a read may see
 --   project: p_project_id, else the session's project; NULL unless a member
 --   session: p_session_id when the session is the user's, else NULL
+-- One statement (SQL, not plpgsql): a read calls it once, in its FROM clause.
 create or replace function memori._context_requester(
   p_user_id    text,
   p_project_id text,
@@ -169,20 +165,12 @@ create or replace function memori._context_requester(
   out session_id text
 )
 as $func$
-declare
-  v_session_project text;
-begin
-  if p_session_id is not null then
-    select s.session_id, s.project_id into session_id, v_session_project
-      from memori.sessions s
-     where s.session_id = p_session_id and s.user_id = p_user_id;
-  end if;
-  project_id := coalesce(p_project_id, v_session_project);
-  if project_id is not null and not memori._is_project_member(project_id, p_user_id) then
-    project_id := null;
-  end if;
-end
-$func$ language plpgsql stable security invoker
+  select m.project_id, s.session_id
+    from (select) one
+    left join memori.sessions s on s.session_id = p_session_id and s.user_id = p_user_id
+    left join memori.project_members m
+           on m.project_id = coalesce(p_project_id, s.project_id) and m.user_id = p_user_id
+$func$ language sql stable security invoker
 set search_path = pg_catalog, memori, pg_temp;
 comment on function memori._context_requester(text, text, text) is 'The project (given, else the session''s; only if the user is a member) and session (only if the user''s) a read may see.';
 
@@ -456,19 +444,18 @@ create or replace function memori.context_get(
 as $func$
 declare
   v_user text := memori._acting_user(p_user_id);
-  v_req  record := memori._context_requester(v_user, p_project_id, p_session_id);
 begin
   return query
     select e.key::text, e.value, e.scope, e.type, e.id, e.user_id, e.project_id, e.session_id, e.expires_at, e.updated_at
-      from memori.context_entries e
-     where e.scope_owner = any (array['', v_user, v_req.project_id, v_req.session_id])
-       and e.key = p_key
+      from memori._context_requester(v_user, p_project_id, p_session_id) r
+      join memori.context_entries e on e.scope_owner = any (array['', v_user, r.project_id, r.session_id])
+     where e.key = p_key
        and (e.expires_at is null or e.expires_at > p_now)
        and case e.scope when 'global'  then true
                         when 'user'    then e.scope_owner = v_user
-                        when 'project' then e.scope_owner = v_req.project_id
-                        when 'session' then e.scope_owner = v_req.session_id and e.user_id = v_user end
-     order by memori._context_scope_rank(e.scope) desc
+                        when 'project' then e.scope_owner = r.project_id
+                        when 'session' then e.scope_owner = r.session_id and e.user_id = v_user end
+     order by case e.scope when 'session' then 4 when 'project' then 3 when 'user' then 2 else 1 end desc
      limit 1;
 end
 $func$ language plpgsql stable security invoker
@@ -497,22 +484,21 @@ create or replace function memori.context_resolve(
 as $func$
 declare
   v_user  text := memori._acting_user(p_user_id);
-  v_req   record := memori._context_requester(v_user, p_project_id, p_session_id);
   v_lo    text collate "C" := coalesce(p_prefix, '');
   v_hi    text collate "C" := memori._context_prefix_upper(p_prefix);
 begin
   return query
     select distinct on (e.key)
            e.key::text, e.value, e.scope, e.type, e.id, e.user_id, e.project_id, e.session_id, e.expires_at, e.updated_at
-      from memori.context_entries e
-     where e.scope_owner = any (array['', v_user, v_req.project_id, v_req.session_id])
-       and e.key >= v_lo and (v_hi is null or e.key < v_hi)
+      from memori._context_requester(v_user, p_project_id, p_session_id) r
+      join memori.context_entries e on e.scope_owner = any (array['', v_user, r.project_id, r.session_id])
+     where e.key >= v_lo and (v_hi is null or e.key < v_hi)
        and (e.expires_at is null or e.expires_at > p_now)
        and case e.scope when 'global'  then true
                         when 'user'    then e.scope_owner = v_user
-                        when 'project' then e.scope_owner = v_req.project_id
-                        when 'session' then e.scope_owner = v_req.session_id and e.user_id = v_user end
-     order by e.key, memori._context_scope_rank(e.scope) desc;
+                        when 'project' then e.scope_owner = r.project_id
+                        when 'session' then e.scope_owner = r.session_id and e.user_id = v_user end
+     order by e.key, case e.scope when 'session' then 4 when 'project' then 3 when 'user' then 2 else 1 end desc;
 end
 $func$ language plpgsql stable security invoker
 set search_path = pg_catalog, memori, pg_temp;
@@ -607,7 +593,7 @@ begin
        and (p_value_contains is null or e.value @> p_value_contains)
        and (p_scopes is null or e.scope = any (p_scopes))
        and (p_types is null or e.type = any (p_types))
-     order by e.key, memori._context_scope_rank(e.scope) desc
+     order by e.key, case e.scope when 'session' then 4 when 'project' then 3 when 'user' then 2 else 1 end desc
      limit p_limit;
 end
 $func$ language plpgsql stable security invoker

@@ -124,7 +124,8 @@ def test_search_path_hijack_is_ignored(conn: psycopg.Connection) -> None:
 
 def test_search_path_hijack_is_ignored_by_the_context_store(conn: psycopg.Connection) -> None:
     conn.execute("create function public._acting_user(text) returns text language sql as $$ select 'mallory' $$")
-    conn.execute("create function public._context_scope_rank(text) returns integer language sql as $$ select 0 $$")
+    conn.execute("create function public._is_project_member(text, text) returns boolean language sql "
+                 "as $$ select true $$")
     conn.execute("create table public.context_entries (id uuid, key text, value jsonb)")
     conn.execute("create temp table sessions (session_id text, user_id text)")
     conn.execute("create function pg_temp.current_setting(text, boolean) returns text language sql "

@@ -153,11 +153,14 @@ def stopwatch() -> Iterator[Callable[[], float]]:
     finally:
         end = time.perf_counter()
 
-def explain_nested(conn: psycopg.Connection[Any], query: LiteralString, params: Any) -> str:
+def explain_nested(conn: psycopg.Connection[Any], query: LiteralString, params: Any,
+                   role: str | None = None) -> str:
     """EXPLAIN (ANALYZE, BUFFERS) of the statements a function runs, as it runs them.
 
     auto_explain reports the plans of nested statements at NOTICE level, so the
-    plans come back on this connection instead of the server log.
+    plans come back on this connection instead of the server log. ``role``
+    runs the query as that role (row-level security applies) after the
+    superuser has set auto_explain up.
     """
     plans: list[str] = []
     handler = lambda diag: plans.append(diag.message_primary or "")  # noqa: E731
@@ -168,6 +171,8 @@ def explain_nested(conn: psycopg.Connection[Any], query: LiteralString, params: 
             for setting in ("log_min_duration = 0", "log_analyze = on", "log_buffers = on",
                             "log_nested_statements = on", "log_level = notice"):
                 conn.execute(f"set local auto_explain.{setting}")
+            if role is not None:
+                conn.execute(sql.SQL("set local role {}").format(sql.Identifier(role)))
             conn.execute(query, params).fetchall()
     finally:
         conn.remove_notice_handler(handler)
