@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 import pymemdb
+from pymemdb.context import Scope
 from pymemdb.scratch import scratch_database
 
 DEMO_DATABASE = "pymemdb_demo"
@@ -84,6 +85,7 @@ def run_demo(dsn: str | None, *, keep: bool = False, console: Console | None = N
         events = db.events.list(limit=3)
         out.print("  latest events: " + ", ".join(e.event_type for e in events))
         _checkpoint_chapter(db, out, now)
+        _context_chapter(db, out, now)
     out.print(f"Done. The demo used database {DEMO_DATABASE}" + (" (kept)." if keep else " (dropped)."))
 
 
@@ -118,3 +120,38 @@ def _checkpoint_chapter(db: pymemdb.Database, out: Console, now: datetime) -> No
     db.checkpoints.preserve(manual.id, False)
     due = [c for c in db.cleanup.preview(now=now) if c.table_name == "checkpoints"]
     out.print(f"  after releasing it, in deletion order: {[f'{c.kind} (priority {c.priority})' for c in due]}")
+
+
+def _context_chapter(db: pymemdb.Database, out: Console, now: datetime) -> None:
+    """Seed 01, part 2: scoped context resolved most specific first, who sees what, session windows."""
+    out.rule("7. Context: four scopes, resolution, membership, windows (seed 01, part 2)")
+    alice, bob, carol = db.as_user("alice"), db.as_user("bob"), db.as_user("carol")
+    alice.projects.create("launch", "Product launch", now=now)
+    alice.projects.member_add("launch", "bob", now=now)
+    alice.sessions.set("sess-ctx", project_id="launch", now=now)
+    db.context.set("tone", "neutral", type="business_context", scope="global", who=Scope("admin"), now=now)
+    alice.context.set("tone", "friendly", type="user_preferences", scope="user", now=now)
+    alice.context.set("tone", "formal", type="business_context", scope="project", who=Scope(project_id="launch"),
+                      now=now)
+    alice.context.set("tone", "terse", type="temporary_state", scope="session", who=Scope(session_id="sess-ctx"),
+                      ttl_ms=15 * 60_000, now=now)
+    table = Table(title="context_get('tone') by requester")
+    for column in ("requester", "value", "from scope"):
+        table.add_column(column)
+    asks = [("alice in sess-ctx", alice, Scope(session_id="sess-ctx"), now),
+            ("alice in sess-ctx, 20 min later", alice, Scope(session_id="sess-ctx"), now + timedelta(minutes=20)),
+            ("alice, no session", alice, Scope(), now),
+            ("bob in project launch", bob, Scope(project_id="launch"), now),
+            ("carol (not a member) asking for launch", carol, Scope(project_id="launch"), now)]
+    for label, who, scope, at in asks:
+        got = who.context.get("tone", scope, now=at)
+        table.add_row(label, repr(got.value) if got else "-", got.scope if got else "-")
+    out.print(table)
+    for i, priority in enumerate((5, 2, 8, 2, 9, 1, 7, 3, 6, 4, 10)):
+        alice.sessions.add_window("sess-ctx", "conversation", {"turn": i}, priority=priority,
+                                  now=now + timedelta(seconds=i))
+    session = alice.sessions.get("sess-ctx", now=now + timedelta(minutes=1))
+    if session:
+        kept = sorted(w["content"]["turn"] for w in session.context_windows)
+        out.print(f"  11 windows added with priorities 5,2,8,2,9,1,7,3,6,4,10 into a session limited to 10: "
+                  f"turns kept {kept} (turn 5, priority 1, was removed)")

@@ -91,11 +91,14 @@ begin
     end if;
     return v_setting;
   end if;
-  perform memori._check_identifier('user id', p_user_id);
   if v_setting is not null and v_setting <> p_user_id then
     raise exception 'this transaction acts for user %, not %', quote_literal(v_setting), quote_literal(p_user_id)
       using errcode = 'PM040',
             hint = 'Pass the same user as memori.user_id, or set memori.user_id to the user this call is for.';
+  end if;
+  -- the rule of memori._identifier_problem, as plain expressions: this runs on every call
+  if btrim(p_user_id) = '' or length(p_user_id) > 256 or p_user_id ~ '[[:cntrl:]]' then
+    perform memori._check_identifier('user id', p_user_id);
   end if;
   return p_user_id;
 end
@@ -156,7 +159,8 @@ comment on function memori._is_project_member(text, text) is 'True when the user
 -- _context_requester: the project and session a read may see
 --   project: p_project_id, else the session's project; NULL unless a member
 --   session: p_session_id when the session is the user's, else NULL
--- One statement (SQL, not plpgsql): a read calls it once, in its FROM clause.
+-- context_get and context_resolve inline the same query: a call of a function
+-- with a pinned search_path costs more than the lookup itself.
 create or replace function memori._context_requester(
   p_user_id    text,
   p_project_id text,
@@ -447,7 +451,11 @@ declare
 begin
   return query
     select e.key::text, e.value, e.scope, e.type, e.id, e.user_id, e.project_id, e.session_id, e.expires_at, e.updated_at
-      from memori._context_requester(v_user, p_project_id, p_session_id) r
+      from (select s.session_id, m.project_id  -- memori._context_requester, inlined on this hot path
+              from (select) one
+              left join memori.sessions s on s.session_id = p_session_id and s.user_id = v_user
+              left join memori.project_members m
+                     on m.project_id = coalesce(p_project_id, s.project_id) and m.user_id = v_user) r
       join memori.context_entries e on e.scope_owner = any (array['', v_user, r.project_id, r.session_id])
      where e.key = p_key
        and (e.expires_at is null or e.expires_at > p_now)
@@ -490,7 +498,11 @@ begin
   return query
     select distinct on (e.key)
            e.key::text, e.value, e.scope, e.type, e.id, e.user_id, e.project_id, e.session_id, e.expires_at, e.updated_at
-      from memori._context_requester(v_user, p_project_id, p_session_id) r
+      from (select s.session_id, m.project_id  -- memori._context_requester, inlined on this hot path
+              from (select) one
+              left join memori.sessions s on s.session_id = p_session_id and s.user_id = v_user
+              left join memori.project_members m
+                     on m.project_id = coalesce(p_project_id, s.project_id) and m.user_id = v_user) r
       join memori.context_entries e on e.scope_owner = any (array['', v_user, r.project_id, r.session_id])
      where e.key >= v_lo and (v_hi is null or e.key < v_hi)
        and (e.expires_at is null or e.expires_at > p_now)
