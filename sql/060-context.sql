@@ -826,12 +826,13 @@ begin
   if p_fields is null or jsonb_typeof(p_fields) <> 'object' then
     perform memori._invalid('fields must be a JSON object', 'Pass {"focus_mode": "planning"}.');
   end if;
-  -- lock the row so concurrent updates merge instead of overwriting each other
+  -- serialise updates of this user's business context (the row may not exist
+  -- yet, so a row lock alone would let two first updates overwrite each other)
+  perform pg_advisory_xact_lock(hashtextextended('memori.business_context:' || v_user, 0));
   select e.value into v_current
     from memori.context_entries e
    where e.scope_owner = v_user and e.key = 'business_context' and e.scope = 'user'
-     and (e.expires_at is null or e.expires_at > p_now)
-   for update;
+     and (e.expires_at is null or e.expires_at > p_now);
   return memori.business_context_set(coalesce(v_current, '{}'::jsonb) || (p_fields - 'user_id'), v_user, p_now);
 end
 $func$ language plpgsql volatile security invoker

@@ -8,6 +8,7 @@ import time
 from datetime import timedelta
 
 import psycopg
+from psycopg.types.json import Jsonb
 
 import pymemdb
 from tests.helpers import T0, rows, value
@@ -93,3 +94,35 @@ def test_cleanup_races_writers_and_other_cleanups(dsn: str) -> None:
         assert value(conn, "select count(*) from memori.memories where expires_at <= %s", (T0,)) == 0
         statuses = {r["status"] for r in rows(conn, "select status from memori.cleanup_runs")}
         assert statuses == {"succeeded"}
+
+
+def test_concurrent_window_adds_keep_the_limit_and_business_updates_merge(dsn: str) -> None:
+    """add_window locks the session; business_context_update serialises per user: no lost or extra rows."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("update memori.settings set value = '5' where key = 'context.max_windows'")
+        conn.execute("select memori.session_context_set('s1', 'alice')")
+    errors: list[BaseException] = []
+
+    def worker(n: int) -> None:
+        try:
+            with psycopg.connect(dsn, autocommit=True) as c:
+                for i in range(20):
+                    c.execute("select memori.session_context_add_window('s1', 'conversation', %s, %s, 'session', "
+                              "'alice')", (Jsonb({"w": n, "i": i}), 1 + (n + i) % 10))
+                c.execute("select memori.business_context_update(%s, 'alice')",
+                          (Jsonb({"context_variables": None, "active_workflow": f"w{n}"}),))
+                c.execute("select memori.business_context_update(%s, 'alice')",
+                          (Jsonb({"current_project": f"p{n}"}),))
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        assert conn.execute("select count(*) from memori.context_windows").fetchone() == (5,)
+        ctx = conn.execute("select memori.business_context_get('alice')").fetchone()[0]  # type: ignore[index]
+        assert set(ctx) == {"context_variables", "active_workflow", "current_project", "user_id"}
