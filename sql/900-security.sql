@@ -183,19 +183,27 @@ begin
     execute format('drop policy %I on memori.%I', v_t.policyname, v_t.tablename);
   end loop;
 
-  -- Every user-scoped table, with the column naming its user (NULL: the
-  -- table has specific policies below). Tables of later issues join here.
+  -- Every user-scoped table: each table with a user column gets RLS, and
+  -- unless it is listed here with policies of its own below, the plain rule
+  -- "the acting user's rows" on that column. New tables are protected by
+  -- default; memories' user_id is seed 05's namespace, its user is owner_id.
   for v_t in
-    select t.tbl, t.col, exists (select 1 from pg_catalog.pg_attribute a
-                                  where a.attrelid = format('memori.%I', t.tbl)::regclass
-                                    and a.attname = 'expires_at' and not a.attisdropped) as expires
-      from (values ('memories', 'owner_id'), ('checkpoints', 'user_id'), ('checkpoint_versions', null),
-                   ('events', null), ('projects', null), ('project_members', null), ('sessions', null),
-                   ('context_entries', null), ('context_windows', 'user_id')) t(tbl, col)
+    select c.relname as tbl,
+           case when c.relname = 'memories' then 'owner_id' else 'user_id' end as col,
+           c.relname = any (array['checkpoint_versions', 'events', 'projects', 'project_members', 'sessions',
+                                  'context_entries']) as specific,
+           exists (select 1 from pg_catalog.pg_attribute a
+                    where a.attrelid = c.oid and a.attname = 'expires_at' and not a.attisdropped) as expires
+      from pg_catalog.pg_class c
+     where c.relnamespace = 'memori'::regnamespace and c.relkind in ('r', 'p')
+       and (c.relname = 'checkpoint_versions'
+            or exists (select 1 from pg_catalog.pg_attribute a
+                        where a.attrelid = c.oid and a.attname in ('user_id', 'owner_id') and not a.attisdropped))
+     order by c.relname
   loop
     execute format('alter table memori.%I enable row level security', v_t.tbl);
     execute format('alter table memori.%I force row level security', v_t.tbl);
-    if v_t.col is not null then
+    if not v_t.specific then
       execute format('create policy user_rows on memori.%I for all to %I using (%I = %s) with check (%I = %s)',
                      v_t.tbl, v_app, v_t.col, v_cur, v_t.col, v_cur);
     end if;
