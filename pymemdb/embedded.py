@@ -53,8 +53,8 @@ def _postmaster_pid(pgdata: Path) -> int | None:
         # After a crash the pid may belong to an unrelated process by now.
         if proc.name() == "postgres" and str(pgdata) in " ".join(proc.cmdline()):
             return pid
-    except (psutil.NoSuchProcess, psutil.AccessDenied):
-        pass
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, ValueError):
+        pass  # ValueError: a pid file caught mid-write (pid 0 or negative)
     return None
 
 
