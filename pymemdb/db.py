@@ -40,8 +40,11 @@ class Database:
     def __init__(self, dsn: str, *, min_size: int = 1, max_size: int = 8, embedded: bool = False) -> None:
         from pymemdb.checkpoints import Checkpoints
         from pymemdb.cleanup import Cleanup
+        from pymemdb.compression import Compression
         from pymemdb.events import Events
+        from pymemdb.goals import Goals
         from pymemdb.memories import Memories
+        from pymemdb.snapshots import Snapshots
 
         self.dsn = dsn
         self.embedded = embedded
@@ -62,6 +65,9 @@ class Database:
         self.cleanup = Cleanup(self)
         self.checkpoints = Checkpoints(self)
         self.events = Events(self)
+        self.compression = Compression(self)
+        self.goals = Goals(self)
+        self.snapshots = Snapshots(self)
 
     # -- lifecycle ---------------------------------------------------------
     def close(self) -> None:

@@ -112,6 +112,40 @@ class PgCronMissing(PymemdbError):
     sqlstate = "PM030"
 
 
+class CompressionError(PymemdbError):
+    """Base of compression errors (seed 04)."""
+
+
+class ContextTooSmall(CompressionError):
+    """PM070: the usable context is not larger than the system prompt."""
+
+    sqlstate = "PM070"
+
+
+class CompressionPlanStale(CompressionError):
+    """PM071: the session changed (another compression or a restore) since the plan was made."""
+
+    sqlstate = "PM071"
+
+
+class CompressionPlanFinished(CompressionError):
+    """PM072: the plan was already applied, aborted or skipped."""
+
+    sqlstate = "PM072"
+
+
+class InvalidSummary(CompressionError):
+    """PM073: a summary is longer than its source, or the summaries do not match the plan's items."""
+
+    sqlstate = "PM073"
+
+
+class SessionOwnedByOtherUser(CompressionError):
+    """PM074: the session id belongs to another user."""
+
+    sqlstate = "PM074"
+
+
 class ServerError(PymemdbError):
     """The embedded server could not be started, stopped or reached."""
 
@@ -134,6 +168,11 @@ _BY_SQLSTATE: dict[str, type[PymemdbError]] = {
         CleanupRunNotActive,
         CleanupLockTimeout,
         PgCronMissing,
+        ContextTooSmall,
+        CompressionPlanStale,
+        CompressionPlanFinished,
+        InvalidSummary,
+        SessionOwnedByOtherUser,
     )
     if cls.sqlstate
 }
