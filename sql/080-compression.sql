@@ -115,6 +115,7 @@ as $func$
   select l.n, upper(m[1]), m[2], btrim(l.line)
     from regexp_split_to_table(coalesce(p_text, ''), E'\r?\n') with ordinality l(line, n)
    cross join lateral regexp_match(l.line, '^\s*\[([A-Za-z][A-Za-z _-]*)\]\s*(.*?)\s*$') m
+   where m is not null
    order by l.n
 $func$ language sql immutable security invoker
 set search_path = pg_catalog, memori, pg_temp;

@@ -8,6 +8,7 @@ import threading
 from collections.abc import Iterator
 from datetime import timedelta
 from http.server import BaseHTTPRequestHandler, HTTPServer
+from typing import ClassVar
 
 import pytest
 
@@ -108,16 +109,16 @@ def test_extractive_summarizer_is_deterministic_and_within_target() -> None:
     summarizer = ExtractiveSummarizer()
     for target in (1, 5, 40, 200, 10_000):
         out = summarizer.summarize(request(source, target))
-        assert out and estimate_tokens(out) <= max(target, 1) or target >= estimate_tokens(source)
+        assert (out and estimate_tokens(out) <= max(target, 1)) or target >= estimate_tokens(source)
         assert out == summarizer.summarize(request(source, target))
     assert summarizer.summarize(request("short text.", 100)) == "short text."
 
 
 class _Chat(BaseHTTPRequestHandler):
-    answers: list[tuple[int, str]] = []
-    seen: list[dict[str, object]] = []
+    answers: ClassVar[list[tuple[int, str]]] = []
+    seen: ClassVar[list[dict[str, object]]] = []
 
-    def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+    def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         _Chat.seen.append({"path": self.path, "auth": self.headers.get("Authorization"), "body": body})
         status, text = _Chat.answers.pop(0)
@@ -172,7 +173,7 @@ def test_run_with_http_summarizer_and_a_failing_one(db: pymemdb.Database, chat_s
         def summarize(self, request: CompressionRequest) -> str:
             raise RuntimeError("model crashed")
 
-    for i in range(12):
+    for _ in range(12):
         db.compression.message_add("h", "assistant", "Another long answer. " * 40, now=T0 + SEC)
     before = db.compression.active_context("h")
     with pytest.raises(SummarizerError):
