@@ -7,6 +7,8 @@ from typing import Any
 
 import psycopg
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from psycopg.types.json import Jsonb
 
 from tests.helpers import T0, assert_sqlstate, one, rows, value
@@ -400,3 +402,60 @@ def test_session_reliability_warns_when_low(conn: psycopg.Connection) -> None:
     assert low is not None and low["level"] == "critical" and "compressed the conversation 1 times" in low["warning"]
     assert_sqlstate(conn, "PM001", "select memori.reliability_score(-1, 0)")
     assert_sqlstate(conn, "PM001", "select memori.reliability_score(7, 0, 1.5)")
+
+
+def test_app_role_runs_the_api_and_history_is_append_only(conn: psycopg.Connection) -> None:
+    conn.execute("set role memori_app")
+    conn.execute("set memori.user_id = 'alice'")
+    conversation(conn, "s", 20)
+    apply(conn, plan(conn, "s")["id"], "summary")
+    snap = one(conn, "select * from memori.snapshot_create('s')")
+    assert snap is not None
+    conn.execute("select memori.snapshot_restore(%s)", (snap["id"],))
+    conn.execute("select memori.goal_markers_apply('s', '[GOAL] g')")
+    assert rows(conn, "select * from memori.active_context('s')")
+    for query in ("update memori.messages set content = 'x'", "delete from memori.messages",
+                  "update memori.snapshots set metadata = '{}'"):
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute(query)
+    conn.execute("reset role")
+    conn.execute("set role memori_cleaner")
+    with pytest.raises(psycopg.errors.InsufficientPrivilege):
+        conn.execute("select memori.message_add('s', 'user', 'x')")
+    assert value(conn, "select count(*) from memori.cleanup_preview(%s)", (T0 + timedelta(days=400),)) > 0
+
+
+def _oracle(messages: list[tuple[str, int]], ctx: int, sys: int) -> tuple[int | None, int, int]:
+    """(cutoff seq, source messages, source tokens) of a first plan, computed in Python."""
+    available = ctx * 85 // 100 - sys
+    preserve = min(2048, available * 40 // 100)
+    running, cutoff = 0, None
+    for seq in range(len(messages), 0, -1):
+        role, tokens = messages[seq - 1]
+        if role == "system":
+            continue
+        running += tokens
+        if running > preserve and cutoff is None:
+            cutoff = seq
+    source = [t for seq, (r, t) in enumerate(messages, 1) if cutoff and seq <= cutoff and r in ("assistant", "tool")]
+    return cutoff, len(source), sum(source)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(messages=st.lists(st.tuples(st.sampled_from(["user", "assistant", "tool", "system"]),
+                                   st.integers(0, 900)), min_size=1, max_size=40),
+       ctx=st.sampled_from([2048, 4096, 8000, 32768]))
+def test_plan_matches_the_oracle(conn: psycopg.Connection, messages: list[tuple[str, int]], ctx: int) -> None:
+    session = f"h{value(conn, 'select gen_random_uuid()')}"
+    for role, tokens in messages:
+        add(conn, session, role, "m", tokens)
+    p = plan(conn, session, ctx=ctx, sys=100, force=True)
+    cutoff, n, tokens = _oracle(messages, ctx, 100)
+    if n and tokens:
+        assert (p["status"], p["to_seq"], p["message_count"], p["source_tokens"]) == ("planned", cutoff, n, tokens)
+        apply(conn, p["id"], "s", tokens=min(1, tokens))
+        users = [t for r, t in messages if r == "user"]
+        assert budget(conn, session, ctx, 100)["used_tokens"] == sum(users) + sum(
+            t for seq, (r, t) in enumerate(messages, 1) if r in ("assistant", "tool") and seq > cutoff)
+    else:
+        assert p["status"] == "skipped"
