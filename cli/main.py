@@ -20,6 +20,7 @@ from pymemdb.cli._common import (
     print_json,
 )
 from pymemdb.cli.checkpoint import app as checkpoint_app
+from pymemdb.cli.session import app as session_app
 from pymemdb.db import resolve_dsn
 from pymemdb.errors import InvalidArgument
 
@@ -36,6 +37,7 @@ bench_app = typer.Typer(help="Benchmarks: each runs its baseline in the same run
                         no_args_is_help=True)
 app.add_typer(db_app, name="db")
 app.add_typer(checkpoint_app, name="checkpoint")
+app.add_typer(session_app, name="session")
 app.add_typer(memory_app, name="memory")
 app.add_typer(bench_app, name="bench")
 
@@ -244,6 +246,15 @@ def bench_checkpoints(
 ) -> None:
     """Checkpoint create throughput (one per transaction vs. create_many) and latest-per-session query."""
     _bench("checkpoints", dsn, rows, seed, as_json)
+
+
+@bench_app.command("compression")
+@handle_errors
+def bench_compression(
+    rows: RowsOption = 10_000, dsn: DsnOption = None, as_json: JsonOption = False, seed: SeedOption = 1
+) -> None:
+    """message_add throughput (one per transaction vs. batched) and compression_plan p95 on a long session."""
+    _bench("compression", dsn, rows, seed, as_json)
 
 
 @bench_app.command("ttl")

@@ -180,3 +180,40 @@ def test_run_with_http_summarizer_and_a_failing_one(db: pymemdb.Database, chat_s
         db.compression.run("h", Broken(), context_size=8000, force=True, now=T0 + SEC)
     assert db.compression.active_context("h") == before, "a failed summarizer changes nothing"
     assert db.events.list(event_type="compression.error")[0].payload["error"].endswith("model crashed")
+
+
+def test_session_cli(db: pymemdb.Database, dsn: str, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from typer.testing import CliRunner
+
+    from pymemdb.cli.main import app
+
+    runner = CliRunner()
+    db.compression.message_add("cli", "system", "rules " * 100, user_id="alice", context_size=8000)
+    for i in range(20):
+        db.compression.message_add("cli", "user", f"question {i}", tool_calls=None)
+        db.compression.message_add("cli", "assistant", "A long answer sentence. " * 50,
+                                   tool_calls=[{"id": f"call_{i}", "name": "read_file", "args": {"path": "a.ts"}}])
+    result = runner.invoke(app, ["session", "status", "cli", "--dsn", dsn, "--model-size", "3"])
+    assert result.exit_code == 0, result.output
+    assert "Context: " in result.output and "/6,800" in result.output and "(0 compressions)" in result.output
+    assert "should compress: yes" in result.output
+    result = runner.invoke(app, ["session", "compress", "cli", "--dsn", dsn])
+    assert result.exit_code == 0 and "compression 1:" in result.output, result.output
+    result = runner.invoke(app, ["session", "compress", "cli", "--dsn", dsn])
+    assert "skipped:" in result.output
+    out = tmp_path / "cli.json"
+    result = runner.invoke(app, ["session", "export", "cli", "--dsn", dsn, "-o", str(out), "--model", "m"])
+    assert result.exit_code == 0, result.output
+    document = json.loads(out.read_text())
+    assert document["sessionId"] == "cli" and len(document["messages"]) == 41 and len(document["toolCalls"]) == 20
+    assert document["metadata"]["compressionCount"] == 1 and document["model"] == "m"
+    result = runner.invoke(app, ["session", "snapshot", "cli", "--dsn", dsn, "--json"])
+    snap = json.loads(result.output)
+    result = runner.invoke(app, ["session", "restore", snap["id"], "--dsn", dsn])
+    assert result.exit_code == 0 and "restored session cli" in result.output
+    result = runner.invoke(app, ["session", "snapshot", "cli", "--list", "--dsn", dsn, "--json"])
+    assert {s["kind"] for s in json.loads(result.output)} >= {"manual", "pre_restore"}
+    result = runner.invoke(app, ["session", "status", "nope", "--dsn", dsn])
+    assert result.exit_code == 1 and "has no messages" in result.output
+    result = runner.invoke(app, ["session", "compress", "cli", "--llm-url", "http://127.0.0.1:9/v1", "--dsn", dsn])
+    assert result.exit_code == 2 and "--model" in result.output
