@@ -722,7 +722,9 @@ begin
    where x.from_newest > v_preserve;
 
   select count(*)::integer as n, coalesce(sum(m.tokens), 0)::integer as tokens,
-         coalesce(array_agg(m.content order by m.seq), '{}') as texts
+         -- only texts with markers are parsed (the regex test is cheap, the line split is not)
+         coalesce(array_agg(m.content order by m.seq)
+                    filter (where m.content ~ '\[(DECISION|ARTIFACT|NEXT)\]'), '{}') as texts
     into v_src
     from memori.messages m
    where m.session_id = p_session_id and m.seq > v_state.compressed_through_seq and m.seq <= v_cutoff
