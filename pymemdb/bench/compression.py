@@ -34,8 +34,8 @@ NOW = datetime(2026, 6, 20, 12, 0, tzinfo=UTC)
 PREFIX = "bench_"
 USER = "bench_user"
 
-PLAN: LiteralString = ("select * from memori.compression_plan(%s, p_context_size => 8000, p_system_prompt_tokens => 500,"
-                       " p_force => true, p_now => %s)")
+PLAN: LiteralString = ("select * from memori.compression_plan(%s, p_context_size => 8000,"
+                       " p_system_prompt_tokens => 500, p_force => true, p_now => %s)")
 BUDGET: LiteralString = "select * from memori.compression_budget(%s, 8000, 500)"
 SUM: LiteralString = "select sum(tokens) from memori.messages where session_id = %s"
 ADD: LiteralString = ("select (memori.message_add(%s, %s, %s, p_tokens => %s, p_user_id => %s, p_now => %s)).seq")
@@ -55,7 +55,8 @@ values (%(s)s, %(u)s, %(n)s, %(through)s, %(now)s, %(now)s)
 
 
 def _text(rng: random.Random) -> str:
-    return " ".join(rng.choice(("plan", "budget", "token", "summary", "goal", "context")) for _ in range(rng.randint(20, 120)))
+    words = ("plan", "budget", "token", "summary", "goal", "context")
+    return " ".join(rng.choice(words) for _ in range(rng.randint(20, 120)))
 
 
 def _throughput(count: int, seconds: float) -> dict[str, float]:
@@ -109,7 +110,8 @@ def run(
             start = time.perf_counter()
             for i in range(single):
                 with conn.transaction():
-                    conn.execute(INSERT, (f"{PREFIX}insert", USER, i + 1, "user", texts[i % 256], 30, NOW), prepare=True)
+                    conn.execute(INSERT, (f"{PREFIX}insert", USER, i + 1, "user", texts[i % 256], 30, NOW),
+                                 prepare=True)
             insert_w = _throughput(single, time.perf_counter() - start)
             batched_n = max(rows, batch_size)
             say(f"message_add batched: {batched_n} calls, {batch_size} per transaction, pipelined")
