@@ -783,7 +783,7 @@ begin
   if v_plan.status <> 'planned' then
     raise exception 'compression plan % is %', p_plan_id, v_plan.status
       using errcode = 'PM072',
-            detail = coalesce(v_plan.reason, v_plan.error, ''),
+            detail = coalesce(v_plan.reason, v_plan.error, format('finished at %s', v_plan.finished_at)),
             hint = 'A plan is applied (or aborted) once: make a new plan with memori.compression_plan.';
   end if;
   return v_plan;
