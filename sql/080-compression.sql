@@ -695,6 +695,8 @@ declare
   v_budget   memori.compression_budget_state;
   v_preserve integer;
   v_cutoff   integer;
+  v_msg      record;
+  v_kept     bigint := 0;
   v_src      record;
   v_status   text := 'planned';
   v_reason   text;
@@ -713,18 +715,24 @@ begin
                       floor(greatest(v_budget.available_tokens, 0)
                             * memori._compression_num('compression.preserve_recent_max_share', 0.40)))::integer;
 
-  -- newest backwards: the messages within the last v_preserve tokens stay
-  select max(x.seq) into v_cutoff
-    from (select m.seq, sum(m.tokens) over (order by m.seq desc) as from_newest
-            from memori.messages m
-           where m.session_id = p_session_id and m.seq > v_state.compressed_through_seq
-             and m.role <> 'system' and not v_state.rolled_back @> m.seq) x
-   where x.from_newest > v_preserve;
+  -- newest backwards: the messages within the last v_preserve tokens stay;
+  -- the first one past them is the cutoff. A loop (a cursor: fast-start
+  -- plan, a backward index scan) stops there instead of reading the session.
+  for v_msg in select m.seq, m.tokens from memori.messages m
+                where m.session_id = p_session_id and m.seq > v_state.compressed_through_seq
+                  and m.role <> 'system' and not v_state.rolled_back @> m.seq
+                order by m.seq desc loop
+    v_kept := v_kept + v_msg.tokens;
+    if v_kept > v_preserve then
+      v_cutoff := v_msg.seq;
+      exit;
+    end if;
+  end loop;
 
   select count(*)::integer as n, coalesce(sum(m.tokens), 0)::integer as tokens,
          -- only texts with markers are parsed (the regex test is cheap, the line split is not)
-         coalesce(array_agg(m.content order by m.seq)
-                    filter (where m.content ~ '\[(DECISION|ARTIFACT|NEXT)\]'), '{}') as texts
+         coalesce(array_agg(m.content) filter (where strpos(m.content, '[') > 0
+                                                    and m.content ~ '\[(DECISION|ARTIFACT|NEXT)\]'), '{}') as texts
     into v_src
     from memori.messages m
    where m.session_id = p_session_id and m.seq > v_state.compressed_through_seq and m.seq <= v_cutoff
