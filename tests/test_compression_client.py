@@ -11,6 +11,8 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import ClassVar
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import pymemdb
 from pymemdb.summarizers import ExtractiveSummarizer, OpenAISummarizer, SummarizerError, estimate_tokens
@@ -217,3 +219,49 @@ def test_session_cli(db: pymemdb.Database, dsn: str, tmp_path) -> None:  # type:
     assert result.exit_code == 1 and "has no messages" in result.output
     result = runner.invoke(app, ["session", "compress", "cli", "--llm-url", "http://127.0.0.1:9/v1", "--dsn", dsn])
     assert result.exit_code == 2 and "--model" in result.output
+
+
+def test_goals_snapshots_and_reliability_through_the_client(db: pymemdb.Database) -> None:
+    goal = db.goals.create("g", "Ship compression", priority="high", user_id="alice", now=T0)
+    assert goal.status == "active" and goal.priority == "high"
+    result = db.goals.markers_apply("g", "[DECISION] Plans are persisted - LOCKED\n[WHAT] ?", now=T0)
+    assert result.goal_id == goal.id and result.decisions_added == 1 and result.unknown == ["[WHAT] ?"]
+    second = db.goals.create("g", "Write the docs", now=T0 + SEC)
+    assert [(g.description, g.status) for g in db.goals.list("g")] == [
+        ("Ship compression", "paused"), ("Write the docs", "active")]
+    assert (db.goals.block("g") or "").startswith("ACTIVE GOAL: Write the docs")
+    assert second.id != goal.id
+    with pytest.raises(pymemdb.UnknownValue):
+        db.goals.create("g", "x", priority="urgent")
+
+    db.compression.message_add("g", "user", "hello", now=T0)
+    snap = db.snapshots.create("g", {"note": "first"}, now=T0)
+    assert snap.metadata == {"note": "first"} and len(snap.state["goals"]) == 2
+    db.goals.create("g", "Third goal", now=T0 + 2 * SEC)
+    pre = db.snapshots.restore(snap.id, now=T0 + 3 * SEC)
+    assert pre.kind == "pre_restore"
+    assert (db.goals.block("g") or "").startswith("ACTIVE GOAL: Write the docs")
+    assert [s.kind for s in db.snapshots.list("g", now=T0 + 4 * SEC)] == ["pre_restore", "manual"]
+    with pytest.raises(pymemdb.NotFound):
+        db.snapshots.restore("00000000-0000-0000-0000-000000000000")
+
+    score = db.compression.reliability_score(13.5, 2, 0.9)
+    assert score.level == "low" and float(score.score) == pytest.approx(0.70 * 0.70 * 0.9)
+    assert db.compression.session_reliability("g", 70).warning is None
+    with pytest.raises(pymemdb.ContextTooSmall):
+        db.compression.budget("g", context_size=100, system_prompt_tokens=200)
+    plan = db.compression.plan("g", force=True, now=T0)
+    assert plan.status == "skipped"
+    with pytest.raises(pymemdb.CompressionPlanFinished):
+        db.compression.apply(plan.id, "x")
+
+
+@settings(max_examples=200, deadline=None)
+@given(text=st.text(min_size=1, max_size=3000), target=st.integers(1, 400))
+def test_extractive_summaries_fit_their_target(text: str, target: int) -> None:
+    source = text.strip()
+    if not source:
+        return
+    out = ExtractiveSummarizer().summarize(request(source, target))
+    assert out.strip(), "never an empty summary"
+    assert estimate_tokens(out) <= max(target, 0) or estimate_tokens(out) <= estimate_tokens(source) <= target
