@@ -34,8 +34,8 @@ if TYPE_CHECKING:
 MESSAGE_ADD = fn(
     "message_add",
     ("p_session_id", "text"), ("p_role", "text"), ("p_content", "text"), ("p_tokens", "integer"),
-    ("p_tool_calls", "jsonb"), ("p_user_id", "text"), ("p_context_size", "integer"),
-    ("p_system_prompt_tokens", "integer"), ("p_now", "timestamptz"),
+    ("p_tool_calls", "jsonb"), ("p_now", "timestamptz"), ("p_user_id", "text"), ("p_context_size", "integer"),
+    ("p_system_prompt_tokens", "integer"),
     result=MessageAdded,
 )
 COMPRESSION_BUDGET = fn(
@@ -44,13 +44,13 @@ COMPRESSION_BUDGET = fn(
 )
 COMPRESSION_PLAN = fn(
     "compression_plan", ("p_session_id", "text"), ("p_context_size", "integer"),
-    ("p_system_prompt_tokens", "integer"), ("p_force", "boolean"), ("p_now", "timestamptz"),
+    ("p_system_prompt_tokens", "integer"), ("p_now", "timestamptz"), ("p_force", "boolean"),
     result=CompressionPlan,
 )
 COMPRESSION_PROMPT = fn("compression_prompt", ("p_plan_id", "uuid"), result=CompressionRequest, returns="many")
 COMPRESSION_APPLY = fn(
     "compression_apply", ("p_plan_id", "uuid"), ("p_new_summary", "text"), ("p_aged", "jsonb"),
-    ("p_new_tokens", "integer"), ("p_now", "timestamptz"),
+    ("p_now", "timestamptz"), ("p_new_tokens", "integer"),
     result=CompressionApplied,
 )
 COMPRESSION_ABORT = fn(

@@ -547,10 +547,10 @@ create or replace function memori.message_add(
   p_content              text,
   p_tokens               integer default null,
   p_tool_calls           jsonb default null,
+  p_now                  timestamptz default now(),
   p_user_id              text default null,
   p_context_size         integer default null,
-  p_system_prompt_tokens integer default null,
-  p_now                  timestamptz default now()
+  p_system_prompt_tokens integer default null
 ) returns memori.message_added
 as $func$
 declare
@@ -621,7 +621,7 @@ begin
 end
 $func$ language plpgsql volatile security invoker
 set search_path = pg_catalog, memori, pg_temp;
-comment on function memori.message_add(text, text, text, integer, jsonb, text, integer, integer, timestamptz) is 'Append a message to the session''s full history (tokens estimated when not given) and return its sequence with the session''s budget state.';
+comment on function memori.message_add(text, text, text, integer, jsonb, timestamptz, text, integer, integer) is 'Append a message to the session''s full history (tokens estimated when not given) and return its sequence with the session''s budget state.';
 
 -------------------------------------------------------------------------------
 -- _compression_aging: how existing checkpoints age when one more is added
@@ -686,8 +686,8 @@ create or replace function memori.compression_plan(
   p_session_id           text,
   p_context_size         integer default null,
   p_system_prompt_tokens integer default null,
-  p_force                boolean default false,
-  p_now                  timestamptz default now()
+  p_now                  timestamptz default now(),
+  p_force                boolean default false
 ) returns memori.compression_plans
 as $func$
 declare
@@ -774,7 +774,7 @@ begin
 end
 $func$ language plpgsql volatile security invoker
 set search_path = pg_catalog, memori, pg_temp;
-comment on function memori.compression_plan(text, integer, integer, boolean, timestamptz) is 'Plan a compression (persisted): the assistant/tool messages for a new checkpoint, its target, and the aging of older checkpoints; skipped under the trigger unless p_force.';
+comment on function memori.compression_plan(text, integer, integer, timestamptz, boolean) is 'Plan a compression (persisted): the assistant/tool messages for a new checkpoint, its target, and the aging of older checkpoints; skipped under the trigger unless p_force.';
 
 -------------------------------------------------------------------------------
 -- _compression_plan_for_update: a plan, locked, or PM005
@@ -919,8 +919,8 @@ create or replace function memori.compression_apply(
   p_plan_id     uuid,
   p_new_summary text,
   p_aged        jsonb default '{}'::jsonb,
-  p_new_tokens  integer default null,
-  p_now         timestamptz default now()
+  p_now         timestamptz default now(),
+  p_new_tokens  integer default null
 ) returns memori.compression_applied
 as $func$
 declare
@@ -1028,7 +1028,7 @@ begin
 end
 $func$ language plpgsql volatile security invoker
 set search_path = pg_catalog, memori, pg_temp;
-comment on function memori.compression_apply(uuid, text, jsonb, integer, timestamptz) is 'Apply a plan atomically: age/merge older checkpoints, add the new one, move the session''s markers; PM071 stale, PM072 applied twice, PM073 bad summaries.';
+comment on function memori.compression_apply(uuid, text, jsonb, timestamptz, integer) is 'Apply a plan atomically: age/merge older checkpoints, add the new one, move the session''s markers; PM071 stale, PM072 applied twice, PM073 bad summaries.';
 
 -------------------------------------------------------------------------------
 -- compression_abort: record that a plan's summarizer failed

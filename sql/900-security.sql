@@ -133,9 +133,9 @@ begin
   grant select, insert, delete on memori.snapshots to memori_app;
   grant select on memori._retention_compression_plans, memori._retention_snapshots to memori_app, memori_cleaner;
   grant select, delete on memori.compression_plans, memori.snapshots to memori_cleaner;
-  revoke execute on function memori.message_add(text, text, text, integer, jsonb, text, integer, integer, timestamptz),
-                             memori.compression_plan(text, integer, integer, boolean, timestamptz),
-                             memori.compression_apply(uuid, text, jsonb, integer, timestamptz),
+  revoke execute on function memori.message_add(text, text, text, integer, jsonb, timestamptz, text, integer, integer),
+                             memori.compression_plan(text, integer, integer, timestamptz, boolean),
+                             memori.compression_apply(uuid, text, jsonb, timestamptz, integer),
                              memori.compression_abort(uuid, text, timestamptz),
                              memori.goal_create(text, text, text, text, timestamptz),
                              memori.goal_markers_apply(text, text, text, timestamptz),

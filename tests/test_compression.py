@@ -34,7 +34,7 @@ def budget(conn: psycopg.Connection, session: str, ctx: int = 8000, sys: int | N
 
 def plan(conn: psycopg.Connection, session: str, ctx: int = 8000, sys: int | None = 500, force: bool = False,
          at=T0) -> dict[str, Any]:  # type: ignore[no-untyped-def]
-    row = one(conn, "select * from memori.compression_plan(%s, %s, %s, %s, %s)", (session, ctx, sys, force, at))
+    row = one(conn, "select * from memori.compression_plan(%s, %s, %s, %s, %s)", (session, ctx, sys, at, force))
     assert row is not None
     return row
 
@@ -42,7 +42,7 @@ def plan(conn: psycopg.Connection, session: str, ctx: int = 8000, sys: int | Non
 def apply(conn: psycopg.Connection, plan_id: Any, summary: str, aged: dict[str, Any] | None = None,
           tokens: int | None = None, at=T0) -> dict[str, Any]:  # type: ignore[no-untyped-def]
     row = one(conn, "select * from memori.compression_apply(%s, %s, %s, %s, %s)",
-              (plan_id, summary, Jsonb(aged or {}), tokens, at))
+              (plan_id, summary, Jsonb(aged or {}), at, tokens))
     assert row is not None
     return row
 
@@ -459,3 +459,14 @@ def test_plan_matches_the_oracle(conn: psycopg.Connection, messages: list[tuple[
             t for seq, (r, t) in enumerate(messages, 1) if r in ("assistant", "tool") and seq > cutoff)
     else:
         assert p["status"] == "skipped"
+
+
+def test_the_issues_positional_signatures(conn: psycopg.Connection) -> None:
+    conn.execute("set memori.user_id = 'alice'")
+    row = one(conn, "select * from memori.message_add('p', 'user', 'hi', 5, null, %s)", (T0,))
+    assert row is not None and row["created_at"] == T0
+    conversation(conn, "p", 20)
+    p = one(conn, "select * from memori.compression_plan('p', 8000, 500, %s)", (T0,))
+    assert p is not None and p["created_at"] == T0 and p["status"] == "planned"
+    done = one(conn, "select * from memori.compression_apply(%s, 'summary', '{}', %s)", (p["id"], T0))
+    assert done is not None and done["compression_number"] == 1

@@ -141,7 +141,7 @@ def run(
                 plan = _latency(conn, PLAN, (session, NOW), iterations)
                 plans[shape] = {"plan": plan, "compressed_through": through,
                                 "planned_messages": one(conn, "select message_count from memori.compression_plan("
-                                                              "%s, 8000, 500, true, %s)", (session, NOW))}
+                                                              "%s, 8000, 500, %s, true)", (session, NOW))}
             long_session = f"{PREFIX}plan_nothing_compressed"
             budget = _latency(conn, BUDGET, (long_session,), iterations)
             total = _latency(conn, SUM, (long_session,), iterations)
