@@ -470,3 +470,30 @@ def test_the_issues_positional_signatures(conn: psycopg.Connection) -> None:
     assert p is not None and p["created_at"] == T0 and p["status"] == "planned"
     done = one(conn, "select * from memori.compression_apply(%s, 'summary', '{}', %s)", (p["id"], T0))
     assert done is not None and done["compression_number"] == 1
+
+
+USER_TABLES = ("messages", "compression_state", "compression_checkpoints", "compression_plans", "goals",
+               "goal_checkpoints", "goal_decisions", "goal_artifacts", "snapshots")
+
+
+def test_works_under_row_level_security(conn: psycopg.Connection) -> None:
+    """What issue 4 will add (a policy on user_id per table): the API sees only the acting user's rows."""
+    for table in USER_TABLES:
+        conn.execute(f"alter table memori.{table} enable row level security")
+        conn.execute(f"alter table memori.{table} force row level security")
+        conn.execute(f"create policy own on memori.{table} using (user_id = current_setting('memori.user_id', true))")
+    conn.execute("set role memori_app")
+    conn.execute("set memori.user_id = 'alice'")
+    add(conn, "s", "assistant", "[GOAL] Alice's goal\n[DECISION] Keep it - LOCKED", 20, user=None)  # type: ignore[arg-type]
+    conversation(conn, "s", 20)
+    snap = one(conn, "select * from memori.snapshot_create('s')")
+    p = plan(conn, "s")
+    apply(conn, p["id"], "summary", {a["key"]: "aged" for a in p["aging"]})
+    conn.execute("select memori.snapshot_restore(%s)", (snap["id"],))  # type: ignore[index]
+    assert len(rows(conn, "select * from memori.active_context('s')")) == 42  # goal + 41 messages
+    conn.execute("set memori.user_id = 'bob'")
+    assert rows(conn, "select * from memori.active_context('s')") == []
+    assert value(conn, "select memori.goal_block('s')") is None
+    assert_sqlstate(conn, "PM005", "select memori.compression_budget('s')")
+    assert_sqlstate(conn, "PM074", "select memori.message_add('s', 'user', 'x')")
+    assert_sqlstate(conn, "PM005", "select memori.snapshot_restore(%s)", (snap["id"],))  # type: ignore[index]
