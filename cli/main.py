@@ -21,6 +21,7 @@ from pymemdb.cli._common import (
 )
 from pymemdb.cli.checkpoint import app as checkpoint_app
 from pymemdb.cli.context import app as context_app
+from pymemdb.cli.session import app as session_app
 from pymemdb.db import resolve_dsn
 from pymemdb.errors import InvalidArgument
 
@@ -38,6 +39,7 @@ bench_app = typer.Typer(help="Benchmarks: each runs its baseline in the same run
 app.add_typer(db_app, name="db")
 app.add_typer(checkpoint_app, name="checkpoint")
 app.add_typer(context_app, name="context")
+app.add_typer(session_app, name="session")
 app.add_typer(memory_app, name="memory")
 app.add_typer(bench_app, name="bench")
 
@@ -255,6 +257,15 @@ def bench_context(
 ) -> None:
     """context_get across four scopes vs. a primary-key get (superuser and RLS); context_resolve of 200 keys."""
     _bench("context", dsn, rows, seed, as_json)
+
+
+@bench_app.command("compression")
+@handle_errors
+def bench_compression(
+    rows: RowsOption = 10_000, dsn: DsnOption = None, as_json: JsonOption = False, seed: SeedOption = 1
+) -> None:
+    """message_add throughput (one per transaction vs. batched) and compression_plan p95 on a long session."""
+    _bench("compression", dsn, rows, seed, as_json)
 
 
 @bench_app.command("ttl")

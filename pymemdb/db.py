@@ -74,9 +74,12 @@ class Database:
     def _attach_concerns(self) -> None:
         from pymemdb.checkpoints import Checkpoints
         from pymemdb.cleanup import Cleanup
+        from pymemdb.compression import Compression
         from pymemdb.context import Business, Context, Projects, Sessions
         from pymemdb.events import Events
+        from pymemdb.goals import Goals
         from pymemdb.memories import Memories
+        from pymemdb.snapshots import Snapshots
 
         self.memories = Memories(self)
         self.cleanup = Cleanup(self)
@@ -86,6 +89,9 @@ class Database:
         self.business = Business(self)
         self.sessions = Sessions(self)
         self.projects = Projects(self)
+        self.compression = Compression(self)
+        self.goals = Goals(self)
+        self.snapshots = Snapshots(self)
 
     def as_user(self, user_id: str) -> Database:
         """The same database and pool, acting for ``user_id`` (closing it leaves the pool open)."""

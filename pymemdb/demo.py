@@ -15,6 +15,7 @@ from rich.table import Table
 
 import pymemdb
 from pymemdb.context import Scope
+from pymemdb.demo_compression import compression_chapter
 from pymemdb.scratch import scratch_database
 
 DEMO_DATABASE = "pymemdb_demo"
@@ -86,6 +87,7 @@ def run_demo(dsn: str | None, *, keep: bool = False, console: Console | None = N
         out.print("  latest events: " + ", ".join(e.event_type for e in events))
         _checkpoint_chapter(db, out, now)
         _context_chapter(db, out, now)
+        compression_chapter(db, out, now)
     out.print(f"Done. The demo used database {DEMO_DATABASE}" + (" (kept)." if keep else " (dropped)."))
 
 

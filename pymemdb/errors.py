@@ -132,6 +132,34 @@ class AccessDenied(AccessError):
     sqlstate = "PM041"
 
 
+class CompressionError(PymemdbError):
+    """Base of compression errors (seed 04)."""
+
+
+class ContextTooSmall(CompressionError):
+    """PM070: the usable context is not larger than the system prompt."""
+
+    sqlstate = "PM070"
+
+
+class CompressionPlanStale(CompressionError):
+    """PM071: the session changed (another compression or a restore) since the plan was made."""
+
+    sqlstate = "PM071"
+
+
+class CompressionPlanFinished(CompressionError):
+    """PM072: the plan was already applied, aborted or skipped."""
+
+    sqlstate = "PM072"
+
+
+class InvalidSummary(CompressionError):
+    """PM073: a summary is longer than its source, or the summaries do not match the plan's items."""
+
+    sqlstate = "PM073"
+
+
 class ServerError(PymemdbError):
     """The embedded server could not be started, stopped or reached."""
 
@@ -156,6 +184,10 @@ _BY_SQLSTATE: dict[str, type[PymemdbError]] = {
         PgCronMissing,
         WrongUser,
         AccessDenied,
+        ContextTooSmall,
+        CompressionPlanStale,
+        CompressionPlanFinished,
+        InvalidSummary,
     )
     if cls.sqlstate
 }

@@ -331,3 +331,184 @@ class ProjectMember:
     project_owner: str
     role: str
     added_at: datetime
+
+
+# -- compression (seed 04) -------------------------------------------------------
+@dataclass(frozen=True)
+class CompressionBudget:
+    """memori.compression_budget_state: the seed's dynamic budget of a session."""
+
+    session_id: str
+    context_size: int
+    usable_tokens: int
+    system_prompt_tokens: int
+    checkpoint_tokens: int
+    available_tokens: int
+    trigger_tokens: int
+    used_tokens: int
+    free_tokens: int
+    should_compress: bool
+    checkpoint_count: int
+    compression_count: int
+
+
+@dataclass(frozen=True)
+class MessageAdded:
+    """memori.message_added: the appended message and the session's budget state after it."""
+
+    message_id: int
+    session_id: str
+    seq: int
+    role: str
+    tokens: int
+    created_at: datetime
+    context_size: int
+    usable_tokens: int
+    system_prompt_tokens: int
+    checkpoint_tokens: int
+    available_tokens: int
+    trigger_tokens: int
+    used_tokens: int
+    should_compress: bool
+    auto_snapshot_id: UUID | None
+
+
+@dataclass(frozen=True)
+class CompressionPlan:
+    """A row of memori.compression_plans."""
+
+    id: UUID
+    session_id: str
+    user_id: str
+    status: str
+    reason: str | None
+    state_version: int
+    context_size: int
+    system_prompt_tokens: int
+    budget: dict[str, Any]
+    from_seq: int | None
+    to_seq: int | None
+    message_count: int
+    source_tokens: int
+    target_tokens: int
+    aging: list[dict[str, Any]]
+    key_decisions: list[str]
+    files_modified: list[str]
+    next_steps: list[str]
+    checkpoint_id: UUID | None
+    error: str | None
+    created_at: datetime
+    finished_at: datetime | None
+    expires_at: datetime | None
+
+
+@dataclass(frozen=True)
+class CompressionRequest:
+    """memori.compression_request: one summary a plan needs (new, age or merge)."""
+
+    key: str
+    action: str
+    level: int
+    source_tokens: int
+    target_tokens: int
+    source: str
+    prompt: str
+
+
+@dataclass(frozen=True)
+class CompressionApplied:
+    """memori.compression_applied: what compression_apply did."""
+
+    plan_id: UUID
+    checkpoint_id: UUID
+    compression_number: int
+    message_count: int
+    source_tokens: int
+    summary_tokens: int
+    aged: int
+    merged: int
+    checkpoint_tokens: int
+    used_tokens: int
+
+
+@dataclass(frozen=True)
+class ContextItem:
+    """memori.context_item: one entry of the active context, in sending order."""
+
+    position: int
+    kind: str
+    role: str
+    ref: str
+    content: str
+    tokens: int
+
+
+@dataclass(frozen=True)
+class Goal:
+    """A row of memori.goals."""
+
+    id: UUID
+    session_id: str
+    user_id: str
+    description: str
+    priority: str
+    status: str
+    next_steps: list[str]
+    created_at: datetime
+    completed_at: datetime | None
+
+
+@dataclass(frozen=True)
+class GoalMarkerResult:
+    """memori.goal_marker_result: what goal_markers_apply changed, and the lines it did not understand."""
+
+    goal_id: UUID | None
+    goals_created: int
+    checkpoints_updated: int
+    decisions_added: int
+    artifacts_recorded: int
+    next_steps: list[str]
+    unknown: list[str]
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A row of memori.snapshots."""
+
+    id: UUID
+    session_id: str
+    user_id: str
+    kind: str
+    created_at: datetime
+    token_count: int
+    message_count: int
+    checkpoint_count: int
+    metadata: dict[str, Any]
+    state: dict[str, Any]
+    expires_at: datetime | None
+
+
+@dataclass(frozen=True)
+class Reliability:
+    """memori.reliability: the seed's score with its level and icon."""
+
+    score: Decimal
+    percent: int
+    level: str
+    icon: str
+    model_factor: Decimal
+    compression_penalty: Decimal
+
+
+@dataclass(frozen=True)
+class SessionReliability:
+    """memori.session_reliability_state: a session's reliability and the warning when low."""
+
+    session_id: str
+    model_size_b: Decimal
+    compression_count: int
+    score: Decimal
+    percent: int
+    level: str
+    icon: str
+    warning: str | None

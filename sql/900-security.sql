@@ -162,6 +162,25 @@ begin
                              memori.project_member_add(text, text, text, timestamptz),
                              memori.project_member_remove(text, text, text)
     from memori_cleaner;
+
+  -- compression (issue 8): history is append-only for the app; snapshots are immutable
+  grant select, insert on memori.messages to memori_app;
+  grant select, insert, update on memori.compression_state to memori_app;
+  grant select, insert, update, delete on memori.compression_checkpoints, memori.compression_plans, memori.goals,
+                                          memori.goal_checkpoints, memori.goal_decisions, memori.goal_artifacts
+    to memori_app;
+  grant select, insert, delete on memori.snapshots to memori_app;
+  grant select on memori._retention_compression_plans, memori._retention_snapshots to memori_app, memori_cleaner;
+  grant select, delete on memori.compression_plans, memori.snapshots to memori_cleaner;
+  revoke execute on function memori.message_add(text, text, text, integer, jsonb, timestamptz, text, integer, integer),
+                             memori.compression_plan(text, integer, integer, timestamptz, boolean),
+                             memori.compression_apply(uuid, text, jsonb, timestamptz, integer),
+                             memori.compression_abort(uuid, text, timestamptz),
+                             memori.goal_create(text, text, text, text, timestamptz),
+                             memori.goal_markers_apply(text, text, text, timestamptz),
+                             memori.snapshot_create(text, jsonb, timestamptz),
+                             memori.snapshot_restore(uuid, timestamptz)
+    from memori_cleaner;
 end
 $grants$;
 
