@@ -158,6 +158,9 @@ begin
                               'Pass p_user_id, or set memori.user_id (SET memori.user_id = ''alice'').');
     end if;
     perform memori._check_identifier('user id', v_user);
+    -- one session namespace: the conversation is a session of memori.sessions
+    -- (created on first use, PM041 when the id is another user's)
+    perform memori._context_session(p_session_id, v_user, null, p_now);
     insert into memori.compression_state (session_id, user_id, created_at, updated_at)
     values (p_session_id, v_user, p_now, p_now)
     on conflict (session_id) do nothing;

@@ -375,3 +375,12 @@ def test_pxyz_is_filled(world: psycopg.Connection) -> None:
     assert {k: first["pxyz"][k] for k in ("entity", "operation", "scope")} == \
         {"entity": "context_store_entry", "operation": "store", "scope": "user"}
     assert again["pxyz"]["operation"] == "update"
+
+
+def test_conversations_and_context_share_one_session_namespace(world: psycopg.Connection) -> None:
+    """A compressed conversation is a session of memori.sessions: another user's id is refused either way."""
+    world.execute("select memori.message_add('chat-1', 'user', 'hello', p_user_id => 'bob')")
+    assert value(world, "select user_id from memori.sessions where session_id = 'chat-1'") == "bob"
+    assert_sqlstate(world, "PM041", "select memori.context_set('k', '1', 'session_context', 'session', 'alice', "
+                                    "null, 'chat-1')")
+    assert_sqlstate(world, "PM041", "select memori.message_add('s1', 'user', 'hi', p_user_id => 'bob')")
