@@ -169,11 +169,14 @@ create or replace function memori._context_requester(
   out session_id text
 )
 as $func$
-  select m.project_id, s.session_id
+  -- the session is found by its primary key and then checked: with the user in
+  -- the join condition a generic plan may scan all of the user's sessions
+  select m.project_id, case when s.user_id = p_user_id then s.session_id end
     from (select) one
-    left join memori.sessions s on s.session_id = p_session_id and s.user_id = p_user_id
+    left join memori.sessions s on s.session_id = p_session_id
     left join memori.project_members m
-           on m.project_id = coalesce(p_project_id, s.project_id) and m.user_id = p_user_id
+           on m.project_id = coalesce(p_project_id, case when s.user_id = p_user_id then s.project_id end)
+          and m.user_id = p_user_id
 $func$ language sql stable security invoker
 set search_path = pg_catalog, memori, pg_temp;
 comment on function memori._context_requester(text, text, text) is 'The project (given, else the session''s; only if the user is a member) and session (only if the user''s) a read may see.';
@@ -451,11 +454,12 @@ declare
 begin
   return query
     select e.key::text, e.value, e.scope, e.type, e.id, e.user_id, e.project_id, e.session_id, e.expires_at, e.updated_at
-      from (select s.session_id, m.project_id  -- memori._context_requester, inlined on this hot path
-              from (select) one
-              left join memori.sessions s on s.session_id = p_session_id and s.user_id = v_user
+      from (select case when s.user_id = v_user then s.session_id end as session_id, m.project_id
+              from (select) one  -- memori._context_requester, inlined on this hot path
+              left join memori.sessions s on s.session_id = p_session_id
               left join memori.project_members m
-                     on m.project_id = coalesce(p_project_id, s.project_id) and m.user_id = v_user) r
+                     on m.project_id = coalesce(p_project_id, case when s.user_id = v_user then s.project_id end)
+                    and m.user_id = v_user) r
       join memori.context_entries e on e.scope_owner = any (array['', v_user, r.project_id, r.session_id])
      where e.key = p_key
        and (e.expires_at is null or e.expires_at > p_now)
@@ -498,11 +502,12 @@ begin
   return query
     select distinct on (e.key)
            e.key::text, e.value, e.scope, e.type, e.id, e.user_id, e.project_id, e.session_id, e.expires_at, e.updated_at
-      from (select s.session_id, m.project_id  -- memori._context_requester, inlined on this hot path
-              from (select) one
-              left join memori.sessions s on s.session_id = p_session_id and s.user_id = v_user
+      from (select case when s.user_id = v_user then s.session_id end as session_id, m.project_id
+              from (select) one  -- memori._context_requester, inlined on this hot path
+              left join memori.sessions s on s.session_id = p_session_id
               left join memori.project_members m
-                     on m.project_id = coalesce(p_project_id, s.project_id) and m.user_id = v_user) r
+                     on m.project_id = coalesce(p_project_id, case when s.user_id = v_user then s.project_id end)
+                    and m.user_id = v_user) r
       join memori.context_entries e on e.scope_owner = any (array['', v_user, r.project_id, r.session_id])
      where e.key >= v_lo and (v_hi is null or e.key < v_hi)
        and (e.expires_at is null or e.expires_at > p_now)
