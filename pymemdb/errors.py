@@ -112,6 +112,12 @@ class PgCronMissing(PymemdbError):
     sqlstate = "PM030"
 
 
+class DeltaPruneRefused(PymemdbError, NotImplementedError):
+    """PM080: keep_latest refused for LangGraph threads that use a DeltaChannel (LangGraph raises NotImplementedError)."""
+
+    sqlstate = "PM080"
+
+
 class ServerError(PymemdbError):
     """The embedded server could not be started, stopped or reached."""
 
@@ -134,6 +140,7 @@ _BY_SQLSTATE: dict[str, type[PymemdbError]] = {
         CleanupRunNotActive,
         CleanupLockTimeout,
         PgCronMissing,
+        DeltaPruneRefused,
     )
     if cls.sqlstate
 }

@@ -123,5 +123,20 @@ begin
                              memori.checkpoint_auto(text, text, text, jsonb, timestamptz),
                              memori.checkpoint_detect_milestone(text, text, jsonb, timestamptz)
     from memori_cleaner;
+
+  -- LangGraph checkpointer (issue 9)
+  grant select, insert, update, delete on memori.lg_threads, memori.lg_checkpoints, memori.lg_blobs, memori.lg_writes
+    to memori_app;
+  grant select on memori._retention_lg_threads, memori._retention_lg_checkpoints, memori._retention_lg_blobs
+    to memori_app, memori_cleaner;
+  -- the cleaner deletes expired threads, checkpoints and blobs; deleting a checkpoint deletes its writes (trigger)
+  grant select, delete on memori.lg_threads, memori.lg_checkpoints, memori.lg_blobs, memori.lg_writes
+    to memori_cleaner;
+  revoke execute on function
+    memori.lg_checkpoint_put(text, text, uuid, uuid, jsonb, jsonb, text[], text[], text[], bytea[], text, text, timestamptz),
+    memori.lg_writes_put(text, text, uuid, text, text, integer[], text[], text[], bytea[], text, text, timestamptz),
+    memori.lg_thread_copy(text, text, text, text, timestamptz),
+    memori.lg_policy_set(text, interval, interval, integer)
+    from memori_cleaner;
 end
 $grants$;
