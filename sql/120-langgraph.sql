@@ -430,8 +430,7 @@ create or replace function memori.lg_checkpoint_list(
 ) returns setof memori.lg_tuple
 as $func$
 declare
-  v_user  text := memori._lg_user(p_user_id);
-  v_where text := '';
+  v_user text := memori._lg_user(p_user_id);
 begin
   if p_limit is not null and p_limit < 0 then
     perform memori._invalid(format('limit must be NULL or >= 0, got %s', p_limit), 'Pass limit=None for all.');
@@ -439,21 +438,26 @@ begin
   if p_filter is not null and jsonb_typeof(p_filter) <> 'object' then
     perform memori._invalid('the metadata filter must be a JSON object', 'Pass filter={"source": "loop"}.');
   end if;
-  -- only the predicates given, so each call is planned for its own filters
-  if p_thread_id is not null then v_where := v_where || ' and t.thread_id = $2'; end if;
-  if p_checkpoint_ns is not null then v_where := v_where || ' and c.checkpoint_ns = $3'; end if;
-  if p_checkpoint_id is not null then v_where := v_where || ' and c.checkpoint_id = $4'; end if;
-  if p_filter is not null then v_where := v_where || ' and c.metadata @> $5'; end if;
-  if p_before is not null then v_where := v_where || ' and c.checkpoint_id < $6'; end if;
-  return query execute
-    'select x.* from (select t.thread_id, c'
-    '                   from memori.lg_threads t join memori.lg_checkpoints c on c.thread = t.id'
-    '                  where t.user_id = $1 and (t.expires_at is null or t.expires_at > $8)'
-    '                    and (c.expires_at is null or c.expires_at > $8)' || v_where ||
-    '                  order by c.checkpoint_id desc limit $7) s'
-    ' cross join lateral memori._lg_tuple(s.thread_id, s.c, $8) x'
-    ' order by x.checkpoint_id desc'
-    using v_user, p_thread_id, p_checkpoint_ns, p_checkpoint_id, p_filter, p_before, p_limit, p_now;
+  -- "p is null or ...": PL/pgSQL plans the statement for the values of each call
+  -- (a custom plan: the generic one would be far costlier), so only the filters
+  -- given reach the plan, and the (thread, namespace, id) index serves them
+  return query
+    select x.*
+      from (select t.thread_id, c
+              from memori.lg_threads t
+              join memori.lg_checkpoints c on c.thread = t.id
+             where t.user_id = v_user
+               and (p_thread_id is null or t.thread_id = p_thread_id)
+               and (t.expires_at is null or t.expires_at > p_now)
+               and (p_checkpoint_ns is null or c.checkpoint_ns = p_checkpoint_ns)
+               and (p_checkpoint_id is null or c.checkpoint_id = p_checkpoint_id)
+               and (p_before is null or c.checkpoint_id < p_before)
+               and (p_filter is null or c.metadata @> p_filter)
+               and (c.expires_at is null or c.expires_at > p_now)
+             order by c.checkpoint_id desc
+             limit p_limit) s
+     cross join lateral memori._lg_tuple(s.thread_id, s.c, p_now) x
+     order by x.checkpoint_id desc;
 end
 $func$ language plpgsql stable security invoker
 set search_path = pg_catalog, memori, pg_temp;
