@@ -113,7 +113,7 @@ class PgCronMissing(PymemdbError):
 
 
 class DeltaPruneRefused(PymemdbError, NotImplementedError):
-    """PM080: keep_latest refused for LangGraph threads that use a DeltaChannel (LangGraph raises NotImplementedError)."""
+    """PM080: LangGraph prune keep_latest refused for DeltaChannel threads (NotImplementedError, as upstream)."""
 
     sqlstate = "PM080"
 

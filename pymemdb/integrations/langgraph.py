@@ -23,6 +23,7 @@ from contextlib import asynccontextmanager
 from typing import Any, cast
 from uuid import UUID
 
+import psycopg
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
     WRITES_IDX_MAP,
@@ -132,7 +133,11 @@ class _MemoriSaverBase(BaseCheckpointSaver[str]):
 
     # -- arguments -----------------------------------------------------------
     def _put_call(
-        self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata, new_versions: ChannelVersions
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
     ) -> tuple[Call, RunnableConfig]:
         conf = config["configurable"]
         thread_id = str(conf["thread_id"])
@@ -326,6 +331,7 @@ class MemoriSaver(_MemoriSaverBase):
                     row = cur.execute(query, args).fetchone()
                     return None if row is None else row["value"]
             assert function.result is not None
+            typed: psycopg.Cursor[Any]
             with conn.cursor(row_factory=class_row(function.result)) as typed:
                 typed.execute(query, args)
                 return typed.fetchone() if function.returns == "one" else typed.fetchall()
@@ -347,7 +353,11 @@ class MemoriSaver(_MemoriSaverBase):
             yield self._tuple(row)
 
     def put(
-        self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata, new_versions: ChannelVersions
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
     ) -> RunnableConfig:
         call, next_config = self._put_call(config, checkpoint, metadata, new_versions)
         self._call(call)
@@ -389,7 +399,11 @@ class MemoriSaver(_MemoriSaverBase):
             yield self._tuple(row)
 
     async def aput(
-        self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata, new_versions: ChannelVersions
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
     ) -> RunnableConfig:
         return await asyncio.to_thread(self.put, config, checkpoint, metadata, new_versions)
 
@@ -462,6 +476,7 @@ class AsyncMemoriSaver(_MemoriSaverBase):
                         row = await cur.fetchone()
                         return None if row is None else row["value"]
                 assert function.result is not None
+                typed: psycopg.AsyncCursor[Any]
                 async with conn.cursor(row_factory=class_row(function.result)) as typed:
                     await typed.execute(query, args)
                     return await typed.fetchone() if function.returns == "one" else await typed.fetchall()
@@ -483,7 +498,11 @@ class AsyncMemoriSaver(_MemoriSaverBase):
             yield self._tuple(row)
 
     async def aput(
-        self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata, new_versions: ChannelVersions
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
     ) -> RunnableConfig:
         call, next_config = self._put_call(config, checkpoint, metadata, new_versions)
         await self._call(call)
@@ -537,7 +556,11 @@ class AsyncMemoriSaver(_MemoriSaverBase):
             yield self._tuple(row)
 
     def put(
-        self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata, new_versions: ChannelVersions
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
     ) -> RunnableConfig:
         return cast(RunnableConfig, self._sync(self.aput(config, checkpoint, metadata, new_versions)))
 

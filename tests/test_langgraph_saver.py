@@ -1,0 +1,143 @@
+"""MemoriSaver and AsyncMemoriSaver from LangGraph: a real graph, the cleanup CLI, concurrency, errors."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import operator
+import threading
+from datetime import UTC, datetime, timedelta
+from typing import Annotated, TypedDict
+
+import psycopg
+import pytest
+from langgraph.graph import END, START, StateGraph
+from typer.testing import CliRunner
+
+from pymemdb.cli.cleanup import app as cleanup_app
+from pymemdb.errors import DeltaPruneRefused, InvalidArgument, UnknownValue
+from pymemdb.integrations.langgraph import AsyncMemoriSaver, MemoriSaver
+
+runner = CliRunner()
+
+
+class State(TypedDict):
+    messages: Annotated[list[str], operator.add]
+    turns: int
+
+
+def _graph():  # type: ignore[no-untyped-def]
+    def reply(state: State) -> dict[str, object]:
+        return {"messages": [f"echo {state['messages'][-1]}"], "turns": state.get("turns", 0) + 1}
+
+    builder = StateGraph(State)
+    builder.add_node("reply", reply)
+    builder.add_edge(START, "reply")
+    builder.add_edge("reply", END)
+    return builder
+
+
+def test_quick_start_graph_then_cleanup_preview(dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    with MemoriSaver(dsn, user_id="alice") as saver:
+        graph = _graph().compile(checkpointer=saver)
+        config = {"configurable": {"thread_id": "chat-1"}}
+        graph.invoke({"messages": ["hi"]}, config)
+        final = graph.invoke({"messages": ["again"]}, config)
+        assert final["messages"] == ["hi", "echo hi", "again", "echo again"] and final["turns"] == 2
+        history = list(saver.list(config))
+        assert len(history) == 6  # input + loop + end, per invoke
+        assert graph.get_state(config).values["turns"] == 2
+        # time travel: a fork from the first run's end state
+        first_end = history[3].config
+        forked = graph.invoke({"messages": ["fork"]}, first_end)
+        assert forked["messages"] == ["hi", "echo hi", "fork", "echo fork"]
+
+    monkeypatch.setenv("PYMEMDB_DSN", dsn)
+    later = (datetime.now(UTC) + timedelta(days=31)).strftime("%Y-%m-%dT%H:%M:%S%z")
+    result = runner.invoke(cleanup_app, ["preview", "--json", "--now", later])
+    assert result.exit_code == 0, result.output
+    groups = {(g["table_name"], g["owner"], g["category"]) for g in json.loads(result.stdout)["groups"]}
+    assert ("lg_checkpoints", "alice", "chat-1") in groups
+    result = runner.invoke(cleanup_app, ["execute", "--yes", "--json", "--now", later])
+    assert result.exit_code == 0, result.output
+    with MemoriSaver(dsn, user_id="alice") as saver:
+        graph = _graph().compile(checkpointer=saver)
+        # superseded history is gone; the thread's latest state is whole and the graph carries on
+        assert len(list(saver.list({"configurable": {"thread_id": "chat-1"}}))) == 1
+        assert graph.invoke({"messages": ["bye"]}, {"configurable": {"thread_id": "chat-1"}})["messages"][-1] == \
+            "echo bye"
+
+
+def test_async_saver_runs_a_graph(dsn: str) -> None:
+    async def run() -> list[str]:
+        async with AsyncMemoriSaver.from_dsn(dsn, user_id="bob") as saver:
+            graph = _graph().compile(checkpointer=saver)
+            config = {"configurable": {"thread_id": "chat-2"}}
+            await graph.ainvoke({"messages": ["one"]}, config)
+            out = await graph.ainvoke({"messages": ["two"]}, config)
+            # the sync API works from another thread
+            state = await asyncio.to_thread(graph.get_state, config)
+            assert state.values["turns"] == 2
+            return list(out["messages"])
+
+    assert asyncio.run(run()) == ["one", "echo one", "two", "echo two"]
+
+
+def test_threads_are_per_user(dsn: str) -> None:
+    with MemoriSaver(dsn, user_id="alice") as alice, MemoriSaver(dsn, user_id="mallory") as mallory:
+        _graph().compile(checkpointer=alice).invoke({"messages": ["secret"]}, {"configurable": {"thread_id": "t"}})
+        assert mallory.get_tuple({"configurable": {"thread_id": "t"}}) is None
+        assert list(mallory.list(None)) == []
+        mallory.delete_thread("t")
+        assert alice.get_tuple({"configurable": {"thread_id": "t"}}) is not None
+
+
+def test_no_saver_wide_lock(dsn: str) -> None:
+    """A put waiting on one thread's row does not hold up another thread's put or read."""
+    with MemoriSaver(dsn, user_id="alice", max_size=4) as saver:
+        graph = _graph().compile(checkpointer=saver)
+        for thread in ("busy", "free"):
+            graph.invoke({"messages": ["x"]}, {"configurable": {"thread_id": thread}})
+        with psycopg.connect(dsn) as blocker:
+            blocker.execute("select 1 from memori.lg_threads where thread_id = 'busy' for update")
+            done = threading.Event()
+
+            def busy() -> None:
+                graph.invoke({"messages": ["y"]}, {"configurable": {"thread_id": "busy"}})
+                done.set()
+
+            worker = threading.Thread(target=busy)
+            worker.start()
+            out = graph.invoke({"messages": ["z"]}, {"configurable": {"thread_id": "free"}})
+            assert out["turns"] == 2 and not done.is_set()
+            blocker.rollback()
+            worker.join(timeout=30)
+            assert done.is_set()
+
+
+def test_errors(dsn: str) -> None:
+    with pytest.raises(InvalidArgument):
+        MemoriSaver(dsn, user_id="")
+    with MemoriSaver(dsn, user_id="alice", policy="nope") as saver, pytest.raises(UnknownValue) as info:
+        _graph().compile(checkpointer=saver).invoke({"messages": ["x"]}, {"configurable": {"thread_id": "t"}})
+    assert "lg_policy_set" in (info.value.hint or "")
+    with MemoriSaver(dsn, user_id="alice") as saver:
+        with pytest.raises(TypeError):
+            saver.prune("t")
+        with pytest.raises(InvalidArgument):
+            saver.prune(["t"], strategy="oldest")
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("insert into memori.lg_threads (user_id, thread_id, policy, uses_delta, created_at,"
+                         " updated_at) values ('alice', 'd', 'default', true, now(), now())")
+        with pytest.raises(NotImplementedError) as refused:
+            saver.prune(["d"])
+        assert isinstance(refused.value, DeltaPruneRefused)
+
+
+def test_versions_sort_as_strings(dsn: str) -> None:
+    with MemoriSaver(dsn, user_id="alice") as saver:
+        versions = [saver.get_next_version(None, None)]
+        for _ in range(12):
+            versions.append(saver.get_next_version(versions[-1], None))
+        assert sorted(versions) == versions and len(versions[0]) == 19
+        assert saver.get_next_version(7, None).startswith("0000000008.")  # type: ignore[arg-type]
