@@ -361,12 +361,16 @@ as $func$
   select p_thread_id, (p_c).checkpoint_ns, (p_c).checkpoint_id, (p_c).parent_id, (p_c).checkpoint, (p_c).metadata,
          b.channels, b.types, b.vals,
          w.task_ids, w.channels, w.types, w.vals, w.paths, w.idx
-    from (select array_agg(bl.channel) as channels, array_agg(bl.type) as types, array_agg(bl.blob) as vals
+    -- one primary-key probe per channel (LATERAL ... LIMIT 1): a join would be
+    -- planned for the namespace's whole blob history, which grows with every step
+    from (select array_agg(v.key) as channels, array_agg(bl.type) as types, array_agg(bl.blob) as vals
             from jsonb_each_text((p_c).checkpoint -> 'channel_versions') v
-            join memori.lg_blobs bl
-              on bl.thread = (p_c).thread and bl.checkpoint_ns = (p_c).checkpoint_ns
-             and bl.channel = v.key and bl.version = v.value
-           where bl.expires_at is null or bl.expires_at > p_now) b,
+           cross join lateral (
+             select x.type, x.blob from memori.lg_blobs x
+              where x.thread = (p_c).thread and x.checkpoint_ns = (p_c).checkpoint_ns
+                and x.channel = v.key and x.version = v.value
+                and (x.expires_at is null or x.expires_at > p_now)
+              limit 1) bl) b,
          (select array_agg(wr.task_id order by wr.task_path, wr.task_id, wr.idx) as task_ids,
                  array_agg(wr.channel order by wr.task_path, wr.task_id, wr.idx) as channels,
                  array_agg(wr.type order by wr.task_path, wr.task_id, wr.idx) as types,
