@@ -106,21 +106,30 @@ comment on function memori._lg_policy(text) is 'Retention of a LangGraph saver p
 -------------------------------------------------------------------------------
 -- _lg_thread: the live thread row of a put (created, or its idle expiry renewed)
 -- A thread that expired but was not cleaned up yet is replaced, not revived:
--- its old state must not become visible again.
+-- its old state must not become visible again. The idle expiry is renewed at
+-- most once a minute (a thread row rewritten on every step would cost an
+-- update per put): a thread may expire up to a minute before its idle time.
 create or replace function memori._lg_thread(
   p_user_id text, p_thread_id text, p_policy text, p_idle interval, p_delta boolean, p_now timestamptz
-) returns bigint
+) returns memori.lg_threads
 as $func$
 declare
-  v_id bigint;
+  v_row memori.lg_threads;
 begin
-  update memori.lg_threads t
-     set updated_at = p_now, expires_at = p_now + p_idle, policy = p_policy, uses_delta = t.uses_delta or p_delta
-   where t.user_id = p_user_id and t.thread_id = p_thread_id and (t.expires_at is null or t.expires_at > p_now)
-  returning t.id into v_id;
+  select * into v_row from memori.lg_threads t
+   where t.user_id = p_user_id and t.thread_id = p_thread_id and (t.expires_at is null or t.expires_at > p_now);
   if found then
-    return v_id;
+    if v_row.updated_at <= p_now - interval '1 minute' or v_row.updated_at > p_now
+       or v_row.policy <> p_policy or (p_delta and not v_row.uses_delta)
+       or v_row.expires_at is distinct from v_row.updated_at + p_idle then
+      update memori.lg_threads t
+         set updated_at = p_now, expires_at = p_now + p_idle, policy = p_policy, uses_delta = t.uses_delta or p_delta
+       where t.id = v_row.id
+      returning * into v_row;
+    end if;
+    return v_row;
   end if;
+  perform memori._check_identifier('user id', p_user_id);
   perform memori._check_identifier('thread id', p_thread_id);
   delete from memori.lg_threads t
    where t.user_id = p_user_id and t.thread_id = p_thread_id and t.expires_at <= p_now;
@@ -129,12 +138,12 @@ begin
   on conflict (user_id, thread_id) do update
      set updated_at = excluded.updated_at, expires_at = excluded.expires_at, policy = excluded.policy,
          uses_delta = memori.lg_threads.uses_delta or excluded.uses_delta
-  returning id into v_id;
-  return v_id;
+  returning * into v_row;
+  return v_row;
 end
 $func$ language plpgsql volatile security invoker
 set search_path = pg_catalog, memori, pg_temp;
-comment on function memori._lg_thread(text, text, text, interval, boolean, timestamptz) is 'Create a LangGraph thread or renew its idle expiry; an expired one is replaced. Returns its key.';
+comment on function memori._lg_thread(text, text, text, interval, boolean, timestamptz) is 'Create a LangGraph thread or renew its idle expiry (at most once a minute); an expired one is replaced. Returns its row.';
 
 -------------------------------------------------------------------------------
 -- _lg_live_thread: the key of a user's unexpired thread (NULL when none)
@@ -216,15 +225,21 @@ create or replace function memori.lg_checkpoint_put(
 ) returns void
 as $func$
 declare
-  v_user      text := memori._lg_user(p_user_id);
-  v_ns        text := coalesce(p_checkpoint_ns, '');
-  v_policy    record;
-  v_delta     boolean;
-  v_thread    bigint;
-  v_expires   timestamptz;
-  v_previous  uuid;
-  v_newer     boolean;
+  v_user       text := coalesce(p_user_id, nullif(current_setting('memori.user_id', true), ''));
+  v_ns         text := coalesce(p_checkpoint_ns, '');
+  v_superseded interval;
+  v_idle       interval;
+  v_policies   integer;
+  v_delta      boolean;
+  v_row        memori.lg_threads;
+  v_thread     bigint;
+  v_expires    timestamptz;
+  v_previous   uuid;
+  v_newer      boolean;
 begin
+  if v_user is null then
+    perform memori._lg_user(null);  -- raises PM001 with its hint
+  end if;
   if p_checkpoint_id is null or jsonb_typeof(p_checkpoint) is distinct from 'object'
      or jsonb_typeof(p_metadata) is distinct from 'object' then
     perform memori._invalid('a checkpoint needs an id, a checkpoint object and a metadata object',
@@ -236,14 +251,20 @@ begin
     perform memori._invalid('blob channels, versions, types and values differ in length',
                             'Pass one entry per blob in each of the four arrays.');
   end if;
-  v_policy := memori._lg_policy(p_policy);
-  v_delta := p_metadata ? 'counters_since_delta_snapshot' or p_metadata ? 'delta_writes_versioned';
-  v_thread := memori._lg_thread(v_user, p_thread_id, p_policy, v_policy.idle, v_delta, p_now);
-  -- a DeltaChannel graph rebuilds values from older checkpoints: none of them expires alone
-  if not v_delta then
-    select t.uses_delta into v_delta from memori.lg_threads t where t.id = v_thread;
+  -- the saver's policy (inline: this runs on every step of every graph)
+  select max(p.retention) filter (where p.table_name = 'lg_checkpoints'),
+         max(p.retention) filter (where p.table_name = 'lg_threads'), count(*)
+    into v_superseded, v_idle, v_policies
+    from memori.retention_policies p
+   where p.table_name in ('lg_checkpoints', 'lg_threads') and p.kind = p_policy and p.kind <> '*';
+  if v_policies < 2 then
+    perform memori._lg_policy(p_policy);  -- raises PM004 with the known policies
   end if;
-  v_expires := case when v_delta then null else p_now + v_policy.superseded end;
+  v_delta := p_metadata ? 'counters_since_delta_snapshot' or p_metadata ? 'delta_writes_versioned';
+  v_row := memori._lg_thread(v_user, p_thread_id, p_policy, v_idle, v_delta, p_now);
+  v_thread := v_row.id;
+  -- a DeltaChannel graph rebuilds values from older checkpoints: none of them expires alone
+  v_expires := case when v_row.uses_delta then null else p_now + v_superseded end;
 
   insert into memori.lg_blobs (thread, checkpoint_ns, channel, version, user_id, type, blob)
   select v_thread, v_ns, u.channel, u.version, v_user, u.type, u.value
@@ -327,7 +348,7 @@ begin
                             'Pass one entry per write in each of the four arrays.');
   end if;
   -- writes may arrive before their checkpoint: they create the thread too
-  v_thread := memori._lg_thread(v_user, p_thread_id, p_policy, (memori._lg_policy(p_policy)).idle, false, p_now);
+  v_thread := (memori._lg_thread(v_user, p_thread_id, p_policy, (memori._lg_policy(p_policy)).idle, false, p_now)).id;
   if (select bool_and(i < 0) from unnest(p_idx) i) then
     -- special writes (error, interrupt, resume, scheduled) replace the task's previous ones
     insert into memori.lg_writes (thread, checkpoint_ns, checkpoint_id, task_id, idx, task_path, user_id, channel,
@@ -386,6 +407,8 @@ comment on function memori._lg_tuple(text, memori.lg_checkpoints, timestamptz) i
 
 -------------------------------------------------------------------------------
 -- lg_checkpoint_get: one checkpoint (the latest of the namespace without an id)
+-- The hot read of every graph step: one statement per case, no nested calls
+-- (each costs a plan and a search_path switch); _lg_tuple is inlined here.
 create or replace function memori.lg_checkpoint_get(
   p_thread_id     text,
   p_checkpoint_ns text default '',
@@ -395,25 +418,49 @@ create or replace function memori.lg_checkpoint_get(
 ) returns setof memori.lg_tuple
 as $func$
 declare
-  v_thread bigint := memori._lg_live_thread(memori._lg_user(p_user_id), p_thread_id, p_now);
-  v_c      memori.lg_checkpoints;
+  v_user text := coalesce(p_user_id, nullif(current_setting('memori.user_id', true), ''));
+  v_ns   text := coalesce(p_checkpoint_ns, '');
 begin
-  if v_thread is null then
-    return;
+  if v_user is null then
+    perform memori._lg_user(null);  -- raises PM001 with its hint
   end if;
-  -- two statements rather than one with "id is null or ...": each keeps its index plan when cached
   if p_checkpoint_id is null then
-    select * into v_c from memori.lg_checkpoints c
-     where c.thread = v_thread and c.checkpoint_ns = coalesce(p_checkpoint_ns, '')
-       and (c.expires_at is null or c.expires_at > p_now)
-     order by c.checkpoint_id desc limit 1;
+    return query
+      select t.thread_id, c.checkpoint_ns, c.checkpoint_id, c.parent_id, c.checkpoint, c.metadata,
+             b.channels, b.types, b.vals, w.task_ids, w.channels, w.types, w.vals, w.paths, w.idx
+        from memori.lg_threads t
+       cross join lateral (select * from memori.lg_checkpoints c
+                            where c.thread = t.id and c.checkpoint_ns = v_ns
+                              and (c.expires_at is null or c.expires_at > p_now)
+                            order by c.checkpoint_id desc limit 1) c
+       cross join lateral (
+         select array_agg(v.key) as channels, array_agg(bl.type) as types, array_agg(bl.blob) as vals
+           from jsonb_each_text(c.checkpoint -> 'channel_versions') v
+          cross join lateral (select x.type, x.blob from memori.lg_blobs x
+                               where x.thread = c.thread and x.checkpoint_ns = c.checkpoint_ns
+                                 and x.channel = v.key and x.version = v.value
+                                 and (x.expires_at is null or x.expires_at > p_now)
+                               limit 1) bl) b
+       cross join lateral (
+         select array_agg(wr.task_id order by wr.task_path, wr.task_id, wr.idx) as task_ids,
+                array_agg(wr.channel order by wr.task_path, wr.task_id, wr.idx) as channels,
+                array_agg(wr.type order by wr.task_path, wr.task_id, wr.idx) as types,
+                array_agg(wr.blob order by wr.task_path, wr.task_id, wr.idx) as vals,
+                array_agg(wr.task_path order by wr.task_path, wr.task_id, wr.idx) as paths,
+                array_agg(wr.idx order by wr.task_path, wr.task_id, wr.idx) as idx
+           from memori.lg_writes wr
+          where wr.thread = c.thread and wr.checkpoint_ns = c.checkpoint_ns
+            and wr.checkpoint_id = c.checkpoint_id) w
+       where t.user_id = v_user and t.thread_id = p_thread_id and (t.expires_at is null or t.expires_at > p_now);
   else
-    select * into v_c from memori.lg_checkpoints c
-     where c.thread = v_thread and c.checkpoint_ns = coalesce(p_checkpoint_ns, '') and c.checkpoint_id = p_checkpoint_id
-       and (c.expires_at is null or c.expires_at > p_now);
-  end if;
-  if found then
-    return next memori._lg_tuple(p_thread_id, v_c, p_now);
+    return query
+      select x.*
+        from memori.lg_threads t
+        join memori.lg_checkpoints c on c.thread = t.id
+       cross join lateral memori._lg_tuple(t.thread_id, c, p_now) x
+       where t.user_id = v_user and t.thread_id = p_thread_id and (t.expires_at is null or t.expires_at > p_now)
+         and c.checkpoint_ns = v_ns and c.checkpoint_id = p_checkpoint_id
+         and (c.expires_at is null or c.expires_at > p_now);
   end if;
 end
 $func$ language plpgsql stable security invoker
@@ -508,8 +555,8 @@ begin
   if not found then
     return 0;  -- LangGraph: copying a thread that does not exist copies nothing
   end if;
-  v_target := memori._lg_thread(v_user, p_target_thread_id, p_policy, (memori._lg_policy(p_policy)).idle,
-                                v_source.uses_delta, p_now);
+  v_target := (memori._lg_thread(v_user, p_target_thread_id, p_policy, (memori._lg_policy(p_policy)).idle,
+                                 v_source.uses_delta, p_now)).id;
   if v_target = v_source.id then
     return 0;
   end if;

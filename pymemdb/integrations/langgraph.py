@@ -108,6 +108,7 @@ class _MemoriSaverBase(BaseCheckpointSaver[str]):
 
     def __init__(self, *, user_id: str, policy: str = "default", serde: SerializerProtocol | None = None) -> None:
         super().__init__(serde=serde)
+        self._queries: dict[tuple[str, frozenset[str]], str] = {}
         if not user_id:
             raise InvalidArgument("MemoriSaver needs a user_id", sqlstate="PM001",
                                   hint="LangGraph state belongs to a user: MemoriSaver(db, user_id='alice').")
@@ -130,6 +131,14 @@ class _MemoriSaverBase(BaseCheckpointSaver[str]):
         else:
             step = int(current.split(".")[0])
         return f"{step + 1:010d}.{random.getrandbits(32):08x}"
+
+    def _query(self, function: SqlFunction, args: dict[str, Any]) -> Any:
+        """The SQL text of a call, composed once per set of arguments (composing costs more than the read)."""
+        key = (function.name, frozenset(args))
+        text = self._queries.get(key)
+        if text is None:
+            text = self._queries[key] = function.query(args).as_string(None)
+        return text
 
     # -- arguments -----------------------------------------------------------
     def _put_call(
@@ -324,15 +333,15 @@ class MemoriSaver(_MemoriSaverBase):
 
     def _call(self, call: Call) -> Any:
         function, args = call
-        query = function.query(args)
+        query = self._query(function, args)
         with wrap_exceptions(), self.pool.connection() as conn:
             if function.returns == "scalar":
-                with conn.cursor(row_factory=dict_row) as cur:
+                with conn.cursor(binary=True, row_factory=dict_row) as cur:
                     row = cur.execute(query, args).fetchone()
                     return None if row is None else row["value"]
             assert function.result is not None
             typed: psycopg.Cursor[Any]
-            with conn.cursor(row_factory=class_row(function.result)) as typed:
+            with conn.cursor(binary=True, row_factory=class_row(function.result)) as typed:
                 typed.execute(query, args)
                 return typed.fetchone() if function.returns == "one" else typed.fetchall()
 
@@ -467,17 +476,17 @@ class AsyncMemoriSaver(_MemoriSaverBase):
 
     async def _call(self, call: Call) -> Any:
         function, args = call
-        query = function.query(args)
+        query = self._query(function, args)
         with wrap_exceptions():
             async with self.pool.connection() as conn:
                 if function.returns == "scalar":
-                    async with conn.cursor(row_factory=dict_row) as cur:
+                    async with conn.cursor(binary=True, row_factory=dict_row) as cur:
                         await cur.execute(query, args)
                         row = await cur.fetchone()
                         return None if row is None else row["value"]
                 assert function.result is not None
                 typed: psycopg.AsyncCursor[Any]
-                async with conn.cursor(row_factory=class_row(function.result)) as typed:
+                async with conn.cursor(binary=True, row_factory=class_row(function.result)) as typed:
                     await typed.execute(query, args)
                     return await typed.fetchone() if function.returns == "one" else await typed.fetchall()
 
