@@ -85,6 +85,19 @@ def upgrade() -> None:
           primary key (thread, checkpoint_ns, checkpoint_id, task_id, idx)
         );
 
+        -- Large values (a thread's message list) are compressed by TOAST: lz4
+        -- is faster than the default pglz at a similar ratio.
+        do $lz4$
+        begin
+          alter table memori.lg_blobs alter column blob set compression lz4;
+          alter table memori.lg_writes alter column blob set compression lz4;
+          alter table memori.lg_checkpoints alter column checkpoint set compression lz4,
+                                            alter column metadata set compression lz4;
+        exception when feature_not_supported then
+          raise notice 'pymemdb: this server has no lz4; LangGraph state uses pglz compression';
+        end
+        $lz4$;
+
         create type memori.lg_tuple as (
           thread_id        text,
           checkpoint_ns    text,
