@@ -50,6 +50,10 @@ def upgrade() -> None:
           unique (thread, checkpoint_ns, checkpoint_id)
         );
         create index idx_lg_checkpoints_expires_at on memori.lg_checkpoints (expires_at) where expires_at is not null;
+        -- the unexpired latest checkpoints a put supersedes: one entry per namespace,
+        -- where the (thread, ns, id) key would walk the namespace's whole history
+        create index idx_lg_checkpoints_latest on memori.lg_checkpoints (thread, checkpoint_ns, checkpoint_id)
+          where expires_at is null;
 
         -- Channel values by version, shared by every checkpoint of the
         -- namespace that carries that version.
