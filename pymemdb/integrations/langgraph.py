@@ -38,6 +38,8 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.serde.types import _DeltaSnapshot
+from psycopg import sql
+from psycopg.adapt import PyFormat
 from psycopg.rows import class_row, dict_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
@@ -133,11 +135,23 @@ class _MemoriSaverBase(BaseCheckpointSaver[str]):
         return f"{step + 1:010d}.{random.getrandbits(32):08x}"
 
     def _query(self, function: SqlFunction, args: dict[str, Any]) -> Any:
-        """The SQL text of a call, composed once per set of arguments (composing costs more than the read)."""
+        """The SQL text of a call, composed once per set of arguments (composing costs more than the read).
+
+        ``function.query`` with binary placeholders (``%(p)b``): blobs and
+        their arrays then travel as bytes, where the text format escapes every
+        byte of every blob on the client.
+        """
         key = (function.name, frozenset(args))
         text = self._queries.get(key)
         if text is None:
-            text = self._queries[key] = function.query(args).as_string(None)
+            named = sql.SQL(", ").join(
+                sql.SQL("{} => {}::{}").format(sql.Identifier(p), sql.Placeholder(p, PyFormat.BINARY), sql.SQL(cast))
+                for p, cast in function.params
+                if p in args
+            )
+            target = sql.SQL("{}.{}({})").format(sql.Identifier("memori"), sql.Identifier(function.name), named)
+            select = "select {} as value" if function.returns == "scalar" else "select * from {}"
+            text = self._queries[key] = sql.SQL(select).format(target).as_string(None)
         return text
 
     # -- arguments -----------------------------------------------------------
