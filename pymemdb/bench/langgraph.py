@@ -7,7 +7,9 @@ small dict updated every fifth step, one pending write per step).
 
 1. Writes, interleaved: for every step of every thread, the upstream saver's
    ``put`` and ours (alternating which goes first), each timed; then the
-   step's ``put_writes``. Single-put throughput is 1 / mean put latency on
+   step's ``put_writes``. A third saver, ``MemoriSaver(durable=False)``
+   (``synchronous_commit = off``), shows what the commit's flush costs; its
+   rows are deleted before the storage comparison. Single-put throughput is 1 / mean put latency on
    one connection (LangGraph saves a run's checkpoints one after another).
 2. ``get_tuple`` of the latest checkpoint of random threads (what every
    ``invoke`` does first) and of a random checkpoint by id, interleaved.
@@ -38,6 +40,7 @@ GOAL_PUT = 1.25  # our puts/s over upstream's
 GOAL_STORAGE = 0.8  # our bytes / upstream's, same history
 UPSTREAM_TABLES = ("checkpoints", "checkpoint_blobs", "checkpoint_writes")
 OUR_TABLES = ("lg_threads", "lg_checkpoints", "lg_blobs", "lg_writes")
+NOT_DURABLE = "pymemdb_not_durable"  # MemoriSaver(durable=False): synchronous_commit off, for information
 
 
 def _require_upstream() -> Any:
@@ -94,17 +97,16 @@ def _vacuum_full(conn: psycopg.Connection[Any], schema: str, tables: tuple[str, 
             psycopg.sql.Identifier(schema), psycopg.sql.Identifier(t)))
 
 
-def _write(upstream: Any, ours: Any, threads: int, rng: random.Random, progress: Progress | None) -> dict[str, Any]:
-    lat: dict[str, list[int]] = {"upstream": [], "pymemdb": []}
-    wlat: dict[str, list[int]] = {"upstream": [], "pymemdb": []}
-    savers = {"upstream": upstream, "pymemdb": ours}
+def _write(savers: dict[str, Any], threads: int, rng: random.Random, progress: Progress | None) -> dict[str, Any]:
+    lat: dict[str, list[int]] = {name: [] for name in savers}
+    wlat: dict[str, list[int]] = {name: [] for name in savers}
     state: dict[str, list[dict[str, Any]]] = {
         name: [{"values": {"messages": []}, "versions": {}, "config": None, "run_id": str(uuid4())}
                     for _ in range(threads)] for name in savers}
     for step in range(1, STEPS + 1):
         for t in range(threads):
-            order = ("upstream", "pymemdb") if (step + t) % 2 else ("pymemdb", "upstream")
-            for name in order:
+            names = list(savers)
+            for name in names if (step + t) % 2 else reversed(names):
                 saver, st = savers[name], state[name][t]
                 checkpoint, metadata, new_versions = _checkpoint(saver, st, step, rng)
                 config = st["config"] or {"configurable": {"thread_id": f"bench-{t}", "checkpoint_ns": ""}}
@@ -122,6 +124,7 @@ def _write(upstream: Any, ours: Any, threads: int, rng: random.Random, progress:
         out[name]["puts_per_s"] = round(1e9 / (sum(lat[name]) / len(lat[name])), 1)
     out["put_ratio"] = ratio(out["pymemdb"]["puts_per_s"], out["upstream"]["puts_per_s"])
     out["goal_met"] = (out["put_ratio"] or 0) >= GOAL_PUT
+    out["put_ratio_not_durable"] = ratio(out[NOT_DURABLE]["puts_per_s"], out["upstream"]["puts_per_s"])
     out["ids"] = {name: [[st["config"]["configurable"]["checkpoint_id"]] for st in state[name]] for name in savers}
     return out
 
@@ -166,14 +169,18 @@ def run(dsn: str, rows: int = 20_000, *, seed: int = 1, progress: Progress | Non
     result: dict[str, Any] = {"rows": threads * STEPS, "threads": threads, "steps": STEPS, "seed": seed}
     with connect(dsn) as admin, psycopg.Connection.connect(
         dsn, autocommit=True, prepare_threshold=0, row_factory=dict_row  # as PostgresSaver.from_conn_string
-    ) as up_conn, MemoriSaver(dsn, user_id=USER, max_size=2) as ours:
+    ) as up_conn, MemoriSaver(dsn, user_id=USER, max_size=2) as ours, MemoriSaver(
+        dsn, user_id=USER + "_not_durable", max_size=2, durable=False
+    ) as not_durable:
         upstream = postgres_saver(up_conn)
         upstream.setup()
         result["server"] = {k: one(admin, f"show {k}") for k in ("server_version", "synchronous_commit", "fsync")}
         if progress:
             progress(f"writing {threads:,} threads x {STEPS} steps with both savers, interleaved")
-        writes = _write(upstream, ours, threads, rng, progress)
+        writes = _write({"upstream": upstream, "pymemdb": ours, NOT_DURABLE: not_durable}, threads, rng, progress)
         ids = writes.pop("ids")
+        # the not-durable saver only shows what synchronous_commit costs: its rows leave the comparison
+        admin.execute("delete from memori.lg_threads where user_id = %s", (USER + "_not_durable",))
         result["writes"] = writes
         if progress:
             progress("get_tuple, interleaved")
@@ -220,7 +227,7 @@ def run(dsn: str, rows: int = 20_000, *, seed: int = 1, progress: Progress | Non
         for table in UPSTREAM_TABLES:  # the baseline's tables are the bench's own: drop them
             admin.execute(psycopg.sql.SQL("drop table if exists public.{}").format(psycopg.sql.Identifier(table)))
         admin.execute("drop table if exists public.checkpoint_migrations")
-        admin.execute("delete from memori.lg_threads where user_id = %s", (USER,))
+        admin.execute("delete from memori.lg_threads where user_id in (%s, %s)", (USER, USER + "_not_durable"))
     return result
 
 
@@ -235,6 +242,9 @@ def render(result: dict[str, Any]) -> list[Table]:
                  f"{fmt(w['pymemdb']['put']['p50_us'])} / {fmt(w['pymemdb']['put']['p95_us'])}", "", "")
     info.add_row("single put throughput /s", fmt(w["upstream"]["puts_per_s"]), fmt(w["pymemdb"]["puts_per_s"]),
                  fmt(w["put_ratio"], "x"), f"≥ {GOAL_PUT}x {'met' if w['goal_met'] else 'MISSED'}")
+    nd = w[NOT_DURABLE]
+    info.add_row("… with durable=False /s", "", fmt(nd["puts_per_s"]), fmt(w["put_ratio_not_durable"], "x"),
+                 "(no fsync wait)")
     info.add_row("put_writes p50 µs", fmt(w["upstream"]["put_writes"]["p50_us"]),
                  fmt(w["pymemdb"]["put_writes"]["p50_us"]), "", "")
     for kind, label in (("latest", "get_tuple latest"), ("by_id", "get_tuple by id")):

@@ -294,9 +294,14 @@ def _canonical_uuid(value: str) -> bool:
         return False
 
 
-def _pool_kwargs(user_id: str) -> dict[str, Any]:
+def _pool_kwargs(user_id: str, durable: bool) -> dict[str, Any]:
     # every operation is one function call: autocommit saves the COMMIT round trip
-    return {"autocommit": True, "options": f"-c memori.user_id={_guc(user_id)}"}
+    options = f"-c memori.user_id={_guc(user_id)}"
+    if not durable:
+        # a put returns before its WAL is on disk: a server crash may lose the
+        # last few hundred ms of checkpoints (it never corrupts them)
+        options += " -c synchronous_commit=off"
+    return {"autocommit": True, "options": options}
 
 
 def _guc(value: str) -> str:
@@ -329,9 +334,10 @@ class MemoriSaver(_MemoriSaverBase):
         policy: str = "default",
         serde: SerializerProtocol | None = None,
         max_size: int = 8,
+        durable: bool = True,
     ) -> None:
         super().__init__(user_id=user_id, policy=policy, serde=serde)
-        self.pool = ConnectionPool(_dsn_of(db), min_size=1, max_size=max_size, kwargs=_pool_kwargs(user_id),
+        self.pool = ConnectionPool(_dsn_of(db), min_size=1, max_size=max_size, kwargs=_pool_kwargs(user_id, durable),
                                    open=False, name="pymemdb-langgraph")
         with wrap_exceptions():
             self.pool.open(wait=True, timeout=30)
@@ -477,9 +483,10 @@ class AsyncMemoriSaver(_MemoriSaverBase):
         policy: str = "default",
         serde: SerializerProtocol | None = None,
         max_size: int = 8,
+        durable: bool = True,
     ) -> AsyncIterator[AsyncMemoriSaver]:
         """A saver with its own pool, closed on exit."""
-        pool = AsyncConnectionPool(_dsn_of(db), min_size=1, max_size=max_size, kwargs=_pool_kwargs(user_id),
+        pool = AsyncConnectionPool(_dsn_of(db), min_size=1, max_size=max_size, kwargs=_pool_kwargs(user_id, durable),
                                    open=False, name="pymemdb-langgraph-async")
         with wrap_exceptions():
             await pool.open(wait=True, timeout=30)
