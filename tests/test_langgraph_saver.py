@@ -141,3 +141,14 @@ def test_versions_sort_as_strings(dsn: str) -> None:
             versions.append(saver.get_next_version(versions[-1], None))
         assert sorted(versions) == versions and len(versions[0]) == 19
         assert saver.get_next_version(7, None).startswith("0000000008.")  # type: ignore[arg-type]
+
+
+def test_connections_carry_the_user_and_durability(dsn: str) -> None:
+    """memori.user_id is set on the saver's sessions (row-level security keys on it)."""
+    with MemoriSaver(dsn, user_id="ann o\\brien", durable=False) as saver, saver.pool.connection() as conn:
+        assert conn.execute("select current_setting('memori.user_id')").fetchone() == ("ann o\\brien",)
+        assert conn.execute("show synchronous_commit").fetchone() == ("off",)
+    with MemoriSaver(dsn, user_id="bob") as saver, saver.pool.connection() as conn:
+        assert conn.execute("show synchronous_commit").fetchone() == ("on",)
+        # psql users get the same user from the setting: no p_user_id needed
+        assert conn.execute("select count(*) from memori.lg_checkpoint_list()").fetchone() == (0,)
