@@ -194,11 +194,15 @@ begin
     from latest, jsonb_each_text(latest.versions) v
    where b.thread = p_thread and b.checkpoint_ns = p_ns and b.channel = v.key and b.version = v.value;
 
+  -- the versions still in use, gathered once (a probe per blob would rescan the namespace)
+  with used as materialized (
+    select distinct v.key as channel, v.value as version
+      from memori.lg_checkpoints c, jsonb_each_text(c.checkpoint -> 'channel_versions') v
+     where c.thread = p_thread and c.checkpoint_ns = p_ns
+  )
   delete from memori.lg_blobs b
    where b.thread = p_thread and b.checkpoint_ns = p_ns
-     and not exists (select 1 from memori.lg_checkpoints c
-                      where c.thread = b.thread and c.checkpoint_ns = b.checkpoint_ns
-                        and c.checkpoint -> 'channel_versions' ->> b.channel = b.version);
+     and not exists (select 1 from used u where u.channel = b.channel and u.version = b.version);
   get diagnostics v_blobs = row_count;
   return v_blobs;
 end

@@ -342,3 +342,13 @@ def test_roles(conn: psycopg.Connection, role: str) -> None:
         assert cleanup(conn, T0 + KEEP) == {"lg_checkpoints": 1, "lg_blobs": 1}
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
             put(conn, "t", 3, {"a": "3"})
+        # an idle thread goes whole, its children by cascade
+        conn.execute("reset role")
+        conn.execute("select memori.lg_policy_set('short', '1 day', '7 days')")
+        put(conn, "idle", 1, {"a": "1"}, blobs={"a": "1"}, policy="short")
+        conn.execute("select memori.lg_writes_put('idle', '', %s, 'task', '', '{0}', '{ch}', '{bytes}', "
+                     "'{x}'::bytea[], p_policy => 'short', p_user_id => 'alice', p_now => %s)", (cid(1), T0))
+        conn.execute(f"set role {role}")
+        assert cleanup(conn, T0 + 7 * DAY) == {"lg_threads": 1}
+        conn.execute("reset role")
+        assert value(conn, "select count(*) from memori.lg_writes") == 0
