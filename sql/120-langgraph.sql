@@ -17,7 +17,7 @@
 -- never show an expired row.
 
 -------------------------------------------------------------------------------
--- configuration: the default policy (kept when re-installing)
+-- tables (migrations/versions/0007_langgraph.py)
 comment on table memori.lg_threads is 'LangGraph threads per user: retention policy, last put, idle expiry.';
 comment on table memori.lg_checkpoints is 'LangGraph checkpoints (channel values that are not primitives live in lg_blobs); expires_at set once superseded.';
 comment on table memori.lg_blobs is 'LangGraph channel values by (namespace, channel, version), shared by the checkpoints that carry that version.';
@@ -52,8 +52,9 @@ select memori.retention_register('lg_blobs', 'memori.lg_blobs', 'memori._retenti
                                  'LangGraph channel blobs no latest checkpoint uses (issue 9)', 3, null, false);
 update memori.retention_tables set event_prefix = 'langgraph.thread' where table_name = 'lg_threads';
 
--- The saver's default policy: superseded checkpoints kept 30 days, threads kept
--- however long they are idle. lg_blobs follows lg_checkpoints' retention.
+-- The saver's default policy (kept when re-installing): superseded checkpoints
+-- kept 30 days, threads however long they are idle. lg_blobs follows
+-- lg_checkpoints' retention.
 insert into memori.retention_policies (table_name, kind, priority, retention, preserve_important, description) values
   ('lg_threads',     'default', 4, null,               false, 'LangGraph threads of the default saver policy: kept while idle'),
   ('lg_checkpoints', 'default', 3, interval '30 days', false, 'Superseded LangGraph checkpoints of the default saver policy'),

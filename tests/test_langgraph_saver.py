@@ -14,9 +14,10 @@ import pytest
 from langgraph.graph import END, START, StateGraph
 from typer.testing import CliRunner
 
+import pymemdb
 from pymemdb.cli.cleanup import app as cleanup_app
 from pymemdb.errors import DeltaPruneRefused, InvalidArgument, UnknownValue
-from pymemdb.integrations.langgraph import AsyncMemoriSaver, MemoriSaver
+from pymemdb.integrations.langgraph import AsyncMemoriSaver, MemoriSaver, set_policy
 
 runner = CliRunner()
 
@@ -152,3 +153,14 @@ def test_connections_carry_the_user_and_durability(dsn: str) -> None:
         assert conn.execute("show synchronous_commit").fetchone() == ("on",)
         # psql users get the same user from the setting: no p_user_id needed
         assert conn.execute("select count(*) from memori.lg_checkpoint_list()").fetchone() == (0,)
+
+
+def test_set_policy_then_a_saver_uses_it(db: pymemdb.Database, dsn: str) -> None:
+    set_policy(db, "short", timedelta(days=1), timedelta(days=7))
+    with MemoriSaver(db, user_id="alice", policy="short") as saver:
+        _graph().compile(checkpointer=saver).invoke({"messages": ["x"]}, {"configurable": {"thread_id": "t"}})
+    with psycopg.connect(dsn) as conn:
+        superseded, idle = conn.execute(
+            "select max(c.expires_at - now()), max(t.expires_at - t.updated_at) from memori.lg_checkpoints c"
+            " join memori.lg_threads t on t.id = c.thread").fetchone()  # type: ignore[misc]
+    assert timedelta(hours=23) < superseded <= timedelta(days=1) and idle == timedelta(days=7)

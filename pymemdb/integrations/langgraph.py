@@ -20,6 +20,7 @@ import asyncio
 import random
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager
+from datetime import timedelta
 from typing import Any, cast
 from uuid import UUID
 
@@ -49,7 +50,7 @@ from pymemdb.db import Database, resolve_dsn
 from pymemdb.errors import InvalidArgument, wrap_exceptions
 from pymemdb.types import LangGraphPruneResult, LangGraphTuple
 
-__all__ = ["AsyncMemoriSaver", "MemoriSaver"]
+__all__ = ["AsyncMemoriSaver", "MemoriSaver", "set_policy"]
 
 LG_CHECKPOINT_PUT = fn(
     "lg_checkpoint_put",
@@ -100,6 +101,24 @@ LG_POLICY_SET = fn(
 )
 
 Call = tuple[SqlFunction, dict[str, Any]]
+
+
+def set_policy(
+    db: Database,
+    policy: str,
+    superseded_after: timedelta | None,
+    idle_after: timedelta | None = None,
+    *,
+    priority: int = 3,
+) -> None:
+    """``memori.lg_policy_set``: create or change a saver retention policy (a DBA's call).
+
+    Superseded checkpoints (and the blobs only they use) are kept
+    ``superseded_after``; threads without a put for ``idle_after`` expire
+    whole; None keeps them.
+    """
+    db.call(LG_POLICY_SET, p_policy=policy, p_superseded_after=superseded_after, p_idle_after=idle_after,
+            p_priority=priority)
 
 
 class _MemoriSaverBase(BaseCheckpointSaver[str]):
