@@ -164,3 +164,64 @@ def test_set_policy_then_a_saver_uses_it(db: pymemdb.Database, dsn: str) -> None
             "select max(c.expires_at - now()), max(t.expires_at - t.updated_at) from memori.lg_checkpoints c"
             " join memori.lg_threads t on t.id = c.thread").fetchone()  # type: ignore[misc]
     assert timedelta(hours=23) < superseded <= timedelta(days=1) and idle == timedelta(days=7)
+
+
+def test_async_saver_has_no_saver_wide_lock(dsn: str) -> None:
+    """LangGraph's async Postgres saver serialises a saver's calls on one lock; ours does not."""
+
+    async def run() -> None:
+        async with AsyncMemoriSaver.from_dsn(dsn, user_id="alice", max_size=4) as saver:
+            graph = _graph().compile(checkpointer=saver)
+            for thread in ("busy", "free"):
+                await graph.ainvoke({"messages": ["x"]}, {"configurable": {"thread_id": thread}})
+            with psycopg.connect(dsn) as blocker:
+                blocker.execute("select 1 from memori.lg_threads where thread_id = 'busy' for update")
+                busy = asyncio.create_task(graph.ainvoke({"messages": ["y"]}, {"configurable": {"thread_id": "busy"}}))
+                out = await asyncio.wait_for(
+                    graph.ainvoke({"messages": ["z"]}, {"configurable": {"thread_id": "free"}}), timeout=30)
+                assert out["turns"] == 2 and not busy.done()
+                blocker.rollback()
+            assert (await asyncio.wait_for(busy, timeout=30))["turns"] == 2
+
+    asyncio.run(run())
+
+
+def test_works_under_row_level_security(dsn: str) -> None:
+    """As the lead's RLS will run it: a memori_app login, policies keyed on memori.user_id, FORCE."""
+    import uuid
+
+    from langgraph.checkpoint.conformance import checkpointer_test, validate
+
+    role = f"lg_agent_{uuid.uuid4().hex[:8]}"
+    tables = ("lg_threads", "lg_checkpoints", "lg_blobs", "lg_writes")
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        admin.execute(f"create role {role} login in role memori_app")
+        for table in tables:
+            admin.execute(f"alter table memori.{table} enable row level security")
+            admin.execute(f"alter table memori.{table} force row level security")
+            admin.execute(f"create policy own_rows on memori.{table} "
+                          "using (user_id = current_setting('memori.user_id', true))")
+    try:
+        as_role = psycopg.conninfo.make_conninfo(dsn, user=role)
+
+        @checkpointer_test(name="MemoriSaver under RLS")
+        async def saver_under_rls() -> object:
+            saver = MemoriSaver(as_role, user_id="rls-user")
+            try:
+                yield saver
+            finally:
+                saver.close()
+
+        report = asyncio.run(validate(saver_under_rls))
+        assert report.passed_all(), {n: r.failures for n, r in report.results.items() if not r.passed}
+        with MemoriSaver(as_role, user_id="alice") as alice, MemoriSaver(as_role, user_id="eve") as eve:
+            _graph().compile(checkpointer=alice).invoke({"messages": ["x"]}, {"configurable": {"thread_id": "t"}})
+            assert eve.get_tuple({"configurable": {"thread_id": "t"}}) is None
+            # eve's own thread of the same name is hers: alice's rows stay invisible to her
+            _graph().compile(checkpointer=eve).invoke({"messages": ["y"]}, {"configurable": {"thread_id": "t"}})
+            assert alice.get_tuple({"configurable": {"thread_id": "t"}}).checkpoint["channel_values"]["messages"] \
+                == ["x", "echo x"]
+    finally:
+        with psycopg.connect(dsn, autocommit=True) as admin:
+            admin.execute(f"drop owned by {role}")
+            admin.execute(f"drop role {role}")
