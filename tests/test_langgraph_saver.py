@@ -225,3 +225,10 @@ def test_works_under_row_level_security(dsn: str) -> None:
         with psycopg.connect(dsn, autocommit=True) as admin:
             admin.execute(f"drop owned by {role}")
             admin.execute(f"drop role {role}")
+
+
+def test_unreachable_database_fails_fast(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from pymemdb.errors import ServerError
+
+    with pytest.raises(ServerError):
+        MemoriSaver(f"host={tmp_path} dbname=nothing", user_id="alice")

@@ -356,9 +356,12 @@ class MemoriSaver(_MemoriSaverBase):
         durable: bool = True,
     ) -> None:
         super().__init__(user_id=user_id, policy=policy, serde=serde)
-        self.pool = ConnectionPool(_dsn_of(db), min_size=1, max_size=max_size, kwargs=_pool_kwargs(user_id, durable),
+        dsn = _dsn_of(db)
+        self.pool = ConnectionPool(dsn, min_size=1, max_size=max_size, kwargs=_pool_kwargs(user_id, durable),
                                    open=False, name="pymemdb-langgraph")
         with wrap_exceptions():
+            # one direct attempt first: it fails fast with libpq's message, the pool would retry 30 s
+            psycopg.connect(dsn, connect_timeout=10).close()
             self.pool.open(wait=True, timeout=30)
 
     def close(self) -> None:
@@ -505,9 +508,11 @@ class AsyncMemoriSaver(_MemoriSaverBase):
         durable: bool = True,
     ) -> AsyncIterator[AsyncMemoriSaver]:
         """A saver with its own pool, closed on exit."""
-        pool = AsyncConnectionPool(_dsn_of(db), min_size=1, max_size=max_size, kwargs=_pool_kwargs(user_id, durable),
+        dsn = _dsn_of(db)
+        pool = AsyncConnectionPool(dsn, min_size=1, max_size=max_size, kwargs=_pool_kwargs(user_id, durable),
                                    open=False, name="pymemdb-langgraph-async")
         with wrap_exceptions():
+            await (await psycopg.AsyncConnection.connect(dsn, connect_timeout=10)).close()
             await pool.open(wait=True, timeout=30)
         try:
             yield cls(pool, user_id=user_id, policy=policy, serde=serde)
