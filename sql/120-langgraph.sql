@@ -187,6 +187,7 @@ begin
     update memori.lg_checkpoints c set expires_at = null
      where c.id = (select l.id from memori.lg_checkpoints l
                     where l.thread = p_thread and l.checkpoint_ns = p_ns
+                      and (l.expires_at is null or l.expires_at > p_now)  -- an expired one stays expired
                     order by l.checkpoint_id desc limit 1)
        and c.expires_at is not null
     returning c.checkpoint -> 'channel_versions' as versions

@@ -248,6 +248,15 @@ def test_delete_for_runs_keeps_a_latest_checkpoint(conn: psycopg.Connection) -> 
     assert value(conn, "select memori.lg_runs_delete('{}', 'alice')") == 0
 
 
+def test_deleting_the_latest_run_never_revives_an_expired_checkpoint(conn: psycopg.Connection) -> None:
+    put(conn, "t", 1, {"a": "1"}, blobs={"a": "1"}, metadata={"run_id": "r1"})
+    put(conn, "t", 2, {"a": "2"}, parent=1, blobs={"a": "2"}, metadata={"run_id": "r2"})
+    # checkpoint 1 has expired (cleanup has not run yet) when run r2 is deleted
+    assert value(conn, "select memori.lg_runs_delete('{r2}', 'alice', %s)", (T0 + KEEP,)) == 1
+    assert get(conn, "t", at=T0 + KEEP) is None
+    assert expiries(conn, "lg_checkpoints") == {str(cid(1)): T0 + KEEP}
+
+
 def test_copy_thread_copies_everything_unexpired_and_keeps_ids(conn: psycopg.Connection) -> None:
     put(conn, "src", 1, {"a": "1"}, blobs={"a": "1"})
     put(conn, "src", 2, {"a": "2"}, parent=1, blobs={"a": "2"})
