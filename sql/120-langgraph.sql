@@ -32,17 +32,19 @@ comment on view memori._retention_lg_threads is 'memori.lg_threads as retention 
 
 -------------------------------------------------------------------------------
 -- _retention_lg_checkpoints: superseded checkpoints in the engine's shape
+-- (no join to lg_threads: the cleaner may see only expired rows, and a
+-- superseded checkpoint's thread is usually alive)
 create or replace view memori._retention_lg_checkpoints with (security_invoker = true) as
-select c.id, c.user_id as owner, t.thread_id as category, t.policy as kind, c.expires_at, false as important
-  from memori.lg_checkpoints c join memori.lg_threads t on t.id = c.thread;
-comment on view memori._retention_lg_checkpoints is 'memori.lg_checkpoints as retention candidates: the thread''s policy as kind, thread_id as category.';
+select c.id, c.user_id as owner, c.thread::text as category, c.policy as kind, c.expires_at, false as important
+  from memori.lg_checkpoints c;
+comment on view memori._retention_lg_checkpoints is 'memori.lg_checkpoints as retention candidates: the saver policy as kind, the thread key (lg_threads.id) as category.';
 
 -------------------------------------------------------------------------------
 -- _retention_lg_blobs: channel blobs in the engine's shape
 create or replace view memori._retention_lg_blobs with (security_invoker = true) as
-select b.id, b.user_id as owner, t.thread_id as category, t.policy as kind, b.expires_at, false as important
-  from memori.lg_blobs b join memori.lg_threads t on t.id = b.thread;
-comment on view memori._retention_lg_blobs is 'memori.lg_blobs as retention candidates: the thread''s policy as kind, thread_id as category.';
+select b.id, b.user_id as owner, b.thread::text as category, b.policy as kind, b.expires_at, false as important
+  from memori.lg_blobs b;
+comment on view memori._retention_lg_blobs is 'memori.lg_blobs as retention candidates: the saver policy as kind, the thread key (lg_threads.id) as category.';
 
 select memori.retention_register('lg_threads', 'memori.lg_threads', 'memori._retention_lg_threads', 'id',
                                  'LangGraph threads idle past their policy (issue 9)', 4, null, false);
@@ -272,17 +274,17 @@ begin
   -- a DeltaChannel graph rebuilds values from older checkpoints: none of them expires alone
   v_expires := case when v_row.uses_delta then null else p_now + v_superseded end;
 
-  insert into memori.lg_blobs (thread, checkpoint_ns, channel, version, user_id, type, blob)
-  select v_thread, v_ns, u.channel, u.version, v_user, u.type, u.value
+  insert into memori.lg_blobs (thread, checkpoint_ns, channel, version, user_id, policy, type, blob)
+  select v_thread, v_ns, u.channel, u.version, v_user, p_policy, u.type, u.value
     from unnest(p_blob_channels, p_blob_versions, p_blob_types, p_blob_values) as u(channel, version, type, value)
   on conflict (thread, checkpoint_ns, channel, version) do nothing;
 
   -- a put below the latest (copying, or racing a newer put) is superseded at once
   v_newer := exists (select 1 from memori.lg_checkpoints c
                       where c.thread = v_thread and c.checkpoint_ns = v_ns and c.checkpoint_id > p_checkpoint_id);
-  insert into memori.lg_checkpoints (thread, checkpoint_ns, checkpoint_id, parent_id, user_id, checkpoint, metadata,
-                                     expires_at)
-  values (v_thread, v_ns, p_checkpoint_id, p_parent_id, v_user, p_checkpoint, p_metadata,
+  insert into memori.lg_checkpoints (thread, checkpoint_ns, checkpoint_id, parent_id, user_id, policy, checkpoint,
+                                     metadata, expires_at)
+  values (v_thread, v_ns, p_checkpoint_id, p_parent_id, v_user, p_policy, p_checkpoint, p_metadata,
           case when v_newer then v_expires end)
   on conflict (thread, checkpoint_ns, checkpoint_id) do update
      set checkpoint = excluded.checkpoint, metadata = excluded.metadata;
@@ -566,14 +568,15 @@ begin
   if v_target = v_source.id then
     return 0;
   end if;
-  insert into memori.lg_blobs (thread, checkpoint_ns, channel, version, user_id, type, blob, expires_at)
-  select v_target, b.checkpoint_ns, b.channel, b.version, v_user, b.type, b.blob, b.expires_at
+  insert into memori.lg_blobs (thread, checkpoint_ns, channel, version, user_id, policy, type, blob, expires_at)
+  select v_target, b.checkpoint_ns, b.channel, b.version, v_user, p_policy, b.type, b.blob, b.expires_at
     from memori.lg_blobs b
    where b.thread = v_source.id and (b.expires_at is null or b.expires_at > p_now)
   on conflict (thread, checkpoint_ns, channel, version) do nothing;
-  insert into memori.lg_checkpoints (thread, checkpoint_ns, checkpoint_id, parent_id, user_id, checkpoint, metadata,
-                                     expires_at)
-  select v_target, c.checkpoint_ns, c.checkpoint_id, c.parent_id, v_user, c.checkpoint, c.metadata, c.expires_at
+  insert into memori.lg_checkpoints (thread, checkpoint_ns, checkpoint_id, parent_id, user_id, policy, checkpoint,
+                                     metadata, expires_at)
+  select v_target, c.checkpoint_ns, c.checkpoint_id, c.parent_id, v_user, p_policy, c.checkpoint, c.metadata,
+         c.expires_at
     from memori.lg_checkpoints c
    where c.thread = v_source.id and (c.expires_at is null or c.expires_at > p_now)
    order by c.checkpoint_ns, c.checkpoint_id

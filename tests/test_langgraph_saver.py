@@ -58,7 +58,9 @@ def test_quick_start_graph_then_cleanup_preview(dsn: str, monkeypatch: pytest.Mo
     result = runner.invoke(cleanup_app, ["preview", "--json", "--now", later])
     assert result.exit_code == 0, result.output
     groups = {(g["table_name"], g["owner"], g["category"]) for g in json.loads(result.stdout)["groups"]}
-    assert ("lg_checkpoints", "alice", "chat-1") in groups
+    with psycopg.connect(dsn) as conn:  # the category of checkpoints and blobs is the thread's key
+        key = str(conn.execute("select id from memori.lg_threads where thread_id = 'chat-1'").fetchone()[0])  # type: ignore[index]
+    assert {("lg_checkpoints", "alice", key), ("lg_blobs", "alice", key)} <= groups
     result = runner.invoke(cleanup_app, ["execute", "--yes", "--json", "--now", later])
     assert result.exit_code == 0, result.output
     with MemoriSaver(dsn, user_id="alice") as saver:

@@ -45,6 +45,7 @@ def upgrade() -> None:
           expires_at    timestamptz,         -- NULL while latest of its namespace; superseded: + policy retention
           checkpoint_ns text not null,
           user_id       text not null,
+          policy        text not null,       -- the saver's policy when it was written (the engine's kind)
           checkpoint    jsonb not null,
           metadata      jsonb not null,
           unique (thread, checkpoint_ns, checkpoint_id)
@@ -65,6 +66,7 @@ def upgrade() -> None:
           channel       text not null,
           version       text not null,
           user_id       text not null,
+          policy        text not null,
           type          text not null,
           blob          bytea,
           unique (thread, checkpoint_ns, channel, version)
