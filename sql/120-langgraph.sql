@@ -21,7 +21,7 @@
 comment on table memori.lg_threads is 'LangGraph threads per user: retention policy, last put, idle expiry.';
 comment on table memori.lg_checkpoints is 'LangGraph checkpoints (channel values that are not primitives live in lg_blobs); expires_at set once superseded.';
 comment on table memori.lg_blobs is 'LangGraph channel values by (namespace, channel, version), shared by the checkpoints that carry that version.';
-comment on table memori.lg_writes is 'LangGraph pending writes of a checkpoint; deleted with the checkpoint.';
+comment on table memori.lg_writes is 'LangGraph pending writes of a checkpoint; they expire with it once it is superseded, and go when it is pruned or deleted.';
 
 -------------------------------------------------------------------------------
 -- _retention_lg_threads: threads in the retention engine's shape
@@ -46,21 +46,31 @@ select b.id, b.user_id as owner, b.thread::text as category, b.policy as kind, b
   from memori.lg_blobs b;
 comment on view memori._retention_lg_blobs is 'memori.lg_blobs as retention candidates: the saver policy as kind, the thread key (lg_threads.id) as category.';
 
+-------------------------------------------------------------------------------
+-- _retention_lg_writes: pending writes in the engine's shape
+create or replace view memori._retention_lg_writes with (security_invoker = true) as
+select w.id, w.user_id as owner, w.thread::text as category, w.policy as kind, w.expires_at, false as important
+  from memori.lg_writes w;
+comment on view memori._retention_lg_writes is 'memori.lg_writes as retention candidates: they expire with their checkpoint; the saver policy as kind, the thread key as category.';
+
 select memori.retention_register('lg_threads', 'memori.lg_threads', 'memori._retention_lg_threads', 'id',
                                  'LangGraph threads idle past their policy (issue 9)', 4, null, false);
 select memori.retention_register('lg_checkpoints', 'memori.lg_checkpoints', 'memori._retention_lg_checkpoints', 'id',
                                  'Superseded LangGraph checkpoints (issue 9)', 3, null, false);
 select memori.retention_register('lg_blobs', 'memori.lg_blobs', 'memori._retention_lg_blobs', 'id',
                                  'LangGraph channel blobs no latest checkpoint uses (issue 9)', 3, null, false);
+select memori.retention_register('lg_writes', 'memori.lg_writes', 'memori._retention_lg_writes', 'id',
+                                 'Pending writes of superseded LangGraph checkpoints (issue 9)', 3, null, false);
 update memori.retention_tables set event_prefix = 'langgraph.thread' where table_name = 'lg_threads';
 
 -- The saver's default policy (kept when re-installing): superseded checkpoints
--- kept 30 days, threads however long they are idle. lg_blobs follows
--- lg_checkpoints' retention.
+-- kept 30 days, threads however long they are idle. lg_blobs and lg_writes
+-- follow lg_checkpoints' retention.
 insert into memori.retention_policies (table_name, kind, priority, retention, preserve_important, description) values
   ('lg_threads',     'default', 4, null,               false, 'LangGraph threads of the default saver policy: kept while idle'),
   ('lg_checkpoints', 'default', 3, interval '30 days', false, 'Superseded LangGraph checkpoints of the default saver policy'),
-  ('lg_blobs',       'default', 3, interval '30 days', false, 'Unused LangGraph blobs of the default saver policy (follows lg_checkpoints)')
+  ('lg_blobs',       'default', 3, interval '30 days', false, 'Unused LangGraph blobs of the default saver policy (follows lg_checkpoints)'),
+  ('lg_writes',      'default', 3, interval '30 days', false, 'Writes of superseded LangGraph checkpoints, default saver policy (follows lg_checkpoints)')
 on conflict (table_name, kind) do nothing;
 
 -------------------------------------------------------------------------------
@@ -164,6 +174,12 @@ comment on function memori._lg_live_thread(text, text, timestamptz) is 'Key of a
 create or replace function memori._lg_writes_gone() returns trigger
 as $func$
 begin
+  -- A cleanup run deletes the writes itself: they expire with their
+  -- checkpoint, so its plan (and preview) lists them, and deleting them here
+  -- would make execute disagree with preview (and the cleaner may not see them).
+  if memori._cleanup_lock_held() then
+    return null;
+  end if;
   delete from memori.lg_writes w
    using gone g
    where w.thread = g.thread and w.checkpoint_ns = g.checkpoint_ns and w.checkpoint_id = g.checkpoint_id;
@@ -171,7 +187,7 @@ begin
 end
 $func$ language plpgsql security invoker
 set search_path = pg_catalog, memori, pg_temp;
-comment on function memori._lg_writes_gone() is 'Trigger: delete the pending writes of deleted LangGraph checkpoints (retention, prune, delete_for_runs).';
+comment on function memori._lg_writes_gone() is 'Trigger: delete the pending writes of deleted LangGraph checkpoints (prune, delete_for_runs); a cleanup run deletes them by their own expiry.';
 
 create or replace trigger lg_checkpoints_writes_gone after delete on memori.lg_checkpoints
   referencing old table as gone
@@ -197,6 +213,11 @@ begin
   update memori.lg_blobs b set expires_at = null
     from latest, jsonb_each_text(latest.versions) v
    where b.thread = p_thread and b.checkpoint_ns = p_ns and b.channel = v.key and b.version = v.value;
+  update memori.lg_writes w set expires_at = null
+    from memori.lg_checkpoints c
+   where c.thread = p_thread and c.checkpoint_ns = p_ns and c.expires_at is null
+     and w.thread = c.thread and w.checkpoint_ns = c.checkpoint_ns and w.checkpoint_id = c.checkpoint_id
+     and w.expires_at is not null;
 
   -- the versions still in use, gathered once (a probe per blob would rescan the namespace)
   with used as materialized (
@@ -290,6 +311,8 @@ begin
      set checkpoint = excluded.checkpoint, metadata = excluded.metadata;
 
   if v_newer then
+    update memori.lg_writes w set expires_at = v_expires  -- writes that came first expire with it
+     where w.thread = v_thread and w.checkpoint_ns = v_ns and w.checkpoint_id = p_checkpoint_id;
     return;
   end if;
   -- the checkpoints this one supersedes start expiring, with the blobs only they use
@@ -308,6 +331,10 @@ begin
         from unused u
        where b.thread = v_thread and b.checkpoint_ns = v_ns and b.channel = u.key and b.version = u.value
          and b.expires_at is null
+    ), writes as (
+      update memori.lg_writes w set expires_at = v_expires
+        from superseded s
+       where w.thread = v_thread and w.checkpoint_ns = v_ns and w.checkpoint_id = s.checkpoint_id
     )
     select (array_agg(s.checkpoint_id order by s.checkpoint_id desc))[1] into v_previous from superseded s;
   end if;
@@ -341,9 +368,10 @@ create or replace function memori.lg_writes_put(
 ) returns integer
 as $func$
 declare
-  v_user   text := memori._lg_user(p_user_id);
-  v_thread bigint;
-  v_count  integer;
+  v_user    text := memori._lg_user(p_user_id);
+  v_thread  bigint;
+  v_expires timestamptz;
+  v_count   integer;
 begin
   if p_checkpoint_id is null or p_task_id is null then
     perform memori._invalid('pending writes need a checkpoint id and a task id',
@@ -357,21 +385,24 @@ begin
   end if;
   -- writes may arrive before their checkpoint: they create the thread too
   v_thread := (memori._lg_thread(v_user, p_thread_id, p_policy, (memori._lg_policy(p_policy)).idle, false, p_now)).id;
+  -- writes of a superseded checkpoint expire with it (NULL: the latest, or not saved yet)
+  select c.expires_at into v_expires from memori.lg_checkpoints c
+   where c.thread = v_thread and c.checkpoint_ns = coalesce(p_checkpoint_ns, '') and c.checkpoint_id = p_checkpoint_id;
   if (select bool_and(i < 0) from unnest(p_idx) i) then
     -- special writes (error, interrupt, resume, scheduled) replace the task's previous ones
-    insert into memori.lg_writes (thread, checkpoint_ns, checkpoint_id, task_id, idx, task_path, user_id, channel,
-                                  type, blob)
+    insert into memori.lg_writes (thread, checkpoint_ns, checkpoint_id, task_id, idx, task_path, user_id, policy,
+                                  channel, type, blob, expires_at)
     select v_thread, coalesce(p_checkpoint_ns, ''), p_checkpoint_id, p_task_id, u.idx, coalesce(p_task_path, ''),
-           v_user, u.channel, u.type, u.value
+           v_user, p_policy, u.channel, u.type, u.value, v_expires
       from unnest(p_idx, p_channels, p_types, p_values) as u(idx, channel, type, value)
     on conflict (thread, checkpoint_ns, checkpoint_id, task_id, idx) do update
        set channel = excluded.channel, type = excluded.type, blob = excluded.blob;
   else
     -- a task's regular writes are saved once: a retry does not duplicate them
-    insert into memori.lg_writes (thread, checkpoint_ns, checkpoint_id, task_id, idx, task_path, user_id, channel,
-                                  type, blob)
+    insert into memori.lg_writes (thread, checkpoint_ns, checkpoint_id, task_id, idx, task_path, user_id, policy,
+                                  channel, type, blob, expires_at)
     select v_thread, coalesce(p_checkpoint_ns, ''), p_checkpoint_id, p_task_id, u.idx, coalesce(p_task_path, ''),
-           v_user, u.channel, u.type, u.value
+           v_user, p_policy, u.channel, u.type, u.value, v_expires
       from unnest(p_idx, p_channels, p_types, p_values) as u(idx, channel, type, value)
     on conflict (thread, checkpoint_ns, checkpoint_id, task_id, idx) do nothing;
   end if;
@@ -408,7 +439,7 @@ as $func$
                  array_agg(wr.idx order by wr.task_path, wr.task_id, wr.idx) as idx
             from memori.lg_writes wr
            where wr.thread = (p_c).thread and wr.checkpoint_ns = (p_c).checkpoint_ns
-             and wr.checkpoint_id = (p_c).checkpoint_id) w
+             and wr.checkpoint_id = (p_c).checkpoint_id and (wr.expires_at is null or wr.expires_at > p_now)) w
 $func$ language sql stable security invoker
 set search_path = pg_catalog, memori, pg_temp;
 comment on function memori._lg_tuple(text, memori.lg_checkpoints, timestamptz) is 'A LangGraph checkpoint as a tuple: its unexpired blobs and its pending writes in (task_path, task_id, idx) order.';
@@ -458,7 +489,7 @@ begin
                 array_agg(wr.idx order by wr.task_path, wr.task_id, wr.idx) as idx
            from memori.lg_writes wr
           where wr.thread = c.thread and wr.checkpoint_ns = c.checkpoint_ns
-            and wr.checkpoint_id = c.checkpoint_id) w
+            and wr.checkpoint_id = c.checkpoint_id and (wr.expires_at is null or wr.expires_at > p_now)) w
        where t.user_id = v_user and t.thread_id = p_thread_id and (t.expires_at is null or t.expires_at > p_now);
   else
     return query
@@ -582,11 +613,12 @@ begin
    order by c.checkpoint_ns, c.checkpoint_id
   on conflict (thread, checkpoint_ns, checkpoint_id) do nothing;
   get diagnostics v_count = row_count;
-  insert into memori.lg_writes (thread, checkpoint_ns, checkpoint_id, task_id, idx, task_path, user_id, channel, type,
-                                blob)
-  select v_target, w.checkpoint_ns, w.checkpoint_id, w.task_id, w.idx, w.task_path, v_user, w.channel, w.type, w.blob
+  insert into memori.lg_writes (thread, checkpoint_ns, checkpoint_id, task_id, idx, task_path, user_id, policy, channel,
+                                type, blob, expires_at)
+  select v_target, w.checkpoint_ns, w.checkpoint_id, w.task_id, w.idx, w.task_path, v_user, p_policy, w.channel, w.type,
+         w.blob, w.expires_at
     from memori.lg_writes w
-   where w.thread = v_source.id
+   where w.thread = v_source.id and (w.expires_at is null or w.expires_at > p_now)
   on conflict (thread, checkpoint_ns, checkpoint_id, task_id, idx) do nothing;
   perform memori._event_emit('langgraph.thread_copied',
             jsonb_build_object('user_id', v_user, 'source', p_source_thread_id, 'target', p_target_thread_id,
@@ -727,6 +759,8 @@ begin
           format('Superseded LangGraph checkpoints of saver policy %s', p_policy)),
          ('lg_blobs', p_policy, p_priority, p_superseded_after, false,
           format('Unused LangGraph blobs of saver policy %s (follows lg_checkpoints)', p_policy)),
+         ('lg_writes', p_policy, p_priority, p_superseded_after, false,
+          format('Writes of superseded LangGraph checkpoints, saver policy %s (follows lg_checkpoints)', p_policy)),
          ('lg_threads', p_policy, p_priority + 1, p_idle_after, false,
           format('Idle LangGraph threads of saver policy %s', p_policy))
   on conflict (table_name, kind) do update

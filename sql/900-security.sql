@@ -127,9 +127,10 @@ begin
   -- LangGraph checkpointer (issue 9)
   grant select, insert, update, delete on memori.lg_threads, memori.lg_checkpoints, memori.lg_blobs, memori.lg_writes
     to memori_app;
-  grant select on memori._retention_lg_threads, memori._retention_lg_checkpoints, memori._retention_lg_blobs
+  grant select on memori._retention_lg_threads, memori._retention_lg_checkpoints, memori._retention_lg_blobs,
+                  memori._retention_lg_writes
     to memori_app, memori_cleaner;
-  -- the cleaner deletes expired threads, checkpoints and blobs; deleting a checkpoint deletes its writes (trigger)
+  -- the cleaner deletes expired threads, checkpoints, blobs and writes
   grant select, delete on memori.lg_threads, memori.lg_checkpoints, memori.lg_blobs, memori.lg_writes
     to memori_cleaner;
   revoke execute on function

@@ -122,8 +122,9 @@ def test_retention_cycle_removes_expired_langgraph_state_and_nothing_else(conn: 
                      " p_user_id => 'alice', p_now => %s)", (thread, cid(3), T0))
     preview = rows(conn, "select table_name, count(*) as n from memori.cleanup_preview(%s) group by 1 order by 1",
                    (T0 + KEEP,))
-    assert preview == [{"table_name": "lg_blobs", "n": 4}, {"table_name": "lg_checkpoints", "n": 4}]
-    assert cleanup(conn, T0 + KEEP) == {"lg_blobs": 4, "lg_checkpoints": 4}
+    assert preview == [{"table_name": "lg_blobs", "n": 4}, {"table_name": "lg_checkpoints", "n": 4},
+                       {"table_name": "lg_writes", "n": 2}]
+    assert cleanup(conn, T0 + KEEP) == {"lg_blobs": 4, "lg_checkpoints": 4, "lg_writes": 2}  # = the preview
     for thread in ("t1", "t2"):
         latest = get(conn, thread, at=T0 + KEEP)
         assert latest is not None and latest["checkpoint_id"] == cid(3)
@@ -170,7 +171,7 @@ def test_policy_is_per_saver(conn: psycopg.Connection) -> None:
     kinds = rows(conn, "select table_name, kind, retention from memori.retention_policies "
                        "where kind = 'short' order by 1")
     assert [(k["table_name"], k["retention"]) for k in kinds] == [
-        ("lg_blobs", DAY), ("lg_checkpoints", DAY), ("lg_threads", 7 * DAY)]
+        ("lg_blobs", DAY), ("lg_checkpoints", DAY), ("lg_threads", 7 * DAY), ("lg_writes", DAY)]
     assert_sqlstate(conn, "PM001", "select memori.lg_policy_set('bad', '-1 day')")
 
 
@@ -361,3 +362,36 @@ def test_roles(conn: psycopg.Connection, role: str) -> None:
         assert cleanup(conn, T0 + 7 * DAY) == {"lg_threads": 1}
         conn.execute("reset role")
         assert value(conn, "select count(*) from memori.lg_writes") == 0
+
+
+def test_retention_cycle_under_row_level_security(conn: psycopg.Connection) -> None:
+    """As issue 4's RLS runs it: memori_app sees its user's rows, memori_cleaner only expired rows."""
+    from datetime import UTC
+
+    for table in ("lg_threads", "lg_checkpoints", "lg_blobs", "lg_writes"):
+        conn.execute(f"alter table memori.{table} enable row level security")
+        conn.execute(f"alter table memori.{table} force row level security")
+        conn.execute(f"create policy user_rows on memori.{table} for all to memori_app "
+                     "using (user_id = current_setting('memori.user_id', true)) "
+                     "with check (user_id = current_setting('memori.user_id', true))")
+        conn.execute(f"create policy cleaner_expired on memori.{table} for select to memori_cleaner "
+                     "using (expires_at <= now())")
+        conn.execute(f"create policy cleaner_delete on memori.{table} for delete to memori_cleaner "
+                     "using (expires_at <= now())")
+    conn.execute("select memori.lg_policy_set('short', '1 day')")
+    at = datetime.now(UTC) - 2 * DAY  # the cleaner's policies read the real clock
+    conn.execute("set role memori_app")
+    conn.execute("set memori.user_id = 'alice'")
+    for n in (1, 2, 3):
+        put(conn, "t", n, {"a": str(n), "b": "1"}, parent=n - 1 if n > 1 else None,
+            blobs={"a": str(n), "b": "1"} if n == 1 else {"a": str(n)}, at=at, policy="short")
+        conn.execute("select memori.lg_writes_put('t', '', %s, 'task', '', '{0}', '{ch}', '{bytes}', '{x}'::bytea[],"
+                     " p_policy => 'short', p_now => %s)", (cid(n), at))
+    conn.execute("set role memori_cleaner")
+    assert cleanup(conn, datetime.now(UTC)) == {"lg_checkpoints": 2, "lg_blobs": 2, "lg_writes": 2}
+    conn.execute("set role memori_app")
+    latest = get(conn, "t", at=datetime.now(UTC))
+    assert latest is not None and latest["checkpoint_id"] == cid(3)
+    assert blob_values(latest) == {"a": b"a@3", "b": b"b@1"} and len(latest["write_values"]) == 1
+    conn.execute("reset role")
+    assert value(conn, "select count(*) from memori.lg_writes") == 1

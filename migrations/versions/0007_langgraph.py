@@ -75,21 +75,26 @@ def upgrade() -> None:
 
         -- Pending writes of a checkpoint. No foreign key to the checkpoint: a
         -- run saves a step's writes in the background, and they may commit
-        -- before the checkpoint does. They are deleted with their checkpoint
-        -- by a trigger (sql/120-langgraph.sql).
+        -- before the checkpoint does. They expire with their checkpoint (the
+        -- engine deletes both) and go with it when it is pruned or deleted
+        -- (a trigger, sql/120-langgraph.sql).
         create table memori.lg_writes (
+          id            bigint generated always as identity unique,
           thread        bigint not null references memori.lg_threads on delete cascade,
           checkpoint_id uuid not null,
+          expires_at    timestamptz,         -- its checkpoint's, once that is superseded
           idx           integer not null,
           checkpoint_ns text not null,
           task_id       text not null,
           task_path     text not null default '',
           user_id       text not null,
+          policy        text not null,
           channel       text not null,
           type          text,
           blob          bytea not null,
           primary key (thread, checkpoint_ns, checkpoint_id, task_id, idx)
         );
+        create index idx_lg_writes_expires_at on memori.lg_writes (expires_at) where expires_at is not null;
 
         -- Large values (a thread's message list) are compressed by TOAST: lz4
         -- is faster than the default pglz at a similar ratio.
