@@ -327,14 +327,19 @@ begin
         from superseded s, jsonb_each_text(s.versions) v
        where (p_checkpoint -> 'channel_versions' ->> v.key) is distinct from v.value
     ), blobs as (
+      -- one key probe per blob (LATERAL ... LIMIT 1) and per checkpoint (= ANY): the
+      -- planner, sizing these from few rows, would otherwise scan the namespace's history
       update memori.lg_blobs b set expires_at = v_expires
-        from unused u
-       where b.thread = v_thread and b.checkpoint_ns = v_ns and b.channel = u.key and b.version = u.value
-         and b.expires_at is null
+       where b.id in (select x.id from unused u
+                       cross join lateral (select x.id from memori.lg_blobs x
+                                            where x.thread = v_thread and x.checkpoint_ns = v_ns
+                                              and x.channel = u.key and x.version = u.value
+                                              and x.expires_at is null
+                                            limit 1) x)
     ), writes as (
       update memori.lg_writes w set expires_at = v_expires
-        from superseded s
-       where w.thread = v_thread and w.checkpoint_ns = v_ns and w.checkpoint_id = s.checkpoint_id
+       where w.thread = v_thread and w.checkpoint_ns = v_ns
+         and w.checkpoint_id = any (array(select s.checkpoint_id from superseded s))
     )
     select (array_agg(s.checkpoint_id order by s.checkpoint_id desc))[1] into v_previous from superseded s;
   end if;
@@ -368,11 +373,14 @@ create or replace function memori.lg_writes_put(
 ) returns integer
 as $func$
 declare
-  v_user    text := memori._lg_user(p_user_id);
+  v_user    text := coalesce(p_user_id, nullif(current_setting('memori.user_id', true), ''));
   v_thread  bigint;
   v_expires timestamptz;
   v_count   integer;
 begin
+  if v_user is null then
+    perform memori._lg_user(null);  -- raises PM001 with its hint (a new thread checks the id's form)
+  end if;
   if p_checkpoint_id is null or p_task_id is null then
     perform memori._invalid('pending writes need a checkpoint id and a task id',
                             'Call it through MemoriSaver.put_writes with the config put returned.');
