@@ -346,9 +346,12 @@ begin
   -- forking from an older checkpoint: the blobs it carries over are in use again
   if p_parent_id is not null and p_parent_id is distinct from v_previous then
     update memori.lg_blobs b set expires_at = null
-      from jsonb_each_text(p_checkpoint -> 'channel_versions') v
-     where b.thread = v_thread and b.checkpoint_ns = v_ns and b.channel = v.key and b.version = v.value
-       and b.expires_at is not null;
+     where b.id in (select x.id from jsonb_each_text(p_checkpoint -> 'channel_versions') v
+                     cross join lateral (select x.id from memori.lg_blobs x
+                                          where x.thread = v_thread and x.checkpoint_ns = v_ns
+                                            and x.channel = v.key and x.version = v.value
+                                            and x.expires_at is not null
+                                          limit 1) x);
   end if;
 end
 $func$ language plpgsql volatile security invoker
