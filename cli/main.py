@@ -268,6 +268,15 @@ def bench_compression(
     _bench("compression", dsn, rows, seed, as_json)
 
 
+@bench_app.command("langgraph")
+@handle_errors
+def bench_langgraph(
+    rows: RowsOption = 20_000, dsn: DsnOption = None, as_json: JsonOption = False, seed: SeedOption = 1
+) -> None:
+    """MemoriSaver vs. LangGraph's PostgresSaver on one database: get_tuple, put, storage, retention (needs [bench])."""
+    _bench("langgraph", dsn, rows, seed, as_json)
+
+
 @bench_app.command("ttl")
 @handle_errors
 def bench_ttl(

@@ -160,6 +160,12 @@ class InvalidSummary(CompressionError):
     sqlstate = "PM073"
 
 
+class DeltaPruneRefused(PymemdbError, NotImplementedError):
+    """PM080: LangGraph prune keep_latest refused for DeltaChannel threads (NotImplementedError, as upstream)."""
+
+    sqlstate = "PM080"
+
+
 class ServerError(PymemdbError):
     """The embedded server could not be started, stopped or reached."""
 
@@ -188,6 +194,7 @@ _BY_SQLSTATE: dict[str, type[PymemdbError]] = {
         CompressionPlanStale,
         CompressionPlanFinished,
         InvalidSummary,
+        DeltaPruneRefused,
     )
     if cls.sqlstate
 }

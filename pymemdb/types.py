@@ -512,3 +512,36 @@ class SessionReliability:
     level: str
     icon: str
     warning: str | None
+
+
+# -- LangGraph checkpointer (issue 9) ---------------------------------------------
+
+
+@dataclass(frozen=True)
+class LangGraphTuple:
+    """memori.lg_tuple: a stored LangGraph checkpoint with its blobs and pending writes (parallel arrays)."""
+
+    thread_id: str
+    checkpoint_ns: str
+    checkpoint_id: UUID
+    parent_id: UUID | None
+    checkpoint: dict[str, Any]
+    metadata: dict[str, Any]
+    blob_channels: list[str] | None
+    blob_types: list[str] | None
+    blob_values: list[bytes | None] | None
+    write_task_ids: list[str] | None
+    write_channels: list[str] | None
+    write_types: list[str] | None
+    write_values: list[bytes] | None
+    write_task_paths: list[str] | None
+    write_idx: list[int] | None
+
+
+@dataclass(frozen=True)
+class LangGraphPruneResult:
+    """memori.lg_prune_result: what lg_threads_prune deleted."""
+
+    threads: int
+    checkpoints: int
+    blobs: int

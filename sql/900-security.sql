@@ -181,6 +181,22 @@ begin
                              memori.snapshot_create(text, jsonb, timestamptz),
                              memori.snapshot_restore(uuid, timestamptz)
     from memori_cleaner;
+
+  -- LangGraph checkpointer (issue 9)
+  grant select, insert, update, delete on memori.lg_threads, memori.lg_checkpoints, memori.lg_blobs, memori.lg_writes
+    to memori_app;
+  grant select on memori._retention_lg_threads, memori._retention_lg_checkpoints, memori._retention_lg_blobs,
+                  memori._retention_lg_writes
+    to memori_app, memori_cleaner;
+  -- the cleaner deletes expired threads, checkpoints, blobs and writes
+  grant select, delete on memori.lg_threads, memori.lg_checkpoints, memori.lg_blobs, memori.lg_writes
+    to memori_cleaner;
+  revoke execute on function
+    memori.lg_checkpoint_put(text, text, uuid, uuid, jsonb, jsonb, text[], text[], text[], bytea[], text, text, timestamptz),
+    memori.lg_writes_put(text, text, uuid, text, text, integer[], text[], text[], bytea[], text, text, timestamptz),
+    memori.lg_thread_copy(text, text, text, text, timestamptz),
+    memori.lg_policy_set(text, interval, interval, integer)
+    from memori_cleaner;
 end
 $grants$;
 

@@ -19,6 +19,8 @@ from tests.helpers import rows
 for _module in pkgutil.iter_modules(pymemdb.__path__):
     if _module.name != "__main__":  # that one runs the CLI
         importlib.import_module(f"pymemdb.{_module.name}")
+# Integrations are sub-packages with optional dependencies (installed by the test extra).
+importlib.import_module("pymemdb.integrations.langgraph")
 
 # SQL functions deliberately without a client method.
 NO_WRAPPER = {

@@ -1,0 +1,280 @@
+"""``pymemdb bench langgraph``: MemoriSaver against LangGraph's own Postgres saver, same database, same run.
+
+Needs the ``bench`` extra (``langgraph-checkpoint-postgres``). ``rows`` is the
+number of checkpoints each saver stores: ``rows // STEPS`` threads of
+``STEPS`` super-steps of a chat graph (a growing message list, a counter, a
+small dict updated every fifth step, one pending write per step).
+
+1. Writes, interleaved: for every step of every thread, the upstream saver's
+   ``put`` and ours (alternating which goes first), each timed; then the
+   step's ``put_writes``. A third saver, ``MemoriSaver(durable=False)``
+   (``synchronous_commit = off``), shows what the commit's flush costs; its
+   rows are deleted before the storage comparison. Single-put throughput is 1 / mean put latency on
+   one connection (LangGraph saves a run's checkpoints one after another).
+2. ``get_tuple`` of the latest checkpoint of random threads (what every
+   ``invoke`` does first) and of a random checkpoint by id, interleaved.
+3. Storage of the same history: each saver's tables after VACUUM FULL.
+4. A retention cycle: ``memori.cleanup_execute`` a day after the default
+   policy's retention of superseded checkpoints (30 days), then the sizes
+   again. The upstream tables have no retention: they stay as they are.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from datetime import UTC, datetime
+from typing import Any, LiteralString
+from uuid import uuid4
+
+import psycopg
+from rich.table import Table
+
+from pymemdb.bench import Progress, connect, explain_nested, fmt, latency_summary, one, ratio
+from pymemdb.errors import InvalidArgument
+
+STEPS = 20
+USER = "bench_langgraph"
+GOAL_GET_TUPLE = 2.0  # upstream latency / ours, p50 and p95
+GOAL_PUT = 1.25  # our puts/s over upstream's
+GOAL_STORAGE = 0.8  # our bytes / upstream's, same history
+UPSTREAM_TABLES = ("checkpoints", "checkpoint_blobs", "checkpoint_writes")
+OUR_TABLES = ("lg_threads", "lg_checkpoints", "lg_blobs", "lg_writes")
+NOT_DURABLE = "pymemdb_not_durable"  # MemoriSaver(durable=False): synchronous_commit off, for information
+
+
+def _require_upstream() -> Any:
+    try:
+        from langgraph.checkpoint.postgres import PostgresSaver
+    except ImportError as exc:  # pragma: no cover - depends on the extra
+        raise InvalidArgument(
+            "pymemdb bench langgraph needs LangGraph's Postgres saver as its baseline", sqlstate="PM001",
+            hint="pip install 'pymemdb[bench]' (langgraph-checkpoint-postgres).") from exc
+    return PostgresSaver
+
+
+def _summary(ns: list[int]) -> dict[str, float]:
+    xs = sorted(ns)
+    out = latency_summary(xs)
+    out["p95_us"] = round(xs[min(len(xs) - 1, int(len(xs) * 0.95))] / 1000, 1)
+    return out
+
+
+def _checkpoint(saver: Any, thread_state: dict[str, Any], step: int, rng: random.Random) -> tuple[Any, Any, Any]:
+    """The next checkpoint of a thread, its metadata and new versions, versioned by ``saver``."""
+    from langgraph.checkpoint.base.id import uuid6
+
+    values = thread_state["values"]
+    versions = thread_state["versions"]
+    values["messages"] = [*values["messages"], {"role": "user" if step % 2 else "assistant",
+                                                "content": "".join(rng.choices("abcdefgh ", k=200))}]
+    values["turns"] = step
+    changed = ["messages", "turns"]
+    if step % 5 == 0:
+        values["scratch"] = {"summary": f"after step {step}", "tools": ["search", "calc"], "score": rng.random()}
+        changed.append("scratch")
+    new_versions = {ch: saver.get_next_version(versions.get(ch), None) for ch in changed}
+    versions.update(new_versions)
+    checkpoint = {
+        "v": 4, "id": str(uuid6(clock_seq=step)), "ts": datetime.now(UTC).isoformat(),
+        "channel_values": dict(values), "channel_versions": dict(versions),
+        "versions_seen": {"agent": {"messages": versions["messages"], "turns": versions["turns"]},
+                          "__input__": {}},
+        "updated_channels": changed,
+    }
+    metadata = {"source": "loop", "step": step, "parents": {}, "run_id": thread_state["run_id"]}
+    return checkpoint, metadata, new_versions
+
+
+def _sizes(conn: psycopg.Connection[Any], schema: str, tables: tuple[str, ...]) -> dict[str, int]:
+    return {t: int(one(conn, "select pg_total_relation_size(format('%%I.%%I', %s::text, %s::text)::regclass)",
+                       (schema, t))) for t in tables}
+
+
+def _vacuum_full(conn: psycopg.Connection[Any], schema: str, tables: tuple[str, ...]) -> None:
+    for t in tables:
+        conn.execute(psycopg.sql.SQL("vacuum (full, analyze) {}.{}").format(
+            psycopg.sql.Identifier(schema), psycopg.sql.Identifier(t)))
+
+
+def _write(savers: dict[str, Any], threads: int, rng: random.Random, progress: Progress | None) -> dict[str, Any]:
+    lat: dict[str, list[int]] = {name: [] for name in savers}
+    wlat: dict[str, list[int]] = {name: [] for name in savers}
+    state: dict[str, list[dict[str, Any]]] = {
+        name: [{"values": {"messages": []}, "versions": {}, "config": None, "run_id": str(uuid4())}
+                    for _ in range(threads)] for name in savers}
+    for step in range(1, STEPS + 1):
+        for t in range(threads):
+            names = list(savers)
+            for name in names if (step + t) % 2 else reversed(names):
+                saver, st = savers[name], state[name][t]
+                checkpoint, metadata, new_versions = _checkpoint(saver, st, step, rng)
+                config = st["config"] or {"configurable": {"thread_id": f"bench-{t}", "checkpoint_ns": ""}}
+                start = time.perf_counter_ns()
+                st["config"] = saver.put(config, checkpoint, metadata, new_versions)
+                lat[name].append(time.perf_counter_ns() - start)
+                start = time.perf_counter_ns()
+                saver.put_writes(st["config"], [("messages", [checkpoint["channel_values"]["messages"][-1]])],
+                                 str(uuid4()))
+                wlat[name].append(time.perf_counter_ns() - start)
+        if progress and step % 5 == 0:
+            progress(f"step {step}/{STEPS} of {threads:,} threads written by both savers")
+    out: dict[str, Any] = {name: {"put": _summary(lat[name]), "put_writes": _summary(wlat[name])} for name in savers}
+    for name in savers:
+        out[name]["puts_per_s"] = round(1e9 / (sum(lat[name]) / len(lat[name])), 1)
+    out["put_ratio"] = ratio(out["pymemdb"]["puts_per_s"], out["upstream"]["puts_per_s"])
+    out["goal_met"] = (out["put_ratio"] or 0) >= GOAL_PUT
+    out["put_ratio_not_durable"] = ratio(out[NOT_DURABLE]["puts_per_s"], out["upstream"]["puts_per_s"])
+    out["ids"] = {name: [[st["config"]["configurable"]["checkpoint_id"]] for st in state[name]] for name in savers}
+    return out
+
+
+def _reads(upstream: Any, ours: Any, threads: int, ids: dict[str, Any], rng: random.Random,
+           iterations: int) -> dict[str, Any]:
+    savers = {"upstream": upstream, "pymemdb": ours}
+    out: dict[str, Any] = {}
+    for kind in ("latest", "by_id"):
+        lat: dict[str, list[int]] = {"upstream": [], "pymemdb": []}
+        for i in range(iterations + 50):
+            t = rng.randrange(threads)
+            for name in (("upstream", "pymemdb") if i % 2 else ("pymemdb", "upstream")):
+                conf: dict[str, Any] = {"thread_id": f"bench-{t}", "checkpoint_ns": ""}
+                if kind == "by_id":
+                    conf["checkpoint_id"] = ids[name][t][0]
+                start = time.perf_counter_ns()
+                found = savers[name].get_tuple({"configurable": conf})
+                elapsed = time.perf_counter_ns() - start
+                assert found is not None and len(found.checkpoint["channel_values"]["messages"]) == STEPS
+                if i >= 50:  # warm-up: plans prepared, pages cached
+                    lat[name].append(elapsed)
+        s: dict[str, Any] = {name: _summary(lat[name]) for name in savers}
+        s["ratio_p50"] = ratio(s["upstream"]["p50_us"], s["pymemdb"]["p50_us"])
+        s["ratio_p95"] = ratio(s["upstream"]["p95_us"], s["pymemdb"]["p95_us"])
+        s["goal_met"] = min(s["ratio_p50"] or 0, s["ratio_p95"] or 0) >= GOAL_GET_TUPLE
+        out[kind] = s
+    return out
+
+
+def run(dsn: str, rows: int = 20_000, *, seed: int = 1, progress: Progress | None = None) -> dict[str, Any]:
+    if rows < STEPS:
+        raise InvalidArgument(f"--rows must be at least {STEPS}, got {rows}", sqlstate="PM001",
+                              hint=f"Pass --rows {STEPS * 1000} (threads of {STEPS} checkpoints each).")
+    postgres_saver = _require_upstream()
+    from psycopg.rows import dict_row
+
+    from pymemdb.integrations.langgraph import MemoriSaver
+
+    rng = random.Random(seed)
+    threads = rows // STEPS
+    result: dict[str, Any] = {"rows": threads * STEPS, "threads": threads, "steps": STEPS, "seed": seed}
+    with connect(dsn) as admin, psycopg.Connection.connect(
+        dsn, autocommit=True, prepare_threshold=0, row_factory=dict_row  # as PostgresSaver.from_conn_string
+    ) as up_conn, MemoriSaver(dsn, user_id=USER, max_size=2) as ours, MemoriSaver(
+        dsn, user_id=USER + "_not_durable", max_size=2, durable=False
+    ) as not_durable:
+        upstream = postgres_saver(up_conn)
+        upstream.setup()
+        result["server"] = {k: one(admin, f"show {k}") for k in ("server_version", "synchronous_commit", "fsync")}
+        if progress:
+            progress(f"writing {threads:,} threads x {STEPS} steps with both savers, interleaved")
+        writes = _write({"upstream": upstream, "pymemdb": ours, NOT_DURABLE: not_durable}, threads, rng, progress)
+        ids = writes.pop("ids")
+        # the not-durable saver only shows what synchronous_commit costs: its rows leave the comparison
+        admin.execute("delete from memori.lg_threads where user_id = %s", (USER + "_not_durable",))
+        result["writes"] = writes
+        if progress:
+            progress("get_tuple, interleaved")
+        result["reads"] = _reads(upstream, ours, threads, ids, rng, iterations=min(2000, threads * 4))
+        result["explain_get"] = explain_nested(
+            admin, "select * from memori.lg_checkpoint_get('bench-0', '', null, %s)", (USER,))
+
+        _vacuum_full(admin, "public", UPSTREAM_TABLES)
+        _vacuum_full(admin, "memori", OUR_TABLES)
+        up_sizes = _sizes(admin, "public", UPSTREAM_TABLES)
+        our_sizes = _sizes(admin, "memori", OUR_TABLES)
+        storage: dict[str, Any] = {"upstream": up_sizes, "pymemdb": our_sizes,
+                                   "upstream_bytes": sum(up_sizes.values()), "pymemdb_bytes": sum(our_sizes.values())}
+        storage["ratio"] = ratio(storage["pymemdb_bytes"], storage["upstream_bytes"])
+        storage["goal_met"] = (storage["ratio"] or 9) <= GOAL_STORAGE
+        result["storage"] = storage
+
+        if progress:
+            progress("retention cycle: memori.cleanup_execute 31 days on")
+        counts: LiteralString = ("select (select count(*) from memori.lg_checkpoints),"
+                                 " (select count(*) from memori.lg_blobs)")
+        before = admin.execute(counts).fetchone()
+        started = time.perf_counter()
+        summary = admin.execute(
+            "select deleted, deleted_by_table from memori.cleanup_execute(now() + interval '31 days', 5000)"
+        ).fetchone()
+        seconds = time.perf_counter() - started
+        after = admin.execute(counts).fetchone()
+        _vacuum_full(admin, "memori", OUR_TABLES)
+        kept = _sizes(admin, "memori", OUR_TABLES)
+        assert summary is not None and before is not None and after is not None
+        # every thread still reads whole after the cycle
+        for t in rng.sample(range(threads), min(50, threads)):
+            found = ours.get_tuple({"configurable": {"thread_id": f"bench-{t}"}})
+            assert found is not None and len(found.checkpoint["channel_values"]["messages"]) == STEPS
+        result["retention"] = {
+            "deleted": summary[0], "deleted_by_table": summary[1], "seconds": round(seconds, 2),
+            "checkpoints_before": before[0], "checkpoints_after": after[0],
+            "blobs_before": before[1], "blobs_after": after[1],
+            "pymemdb_after": kept, "pymemdb_bytes_after": sum(kept.values()),
+            "upstream_bytes": storage["upstream_bytes"],
+            "ratio_after": ratio(sum(kept.values()), storage["upstream_bytes"]),
+        }
+        for table in UPSTREAM_TABLES:  # the baseline's tables are the bench's own: drop them
+            admin.execute(psycopg.sql.SQL("drop table if exists public.{}").format(psycopg.sql.Identifier(table)))
+        admin.execute("drop table if exists public.checkpoint_migrations")
+        admin.execute("delete from memori.lg_threads where user_id in (%s, %s)", (USER, USER + "_not_durable"))
+    return result
+
+
+def render(result: dict[str, Any]) -> list[Table]:
+    w = result["writes"]
+    info = Table(title=f"bench langgraph: {result['threads']:,} threads x {result['steps']} checkpoints per saver, "
+                       f"PostgreSQL {result['server']['server_version']} (synchronous_commit "
+                       f"{result['server']['synchronous_commit']}, fsync {result['server']['fsync']})")
+    for col in ("", "upstream PostgresSaver", "pymemdb MemoriSaver", "ratio", "goal"):
+        info.add_column(col, justify="left" if not col else "right")
+    info.add_row("put p50 / p95 µs", f"{fmt(w['upstream']['put']['p50_us'])} / {fmt(w['upstream']['put']['p95_us'])}",
+                 f"{fmt(w['pymemdb']['put']['p50_us'])} / {fmt(w['pymemdb']['put']['p95_us'])}", "", "")
+    info.add_row("single put throughput /s", fmt(w["upstream"]["puts_per_s"]), fmt(w["pymemdb"]["puts_per_s"]),
+                 fmt(w["put_ratio"], "x"), f"≥ {GOAL_PUT}x {'met' if w['goal_met'] else 'MISSED'}")
+    nd = w[NOT_DURABLE]
+    info.add_row("… with durable=False /s", "", fmt(nd["puts_per_s"]), fmt(w["put_ratio_not_durable"], "x"),
+                 "(no fsync wait)")
+    info.add_row("put_writes p50 µs", fmt(w["upstream"]["put_writes"]["p50_us"]),
+                 fmt(w["pymemdb"]["put_writes"]["p50_us"]), "", "")
+    for kind, label in (("latest", "get_tuple latest"), ("by_id", "get_tuple by id")):
+        r = result["reads"][kind]
+        info.add_row(f"{label} p50 / p95 µs",
+                     f"{fmt(r['upstream']['p50_us'])} / {fmt(r['upstream']['p95_us'])}",
+                     f"{fmt(r['pymemdb']['p50_us'])} / {fmt(r['pymemdb']['p95_us'])}",
+                     f"{fmt(r['ratio_p50'], 'x')} / {fmt(r['ratio_p95'], 'x')}",
+                     f"≥ {GOAL_GET_TUPLE}x {'met' if r['goal_met'] else 'MISSED'}")
+    s = result["storage"]
+    info.add_row("storage, same history (MB)", fmt(s["upstream_bytes"] / 2**20), fmt(s["pymemdb_bytes"] / 2**20),
+                 fmt(s["ratio"], "x"), f"≤ {GOAL_STORAGE}x {'met' if s['goal_met'] else 'MISSED'}")
+    r = result["retention"]
+    info.add_row("after a retention cycle (MB)", fmt(r["upstream_bytes"] / 2**20) + " (no retention)",
+                 fmt(r["pymemdb_bytes_after"] / 2**20), fmt(r["ratio_after"], "x"), "")
+    info.caption = "upstream latency / ours for reads; ours / upstream for throughput and storage"
+
+    tables = Table(title="Table sizes after VACUUM FULL (bytes)")
+    for col in ("table", "same history", "after retention cycle"):
+        tables.add_column(col, justify="right" if col != "table" else "left")
+    for t, b in s["upstream"].items():
+        tables.add_row(f"public.{t}", fmt(b), fmt(b))
+    for t, b in s["pymemdb"].items():
+        tables.add_row(f"memori.{t}", fmt(b), fmt(r["pymemdb_after"][t]))
+    tables.caption = (f"cleanup_execute deleted {fmt(r['deleted'])} rows in {r['seconds']} s "
+                      f"({r['deleted_by_table']}); checkpoints {fmt(r['checkpoints_before'])} → "
+                      f"{fmt(r['checkpoints_after'])}, blobs {fmt(r['blobs_before'])} → {fmt(r['blobs_after'])}")
+
+    plans = Table(title="Plans", show_lines=True)
+    plans.add_column("query")
+    plans.add_column("EXPLAIN (ANALYZE, BUFFERS)", overflow="fold")
+    plans.add_row("memori.lg_checkpoint_get (latest)", result["explain_get"])
+    return [info, tables, plans]

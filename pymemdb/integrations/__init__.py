@@ -1,0 +1,1 @@
+"""Integrations of pymemdb with agent frameworks (optional extras: ``pip install pymemdb[langgraph]``)."""

@@ -1,0 +1,637 @@
+"""LangGraph checkpointers backed by pymemdb: ``MemoriSaver`` and ``AsyncMemoriSaver``.
+
+``pip install pymemdb[langgraph]``. The savers serialise with LangGraph's serde
+and call one ``memori.lg_*`` function per operation (sql/120-langgraph.sql);
+which rows exist, expire and go is decided there. Retention is a policy per
+saver (a kind in ``memori.retention_policies``, see ``memori.lg_policy_set``):
+the latest checkpoint of each namespace is kept, superseded ones expire after
+the policy's retention, idle threads after its idle retention, and the
+retention engine deletes them (``memori-cleanup preview|execute``).
+
+Each saver owns a connection pool whose connections run in autocommit (every
+operation is one SQL function call, atomic by itself) and carry the saver's
+user in ``memori.user_id``. There is no saver-wide lock: concurrent calls use
+different connections, and PostgreSQL orders writes to the same thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import asynccontextmanager
+from datetime import timedelta
+from typing import Any, cast
+from uuid import UUID
+
+import psycopg
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    WRITES_IDX_MAP,
+    BaseCheckpointSaver,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    get_checkpoint_id,
+    get_serializable_checkpoint_metadata,
+    writes_sort_key,
+)
+from langgraph.checkpoint.serde.base import SerializerProtocol
+from langgraph.checkpoint.serde.types import _DeltaSnapshot
+from psycopg import sql
+from psycopg.adapt import PyFormat
+from psycopg.rows import class_row, dict_row
+from psycopg.types.json import Jsonb
+from psycopg_pool import AsyncConnectionPool, ConnectionPool
+
+from pymemdb._sql import SqlFunction, fn
+from pymemdb.db import Database, resolve_dsn
+from pymemdb.errors import InvalidArgument, wrap_exceptions
+from pymemdb.types import LangGraphPruneResult, LangGraphTuple
+
+__all__ = ["AsyncMemoriSaver", "MemoriSaver", "set_policy"]
+
+LG_CHECKPOINT_PUT = fn(
+    "lg_checkpoint_put",
+    ("p_thread_id", "text"), ("p_checkpoint_ns", "text"), ("p_checkpoint_id", "uuid"), ("p_parent_id", "uuid"),
+    ("p_checkpoint", "jsonb"), ("p_metadata", "jsonb"), ("p_blob_channels", "text[]"), ("p_blob_versions", "text[]"),
+    ("p_blob_types", "text[]"), ("p_blob_values", "bytea[]"), ("p_policy", "text"), ("p_user_id", "text"),
+    ("p_now", "timestamptz"),
+    returns="scalar",
+)
+LG_WRITES_PUT = fn(
+    "lg_writes_put",
+    ("p_thread_id", "text"), ("p_checkpoint_ns", "text"), ("p_checkpoint_id", "uuid"), ("p_task_id", "text"),
+    ("p_task_path", "text"), ("p_idx", "integer[]"), ("p_channels", "text[]"), ("p_types", "text[]"),
+    ("p_values", "bytea[]"), ("p_policy", "text"), ("p_user_id", "text"), ("p_now", "timestamptz"),
+    returns="scalar",
+)
+LG_CHECKPOINT_GET = fn(
+    "lg_checkpoint_get",
+    ("p_thread_id", "text"), ("p_checkpoint_ns", "text"), ("p_checkpoint_id", "uuid"), ("p_user_id", "text"),
+    ("p_now", "timestamptz"),
+    result=LangGraphTuple,
+)
+LG_CHECKPOINT_LIST = fn(
+    "lg_checkpoint_list",
+    ("p_thread_id", "text"), ("p_checkpoint_ns", "text"), ("p_checkpoint_id", "uuid"), ("p_filter", "jsonb"),
+    ("p_before", "uuid"), ("p_limit", "integer"), ("p_user_id", "text"), ("p_now", "timestamptz"),
+    result=LangGraphTuple, returns="many",
+)
+LG_THREAD_DELETE = fn("lg_thread_delete", ("p_thread_id", "text"), ("p_user_id", "text"), returns="scalar")
+LG_THREAD_COPY = fn(
+    "lg_thread_copy",
+    ("p_source_thread_id", "text"), ("p_target_thread_id", "text"), ("p_policy", "text"), ("p_user_id", "text"),
+    ("p_now", "timestamptz"),
+    returns="scalar",
+)
+LG_THREADS_PRUNE = fn(
+    "lg_threads_prune",
+    ("p_thread_ids", "text[]"), ("p_strategy", "text"), ("p_user_id", "text"), ("p_now", "timestamptz"),
+    result=LangGraphPruneResult,
+)
+LG_RUNS_DELETE = fn(
+    "lg_runs_delete", ("p_run_ids", "text[]"), ("p_user_id", "text"), ("p_now", "timestamptz"), returns="scalar"
+)
+LG_POLICY_SET = fn(
+    "lg_policy_set",
+    ("p_policy", "text"), ("p_superseded_after", "interval"), ("p_idle_after", "interval"), ("p_priority", "integer"),
+    returns="scalar",
+)
+
+Call = tuple[SqlFunction, dict[str, Any]]
+
+
+def set_policy(
+    db: Database,
+    policy: str,
+    superseded_after: timedelta | None,
+    idle_after: timedelta | None = None,
+    *,
+    priority: int = 3,
+) -> None:
+    """``memori.lg_policy_set``: create or change a saver retention policy (a DBA's call).
+
+    Superseded checkpoints (and the blobs only they use) are kept
+    ``superseded_after``; threads without a put for ``idle_after`` expire
+    whole; None keeps them.
+    """
+    db.call(LG_POLICY_SET, p_policy=policy, p_superseded_after=superseded_after, p_idle_after=idle_after,
+            p_priority=priority)
+
+
+class _MemoriSaverBase(BaseCheckpointSaver[str]):
+    """What both savers share: turning LangGraph's arguments into SQL calls and rows back into tuples."""
+
+    user_id: str
+    policy: str
+
+    def __init__(self, *, user_id: str, policy: str = "default", serde: SerializerProtocol | None = None) -> None:
+        super().__init__(serde=serde)
+        self._queries: dict[tuple[str, frozenset[str]], str] = {}
+        if not user_id:
+            raise InvalidArgument("MemoriSaver needs a user_id", sqlstate="PM001",
+                                  hint="LangGraph state belongs to a user: MemoriSaver(db, user_id='alice').")
+        self.user_id = user_id
+        self.policy = policy
+
+    # -- versions ------------------------------------------------------------
+    def get_next_version(self, current: str | None, channel: None) -> str:
+        """``<step>.<random>``, zero-padded so versions compare as strings.
+
+        The random part keeps two forks of one checkpoint from writing the same
+        version of a channel with different values (blobs are shared by
+        version). Shorter than LangGraph's Postgres saver's 49 characters:
+        versions are stored in every checkpoint, once per channel and node.
+        """
+        if current is None:
+            step = 0
+        elif isinstance(current, int):
+            step = current
+        else:
+            step = int(current.split(".")[0])
+        return f"{step + 1:010d}.{random.getrandbits(32):08x}"
+
+    def _query(self, function: SqlFunction, args: dict[str, Any]) -> Any:
+        """The SQL text of a call, composed once per set of arguments (composing costs more than the read).
+
+        ``function.query`` with binary placeholders (``%(p)b``): blobs and
+        their arrays then travel as bytes, where the text format escapes every
+        byte of every blob on the client.
+        """
+        key = (function.name, frozenset(args))
+        text = self._queries.get(key)
+        if text is None:
+            named = sql.SQL(", ").join(
+                sql.SQL("{} => {}::{}").format(sql.Identifier(p), sql.Placeholder(p, PyFormat.BINARY), sql.SQL(cast))
+                for p, cast in function.params
+                if p in args
+            )
+            target = sql.SQL("{}.{}({})").format(sql.Identifier("memori"), sql.Identifier(function.name), named)
+            select = "select {} as value" if function.returns == "scalar" else "select * from {}"
+            text = self._queries[key] = sql.SQL(select).format(target).as_string(None)
+        return text
+
+    # -- arguments -----------------------------------------------------------
+    def _put_call(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> tuple[Call, RunnableConfig]:
+        conf = config["configurable"]
+        thread_id = str(conf["thread_id"])
+        ns = conf.get("checkpoint_ns", "") or ""
+        # primitives stay in the checkpoint's JSON; other values become blobs by version
+        inline: dict[str, Any] = {}
+        blobs: dict[str, Any] = {}
+        for key, value in checkpoint["channel_values"].items():
+            if isinstance(value, _DeltaSnapshot):
+                blobs[key] = value
+                inline[key] = True  # LangGraph's marker: the snapshot is in the blob
+            elif value is None or isinstance(value, (str, int, float, bool)):
+                inline[key] = value
+            else:
+                blobs[key] = value
+        stored: dict[str, Any] = {**checkpoint, "channel_values": inline}
+        if _canonical_uuid(checkpoint["id"]):
+            del stored["id"]  # the checkpoint_id column holds it
+        channels, versions, types, values = [], [], [], []
+        for key, version in new_versions.items():
+            if key in blobs:
+                type_, data = self.serde.dumps_typed(blobs[key])
+                channels.append(key)
+                versions.append(str(version))
+                types.append(type_)
+                values.append(data)
+        args = {
+            "p_thread_id": thread_id,
+            "p_checkpoint_ns": ns,
+            "p_checkpoint_id": checkpoint["id"],
+            "p_parent_id": conf.get("checkpoint_id"),
+            "p_checkpoint": Jsonb(stored),
+            "p_metadata": Jsonb(get_serializable_checkpoint_metadata(config, metadata)),
+            "p_blob_channels": channels,
+            "p_blob_versions": versions,
+            "p_blob_types": types,
+            "p_blob_values": values,
+            "p_policy": self.policy,
+            "p_user_id": self.user_id,
+        }
+        next_config: RunnableConfig = {
+            "configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint["id"]}
+        }
+        return (LG_CHECKPOINT_PUT, args), next_config
+
+    def _writes_call(
+        self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str
+    ) -> Call:
+        conf = config["configurable"]
+        dumped = [self.serde.dumps_typed(value) for _, value in writes]
+        return LG_WRITES_PUT, {
+            "p_thread_id": str(conf["thread_id"]),
+            "p_checkpoint_ns": conf.get("checkpoint_ns", "") or "",
+            "p_checkpoint_id": conf["checkpoint_id"],
+            "p_task_id": task_id,
+            "p_task_path": task_path,
+            # LangGraph's published index of special writes (error, interrupt, ...) is negative
+            "p_idx": [WRITES_IDX_MAP.get(channel, idx) for idx, (channel, _) in enumerate(writes)],
+            "p_channels": [channel for channel, _ in writes],
+            "p_types": [type_ for type_, _ in dumped],
+            "p_values": [data for _, data in dumped],
+            "p_policy": self.policy,
+            "p_user_id": self.user_id,
+        }
+
+    def _get_call(self, config: RunnableConfig) -> Call:
+        conf = config["configurable"]
+        return LG_CHECKPOINT_GET, {
+            "p_thread_id": str(conf["thread_id"]),
+            "p_checkpoint_ns": conf.get("checkpoint_ns", "") or "",
+            "p_checkpoint_id": get_checkpoint_id(config),
+            "p_user_id": self.user_id,
+        }
+
+    def _list_call(
+        self,
+        config: RunnableConfig | None,
+        filter: dict[str, Any] | None,
+        before: RunnableConfig | None,
+        limit: int | None,
+    ) -> Call:
+        conf: dict[str, Any] = dict(config["configurable"]) if config else {}
+        return LG_CHECKPOINT_LIST, {
+            "p_thread_id": str(conf["thread_id"]) if conf.get("thread_id") is not None else None,
+            "p_checkpoint_ns": conf.get("checkpoint_ns"),
+            "p_checkpoint_id": conf.get("checkpoint_id"),
+            "p_filter": Jsonb(filter) if filter else None,
+            "p_before": get_checkpoint_id(before) if before else None,
+            "p_limit": int(limit) if limit is not None else None,
+            "p_user_id": self.user_id,
+        }
+
+    def _prune_call(self, thread_ids: Sequence[str], strategy: str) -> Call:
+        if isinstance(thread_ids, str):
+            raise TypeError("thread_ids must be a sequence of thread IDs, not a str")
+        return LG_THREADS_PRUNE, {
+            "p_thread_ids": [str(t) for t in thread_ids], "p_strategy": strategy, "p_user_id": self.user_id,
+        }
+
+    # -- rows back into LangGraph's tuple ---------------------------------------
+    def _tuple(self, row: LangGraphTuple) -> CheckpointTuple:
+        checkpoint = dict(row.checkpoint)
+        checkpoint.setdefault("id", str(row.checkpoint_id))
+        values = dict(checkpoint.get("channel_values") or {})
+        for channel, type_, data in zip(row.blob_channels or [], row.blob_types or [], row.blob_values or [],
+                                        strict=True):
+            if type_ != "empty":
+                values[channel] = self.serde.loads_typed((type_, cast(bytes, data)))
+        checkpoint["channel_values"] = values
+        writes = sorted(
+            zip(row.write_task_ids or [], row.write_channels or [], row.write_types or [], row.write_values or [],
+                row.write_task_paths or [], row.write_idx or [], strict=True),
+            key=lambda w: writes_sort_key(w[4], w[0], w[5]),
+        )
+        ids = {"thread_id": row.thread_id, "checkpoint_ns": row.checkpoint_ns}
+        return CheckpointTuple(
+            config={"configurable": {**ids, "checkpoint_id": checkpoint["id"]}},
+            checkpoint=cast(Checkpoint, checkpoint),
+            metadata=cast(CheckpointMetadata, row.metadata),
+            parent_config=({"configurable": {**ids, "checkpoint_id": str(row.parent_id)}}
+                           if row.parent_id is not None else None),
+            pending_writes=[(task_id, channel, self.serde.loads_typed((type_, data)))
+                            for task_id, channel, type_, data, _, _ in writes],
+        )
+
+
+def _canonical_uuid(value: str) -> bool:
+    try:
+        return str(UUID(value)) == value
+    except ValueError:
+        return False
+
+
+def _pool_kwargs(user_id: str, durable: bool) -> dict[str, Any]:
+    # every operation is one function call: autocommit saves the COMMIT round trip
+    options = f"-c memori.user_id={_guc(user_id)}"
+    if not durable:
+        # a put returns before its WAL is on disk: a server crash may lose the
+        # last few hundred ms of checkpoints (it never corrupts them)
+        options += " -c synchronous_commit=off"
+    return {"autocommit": True, "options": options}
+
+
+def _guc(value: str) -> str:
+    # libpq options: backslash-escape spaces and backslashes
+    return value.replace("\\", "\\\\").replace(" ", "\\ ")
+
+
+def _dsn_of(db: Database | str | None) -> str:
+    if isinstance(db, Database):
+        return db.dsn
+    resolved = resolve_dsn(db)
+    if resolved is None:
+        raise InvalidArgument("no database to store LangGraph state in", sqlstate="PM001",
+                              hint="Pass pymemdb.connect() or a DSN (or set PYMEMDB_DSN).")
+    return resolved
+
+
+class MemoriSaver(_MemoriSaverBase):
+    """LangGraph checkpointer storing threads in pymemdb (synchronous; its async methods run it in a thread).
+
+    >>> saver = MemoriSaver(pymemdb.connect(), user_id="alice")
+    >>> graph = builder.compile(checkpointer=saver)
+    """
+
+    def __init__(
+        self,
+        db: Database | str | None = None,
+        *,
+        user_id: str,
+        policy: str = "default",
+        serde: SerializerProtocol | None = None,
+        max_size: int = 8,
+        durable: bool = True,
+    ) -> None:
+        super().__init__(user_id=user_id, policy=policy, serde=serde)
+        dsn = _dsn_of(db)
+        self.pool = ConnectionPool(dsn, min_size=1, max_size=max_size, kwargs=_pool_kwargs(user_id, durable),
+                                   open=False, name="pymemdb-langgraph")
+        with wrap_exceptions():
+            # one direct attempt first: it fails fast with libpq's message, the pool would retry 30 s
+            psycopg.connect(dsn, connect_timeout=10).close()
+            self.pool.open(wait=True, timeout=30)
+
+    def close(self) -> None:
+        self.pool.close()
+
+    def __enter__(self) -> MemoriSaver:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _call(self, call: Call) -> Any:
+        function, args = call
+        query = self._query(function, args)
+        with wrap_exceptions(), self.pool.connection() as conn:
+            if function.returns == "scalar":
+                with conn.cursor(binary=True, row_factory=dict_row) as cur:
+                    row = cur.execute(query, args).fetchone()
+                    return None if row is None else row["value"]
+            assert function.result is not None
+            typed: psycopg.Cursor[Any]
+            with conn.cursor(binary=True, row_factory=class_row(function.result)) as typed:
+                typed.execute(query, args)
+                return typed.fetchone() if function.returns == "one" else typed.fetchall()
+
+    # -- BaseCheckpointSaver -----------------------------------------------------
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        row = self._call(self._get_call(config))
+        return None if row is None else self._tuple(row)
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        for row in self._call(self._list_call(config, filter, before, limit)):
+            yield self._tuple(row)
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        call, next_config = self._put_call(config, checkpoint, metadata, new_versions)
+        self._call(call)
+        return next_config
+
+    def put_writes(
+        self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
+    ) -> None:
+        self._call(self._writes_call(config, writes, task_id, task_path))
+
+    def delete_thread(self, thread_id: str) -> None:
+        self._call((LG_THREAD_DELETE, {"p_thread_id": str(thread_id), "p_user_id": self.user_id}))
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        self._call((LG_RUNS_DELETE, {"p_run_ids": [str(r) for r in run_ids], "p_user_id": self.user_id}))
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        self._call((LG_THREAD_COPY, {"p_source_thread_id": str(source_thread_id),
+                                     "p_target_thread_id": str(target_thread_id),
+                                     "p_policy": self.policy, "p_user_id": self.user_id}))
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        self._call(self._prune_call(thread_ids, strategy))
+
+    # -- async: the same calls in a worker thread ---------------------------------
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return await asyncio.to_thread(self.get_tuple, config)
+
+    async def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        rows = await asyncio.to_thread(self._call, self._list_call(config, filter, before, limit))
+        for row in rows:
+            yield self._tuple(row)
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        return await asyncio.to_thread(self.put, config, checkpoint, metadata, new_versions)
+
+    async def aput_writes(
+        self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
+    ) -> None:
+        await asyncio.to_thread(self.put_writes, config, writes, task_id, task_path)
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        await asyncio.to_thread(self.delete_thread, thread_id)
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        await asyncio.to_thread(self.delete_for_runs, run_ids)
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        await asyncio.to_thread(self.copy_thread, source_thread_id, target_thread_id)
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        await asyncio.to_thread(self.prune, thread_ids, strategy=strategy)
+
+
+class AsyncMemoriSaver(_MemoriSaverBase):
+    """LangGraph checkpointer storing threads in pymemdb (asyncio, an AsyncConnectionPool).
+
+    >>> async with AsyncMemoriSaver.from_dsn(dsn, user_id="alice") as saver:
+    ...     graph = builder.compile(checkpointer=saver)
+    """
+
+    def __init__(
+        self,
+        pool: AsyncConnectionPool,
+        *,
+        user_id: str,
+        policy: str = "default",
+        serde: SerializerProtocol | None = None,
+    ) -> None:
+        super().__init__(user_id=user_id, policy=policy, serde=serde)
+        self.pool = pool
+        self.loop = asyncio.get_running_loop()
+
+    @classmethod
+    @asynccontextmanager
+    async def from_dsn(
+        cls,
+        db: Database | str | None = None,
+        *,
+        user_id: str,
+        policy: str = "default",
+        serde: SerializerProtocol | None = None,
+        max_size: int = 8,
+        durable: bool = True,
+    ) -> AsyncIterator[AsyncMemoriSaver]:
+        """A saver with its own pool, closed on exit."""
+        dsn = _dsn_of(db)
+        pool = AsyncConnectionPool(dsn, min_size=1, max_size=max_size, kwargs=_pool_kwargs(user_id, durable),
+                                   open=False, name="pymemdb-langgraph-async")
+        with wrap_exceptions():
+            await (await psycopg.AsyncConnection.connect(dsn, connect_timeout=10)).close()
+            await pool.open(wait=True, timeout=30)
+        try:
+            yield cls(pool, user_id=user_id, policy=policy, serde=serde)
+        finally:
+            await pool.close()
+
+    async def _call(self, call: Call) -> Any:
+        function, args = call
+        query = self._query(function, args)
+        with wrap_exceptions():
+            async with self.pool.connection() as conn:
+                if function.returns == "scalar":
+                    async with conn.cursor(binary=True, row_factory=dict_row) as cur:
+                        await cur.execute(query, args)
+                        row = await cur.fetchone()
+                        return None if row is None else row["value"]
+                assert function.result is not None
+                typed: psycopg.AsyncCursor[Any]
+                async with conn.cursor(binary=True, row_factory=class_row(function.result)) as typed:
+                    await typed.execute(query, args)
+                    return await typed.fetchone() if function.returns == "one" else await typed.fetchall()
+
+    # -- BaseCheckpointSaver, async ------------------------------------------------
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        row = await self._call(self._get_call(config))
+        return None if row is None else self._tuple(row)
+
+    async def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        for row in await self._call(self._list_call(config, filter, before, limit)):
+            yield self._tuple(row)
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        call, next_config = self._put_call(config, checkpoint, metadata, new_versions)
+        await self._call(call)
+        return next_config
+
+    async def aput_writes(
+        self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
+    ) -> None:
+        await self._call(self._writes_call(config, writes, task_id, task_path))
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        await self._call((LG_THREAD_DELETE, {"p_thread_id": str(thread_id), "p_user_id": self.user_id}))
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        await self._call((LG_RUNS_DELETE, {"p_run_ids": [str(r) for r in run_ids], "p_user_id": self.user_id}))
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        await self._call((LG_THREAD_COPY, {"p_source_thread_id": str(source_thread_id),
+                                           "p_target_thread_id": str(target_thread_id),
+                                           "p_policy": self.policy, "p_user_id": self.user_id}))
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        await self._call(self._prune_call(thread_ids, strategy))
+
+    # -- sync entry points, for a graph's sync API called off the event loop -------
+    def _sync(self, coro: Any) -> Any:
+        try:
+            if asyncio.get_running_loop() is self.loop:
+                coro.close()
+                raise asyncio.InvalidStateError(
+                    "AsyncMemoriSaver's sync methods must be called from another thread; "
+                    "use the async ones (ainvoke, astream) in the event loop, or MemoriSaver"
+                )
+        except RuntimeError:
+            pass
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return cast("CheckpointTuple | None", self._sync(self.aget_tuple(config)))
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        rows = self._sync(self._call(self._list_call(config, filter, before, limit)))
+        for row in rows:
+            yield self._tuple(row)
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        return cast(RunnableConfig, self._sync(self.aput(config, checkpoint, metadata, new_versions)))
+
+    def put_writes(
+        self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
+    ) -> None:
+        self._sync(self.aput_writes(config, writes, task_id, task_path))
+
+    def delete_thread(self, thread_id: str) -> None:
+        self._sync(self.adelete_thread(thread_id))
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        self._sync(self.adelete_for_runs(run_ids))
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        self._sync(self.acopy_thread(source_thread_id, target_thread_id))
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        self._sync(self.aprune(thread_ids, strategy=strategy))
+

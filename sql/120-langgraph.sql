@@ -1,0 +1,782 @@
+-- pymemdb SQL API, part 12: LangGraph checkpointer storage (issue 9).
+--
+-- pymemdb.integrations.langgraph.MemoriSaver serialises with LangGraph's serde
+-- and calls these functions; every rule is here. A thread is one row of
+-- memori.lg_threads per (user, thread_id); its checkpoints, channel blobs and
+-- pending writes hang off it.
+--
+-- Retention, per saver policy (a kind in memori.retention_policies):
+--   * the latest checkpoint of each namespace never expires (expires_at NULL);
+--     a checkpoint superseded by a newer one expires after the lg_checkpoints
+--     policy's retention, and so do the blobs only superseded checkpoints use;
+--   * a whole thread expires after the lg_threads policy's retention without
+--     a put (idle), taking everything of it along;
+--   * threads of a DeltaChannel graph are never thinned (their latest value is
+--     rebuilt from older checkpoints), only expired whole.
+-- The retention engine deletes them (memori-cleanup preview|execute); reads
+-- never show an expired row.
+
+-------------------------------------------------------------------------------
+-- tables (migrations/versions/0007_langgraph.py)
+comment on table memori.lg_threads is 'LangGraph threads per user: retention policy, last put, idle expiry.';
+comment on table memori.lg_checkpoints is 'LangGraph checkpoints (channel values that are not primitives live in lg_blobs); expires_at set once superseded.';
+comment on table memori.lg_blobs is 'LangGraph channel values by (namespace, channel, version), shared by the checkpoints that carry that version.';
+comment on table memori.lg_writes is 'LangGraph pending writes of a checkpoint; they expire with it once it is superseded, and go when it is pruned or deleted.';
+
+-------------------------------------------------------------------------------
+-- _retention_lg_threads: threads in the retention engine's shape
+create or replace view memori._retention_lg_threads with (security_invoker = true) as
+select t.id, t.user_id as owner, t.thread_id as category, t.policy as kind, t.expires_at, false as important
+  from memori.lg_threads t;
+comment on view memori._retention_lg_threads is 'memori.lg_threads as retention candidates: the saver policy as kind, thread_id as category.';
+
+-------------------------------------------------------------------------------
+-- _retention_lg_checkpoints: superseded checkpoints in the engine's shape
+-- (no join to lg_threads: the cleaner may see only expired rows, and a
+-- superseded checkpoint's thread is usually alive)
+create or replace view memori._retention_lg_checkpoints with (security_invoker = true) as
+select c.id, c.user_id as owner, c.thread::text as category, c.policy as kind, c.expires_at, false as important
+  from memori.lg_checkpoints c;
+comment on view memori._retention_lg_checkpoints is 'memori.lg_checkpoints as retention candidates: the saver policy as kind, the thread key (lg_threads.id) as category.';
+
+-------------------------------------------------------------------------------
+-- _retention_lg_blobs: channel blobs in the engine's shape
+create or replace view memori._retention_lg_blobs with (security_invoker = true) as
+select b.id, b.user_id as owner, b.thread::text as category, b.policy as kind, b.expires_at, false as important
+  from memori.lg_blobs b;
+comment on view memori._retention_lg_blobs is 'memori.lg_blobs as retention candidates: the saver policy as kind, the thread key (lg_threads.id) as category.';
+
+-------------------------------------------------------------------------------
+-- _retention_lg_writes: pending writes in the engine's shape
+create or replace view memori._retention_lg_writes with (security_invoker = true) as
+select w.id, w.user_id as owner, w.thread::text as category, w.policy as kind, w.expires_at, false as important
+  from memori.lg_writes w;
+comment on view memori._retention_lg_writes is 'memori.lg_writes as retention candidates: they expire with their checkpoint; the saver policy as kind, the thread key as category.';
+
+select memori.retention_register('lg_threads', 'memori.lg_threads', 'memori._retention_lg_threads', 'id',
+                                 'LangGraph threads idle past their policy (issue 9)', 4, null, false);
+select memori.retention_register('lg_checkpoints', 'memori.lg_checkpoints', 'memori._retention_lg_checkpoints', 'id',
+                                 'Superseded LangGraph checkpoints (issue 9)', 3, null, false);
+select memori.retention_register('lg_blobs', 'memori.lg_blobs', 'memori._retention_lg_blobs', 'id',
+                                 'LangGraph channel blobs no latest checkpoint uses (issue 9)', 3, null, false);
+select memori.retention_register('lg_writes', 'memori.lg_writes', 'memori._retention_lg_writes', 'id',
+                                 'Pending writes of superseded LangGraph checkpoints (issue 9)', 3, null, false);
+update memori.retention_tables set event_prefix = 'langgraph.thread' where table_name = 'lg_threads';
+
+-- The saver's default policy (kept when re-installing): superseded checkpoints
+-- kept 30 days, threads however long they are idle. lg_blobs and lg_writes
+-- follow lg_checkpoints' retention.
+insert into memori.retention_policies (table_name, kind, priority, retention, preserve_important, description) values
+  ('lg_threads',     'default', 4, null,               false, 'LangGraph threads of the default saver policy: kept while idle'),
+  ('lg_checkpoints', 'default', 3, interval '30 days', false, 'Superseded LangGraph checkpoints of the default saver policy'),
+  ('lg_blobs',       'default', 3, interval '30 days', false, 'Unused LangGraph blobs of the default saver policy (follows lg_checkpoints)'),
+  ('lg_writes',      'default', 3, interval '30 days', false, 'Writes of superseded LangGraph checkpoints, default saver policy (follows lg_checkpoints)')
+on conflict (table_name, kind) do nothing;
+
+-------------------------------------------------------------------------------
+-- _lg_user: the acting user (argument, else memori.user_id), PM001 without one
+create or replace function memori._lg_user(p_user_id text) returns text
+as $func$
+declare
+  v_user text := coalesce(p_user_id, nullif(current_setting('memori.user_id', true), ''));
+begin
+  if v_user is null then
+    perform memori._invalid('no user id: LangGraph state belongs to a user',
+                            'Pass MemoriSaver(db, user_id=...) or p_user_id, or SET memori.user_id.');
+  end if;
+  perform memori._check_identifier('user id', v_user);
+  return v_user;
+end
+$func$ language plpgsql stable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._lg_user(text) is 'The user LangGraph state is read and written for: p_user_id, else setting memori.user_id; PM001 when neither.';
+
+-------------------------------------------------------------------------------
+-- _lg_policy: the retention of a saver policy (superseded checkpoints, idle threads)
+create or replace function memori._lg_policy(p_policy text, out superseded interval, out idle interval)
+as $func$
+declare
+  v_found integer;
+begin
+  select max(p.retention) filter (where p.table_name = 'lg_checkpoints'),
+         max(p.retention) filter (where p.table_name = 'lg_threads'),
+         count(*) filter (where p.table_name in ('lg_checkpoints', 'lg_threads'))
+    into superseded, idle, v_found
+    from memori.retention_policies p
+   where p.table_name in ('lg_checkpoints', 'lg_threads') and p.kind = p_policy and p.kind <> '*';
+  if v_found < 2 then
+    raise exception 'unknown LangGraph retention policy %', coalesce(quote_literal(p_policy), 'NULL')
+      using errcode = 'PM004',
+            hint = 'Use one of: ' || coalesce((select string_agg(distinct kind, ', ') from memori.retention_policies
+                                                 where table_name = 'lg_checkpoints' and kind <> '*'), 'none')
+                   || ', or create one with memori.lg_policy_set(...).';
+  end if;
+end
+$func$ language plpgsql stable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._lg_policy(text) is 'Retention of a LangGraph saver policy: superseded checkpoints and idle threads (NULL: kept); PM004 when unknown.';
+
+-------------------------------------------------------------------------------
+-- _lg_thread: the live thread row of a put (created, or its idle expiry renewed)
+-- A thread that expired but was not cleaned up yet is replaced, not revived:
+-- its old state must not become visible again. The idle expiry is renewed at
+-- most once a minute (a thread row rewritten on every step would cost an
+-- update per put): a thread may expire up to a minute before its idle time.
+create or replace function memori._lg_thread(
+  p_user_id text, p_thread_id text, p_policy text, p_idle interval, p_delta boolean, p_now timestamptz
+) returns memori.lg_threads
+as $func$
+declare
+  v_row memori.lg_threads;
+begin
+  select * into v_row from memori.lg_threads t
+   where t.user_id = p_user_id and t.thread_id = p_thread_id and (t.expires_at is null or t.expires_at > p_now);
+  if found then
+    if v_row.updated_at <= p_now - interval '1 minute' or v_row.updated_at > p_now
+       or v_row.policy <> p_policy or (p_delta and not v_row.uses_delta)
+       or v_row.expires_at is distinct from v_row.updated_at + p_idle then
+      update memori.lg_threads t
+         set updated_at = p_now, expires_at = p_now + p_idle, policy = p_policy, uses_delta = t.uses_delta or p_delta
+       where t.id = v_row.id
+      returning * into v_row;
+    end if;
+    return v_row;
+  end if;
+  perform memori._check_identifier('user id', p_user_id);
+  perform memori._check_identifier('thread id', p_thread_id);
+  delete from memori.lg_threads t
+   where t.user_id = p_user_id and t.thread_id = p_thread_id and t.expires_at <= p_now;
+  insert into memori.lg_threads (user_id, thread_id, policy, uses_delta, created_at, updated_at, expires_at)
+  values (p_user_id, p_thread_id, p_policy, p_delta, p_now, p_now, p_now + p_idle)
+  on conflict (user_id, thread_id) do update
+     set updated_at = excluded.updated_at, expires_at = excluded.expires_at, policy = excluded.policy,
+         uses_delta = memori.lg_threads.uses_delta or excluded.uses_delta
+  returning * into v_row;
+  return v_row;
+end
+$func$ language plpgsql volatile security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._lg_thread(text, text, text, interval, boolean, timestamptz) is 'Create a LangGraph thread or renew its idle expiry (at most once a minute); an expired one is replaced. Returns its row.';
+
+-------------------------------------------------------------------------------
+-- _lg_live_thread: the key of a user's unexpired thread (NULL when none)
+create or replace function memori._lg_live_thread(p_user_id text, p_thread_id text, p_now timestamptz)
+returns bigint
+as $func$
+  select t.id from memori.lg_threads t
+   where t.user_id = p_user_id and t.thread_id = p_thread_id and (t.expires_at is null or t.expires_at > p_now)
+$func$ language sql stable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._lg_live_thread(text, text, timestamptz) is 'Key of a user''s unexpired LangGraph thread, NULL when there is none.';
+
+-------------------------------------------------------------------------------
+-- _lg_writes_gone: pending writes go with their checkpoint
+create or replace function memori._lg_writes_gone() returns trigger
+as $func$
+begin
+  -- A cleanup run deletes the writes itself: they expire with their
+  -- checkpoint, so its plan (and preview) lists them, and deleting them here
+  -- would make execute disagree with preview (and the cleaner may not see them).
+  if memori._cleanup_lock_held() then
+    return null;
+  end if;
+  delete from memori.lg_writes w
+   using gone g
+   where w.thread = g.thread and w.checkpoint_ns = g.checkpoint_ns and w.checkpoint_id = g.checkpoint_id;
+  return null;
+end
+$func$ language plpgsql security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._lg_writes_gone() is 'Trigger: delete the pending writes of deleted LangGraph checkpoints (prune, delete_for_runs); a cleanup run deletes them by their own expiry.';
+
+create or replace trigger lg_checkpoints_writes_gone after delete on memori.lg_checkpoints
+  referencing old table as gone
+  for each statement execute function memori._lg_writes_gone();
+
+-------------------------------------------------------------------------------
+-- _lg_namespace_settle: after deletions, the latest checkpoint is kept and unused blobs go
+create or replace function memori._lg_namespace_settle(p_thread bigint, p_ns text, p_now timestamptz)
+returns integer
+as $func$
+declare
+  v_blobs integer;
+begin
+  with latest as (
+    update memori.lg_checkpoints c set expires_at = null
+     where c.id = (select l.id from memori.lg_checkpoints l
+                    where l.thread = p_thread and l.checkpoint_ns = p_ns
+                      and (l.expires_at is null or l.expires_at > p_now)  -- an expired one stays expired
+                    order by l.checkpoint_id desc limit 1)
+       and c.expires_at is not null
+    returning c.checkpoint -> 'channel_versions' as versions
+  )
+  update memori.lg_blobs b set expires_at = null
+    from latest, jsonb_each_text(latest.versions) v
+   where b.thread = p_thread and b.checkpoint_ns = p_ns and b.channel = v.key and b.version = v.value;
+  update memori.lg_writes w set expires_at = null
+    from memori.lg_checkpoints c
+   where c.thread = p_thread and c.checkpoint_ns = p_ns and c.expires_at is null
+     and w.thread = c.thread and w.checkpoint_ns = c.checkpoint_ns and w.checkpoint_id = c.checkpoint_id
+     and w.expires_at is not null;
+
+  -- the versions still in use, gathered once (a probe per blob would rescan the namespace)
+  with used as materialized (
+    select distinct v.key as channel, v.value as version
+      from memori.lg_checkpoints c, jsonb_each_text(c.checkpoint -> 'channel_versions') v
+     where c.thread = p_thread and c.checkpoint_ns = p_ns
+  )
+  delete from memori.lg_blobs b
+   where b.thread = p_thread and b.checkpoint_ns = p_ns
+     and not exists (select 1 from used u where u.channel = b.channel and u.version = b.version);
+  get diagnostics v_blobs = row_count;
+  return v_blobs;
+end
+$func$ language plpgsql volatile security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._lg_namespace_settle(bigint, text, timestamptz) is 'After checkpoints of a namespace were deleted: its latest checkpoint (and blobs) never expire, blobs no checkpoint uses are deleted; returns how many.';
+
+-------------------------------------------------------------------------------
+-- lg_checkpoint_put: store a checkpoint, its new blobs, and supersede the older ones
+create or replace function memori.lg_checkpoint_put(
+  p_thread_id     text,
+  p_checkpoint_ns text,
+  p_checkpoint_id uuid,
+  p_parent_id     uuid,
+  p_checkpoint    jsonb,
+  p_metadata      jsonb,
+  p_blob_channels text[] default '{}',
+  p_blob_versions text[] default '{}',
+  p_blob_types    text[] default '{}',
+  p_blob_values   bytea[] default '{}',
+  p_policy        text default 'default',
+  p_user_id       text default null,
+  p_now           timestamptz default now()
+) returns void
+as $func$
+declare
+  v_user       text := coalesce(p_user_id, nullif(current_setting('memori.user_id', true), ''));
+  v_ns         text := coalesce(p_checkpoint_ns, '');
+  v_superseded interval;
+  v_idle       interval;
+  v_policies   integer;
+  v_delta      boolean;
+  v_row        memori.lg_threads;
+  v_thread     bigint;
+  v_expires    timestamptz;
+  v_previous   uuid;
+  v_newer      boolean;
+begin
+  if v_user is null then
+    perform memori._lg_user(null);  -- raises PM001 with its hint
+  end if;
+  if p_checkpoint_id is null or jsonb_typeof(p_checkpoint) is distinct from 'object'
+     or jsonb_typeof(p_metadata) is distinct from 'object' then
+    perform memori._invalid('a checkpoint needs an id, a checkpoint object and a metadata object',
+                            'Call it through MemoriSaver.put, which serialises LangGraph''s checkpoint.');
+  end if;
+  if cardinality(p_blob_channels) is distinct from cardinality(p_blob_versions)
+     or cardinality(p_blob_channels) is distinct from cardinality(p_blob_types)
+     or cardinality(p_blob_channels) is distinct from cardinality(p_blob_values) then
+    perform memori._invalid('blob channels, versions, types and values differ in length',
+                            'Pass one entry per blob in each of the four arrays.');
+  end if;
+  -- the saver's policy (inline: this runs on every step of every graph)
+  select max(p.retention) filter (where p.table_name = 'lg_checkpoints'),
+         max(p.retention) filter (where p.table_name = 'lg_threads'), count(*)
+    into v_superseded, v_idle, v_policies
+    from memori.retention_policies p
+   where p.table_name in ('lg_checkpoints', 'lg_threads') and p.kind = p_policy and p.kind <> '*';
+  if v_policies < 2 then
+    perform memori._lg_policy(p_policy);  -- raises PM004 with the known policies
+  end if;
+  v_delta := p_metadata ? 'counters_since_delta_snapshot' or p_metadata ? 'delta_writes_versioned';
+  v_row := memori._lg_thread(v_user, p_thread_id, p_policy, v_idle, v_delta, p_now);
+  v_thread := v_row.id;
+  -- a DeltaChannel graph rebuilds values from older checkpoints: none of them expires alone
+  v_expires := case when v_row.uses_delta then null else p_now + v_superseded end;
+
+  insert into memori.lg_blobs (thread, checkpoint_ns, channel, version, user_id, policy, type, blob)
+  select v_thread, v_ns, u.channel, u.version, v_user, p_policy, u.type, u.value
+    from unnest(p_blob_channels, p_blob_versions, p_blob_types, p_blob_values) as u(channel, version, type, value)
+  on conflict (thread, checkpoint_ns, channel, version) do nothing;
+
+  -- a put below the latest (copying, or racing a newer put) is superseded at once
+  v_newer := exists (select 1 from memori.lg_checkpoints c
+                      where c.thread = v_thread and c.checkpoint_ns = v_ns and c.checkpoint_id > p_checkpoint_id);
+  insert into memori.lg_checkpoints (thread, checkpoint_ns, checkpoint_id, parent_id, user_id, policy, checkpoint,
+                                     metadata, expires_at)
+  values (v_thread, v_ns, p_checkpoint_id, p_parent_id, v_user, p_policy, p_checkpoint, p_metadata,
+          case when v_newer then v_expires end)
+  on conflict (thread, checkpoint_ns, checkpoint_id) do update
+     set checkpoint = excluded.checkpoint, metadata = excluded.metadata;
+
+  if v_newer then
+    update memori.lg_writes w set expires_at = v_expires  -- writes that came first expire with it
+     where w.thread = v_thread and w.checkpoint_ns = v_ns and w.checkpoint_id = p_checkpoint_id;
+    return;
+  end if;
+  -- the checkpoints this one supersedes start expiring, with the blobs only they use
+  if v_expires is not null then
+    with superseded as (
+      update memori.lg_checkpoints c set expires_at = v_expires
+       where c.thread = v_thread and c.checkpoint_ns = v_ns and c.expires_at is null
+         and c.checkpoint_id < p_checkpoint_id
+      returning c.checkpoint_id, c.checkpoint -> 'channel_versions' as versions
+    ), unused as (
+      select distinct v.key, v.value
+        from superseded s, jsonb_each_text(s.versions) v
+       where (p_checkpoint -> 'channel_versions' ->> v.key) is distinct from v.value
+    ), blobs as (
+      -- one key probe per blob (LATERAL ... LIMIT 1) and per checkpoint (= ANY): the
+      -- planner, sizing these from few rows, would otherwise scan the namespace's history
+      update memori.lg_blobs b set expires_at = v_expires
+       where b.id in (select x.id from unused u
+                       cross join lateral (select x.id from memori.lg_blobs x
+                                            where x.thread = v_thread and x.checkpoint_ns = v_ns
+                                              and x.channel = u.key and x.version = u.value
+                                              and x.expires_at is null
+                                            limit 1) x)
+    ), writes as (
+      update memori.lg_writes w set expires_at = v_expires
+       where w.thread = v_thread and w.checkpoint_ns = v_ns
+         and w.checkpoint_id = any (array(select s.checkpoint_id from superseded s))
+    )
+    select (array_agg(s.checkpoint_id order by s.checkpoint_id desc))[1] into v_previous from superseded s;
+  end if;
+  -- forking from an older checkpoint: the blobs it carries over are in use again
+  if p_parent_id is not null and p_parent_id is distinct from v_previous then
+    update memori.lg_blobs b set expires_at = null
+     where b.id in (select x.id from jsonb_each_text(p_checkpoint -> 'channel_versions') v
+                     cross join lateral (select x.id from memori.lg_blobs x
+                                          where x.thread = v_thread and x.checkpoint_ns = v_ns
+                                            and x.channel = v.key and x.version = v.value
+                                            and x.expires_at is not null
+                                          limit 1) x);
+  end if;
+end
+$func$ language plpgsql volatile security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori.lg_checkpoint_put(text, text, uuid, uuid, jsonb, jsonb, text[], text[], text[], bytea[], text, text, timestamptz) is 'Store a LangGraph checkpoint and its new channel blobs for a user; older checkpoints of the namespace start expiring per the saver policy.';
+
+-------------------------------------------------------------------------------
+-- lg_writes_put: store the pending writes of a task
+create or replace function memori.lg_writes_put(
+  p_thread_id     text,
+  p_checkpoint_ns text,
+  p_checkpoint_id uuid,
+  p_task_id       text,
+  p_task_path     text,
+  p_idx           integer[],
+  p_channels      text[],
+  p_types         text[],
+  p_values        bytea[],
+  p_policy        text default 'default',
+  p_user_id       text default null,
+  p_now           timestamptz default now()
+) returns integer
+as $func$
+declare
+  v_user    text := coalesce(p_user_id, nullif(current_setting('memori.user_id', true), ''));
+  v_thread  bigint;
+  v_expires timestamptz;
+  v_count   integer;
+begin
+  if v_user is null then
+    perform memori._lg_user(null);  -- raises PM001 with its hint (a new thread checks the id's form)
+  end if;
+  if p_checkpoint_id is null or p_task_id is null then
+    perform memori._invalid('pending writes need a checkpoint id and a task id',
+                            'Call it through MemoriSaver.put_writes with the config put returned.');
+  end if;
+  if cardinality(p_idx) is distinct from cardinality(p_channels)
+     or cardinality(p_idx) is distinct from cardinality(p_types)
+     or cardinality(p_idx) is distinct from cardinality(p_values) then
+    perform memori._invalid('write indexes, channels, types and values differ in length',
+                            'Pass one entry per write in each of the four arrays.');
+  end if;
+  -- writes may arrive before their checkpoint: they create the thread too
+  v_thread := (memori._lg_thread(v_user, p_thread_id, p_policy, (memori._lg_policy(p_policy)).idle, false, p_now)).id;
+  -- writes of a superseded checkpoint expire with it (NULL: the latest, or not saved yet)
+  select c.expires_at into v_expires from memori.lg_checkpoints c
+   where c.thread = v_thread and c.checkpoint_ns = coalesce(p_checkpoint_ns, '') and c.checkpoint_id = p_checkpoint_id;
+  if (select bool_and(i < 0) from unnest(p_idx) i) then
+    -- special writes (error, interrupt, resume, scheduled) replace the task's previous ones
+    insert into memori.lg_writes (thread, checkpoint_ns, checkpoint_id, task_id, idx, task_path, user_id, policy,
+                                  channel, type, blob, expires_at)
+    select v_thread, coalesce(p_checkpoint_ns, ''), p_checkpoint_id, p_task_id, u.idx, coalesce(p_task_path, ''),
+           v_user, p_policy, u.channel, u.type, u.value, v_expires
+      from unnest(p_idx, p_channels, p_types, p_values) as u(idx, channel, type, value)
+    on conflict (thread, checkpoint_ns, checkpoint_id, task_id, idx) do update
+       set channel = excluded.channel, type = excluded.type, blob = excluded.blob;
+  else
+    -- a task's regular writes are saved once: a retry does not duplicate them
+    insert into memori.lg_writes (thread, checkpoint_ns, checkpoint_id, task_id, idx, task_path, user_id, policy,
+                                  channel, type, blob, expires_at)
+    select v_thread, coalesce(p_checkpoint_ns, ''), p_checkpoint_id, p_task_id, u.idx, coalesce(p_task_path, ''),
+           v_user, p_policy, u.channel, u.type, u.value, v_expires
+      from unnest(p_idx, p_channels, p_types, p_values) as u(idx, channel, type, value)
+    on conflict (thread, checkpoint_ns, checkpoint_id, task_id, idx) do nothing;
+  end if;
+  get diagnostics v_count = row_count;
+  return v_count;
+end
+$func$ language plpgsql volatile security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori.lg_writes_put(text, text, uuid, text, text, integer[], text[], text[], bytea[], text, text, timestamptz) is 'Store a task''s pending writes for a LangGraph checkpoint (special writes upsert, regular ones are written once); returns rows written.';
+
+-------------------------------------------------------------------------------
+-- _lg_tuple: a checkpoint with its blobs and ordered pending writes
+create or replace function memori._lg_tuple(p_thread_id text, p_c memori.lg_checkpoints, p_now timestamptz)
+returns memori.lg_tuple
+as $func$
+  select p_thread_id, (p_c).checkpoint_ns, (p_c).checkpoint_id, (p_c).parent_id, (p_c).checkpoint, (p_c).metadata,
+         b.channels, b.types, b.vals,
+         w.task_ids, w.channels, w.types, w.vals, w.paths, w.idx
+    -- one primary-key probe per channel (LATERAL ... LIMIT 1): a join would be
+    -- planned for the namespace's whole blob history, which grows with every step
+    from (select array_agg(v.key) as channels, array_agg(bl.type) as types, array_agg(bl.blob) as vals
+            from jsonb_each_text((p_c).checkpoint -> 'channel_versions') v
+           cross join lateral (
+             select x.type, x.blob from memori.lg_blobs x
+              where x.thread = (p_c).thread and x.checkpoint_ns = (p_c).checkpoint_ns
+                and x.channel = v.key and x.version = v.value
+                and (x.expires_at is null or x.expires_at > p_now)
+              limit 1) bl) b,
+         (select array_agg(wr.task_id order by wr.task_path, wr.task_id, wr.idx) as task_ids,
+                 array_agg(wr.channel order by wr.task_path, wr.task_id, wr.idx) as channels,
+                 array_agg(wr.type order by wr.task_path, wr.task_id, wr.idx) as types,
+                 array_agg(wr.blob order by wr.task_path, wr.task_id, wr.idx) as vals,
+                 array_agg(wr.task_path order by wr.task_path, wr.task_id, wr.idx) as paths,
+                 array_agg(wr.idx order by wr.task_path, wr.task_id, wr.idx) as idx
+            from memori.lg_writes wr
+           where wr.thread = (p_c).thread and wr.checkpoint_ns = (p_c).checkpoint_ns
+             and wr.checkpoint_id = (p_c).checkpoint_id and (wr.expires_at is null or wr.expires_at > p_now)) w
+$func$ language sql stable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._lg_tuple(text, memori.lg_checkpoints, timestamptz) is 'A LangGraph checkpoint as a tuple: its unexpired blobs and its pending writes in (task_path, task_id, idx) order.';
+
+-------------------------------------------------------------------------------
+-- lg_checkpoint_get: one checkpoint (the latest of the namespace without an id)
+-- The hot read of every graph step: one statement per case, no nested calls
+-- (each costs a plan and a search_path switch); _lg_tuple is inlined here.
+create or replace function memori.lg_checkpoint_get(
+  p_thread_id     text,
+  p_checkpoint_ns text default '',
+  p_checkpoint_id uuid default null,
+  p_user_id       text default null,
+  p_now           timestamptz default now()
+) returns setof memori.lg_tuple
+as $func$
+declare
+  v_user text := coalesce(p_user_id, nullif(current_setting('memori.user_id', true), ''));
+  v_ns   text := coalesce(p_checkpoint_ns, '');
+begin
+  if v_user is null then
+    perform memori._lg_user(null);  -- raises PM001 with its hint
+  end if;
+  if p_checkpoint_id is null then
+    return query
+      select t.thread_id, c.checkpoint_ns, c.checkpoint_id, c.parent_id, c.checkpoint, c.metadata,
+             b.channels, b.types, b.vals, w.task_ids, w.channels, w.types, w.vals, w.paths, w.idx
+        from memori.lg_threads t
+       cross join lateral (select * from memori.lg_checkpoints c
+                            where c.thread = t.id and c.checkpoint_ns = v_ns
+                              and (c.expires_at is null or c.expires_at > p_now)
+                            order by c.checkpoint_id desc limit 1) c
+       cross join lateral (
+         select array_agg(v.key) as channels, array_agg(bl.type) as types, array_agg(bl.blob) as vals
+           from jsonb_each_text(c.checkpoint -> 'channel_versions') v
+          cross join lateral (select x.type, x.blob from memori.lg_blobs x
+                               where x.thread = c.thread and x.checkpoint_ns = c.checkpoint_ns
+                                 and x.channel = v.key and x.version = v.value
+                                 and (x.expires_at is null or x.expires_at > p_now)
+                               limit 1) bl) b
+       cross join lateral (
+         select array_agg(wr.task_id order by wr.task_path, wr.task_id, wr.idx) as task_ids,
+                array_agg(wr.channel order by wr.task_path, wr.task_id, wr.idx) as channels,
+                array_agg(wr.type order by wr.task_path, wr.task_id, wr.idx) as types,
+                array_agg(wr.blob order by wr.task_path, wr.task_id, wr.idx) as vals,
+                array_agg(wr.task_path order by wr.task_path, wr.task_id, wr.idx) as paths,
+                array_agg(wr.idx order by wr.task_path, wr.task_id, wr.idx) as idx
+           from memori.lg_writes wr
+          where wr.thread = c.thread and wr.checkpoint_ns = c.checkpoint_ns
+            and wr.checkpoint_id = c.checkpoint_id and (wr.expires_at is null or wr.expires_at > p_now)) w
+       where t.user_id = v_user and t.thread_id = p_thread_id and (t.expires_at is null or t.expires_at > p_now);
+  else
+    return query
+      select x.*
+        from memori.lg_threads t
+        join memori.lg_checkpoints c on c.thread = t.id
+       cross join lateral memori._lg_tuple(t.thread_id, c, p_now) x
+       where t.user_id = v_user and t.thread_id = p_thread_id and (t.expires_at is null or t.expires_at > p_now)
+         and c.checkpoint_ns = v_ns and c.checkpoint_id = p_checkpoint_id
+         and (c.expires_at is null or c.expires_at > p_now);
+  end if;
+end
+$func$ language plpgsql stable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori.lg_checkpoint_get(text, text, uuid, text, timestamptz) is 'A LangGraph checkpoint tuple (checkpoint, blobs, pending writes): the given id, else the latest of the namespace; no row when absent or expired.';
+
+-------------------------------------------------------------------------------
+-- lg_checkpoint_list: checkpoints by thread, namespace, metadata, before, newest first
+create or replace function memori.lg_checkpoint_list(
+  p_thread_id     text default null,
+  p_checkpoint_ns text default null,
+  p_checkpoint_id uuid default null,
+  p_filter        jsonb default null,
+  p_before        uuid default null,
+  p_limit         integer default null,
+  p_user_id       text default null,
+  p_now           timestamptz default now()
+) returns setof memori.lg_tuple
+as $func$
+declare
+  v_user text := memori._lg_user(p_user_id);
+begin
+  if p_limit is not null and p_limit < 0 then
+    perform memori._invalid(format('limit must be NULL or >= 0, got %s', p_limit), 'Pass limit=None for all.');
+  end if;
+  if p_filter is not null and jsonb_typeof(p_filter) <> 'object' then
+    perform memori._invalid('the metadata filter must be a JSON object', 'Pass filter={"source": "loop"}.');
+  end if;
+  -- "p is null or ...": PL/pgSQL plans the statement for the values of each call
+  -- (a custom plan: the generic one would be far costlier), so only the filters
+  -- given reach the plan, and the (thread, namespace, id) index serves them
+  return query
+    select x.*
+      from (select t.thread_id, c
+              from memori.lg_threads t
+              join memori.lg_checkpoints c on c.thread = t.id
+             where t.user_id = v_user
+               and (p_thread_id is null or t.thread_id = p_thread_id)
+               and (t.expires_at is null or t.expires_at > p_now)
+               and (p_checkpoint_ns is null or c.checkpoint_ns = p_checkpoint_ns)
+               and (p_checkpoint_id is null or c.checkpoint_id = p_checkpoint_id)
+               and (p_before is null or c.checkpoint_id < p_before)
+               and (p_filter is null or c.metadata @> p_filter)
+               and (c.expires_at is null or c.expires_at > p_now)
+             order by c.checkpoint_id desc
+             limit p_limit) s
+     cross join lateral memori._lg_tuple(s.thread_id, s.c, p_now) x
+     order by x.checkpoint_id desc;
+end
+$func$ language plpgsql stable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori.lg_checkpoint_list(text, text, uuid, jsonb, uuid, integer, text, timestamptz) is 'LangGraph checkpoint tuples of a user, newest first: by thread, namespace, id, metadata containment, before an id, up to a limit.';
+
+-------------------------------------------------------------------------------
+-- lg_thread_delete: a thread with everything of it
+create or replace function memori.lg_thread_delete(p_thread_id text, p_user_id text default null)
+returns integer
+as $func$
+declare
+  v_user  text := memori._lg_user(p_user_id);
+  v_count integer;
+begin
+  delete from memori.lg_threads t where t.user_id = v_user and t.thread_id = p_thread_id;
+  get diagnostics v_count = row_count;
+  if v_count > 0 then
+    perform memori._event_emit('langgraph.thread_deleted', jsonb_build_object('user_id', v_user, 'thread_id', p_thread_id));
+  end if;
+  return v_count;
+end
+$func$ language plpgsql volatile security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori.lg_thread_delete(text, text) is 'Delete a user''s LangGraph thread with its checkpoints, blobs and writes; returns 1, or 0 when there was none.';
+
+-------------------------------------------------------------------------------
+-- lg_thread_copy: every unexpired checkpoint, blob and write of a thread into another
+create or replace function memori.lg_thread_copy(
+  p_source_thread_id text,
+  p_target_thread_id text,
+  p_policy           text default 'default',
+  p_user_id          text default null,
+  p_now              timestamptz default now()
+) returns integer
+as $func$
+declare
+  v_user   text := memori._lg_user(p_user_id);
+  v_source memori.lg_threads;
+  v_target bigint;
+  v_count  integer;
+begin
+  select * into v_source from memori.lg_threads t
+   where t.id = memori._lg_live_thread(v_user, p_source_thread_id, p_now);
+  if not found then
+    return 0;  -- LangGraph: copying a thread that does not exist copies nothing
+  end if;
+  v_target := (memori._lg_thread(v_user, p_target_thread_id, p_policy, (memori._lg_policy(p_policy)).idle,
+                                 v_source.uses_delta, p_now)).id;
+  if v_target = v_source.id then
+    return 0;
+  end if;
+  insert into memori.lg_blobs (thread, checkpoint_ns, channel, version, user_id, policy, type, blob, expires_at)
+  select v_target, b.checkpoint_ns, b.channel, b.version, v_user, p_policy, b.type, b.blob, b.expires_at
+    from memori.lg_blobs b
+   where b.thread = v_source.id and (b.expires_at is null or b.expires_at > p_now)
+  on conflict (thread, checkpoint_ns, channel, version) do nothing;
+  insert into memori.lg_checkpoints (thread, checkpoint_ns, checkpoint_id, parent_id, user_id, policy, checkpoint,
+                                     metadata, expires_at)
+  select v_target, c.checkpoint_ns, c.checkpoint_id, c.parent_id, v_user, p_policy, c.checkpoint, c.metadata,
+         c.expires_at
+    from memori.lg_checkpoints c
+   where c.thread = v_source.id and (c.expires_at is null or c.expires_at > p_now)
+   order by c.checkpoint_ns, c.checkpoint_id
+  on conflict (thread, checkpoint_ns, checkpoint_id) do nothing;
+  get diagnostics v_count = row_count;
+  insert into memori.lg_writes (thread, checkpoint_ns, checkpoint_id, task_id, idx, task_path, user_id, policy, channel,
+                                type, blob, expires_at)
+  select v_target, w.checkpoint_ns, w.checkpoint_id, w.task_id, w.idx, w.task_path, v_user, p_policy, w.channel, w.type,
+         w.blob, w.expires_at
+    from memori.lg_writes w
+   where w.thread = v_source.id and (w.expires_at is null or w.expires_at > p_now)
+  on conflict (thread, checkpoint_ns, checkpoint_id, task_id, idx) do nothing;
+  perform memori._event_emit('langgraph.thread_copied',
+            jsonb_build_object('user_id', v_user, 'source', p_source_thread_id, 'target', p_target_thread_id,
+                               'checkpoints', v_count), p_now);
+  return v_count;
+end
+$func$ language plpgsql volatile security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori.lg_thread_copy(text, text, text, text, timestamptz) is 'Copy a user''s LangGraph thread (unexpired checkpoints with their blobs and writes, same ids) into another thread; returns checkpoints copied.';
+
+-------------------------------------------------------------------------------
+-- lg_threads_prune: LangGraph's prune strategies, keep_latest and delete
+create or replace function memori.lg_threads_prune(
+  p_thread_ids text[],
+  p_strategy   text default 'keep_latest',
+  p_user_id    text default null,
+  p_now        timestamptz default now()
+) returns memori.lg_prune_result
+as $func$
+declare
+  v_user   text := memori._lg_user(p_user_id);
+  v_result memori.lg_prune_result := (0, 0, 0);
+  v_delta  text;
+  v_ns     record;
+  v_count  integer;
+begin
+  if p_strategy is null or p_strategy not in ('keep_latest', 'delete') then
+    perform memori._invalid(format('unknown prune strategy %s', coalesce(quote_literal(p_strategy), 'NULL')),
+                            'Use keep_latest (the latest checkpoint of each namespace stays) or delete.');
+  end if;
+  if coalesce(cardinality(p_thread_ids), 0) = 0 then
+    return v_result;
+  end if;
+  if p_strategy = 'delete' then
+    delete from memori.lg_threads t where t.user_id = v_user and t.thread_id = any (p_thread_ids);
+    get diagnostics v_count = row_count;
+    v_result.threads := v_count;
+  else
+    -- a DeltaChannel rebuilds its value from older checkpoints: refuse, as LangGraph's own savers do
+    select string_agg(t.thread_id, ', ' order by t.thread_id) into v_delta
+      from memori.lg_threads t
+     where t.user_id = v_user and t.thread_id = any (p_thread_ids) and t.uses_delta;
+    if v_delta is not null then
+      raise exception 'keep_latest cannot prune threads that use a DeltaChannel: %', v_delta
+        using errcode = 'PM080',
+              detail = 'Their latest values are rebuilt from older checkpoints and writes, which keep_latest deletes.',
+              hint = 'Prune them with strategy delete, or let them expire whole (lg_threads idle retention).';
+    end if;
+    for v_ns in
+      select distinct c.thread, c.checkpoint_ns
+        from memori.lg_threads t join memori.lg_checkpoints c on c.thread = t.id
+       where t.user_id = v_user and t.thread_id = any (p_thread_ids)
+    loop
+      -- one statement, one snapshot: a checkpoint put meanwhile is newer and stays
+      with gone as (
+        delete from memori.lg_checkpoints c
+         where c.thread = v_ns.thread and c.checkpoint_ns = v_ns.checkpoint_ns
+           and c.checkpoint_id < (select l.checkpoint_id from memori.lg_checkpoints l
+                                   where l.thread = v_ns.thread and l.checkpoint_ns = v_ns.checkpoint_ns
+                                   order by l.checkpoint_id desc limit 1)
+        returning c.checkpoint_id
+      ), orphaned as (
+        update memori.lg_checkpoints c set parent_id = null
+         where c.thread = v_ns.thread and c.checkpoint_ns = v_ns.checkpoint_ns
+           and c.parent_id in (select g.checkpoint_id from gone g)
+      )
+      select count(*) into v_count from gone;
+      v_result.checkpoints := v_result.checkpoints + v_count;
+      v_result.blobs := v_result.blobs + memori._lg_namespace_settle(v_ns.thread, v_ns.checkpoint_ns, p_now);
+    end loop;
+  end if;
+  perform memori._event_emit('langgraph.pruned',
+            jsonb_build_object('user_id', v_user, 'thread_ids', to_jsonb(p_thread_ids), 'strategy', p_strategy,
+                               'threads', v_result.threads, 'checkpoints', v_result.checkpoints,
+                               'blobs', v_result.blobs), p_now);
+  return v_result;
+end
+$func$ language plpgsql volatile security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori.lg_threads_prune(text[], text, text, timestamptz) is 'Prune a user''s LangGraph threads: keep_latest keeps the latest checkpoint of each namespace (refused for DeltaChannel threads, PM080), delete removes the threads.';
+
+-------------------------------------------------------------------------------
+-- lg_runs_delete: every checkpoint (and its writes) a run created
+create or replace function memori.lg_runs_delete(
+  p_run_ids text[],
+  p_user_id text default null,
+  p_now     timestamptz default now()
+) returns integer
+as $func$
+declare
+  v_user  text := memori._lg_user(p_user_id);
+  v_count integer := 0;
+  v_ns    record;
+begin
+  if coalesce(cardinality(p_run_ids), 0) = 0 then
+    return 0;
+  end if;
+  for v_ns in
+    with gone as (
+      delete from memori.lg_checkpoints c
+       where c.user_id = v_user and c.metadata ->> 'run_id' = any (p_run_ids)
+      returning c.thread, c.checkpoint_ns
+    )
+    select g.thread, g.checkpoint_ns, count(*)::integer as n from gone g group by g.thread, g.checkpoint_ns
+  loop
+    v_count := v_count + v_ns.n;
+    perform memori._lg_namespace_settle(v_ns.thread, v_ns.checkpoint_ns, p_now);
+  end loop;
+  if v_count > 0 then
+    perform memori._event_emit('langgraph.runs_deleted',
+              jsonb_build_object('user_id', v_user, 'run_ids', to_jsonb(p_run_ids), 'checkpoints', v_count), p_now);
+  end if;
+  return v_count;
+end
+$func$ language plpgsql volatile security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori.lg_runs_delete(text[], text, timestamptz) is 'Delete a user''s LangGraph checkpoints whose metadata run_id is one of the given, with their writes and unused blobs; returns checkpoints deleted.';
+
+-------------------------------------------------------------------------------
+-- lg_policy_set: create or change a saver retention policy (a DBA's call)
+create or replace function memori.lg_policy_set(
+  p_policy           text,
+  p_superseded_after interval,
+  p_idle_after       interval default null,
+  p_priority         integer default 3
+) returns void
+as $func$
+begin
+  perform memori._check_identifier('policy', p_policy, 63);
+  if p_policy = '*' then
+    perform memori._invalid('policy * is the engine''s table default', 'Name the policy, e.g. short.');
+  end if;
+  if p_superseded_after <= interval '0' or p_idle_after <= interval '0' then
+    perform memori._invalid('retention must be positive or NULL (kept)', 'Pass an interval such as 7 days.');
+  end if;
+  insert into memori.retention_policies (table_name, kind, priority, retention, preserve_important, description)
+  values ('lg_checkpoints', p_policy, p_priority, p_superseded_after, false,
+          format('Superseded LangGraph checkpoints of saver policy %s', p_policy)),
+         ('lg_blobs', p_policy, p_priority, p_superseded_after, false,
+          format('Unused LangGraph blobs of saver policy %s (follows lg_checkpoints)', p_policy)),
+         ('lg_writes', p_policy, p_priority, p_superseded_after, false,
+          format('Writes of superseded LangGraph checkpoints, saver policy %s (follows lg_checkpoints)', p_policy)),
+         ('lg_threads', p_policy, p_priority + 1, p_idle_after, false,
+          format('Idle LangGraph threads of saver policy %s', p_policy))
+  on conflict (table_name, kind) do update
+     set priority = excluded.priority, retention = excluded.retention, description = excluded.description;
+end
+$func$ language plpgsql volatile security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori.lg_policy_set(text, interval, interval, integer) is 'Create or change a LangGraph saver retention policy: superseded checkpoints kept p_superseded_after, threads kept p_idle_after idle (NULL: kept). Applies to rows written afterwards.';

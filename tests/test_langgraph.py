@@ -1,0 +1,397 @@
+"""LangGraph storage through SQL: users, supersede-and-expire, idle threads, prune, runs, copy, retention cycles."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+from uuid import UUID
+
+import psycopg
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from psycopg.types.json import Jsonb
+
+from tests.helpers import T0, assert_sqlstate, memory, one, rows, value
+
+DAY = timedelta(days=1)
+SEC = timedelta(seconds=1)
+KEEP = 30 * DAY  # the default policy's retention of superseded checkpoints
+
+
+def cid(n: int) -> UUID:
+    """Checkpoint ids in put order (LangGraph's uuid6 sort by time)."""
+    return UUID(int=n)
+
+
+def put(conn: psycopg.Connection, thread: str, n: int, versions: dict[str, str], *, parent: int | None = None,
+        blobs: dict[str, str] | None = None, at: datetime = T0, user: str = "alice", ns: str = "",
+        metadata: dict[str, Any] | None = None, policy: str = "default") -> None:
+    """A checkpoint whose channels are at ``versions``; ``blobs`` = {channel: version} stored with it."""
+    blobs = blobs or {}
+    conn.execute(
+        "select memori.lg_checkpoint_put(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s::bytea[], %s, %s, %s)",
+        (thread, ns, cid(n), cid(parent) if parent is not None else None,
+         Jsonb({"v": 4, "ts": at.isoformat(), "channel_values": {}, "channel_versions": versions,
+                "versions_seen": {}}),
+         Jsonb(metadata if metadata is not None else {"source": "loop", "step": n}),
+         list(blobs), list(blobs.values()), ["bytes"] * len(blobs),
+         [f"{c}@{v}".encode() for c, v in blobs.items()], policy, user, at))
+
+
+def get(conn: psycopg.Connection, thread: str, n: int | None = None, *, at: datetime = T0, user: str = "alice",
+        ns: str = "") -> dict[str, Any] | None:
+    return one(conn, "select * from memori.lg_checkpoint_get(%s, %s, %s, %s, %s)",
+               (thread, ns, cid(n) if n is not None else None, user, at))
+
+
+def blob_values(row: dict[str, Any] | None) -> dict[str, bytes]:
+    assert row is not None
+    return dict(zip(row["blob_channels"] or [], [bytes(b) for b in row["blob_values"] or []], strict=True))
+
+
+def expiries(conn: psycopg.Connection, table: str) -> dict[str, Any]:
+    key = {"lg_checkpoints": "c.checkpoint_id::text", "lg_blobs": "c.channel || '@' || c.version"}[table]
+    return {r["k"]: r["expires_at"] for r in rows(conn, f"select {key} as k, c.expires_at from memori.{table} c")}
+
+
+def cleanup(conn: psycopg.Connection, at: datetime) -> dict[str, int]:
+    summary = one(conn, "select * from memori.cleanup_execute(%s)", (at,))
+    assert summary is not None
+    return {k: v for k, v in summary["deleted_by_table"].items() if v}
+
+
+# -- users -------------------------------------------------------------------------
+def test_state_belongs_to_a_user(conn: psycopg.Connection) -> None:
+    err = assert_sqlstate(conn, "PM001", "select memori.lg_checkpoint_put('t', '', %s, null, '{}', '{}')", (cid(1),))
+    assert "user_id" in (err.diag.message_hint or "")
+    conn.execute("set memori.user_id = 'carol'")
+    conn.execute("select memori.lg_checkpoint_put('t', '', %s, null, '{}', '{}', p_now => %s)", (cid(1), T0))
+    assert value(conn, "select user_id from memori.lg_threads") == "carol"
+    assert value(conn, "select count(*) from memori.lg_checkpoint_get('t', p_now => %s)", (T0,)) == 1
+
+
+def test_one_thread_id_of_two_users_is_two_threads(conn: psycopg.Connection) -> None:
+    put(conn, "t", 1, {"a": "1"}, blobs={"a": "1"}, user="alice")
+    put(conn, "t", 2, {"a": "1"}, blobs={"a": "1"}, user="bob")
+    assert get(conn, "t", user="alice")["checkpoint_id"] == cid(1)  # type: ignore[index]
+    assert get(conn, "t", user="bob")["checkpoint_id"] == cid(2)  # type: ignore[index]
+    conn.execute("select memori.lg_thread_delete('t', 'bob')")
+    assert get(conn, "t", user="bob") is None and get(conn, "t", user="alice") is not None
+    assert value(conn, "select count(*) from memori.lg_blobs where user_id = 'alice'") == 1
+
+
+def test_unknown_policy_is_refused(conn: psycopg.Connection) -> None:
+    err = assert_sqlstate(conn, "PM004", "select memori.lg_checkpoint_put('t', '', %s, null, '{}', '{}', "
+                                         "p_policy => 'nope', p_user_id => 'u')", (cid(1),))
+    assert "default" in (err.diag.message_hint or "")
+
+
+# -- supersede and expire --------------------------------------------------------------
+def test_latest_is_kept_superseded_expire_with_the_blobs_only_they_use(conn: psycopg.Connection) -> None:
+    put(conn, "t", 1, {"a": "1", "b": "1"}, blobs={"a": "1", "b": "1"}, at=T0)
+    put(conn, "t", 2, {"a": "2", "b": "1"}, parent=1, blobs={"a": "2"}, at=T0 + DAY)
+    assert expiries(conn, "lg_checkpoints") == {str(cid(1)): T0 + DAY + KEEP, str(cid(2)): None}
+    # b@1 is still carried by the latest checkpoint: it does not expire
+    assert expiries(conn, "lg_blobs") == {"a@1": T0 + DAY + KEEP, "b@1": None, "a@2": None}
+    assert blob_values(get(conn, "t", at=T0 + DAY)) == {"a": b"a@2", "b": b"b@1"}
+
+
+def test_expiry_boundary_to_the_second(conn: psycopg.Connection) -> None:
+    put(conn, "t", 1, {"a": "1"}, blobs={"a": "1"}, at=T0)
+    put(conn, "t", 2, {"a": "2"}, parent=1, blobs={"a": "2"}, at=T0)
+    assert get(conn, "t", 1, at=T0 + KEEP - SEC) is not None
+    assert blob_values(get(conn, "t", 1, at=T0 + KEEP - SEC)) == {"a": b"a@1"}
+    assert get(conn, "t", 1, at=T0 + KEEP) is None  # the boundary second belongs to "expired"
+    assert value(conn, "select count(*) from memori.lg_checkpoint_list('t', p_user_id => 'alice', p_now => %s)",
+                 (T0 + KEEP,)) == 1
+    assert cleanup(conn, T0 + KEEP - SEC) == {}
+    assert cleanup(conn, T0 + KEEP) == {"lg_checkpoints": 1, "lg_blobs": 1}
+    assert blob_values(get(conn, "t", at=T0 + KEEP)) == {"a": b"a@2"}
+
+
+def test_retention_cycle_removes_expired_langgraph_state_and_nothing_else(conn: psycopg.Connection) -> None:
+    memory(conn, "permanent_alice", None)
+    for thread in ("t1", "t2"):
+        put(conn, thread, 1, {"a": "1", "b": "1"}, blobs={"a": "1", "b": "1"}, at=T0)
+        put(conn, thread, 2, {"a": "2", "b": "1"}, parent=1, blobs={"a": "2"}, at=T0)
+        put(conn, thread, 3, {"a": "3", "b": "1"}, parent=2, blobs={"a": "3"}, at=T0)
+        conn.execute("select memori.lg_writes_put(%s, '', %s, 'task', '', '{0}', '{ch}', '{bytes}', '{x}'::bytea[],"
+                     " p_user_id => 'alice', p_now => %s)", (thread, cid(2), T0))
+        conn.execute("select memori.lg_writes_put(%s, '', %s, 'task', '', '{0}', '{ch}', '{bytes}', '{y}'::bytea[],"
+                     " p_user_id => 'alice', p_now => %s)", (thread, cid(3), T0))
+    preview = rows(conn, "select table_name, count(*) as n from memori.cleanup_preview(%s) group by 1 order by 1",
+                   (T0 + KEEP,))
+    assert preview == [{"table_name": "lg_blobs", "n": 4}, {"table_name": "lg_checkpoints", "n": 4},
+                       {"table_name": "lg_writes", "n": 2}]
+    assert cleanup(conn, T0 + KEEP) == {"lg_blobs": 4, "lg_checkpoints": 4, "lg_writes": 2}  # = the preview
+    for thread in ("t1", "t2"):
+        latest = get(conn, thread, at=T0 + KEEP)
+        assert latest is not None and latest["checkpoint_id"] == cid(3)
+        assert blob_values(latest) == {"a": b"a@3", "b": b"b@1"}
+        assert [bytes(v) for v in latest["write_values"]] == [b"y"]
+    # the superseded checkpoint's writes went with it; the memory was not touched
+    assert value(conn, "select count(*) from memori.lg_writes") == 2
+    assert value(conn, "select count(*) from memori.memories") == 1
+
+
+def test_a_put_below_the_latest_is_superseded_at_once(conn: psycopg.Connection) -> None:
+    put(conn, "t", 5, {"a": "5"}, blobs={"a": "5"})
+    put(conn, "t", 3, {"a": "3"}, blobs={"a": "3"})  # copied or raced: older than the latest
+    assert expiries(conn, "lg_checkpoints") == {str(cid(5)): None, str(cid(3)): T0 + KEEP}
+    assert get(conn, "t")["checkpoint_id"] == cid(5)  # type: ignore[index]
+
+
+def test_forking_from_an_old_checkpoint_keeps_the_blobs_it_carries(conn: psycopg.Connection) -> None:
+    put(conn, "t", 1, {"a": "1", "b": "1"}, blobs={"a": "1", "b": "1"})
+    put(conn, "t", 2, {"a": "2", "b": "2"}, parent=1, blobs={"a": "2", "b": "2"})
+    assert expiries(conn, "lg_blobs")["b@1"] == T0 + KEEP
+    # update_state on checkpoint 1: the fork carries b@1 and writes a new a
+    put(conn, "t", 3, {"a": "3x", "b": "1"}, parent=1, blobs={"a": "3x"}, at=T0 + DAY)
+    blobs = expiries(conn, "lg_blobs")
+    assert blobs["b@1"] is None and blobs["a@3x"] is None
+    assert blobs["a@2"] == blobs["b@2"] == T0 + DAY + KEEP
+    cleanup(conn, T0 + DAY + KEEP)
+    assert blob_values(get(conn, "t", at=T0 + DAY + KEEP)) == {"a": b"a@3x", "b": b"b@1"}
+
+
+def test_namespaces_supersede_separately(conn: psycopg.Connection) -> None:
+    put(conn, "t", 1, {"a": "1"}, blobs={"a": "1"})
+    put(conn, "t", 2, {"a": "1"}, blobs={"a": "1"}, ns="child:1")
+    put(conn, "t", 3, {"a": "2"}, parent=1, blobs={"a": "2"})
+    assert expiries(conn, "lg_checkpoints") == {str(cid(1)): T0 + KEEP, str(cid(2)): None, str(cid(3)): None}
+
+
+def test_policy_is_per_saver(conn: psycopg.Connection) -> None:
+    conn.execute("select memori.lg_policy_set('short', '1 day', '7 days')")
+    put(conn, "t", 1, {"a": "1"}, blobs={"a": "1"}, policy="short")
+    put(conn, "t", 2, {"a": "2"}, parent=1, blobs={"a": "2"}, policy="short")
+    assert expiries(conn, "lg_checkpoints")[str(cid(1))] == T0 + DAY
+    assert value(conn, "select expires_at from memori.lg_threads") == T0 + 7 * DAY
+    kinds = rows(conn, "select table_name, kind, retention from memori.retention_policies "
+                       "where kind = 'short' order by 1")
+    assert [(k["table_name"], k["retention"]) for k in kinds] == [
+        ("lg_blobs", DAY), ("lg_checkpoints", DAY), ("lg_threads", 7 * DAY), ("lg_writes", DAY)]
+    assert_sqlstate(conn, "PM001", "select memori.lg_policy_set('bad', '-1 day')")
+
+
+# -- idle threads ----------------------------------------------------------------------
+def test_idle_threads_expire_whole_and_do_not_come_back(conn: psycopg.Connection) -> None:
+    conn.execute("select memori.lg_policy_set('short', '1 day', '7 days')")
+    put(conn, "t", 1, {"a": "1"}, blobs={"a": "1"}, policy="short")
+    put(conn, "t", 2, {"a": "2"}, parent=1, blobs={"a": "2"}, policy="short", at=T0 + DAY)
+    idle_end = T0 + DAY + 7 * DAY
+    assert get(conn, "t", at=idle_end - SEC) is not None
+    assert get(conn, "t", at=idle_end) is None
+    # a put after expiry (before cleanup ran) starts a new thread: the old state stays gone
+    put(conn, "t", 9, {"a": "9"}, blobs={"a": "9"}, policy="short", at=idle_end)
+    assert [r["checkpoint_id"] for r in rows(conn, "select * from memori.lg_checkpoint_list('t', p_user_id => "
+                                                   "'alice', p_now => %s)", (idle_end,))] == [cid(9)]
+    assert value(conn, "select count(*) from memori.lg_checkpoints") == 1
+
+
+def test_cleanup_of_an_idle_thread_takes_everything_of_it(conn: psycopg.Connection) -> None:
+    conn.execute("select memori.lg_policy_set('short', '30 days', '7 days')")
+    put(conn, "t", 1, {"a": "1"}, blobs={"a": "1"}, policy="short")
+    put(conn, "t", 2, {"a": "2"}, parent=1, blobs={"a": "2"}, policy="short")
+    conn.execute("select memori.lg_writes_put('t', '', %s, 'task', '', '{0}', '{ch}', '{bytes}', '{x}'::bytea[],"
+                 " p_policy => 'short', p_user_id => 'alice', p_now => %s)", (cid(2), T0))
+    put(conn, "other", 1, {"a": "1"}, blobs={"a": "1"})
+    assert cleanup(conn, T0 + 7 * DAY) == {"lg_threads": 1}
+    assert value(conn, "select count(*) from memori.lg_checkpoints") == 1
+    assert value(conn, "select count(*) from memori.lg_blobs") == 1
+    assert value(conn, "select count(*) from memori.lg_writes") == 0
+    assert rows(conn, "select event_type from memori.events where event_type like 'langgraph.thread.%' "
+                      "order by id") == [{"event_type": "langgraph.thread.expired"},
+                                         {"event_type": "langgraph.thread.cleaned_up"},
+                                         {"event_type": "langgraph.thread.cleanup_batch_completed"}]
+
+
+# -- DeltaChannel graphs ---------------------------------------------------------------
+def test_delta_channel_threads_are_never_thinned(conn: psycopg.Connection) -> None:
+    delta = {"source": "loop", "step": 1, "counters_since_delta_snapshot": {"messages": [1, 1]}}
+    put(conn, "d", 1, {"m": "1"}, blobs={"m": "1"}, metadata=delta)
+    put(conn, "d", 2, {"m": "2"}, parent=1, blobs={"m": "2"})  # later metadata without the marker
+    assert set(expiries(conn, "lg_checkpoints").values()) == {None}
+    assert value(conn, "select uses_delta from memori.lg_threads") is True
+    err = assert_sqlstate(conn, "PM080", "select memori.lg_threads_prune('{d}', 'keep_latest', 'alice')")
+    assert "delete" in (err.diag.message_hint or "")
+    assert value(conn, "select count(*) from memori.lg_checkpoints") == 2
+    assert value(conn, "select threads from memori.lg_threads_prune('{d}', 'delete', 'alice')") == 1
+
+
+# -- prune, runs, copy, delete -----------------------------------------------------------
+def test_prune_keep_latest_keeps_one_per_namespace_and_its_blobs(conn: psycopg.Connection) -> None:
+    put(conn, "t", 1, {"a": "1", "b": "1"}, blobs={"a": "1", "b": "1"})
+    put(conn, "t", 2, {"a": "2", "b": "1"}, parent=1, blobs={"a": "2"})
+    put(conn, "t", 3, {"a": "3", "b": "1"}, parent=2, blobs={"a": "3"})
+    put(conn, "t", 4, {"a": "1"}, blobs={"a": "1"}, ns="child:1")
+    put(conn, "t", 5, {"a": "5"}, parent=4, blobs={"a": "5"}, ns="child:1")
+    result = one(conn, "select * from memori.lg_threads_prune('{t}', 'keep_latest', 'alice', %s)", (T0,))
+    assert result == {"threads": 0, "checkpoints": 3, "blobs": 3}
+    latest = get(conn, "t")
+    assert latest is not None and latest["parent_id"] is None  # its parent is gone
+    assert blob_values(latest) == {"a": b"a@3", "b": b"b@1"}
+    assert set(expiries(conn, "lg_checkpoints").values()) == {None}
+    assert_sqlstate(conn, "PM001", "select memori.lg_threads_prune('{t}', 'oldest', 'alice')")
+    assert one(conn, "select * from memori.lg_threads_prune('{}', 'keep_latest', 'alice')") == \
+        {"threads": 0, "checkpoints": 0, "blobs": 0}
+
+
+def test_delete_for_runs_keeps_a_latest_checkpoint(conn: psycopg.Connection) -> None:
+    put(conn, "t", 1, {"a": "1"}, blobs={"a": "1"}, metadata={"run_id": "r1"})
+    put(conn, "t", 2, {"a": "2"}, parent=1, blobs={"a": "2"}, metadata={"run_id": "r2"})
+    assert value(conn, "select memori.lg_runs_delete('{r2}', 'alice', %s)", (T0,)) == 1
+    latest = get(conn, "t")
+    assert latest is not None and latest["checkpoint_id"] == cid(1)
+    assert expiries(conn, "lg_checkpoints") == {str(cid(1)): None}  # it is the latest again: kept
+    assert expiries(conn, "lg_blobs") == {"a@1": None}  # a@2 went with its checkpoint
+    assert value(conn, "select memori.lg_runs_delete('{}', 'alice')") == 0
+
+
+def test_deleting_the_latest_run_never_revives_an_expired_checkpoint(conn: psycopg.Connection) -> None:
+    put(conn, "t", 1, {"a": "1"}, blobs={"a": "1"}, metadata={"run_id": "r1"})
+    put(conn, "t", 2, {"a": "2"}, parent=1, blobs={"a": "2"}, metadata={"run_id": "r2"})
+    # checkpoint 1 has expired (cleanup has not run yet) when run r2 is deleted
+    assert value(conn, "select memori.lg_runs_delete('{r2}', 'alice', %s)", (T0 + KEEP,)) == 1
+    assert get(conn, "t", at=T0 + KEEP) is None
+    assert expiries(conn, "lg_checkpoints") == {str(cid(1)): T0 + KEEP}
+
+
+def test_copy_thread_copies_everything_unexpired_and_keeps_ids(conn: psycopg.Connection) -> None:
+    put(conn, "src", 1, {"a": "1"}, blobs={"a": "1"})
+    put(conn, "src", 2, {"a": "2"}, parent=1, blobs={"a": "2"})
+    conn.execute("select memori.lg_writes_put('src', '', %s, 'task', '', '{0}', '{ch}', '{bytes}', '{x}'::bytea[],"
+                 " p_user_id => 'alice', p_now => %s)", (cid(2), T0))
+    assert value(conn, "select memori.lg_thread_copy('src', 'dst', p_user_id => 'alice', p_now => %s)",
+                 (T0 + KEEP,)) == 1  # checkpoint 1 had expired
+    copied = get(conn, "dst", at=T0 + KEEP)
+    assert copied is not None and copied["checkpoint_id"] == cid(2)
+    assert blob_values(copied) == {"a": b"a@2"} and [bytes(v) for v in copied["write_values"]] == [b"x"]
+    assert value(conn, "select memori.lg_thread_copy('missing', 'dst2', p_user_id => 'alice')") == 0
+    assert value(conn, "select count(*) from memori.lg_threads where thread_id = 'dst2'") == 0
+
+
+def test_list_filters(conn: psycopg.Connection) -> None:
+    for n in range(1, 5):
+        put(conn, "t", n, {}, parent=n - 1 if n > 1 else None,
+            metadata={"source": "input" if n % 2 else "loop", "step": n})
+    put(conn, "u", 9, {})
+
+    def ids(**kw: Any) -> list[int]:
+        args = ", ".join(f"{k} => %({k})s" for k in kw)
+        found = rows(conn, f"select checkpoint_id from memori.lg_checkpoint_list({args}, p_user_id => 'alice',"
+                           " p_now => %(now)s)", {**kw, "now": T0})
+        return [r["checkpoint_id"].int for r in found]
+
+    assert ids(p_thread_id="t") == [4, 3, 2, 1]
+    assert ids(p_thread_id="t", p_filter=Jsonb({"source": "input"})) == [3, 1]
+    assert ids(p_thread_id="t", p_before=cid(3), p_limit=1) == [2]
+    assert ids(p_limit=2) == [9, 4]  # every thread of the user
+    assert_sqlstate(conn, "PM001", "select * from memori.lg_checkpoint_list(p_limit => -1, p_user_id => 'a')")
+    assert_sqlstate(conn, "PM001", "select * from memori.lg_checkpoint_list(p_filter => '[]', p_user_id => 'a')")
+
+
+def test_special_writes_replace_regular_writes_are_written_once(conn: psycopg.Connection) -> None:
+    put(conn, "t", 1, {})
+    call = ("select memori.lg_writes_put('t', '', %s, 'task', '', %s, %s, '{bytes,bytes}', %s::bytea[],"
+            " p_user_id => 'alice', p_now => %s)")
+    assert value(conn, call, (cid(1), [0, 1], ["a", "b"], [b"1", b"2"], T0)) == 2
+    assert value(conn, call, (cid(1), [0, 1], ["a", "b"], [b"3", b"4"], T0)) == 0
+    assert value(conn, call, (cid(1), [-1, -3], ["__error__", "__interrupt__"], [b"e", b"i"], T0)) == 2
+    assert value(conn, call, (cid(1), [-1, -3], ["__error__", "__interrupt__"], [b"E", b"I"], T0)) == 2
+    found = get(conn, "t")
+    assert found is not None
+    assert dict(zip(found["write_channels"], [bytes(v) for v in found["write_values"]], strict=True)) == {
+        "a": b"1", "b": b"2", "__error__": b"E", "__interrupt__": b"I"}
+    assert_sqlstate(conn, "PM001", "select memori.lg_writes_put('t', '', %s, 'task', '', '{0}', '{a,b}', '{x}',"
+                                   " '{}', p_user_id => 'alice')", (cid(1),))
+
+
+# -- the invariant, against a small oracle -------------------------------------------------
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(steps=st.lists(st.tuples(st.sampled_from(["a", "b", "c"]), st.integers(0, 40)), min_size=1, max_size=12),
+       cleanup_day=st.integers(0, 80))
+def test_cleanup_never_breaks_the_latest_checkpoint(conn: psycopg.Connection, steps: list[tuple[str, int]],
+                                                    cleanup_day: int) -> None:
+    """Whatever the history and whenever cleanup runs, the latest checkpoint reads whole; expired ones are gone."""
+    conn.execute("truncate memori.lg_threads cascade")
+    versions: dict[str, str] = {}
+    put_at: list[datetime] = []
+    day = 0
+    for n, (channel, gap) in enumerate(steps, start=1):
+        day += gap
+        versions = {**versions, channel: f"{n}"}
+        put(conn, "t", n, versions, parent=n - 1 if n > 1 else None, blobs={channel: f"{n}"}, at=T0 + day * DAY)
+        put_at.append(T0 + day * DAY)
+    now = T0 + cleanup_day * DAY
+    cleanup(conn, now)
+    latest = get(conn, "t", at=now)
+    assert latest is not None and latest["checkpoint_id"] == cid(len(steps))
+    assert blob_values(latest) == {c: f"{c}@{v}".encode() for c, v in versions.items()}
+    # oracle: checkpoint n is superseded when n + 1 is put, and expires KEEP later
+    for n in range(1, len(steps)):
+        alive = now < put_at[n] + KEEP
+        found = get(conn, "t", n, at=now)
+        assert (found is not None) == alive, (n, now)
+        if found is not None:
+            assert set(blob_values(found)) == set(found["checkpoint"]["channel_versions"])
+
+
+@pytest.mark.parametrize("role", ["memori_app", "memori_cleaner"])
+def test_roles(conn: psycopg.Connection, role: str) -> None:
+    from datetime import UTC
+
+    # the cleaner's row-level security reads the real clock: its rows expired for real
+    t0 = datetime.now(UTC) - 100 * DAY
+    put(conn, "t", 1, {"a": "1"}, blobs={"a": "1"}, at=t0)
+    put(conn, "t", 2, {"a": "2"}, parent=1, blobs={"a": "2"}, at=t0)
+    conn.execute(f"set role {role}")
+    if role == "memori_app":
+        conn.execute("set memori.user_id = 'alice'")  # row-level security: an app role acts for one user
+        put(conn, "t", 3, {"a": "3"}, parent=2, blobs={"a": "3"}, at=t0)
+        assert get(conn, "t", at=t0) is not None
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute("select memori.lg_policy_set('x', '1 day')")
+    else:
+        assert cleanup(conn, t0 + KEEP) == {"lg_checkpoints": 1, "lg_blobs": 1}
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            put(conn, "t", 3, {"a": "3"}, at=t0)
+        # an idle thread goes whole, its children by cascade
+        conn.execute("reset role")
+        conn.execute("select memori.lg_policy_set('short', '1 day', '7 days')")
+        put(conn, "idle", 1, {"a": "1"}, blobs={"a": "1"}, policy="short", at=t0)
+        conn.execute("select memori.lg_writes_put('idle', '', %s, 'task', '', '{0}', '{ch}', '{bytes}', "
+                     "'{x}'::bytea[], p_policy => 'short', p_user_id => 'alice', p_now => %s)", (cid(1), t0))
+        conn.execute(f"set role {role}")
+        assert cleanup(conn, t0 + 7 * DAY) == {"lg_threads": 1}
+        conn.execute("reset role")
+        assert value(conn, "select count(*) from memori.lg_writes") == 0
+
+
+def test_retention_cycle_under_row_level_security(conn: psycopg.Connection) -> None:
+    """Under the installed RLS: memori_app sees its user's rows, memori_cleaner only expired rows."""
+    from datetime import UTC
+
+    forced = value(conn, "select count(*) from pg_class where relnamespace = 'memori'::regnamespace "
+                         "and relname like 'lg\\_%' and relrowsecurity and relforcerowsecurity")
+    assert forced == 4
+    conn.execute("select memori.lg_policy_set('short', '1 day')")
+    at = datetime.now(UTC) - 2 * DAY  # the cleaner's policies read the real clock
+    conn.execute("set role memori_app")
+    conn.execute("set memori.user_id = 'alice'")
+    for n in (1, 2, 3):
+        put(conn, "t", n, {"a": str(n), "b": "1"}, parent=n - 1 if n > 1 else None,
+            blobs={"a": str(n), "b": "1"} if n == 1 else {"a": str(n)}, at=at, policy="short")
+        conn.execute("select memori.lg_writes_put('t', '', %s, 'task', '', '{0}', '{ch}', '{bytes}', '{x}'::bytea[],"
+                     " p_policy => 'short', p_now => %s)", (cid(n), at))
+    conn.execute("reset memori.user_id")  # the cleaner acts for no user: its events are system events
+    conn.execute("set role memori_cleaner")
+    assert cleanup(conn, datetime.now(UTC)) == {"lg_checkpoints": 2, "lg_blobs": 2, "lg_writes": 2}
+    conn.execute("set role memori_app")
+    conn.execute("set memori.user_id = 'alice'")
+    latest = get(conn, "t", at=datetime.now(UTC))
+    assert latest is not None and latest["checkpoint_id"] == cid(3)
+    assert blob_values(latest) == {"a": b"a@3", "b": b"b@1"} and len(latest["write_values"]) == 1
+    conn.execute("reset role")
+    assert value(conn, "select count(*) from memori.lg_writes") == 1
