@@ -706,3 +706,135 @@ end
 $func$ language plpgsql volatile security invoker
 set search_path = pg_catalog, memori, pg_temp;
 comment on function memori.context_optimize(jsonb, integer, jsonb, timestamptz) is 'Seed 02''s optimisation: prioritise chunks, sort, greedily fill available tokens minus the reserve; allocation, drops, conflicts, metrics.';
+
+-------------------------------------------------------------------------------
+-- chunk_add_many: store chunks of a session (ranked later by context_optimize_stored)
+create or replace function memori.chunk_add_many(
+  p_session_id text,
+  p_chunks     jsonb,
+  p_user_id    text default null,
+  p_ttl        interval default null,
+  p_now        timestamptz default now()
+) returns setof memori.chunk_added
+as $func$
+declare
+  v_cfg  jsonb := memori._budget_config();
+  v_opt  jsonb := memori._budget_options('{}', v_cfg);
+  v_user text := coalesce(p_user_id, nullif(current_setting('memori.user_id', true), ''));
+begin
+  perform memori._check_identifier('session id', p_session_id);
+  if v_user is null then
+    perform memori._invalid('no user for the chunks', 'Pass p_user_id, or SET memori.user_id for the transaction.');
+  end if;
+  perform memori._check_identifier('user id', v_user);
+  if p_now is null then
+    perform memori._invalid('p_now must not be NULL', 'Omit p_now to use the current time.');
+  end if;
+  if p_ttl is not null and p_ttl <= interval '0' then
+    perform memori._invalid(format('ttl must be positive, got %s', p_ttl), 'Pass a TTL such as 1 day, or omit it to use the retention policy.');
+  end if;
+  perform memori._check_chunks(p_chunks, true, v_cfg);
+  -- the metadata boosts are computed now, so that ranking never reads metadata
+  return query
+    insert into memori.context_chunks as c (id, session_id, user_id, chunk_type, content, tokens, ts, metadata,
+                                            rag_boost, business_boost, revenue_boost, business, created_at, expires_at)
+    select coalesce((t.e->>'id')::uuid, gen_random_uuid()), p_session_id, v_user, t.e->>'type', t.e->>'content',
+           coalesce((t.e->>'tokens')::integer,
+                    memori._estimate_tokens(t.e->>'content', coalesce(t.e->>'content_type', 'general'), v_cfg)),
+           s.ts, coalesce(nullif(t.e->'metadata', 'null'::jsonb), '{}'::jsonb), s.rag, s.business, s.revenue,
+           s.is_business, p_now,
+           p_now + coalesce(p_ttl, memori._budget_retention(t.e->>'type', 'context_chunks'))
+      from jsonb_array_elements(p_chunks) with ordinality t(e, n)
+     cross join lateral memori._chunk_score(0, t.e, p_now, v_opt, v_cfg) s
+     order by t.n
+    returning c.id, c.chunk_type, c.tokens, c.expires_at;
+end
+$func$ language plpgsql volatile security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori.chunk_add_many(text, jsonb, text, interval, timestamptz) is 'Store up to budget.max_chunks chunks of a session, in order (content required, tokens estimated when absent); they expire after p_ttl or their type''s retention.';
+
+-------------------------------------------------------------------------------
+-- chunk_clear: forget a session's stored chunks
+create or replace function memori.chunk_clear(p_session_id text) returns integer
+as $func$
+declare
+  v_count integer;
+begin
+  perform memori._check_identifier('session id', p_session_id);
+  delete from memori.context_chunks where session_id = p_session_id;
+  get diagnostics v_count = row_count;
+  return v_count;
+end
+$func$ language plpgsql volatile security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori.chunk_clear(text) is 'Delete every stored chunk of a session; returns how many.';
+
+-------------------------------------------------------------------------------
+-- context_optimize_stored: the same optimisation over a session's stored chunks
+create or replace function memori.context_optimize_stored(
+  p_session_id       text,
+  p_available_tokens integer,
+  p_options          jsonb default '{}'::jsonb,
+  p_now              timestamptz default now()
+) returns jsonb
+as $func$
+declare
+  v_cfg      jsonb := memori._budget_config();
+  v_opt      jsonb := memori._budget_options(p_options, v_cfg);
+  v_prefer   boolean := (v_opt->>'prefer_recent')::boolean;
+  v_exp      boolean := v_opt->>'recency_mode' = 'exponential';
+  v_linear   float8 := (v_cfg->>'recency_linear_max')::float8;
+  v_max      float8 := (v_cfg->>'recency_max_boost')::float8;
+  v_rate     float8 := (v_cfg->>'recency_decay_rate')::float8;
+  v_slow     float8 := (v_cfg->>'recency_business_decay_rate')::float8;
+  v_sorted   memori.budget_candidate[];
+  v_n        integer;
+  v_result   jsonb;
+  v_owner    text;
+begin
+  perform memori._check_identifier('session id', p_session_id);
+  if p_now is null then
+    perform memori._invalid('p_now must not be NULL', 'Omit p_now to use the current time.');
+  end if;
+  -- Steps 1 and 2 from the ranking index alone (index-only scan): tokens and
+  -- the metadata boosts were stored with the chunk; the recency boost is
+  -- computed here, exactly as memori._recency_boost does.
+  select array_agg(row(to_jsonb(c.id), c.chunk_type, ct.category, c.tokens, p.priority, c.ts, c.idx, r.recency,
+                       c.revenue_boost)::memori.budget_candidate
+                   order by p.priority desc, c.ts desc nulls last, c.idx)
+    into v_sorted
+    from (select k.id, k.chunk_type, k.tokens, k.ts, k.rag_boost, k.business_boost, k.revenue_boost, k.business,
+                 (row_number() over (order by k.seq) - 1)::integer as idx
+            from memori.context_chunks k
+           where k.session_id = p_session_id and (k.expires_at is null or k.expires_at > p_now)) c
+    join memori.chunk_types ct on ct.chunk_type = c.chunk_type
+   cross join lateral (
+     select case
+              when c.ts is null or not v_prefer then 0::float8
+              when v_exp then v_max * exp(-(case when c.business then v_slow else v_rate end)
+                                          * greatest(a.ms / 86400000::float8, 0::float8))
+              else greatest(0::float8, least(v_linear, v_linear - a.ms / 86400000::float8))
+            end as recency
+       from (select ((extract(epoch from p_now) - extract(epoch from c.ts)) * 1000)::float8 as ms) a) r
+   cross join lateral (select ((ct.base_priority::float8 + r.recency) + c.rag_boost) + c.business_boost as priority) p;
+  v_n := coalesce(cardinality(v_sorted), 0);
+  if v_n > (v_cfg->>'max_stored_chunks')::integer then
+    raise exception 'session % has % unexpired chunks; the limit is %', p_session_id, v_n, v_cfg->>'max_stored_chunks'
+      using errcode = 'PM003',
+            hint = 'Clear old chunks (memori.chunk_clear) or give them a TTL, or raise memori.settings budget.max_stored_chunks.';
+  end if;
+  v_result := memori._budget_resolve(coalesce(v_sorted, '{}'), p_available_tokens, v_opt, v_cfg);
+  -- only the winners' content is read
+  v_result := jsonb_set(v_result, '{optimized_chunks}',
+                        coalesce((select jsonb_agg(x.e || jsonb_build_object('content', k.content) order by x.o)
+                                    from jsonb_array_elements(v_result->'optimized_chunks') with ordinality x(e, o)
+                                    join memori.context_chunks k on k.id = (x.e->>'id')::uuid), '[]'));
+  if (v_opt->>'persist')::boolean and v_opt->>'user_id' is null
+     and nullif(current_setting('memori.user_id', true), '') is null then
+    select k.user_id into v_owner from memori.context_chunks k where k.session_id = p_session_id limit 1;
+  end if;
+  return memori._budget_record(v_result, 'stored', v_n, v_opt, p_session_id, v_owner, p_now);
+end
+$func$ language plpgsql volatile security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori.context_optimize_stored(text, integer, jsonb, timestamptz) is 'context_optimize over a session''s unexpired stored chunks, ranked from an index; content is read for the allocated chunks only.';
