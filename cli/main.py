@@ -246,6 +246,17 @@ def bench_checkpoints(
     _bench("checkpoints", dsn, rows, seed, as_json)
 
 
+@bench_app.command("budget")
+@handle_errors
+def bench_budget(
+    rows: Annotated[int, typer.Option("--rows", help="Chunks of the larger session (the smaller has a tenth).")]
+    = 20_000,
+    dsn: DsnOption = None, as_json: JsonOption = False, seed: SeedOption = 1,
+) -> None:
+    """context_optimize_stored vs. the naive client (fetch all, rank in Python) at rows/10 and rows chunks."""
+    _bench("budget", dsn, rows, seed, as_json)
+
+
 @bench_app.command("ttl")
 @handle_errors
 def bench_ttl(

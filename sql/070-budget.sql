@@ -59,6 +59,7 @@ insert into memori.settings (key, value, description) values
   ('budget.density_business', '4.2', 'Characters per token of business prose.'),
   ('budget.density_code', '3.5', 'Characters per token of code.'),
   ('budget.summary_threshold', '500', 'Allocated chunks above this many tokens are listed in requires_summarization.'),
+  ('budget.max_conflicts', '100', 'Most conflicts listed in a result (conflicts_count is always the total).'),
   ('budget.max_chunks', '10000', 'Most chunks context_optimize accepts in one call.'),
   ('budget.max_stored_chunks', '100000', 'Most unexpired stored chunks context_optimize_stored ranks for one session.'),
   ('budget.max_content_bytes', '1048576', 'Largest stored chunk content, in bytes (UTF-8).'),
@@ -111,7 +112,7 @@ as $func$
            'recency_linear_max', 20, 'recency_max_boost', 15, 'recency_decay_rate', 0.05,
            'recency_business_decay_rate', 0.02, 'density_general', 3.8, 'density_business', 4.2,
            'density_code', 3.5, 'summary_threshold', 500, 'max_chunks', 10000, 'max_stored_chunks', 100000,
-           'max_content_bytes', 1048576, 'persist', true)
+           'max_content_bytes', 1048576, 'persist', true, 'max_conflicts', 100)
       || coalesce((select jsonb_object_agg(substr(s.key, 8), s.value) from memori.settings s
                     where s.key like 'budget.%'), '{}')
       || jsonb_build_object(
@@ -121,6 +122,8 @@ as $func$
                                          from memori.priority_boosts group by factor) b), '{}'),
            'caps', coalesce((select jsonb_object_agg(t.category, jsonb_build_object('name', t.name, 'tokens', t.tokens))
                                from memori.token_budgets t where t.category is not null), '{}'),
+           'bases', (select jsonb_object_agg(c.chunk_type, c.base_priority) from memori.chunk_types c),
+           'categories', (select jsonb_object_agg(c.chunk_type, c.category) from memori.chunk_types c),
            'reserve', coalesce((select t.tokens from memori.token_budgets t where t.name = 'maxSystemPrompt'), 0),
            'max_overall', coalesce((select t.tokens from memori.token_budgets t where t.name = 'maxOverall'), 32000))
 $func$ language sql stable security invoker
@@ -248,14 +251,23 @@ set search_path = pg_catalog, memori, pg_temp;
 comment on function memori._recency_boost(double precision, boolean, jsonb, jsonb) is 'Recency boost for an age in milliseconds: linear max(0, 20 - days) or exponential decay (p_opt recency_mode).';
 
 -------------------------------------------------------------------------------
+-- _epoch_us: a timestamp as microseconds since 1970 (exact)
+create or replace function memori._epoch_us(p_ts timestamptz) returns bigint
+as $func$
+  select (extract(epoch from p_ts) * 1000000)::bigint
+$func$ language sql immutable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._epoch_us(timestamptz) is 'Microseconds since 1970-01-01 UTC, exactly (stored chunks keep it in ts_us).';
+
+-------------------------------------------------------------------------------
 -- _age_ms: milliseconds from a chunk's timestamp to now, as the seed computes it
 create or replace function memori._age_ms(p_ts timestamptz, p_now timestamptz) returns double precision
 as $func$
-  select ((extract(epoch from p_now) - extract(epoch from p_ts)) * 1000)::float8
+  -- exact microseconds, then one rounding to double precision, / 1000
+  select (memori._epoch_us(p_now) - memori._epoch_us(p_ts))::float8 / 1000
 $func$ language sql immutable security invoker
 set search_path = pg_catalog, memori, pg_temp;
-comment on function memori._age_ms(timestamptz, timestamptz) is 'Exact age in milliseconds (now - timestamp), rounded once to double precision.';
-
+comment on function memori._age_ms(timestamptz, timestamptz) is 'Age in milliseconds (now - timestamp): exact microseconds rounded once to double precision, / 1000.';
 -------------------------------------------------------------------------------
 -- _chunk_score: the boosts and priority of one (valid) chunk
 create or replace function memori._chunk_score(p_base integer, p_chunk jsonb, p_now timestamptz, p_opt jsonb, p_cfg jsonb)
@@ -290,10 +302,10 @@ begin
   end if;
   select string_agg(k, ', ') into v_unknown from jsonb_object_keys(v_opt) k
    where k not in ('reserve_tokens', 'category_budgets', 'order', 'recency_mode', 'prefer_recent', 'persist',
-                   'user_id', 'session_id');
+                   'user_id', 'session_id', 'max_conflicts');
   if v_unknown is not null then
     perform memori._invalid(format('unknown option(s) %s', v_unknown),
-                            'Options: reserve_tokens, category_budgets, order, recency_mode, prefer_recent, persist, user_id, session_id.');
+                            'Options: reserve_tokens, category_budgets, order, recency_mode, prefer_recent, persist, max_conflicts, user_id, session_id.');
   end if;
   v_opt := jsonb_strip_nulls(v_opt);
   if v_opt ? 'reserve_tokens' and (jsonb_typeof(v_opt->'reserve_tokens') <> 'number'
@@ -301,6 +313,12 @@ begin
                                    or (v_opt->>'reserve_tokens')::numeric not between 0 and 2147483647) then
     perform memori._invalid(format('reserve_tokens must be a whole number >= 0, got %s', v_opt->'reserve_tokens'),
                             'Pass the tokens to keep free, e.g. {"reserve_tokens": 0}; omit it to reserve maxSystemPrompt.');
+  end if;
+  if v_opt ? 'max_conflicts' and (jsonb_typeof(v_opt->'max_conflicts') <> 'number'
+                                  or (v_opt->>'max_conflicts')::numeric <> trunc((v_opt->>'max_conflicts')::numeric)
+                                  or (v_opt->>'max_conflicts')::numeric not between 0 and 2147483647) then
+    perform memori._invalid(format('max_conflicts must be a whole number >= 0, got %s', v_opt->'max_conflicts'),
+                            'Pass how many conflicts to list, e.g. {"max_conflicts": 10}; conflicts_count is always the total.');
   end if;
   if exists (select 1 from unnest(array['category_budgets', 'prefer_recent', 'persist']) k
               where v_opt ? k and jsonb_typeof(v_opt->k) <> 'boolean') then
@@ -322,7 +340,8 @@ begin
                             'Pass ids such as {"user_id": "alice", "session_id": "s1"}.');
   end if;
   return jsonb_build_object('reserve_tokens', p_cfg->'reserve', 'category_budgets', false, 'order', 'priority',
-                            'recency_mode', 'linear', 'prefer_recent', true, 'persist', p_cfg->'persist')
+                            'recency_mode', 'linear', 'prefer_recent', true, 'persist', p_cfg->'persist',
+                            'max_conflicts', p_cfg->'max_conflicts')
          || v_opt;
 end
 $func$ language plpgsql stable security invoker
@@ -461,6 +480,7 @@ declare
   v_alloc integer[] := '{}';
   v_left  bigint;
   v_tail  integer[];
+  v_min   integer;
   v_cat   text;
   v_cap   jsonb;
   v_cused jsonb := '{}';
@@ -480,8 +500,11 @@ begin
     if i > n or v_left < 0 then
       return v_alloc;
     end if;
-    v_tail := array(select j from generate_series(i + 1, n) j where p_tokens[j] <= v_left order by j);
-    foreach i in array v_tail loop
+    select array_agg(u.pos), min(u.tokens) into v_tail, v_min   -- in array order
+      from unnest(p_tokens) with ordinality u(tokens, pos)
+     where u.pos > i and u.tokens <= v_left;
+    foreach i in array coalesce(v_tail, '{}') loop
+      exit when v_left < v_min;  -- nothing left can fit
       if p_tokens[i] <= v_left then
         v_alloc := v_alloc || i;
         v_left := v_left - p_tokens[i];
@@ -509,16 +532,44 @@ comment on function memori._budget_walk(integer[], text[], integer, jsonb) is 'G
 
 -------------------------------------------------------------------------------
 -- _budget_resolve: walk, then the seed's result object
-create or replace function memori._budget_resolve(p_sorted memori.budget_candidate[], p_available integer,
-                                                  p_opt jsonb, p_cfg jsonb)
-returns jsonb
+create or replace function memori._budget_resolve(
+  p_ids        anyarray,  -- jsonb[] (given ids) or uuid[] (stored chunks)
+  p_types      text[],
+  p_tokens     integer[],
+  p_priorities double precision[],
+  p_original   integer[],
+  p_recency    double precision[],
+  p_revenue    double precision[],
+  p_available  integer,
+  p_opt        jsonb,
+  p_cfg        jsonb,
+  p_stored     boolean
+) returns jsonb
 as $func$
+-- The arrays describe the chunks in priority order (position i of each is
+-- the i-th chunk). Only allocated chunks and listed conflicts are looked at
+-- one by one; the dropped ids are one pass over the ids.
 declare
-  v_reserve integer := (p_opt->>'reserve_tokens')::integer;
-  v_budget  integer;
-  v_caps    jsonb := case when (p_opt->>'category_budgets')::boolean then p_cfg->'caps' else '{}'::jsonb end;
-  v_alloc   integer[];
-  v_result  jsonb;
+  v_reserve   integer := (p_opt->>'reserve_tokens')::integer;
+  v_caps      jsonb := case when (p_opt->>'category_budgets')::boolean then p_cfg->'caps' else '{}'::jsonb end;
+  v_max_conf  integer := (p_opt->>'max_conflicts')::integer;
+  v_n         integer := coalesce(cardinality(p_tokens), 0);
+  v_budget    integer;
+  v_alloc     integer[];
+  v_mask      boolean[];
+  v_cats      text[];
+  v_first     integer;
+  v_chunks    jsonb;
+  v_used      bigint;
+  v_summary   jsonb;
+  v_metrics   jsonb;
+  v_c1        integer[] := '{}';
+  v_c2        integer[] := '{}';
+  v_why       text[] := '{}';
+  v_last      integer;
+  v_before    bigint := 0;
+  j           integer := 1;
+  p           integer;
 begin
   if p_available is null or p_available < 0 then
     perform memori._invalid(format('available tokens must be a whole number >= 0, got %s',
@@ -530,66 +581,92 @@ begin
                             'Pass {"reserve_tokens": N} with N <= the available tokens (0 allowed); the default reserve is maxSystemPrompt.');
   end if;
   v_budget := p_available - v_reserve;
-  v_alloc := memori._budget_walk(array(select c.tokens from unnest(p_sorted) with ordinality c(id, chunk_type, category, tokens, priority, ts, original_index, recency, revenue, pos) order by c.pos),
-                                 case when v_caps = '{}'::jsonb then null
-                                      else array(select c.category from unnest(p_sorted) with ordinality c order by ordinality) end,
-                                 v_budget, v_caps);
-  with s as (
-    select c.*, a.pos is not null as allocated
-      from unnest(p_sorted) with ordinality c(id, chunk_type, category, tokens, priority, ts, original_index, recency,
-                                               revenue, pos)
-      left join unnest(v_alloc) a(pos) on a.pos = c.pos
-  ), w as (
-    -- for each chunk: the last allocated chunk before it, and the tokens allocated before it
-    select s.*,
-           max(case when s.allocated then s.pos end) over (order by s.pos rows between unbounded preceding and 1 preceding)
-             as last_pos,
-           coalesce(sum(case when s.allocated then s.tokens end)
-                      over (order by s.pos rows between unbounded preceding and 1 preceding), 0) as used_before
-      from s
-  ), k as (
-    select w.*,
-           -- the output order: selection order, or input order
-           row_number() over (order by case when p_opt->>'order' = 'original' then w.original_index else w.pos end)
-             as out_pos
-      from w where w.allocated
-  ), spans as (
-    select k.*, sum(k.tokens) over (order by k.out_pos) - k.tokens as span_start from k
+  if v_caps <> '{}'::jsonb then
+    v_cats := array(select p_cfg->'categories'->>t from unnest(p_types) t);
+  end if;
+  v_alloc := memori._budget_walk(p_tokens, v_cats, v_budget, v_caps);
+  v_first := v_alloc[1];
+
+  -- Conflicts: each drop after the first allocation, with the last chunk
+  -- allocated before it; the first max_conflicts of them are listed.
+  if v_first is not null then
+    p := v_first;
+    while p < v_n and cardinality(v_c2) < v_max_conf loop
+      -- move past the allocated chunks up to p
+      while j <= cardinality(v_alloc) and v_alloc[j] <= p loop
+        v_last := v_alloc[j];
+        v_before := v_before + p_tokens[v_last];
+        j := j + 1;
+      end loop;
+      p := p + 1;
+      if j <= cardinality(v_alloc) and v_alloc[j] = p then
+        continue;
+      end if;
+      v_c1 := v_c1 || v_last;
+      v_c2 := v_c2 || p;
+      v_why := v_why || case when v_before + p_tokens[p] > v_budget then 'available'
+                             else v_caps #>> array[v_cats[p], 'name'] end;
+    end loop;
+  end if;
+
+  -- the allocated chunks: token spans in output order, metrics in selection order
+  with a as (
+    select x.pos, to_jsonb(p_ids[x.pos]) as id, p_types[x.pos] as chunk_type, p_tokens[x.pos] as tokens,
+           p_priorities[x.pos] as priority, p_original[x.pos] as original_index, p_recency[x.pos] as recency,
+           p_revenue[x.pos] as revenue
+      from unnest(v_alloc) x(pos)
+  ), o as (
+    select a.*, row_number() over (order by case when p_opt->>'order' = 'original' then a.original_index
+                                                 else a.pos end) as out_pos
+      from a
+  ), s as (
+    select o.*, sum(o.tokens) over (order by o.out_pos) - o.tokens as span_start from o
   )
-  select jsonb_build_object(
-           'optimized_chunks', coalesce((select jsonb_agg(jsonb_build_object(
-                                                  'id', x.id, 'type', x.chunk_type, 'tokens', x.tokens,
-                                                  'priority', x.priority,
-                                                  'token_span', jsonb_build_array(x.span_start, x.span_start + x.tokens),
-                                                  'original_index', x.original_index) order by x.out_pos)
-                                           from spans x), '[]'),
-           'dropped_chunk_ids', coalesce((select jsonb_agg(w.id order by w.pos) from w where not w.allocated), '[]'),
-           'total_tokens_used', coalesce((select sum(k.tokens) from k), 0),
-           'tokens_remaining', v_budget - coalesce((select sum(k.tokens) from k), 0),
-           'tokens_available', p_available,
-           'reserved_tokens', v_reserve,
-           'chunks_dropped', (select count(*) from w where not w.allocated),
-           'conflicts', coalesce((select jsonb_agg(jsonb_build_object(
-                                          'chunk1', a.id, 'chunk2', d.id, 'conflict_type', 'budget_exceeded',
-                                          'resolution', 'keep_chunk1',
-                                          'budget', case when d.used_before + d.tokens > v_budget then 'available'
-                                                         else v_caps #>> array[d.category, 'name'] end)
-                                         order by d.pos)
-                                    from w d join k a on a.pos = d.last_pos
-                                   where not d.allocated), '[]'),
-           'requires_summarization', coalesce((select jsonb_agg(k.id order by k.pos) from k
-                                                where k.tokens > (p_cfg->>'summary_threshold')::integer), '[]'),
-           'optimization_metrics', jsonb_build_object(
-             'prioritization_score', coalesce((select avg(k.priority order by k.pos) from k), 0),
-             'business_relevance_boost', coalesce((select avg(k.revenue order by k.pos) from k), 0),
-             'recency_boost', coalesce((select avg(k.recency order by k.pos) from k), 0)))
-    into v_result;
-  return v_result;
+  select coalesce(jsonb_agg(jsonb_build_object(
+                    'id', s.id, 'type', s.chunk_type, 'tokens', s.tokens, 'priority', s.priority,
+                    'token_span', jsonb_build_array(s.span_start, s.span_start + s.tokens),
+                    'original_index', s.original_index)
+                  -- stored chunks: the winners' content, and only theirs
+                  || case when p_stored
+                          then jsonb_build_object('content', (select k.content from memori.context_chunks k
+                                                               where k.id = p_ids[s.pos]::text::uuid))
+                          else '{}'::jsonb end
+                  order by s.out_pos), '[]'),
+         coalesce(sum(s.tokens), 0),
+         coalesce(jsonb_agg(s.id order by s.pos) filter (where s.tokens > (p_cfg->>'summary_threshold')::integer),
+                  '[]'),
+         jsonb_build_object('prioritization_score', coalesce(avg(s.priority order by s.pos), 0),
+                            'business_relevance_boost', coalesce(avg(s.revenue order by s.pos), 0),
+                            'recency_boost', coalesce(avg(s.recency order by s.pos), 0))
+    into v_chunks, v_used, v_summary, v_metrics
+    from s;
+
+  v_mask := array_fill(false, array[v_n]);
+  foreach p in array v_alloc loop
+    v_mask[p] := true;
+  end loop;
+
+  return jsonb_build_object(
+    'optimized_chunks', v_chunks,
+    'dropped_chunk_ids', to_jsonb(array(select u.id from unnest(p_ids, v_mask) u(id, allocated)
+                                         where not u.allocated)),  -- in array order: the walk's
+    'total_tokens_used', v_used,
+    'tokens_remaining', v_budget - v_used,
+    'tokens_available', p_available,
+    'reserved_tokens', v_reserve,
+    'chunks_dropped', v_n - cardinality(v_alloc),
+    'conflicts', coalesce((select jsonb_agg(jsonb_build_object(
+                                    'chunk1', to_jsonb(p_ids[c.c1]), 'chunk2', to_jsonb(p_ids[c.c2]),
+                                    'conflict_type', 'budget_exceeded',
+                                    'resolution', 'keep_chunk1', 'budget', c.why) order by c.k)
+                             from unnest(v_c1, v_c2, v_why) with ordinality c(c1, c2, why, k)), '[]'),
+    'conflicts_count', case when v_first is null then 0 else (v_n - v_first) - (cardinality(v_alloc) - 1) end,
+    'requires_summarization', v_summary,
+    'optimization_metrics', v_metrics);
 end
 $func$ language plpgsql stable security invoker
 set search_path = pg_catalog, memori, pg_temp;
-comment on function memori._budget_resolve(memori.budget_candidate[], integer, jsonb, jsonb) is 'Resolve the budget over chunks sorted by priority: allocation, drops, conflicts, spans and metrics as the seed''s result object.';
-
+comment on function memori._budget_resolve(anyarray, text[], integer[], double precision[], integer[], double precision[], double precision[], integer, jsonb, jsonb, boolean) is 'Resolve the budget over chunks in priority order (parallel arrays): allocation, drops, conflicts, spans, metrics as the seed''s result object.';
 -------------------------------------------------------------------------------
 -- _budget_record: persist an optimisation and emit its events
 create or replace function memori._budget_record(p_result jsonb, p_source text, p_chunks_count integer,
@@ -683,25 +760,37 @@ declare
   v_cfg    jsonb := memori._budget_config();
   v_opt    jsonb := memori._budget_options(p_options, v_cfg);
   v_n      integer;
-  v_sorted memori.budget_candidate[];
+  v_ids    jsonb[];
+  v_types  text[];
+  v_tokens integer[];
+  v_prio   double precision[];
+  v_orig   integer[];
+  v_rec    double precision[];
+  v_rev    double precision[];
 begin
   if p_now is null then
     perform memori._invalid('p_now must not be NULL', 'Omit p_now to use the current time.');
   end if;
   v_n := memori._check_chunks(p_chunks, false, v_cfg);
   -- step 1: allocations (tokens given or estimated, priority); step 2: sort
-  select array_agg(row(t.e->'id', ct.chunk_type, ct.category,
-                       coalesce((t.e->>'tokens')::integer,
-                                memori._estimate_tokens(t.e->>'content', coalesce(t.e->>'content_type', 'general'), v_cfg)),
-                       s.priority, s.ts, (t.n - 1)::integer, s.recency, s.revenue)::memori.budget_candidate
-                   order by s.priority desc, s.ts desc nulls last, t.n)
-    into v_sorted
-    from jsonb_array_elements(p_chunks) with ordinality t(e, n)
-    join memori.chunk_types ct on ct.chunk_type = t.e->>'type'
-   cross join lateral memori._chunk_score(ct.base_priority, t.e, p_now, v_opt, v_cfg) s;
+  -- (sorted once in the subquery; the aggregates take its order)
+  select array_agg(c.id), array_agg(c.chunk_type), array_agg(c.tokens), array_agg(c.priority),
+         array_agg((c.n - 1)::integer), array_agg(c.recency), array_agg(c.revenue)
+    into v_ids, v_types, v_tokens, v_prio, v_orig, v_rec, v_rev
+    from (select t.e->'id' as id, ct.chunk_type, t.n,
+                 coalesce((t.e->>'tokens')::integer,
+                          memori._estimate_tokens(t.e->>'content', coalesce(t.e->>'content_type', 'general'), v_cfg))
+                   as tokens,
+                 s.priority, s.recency, s.revenue
+            from jsonb_array_elements(p_chunks) with ordinality t(e, n)
+            join memori.chunk_types ct on ct.chunk_type = t.e->>'type'
+           cross join lateral memori._chunk_score(ct.base_priority, t.e, p_now, v_opt, v_cfg) s
+           order by s.priority desc, s.ts desc nulls last, t.n) c;
   -- steps 3 to 6: budget, greedy walk, result; then persist and events
-  return memori._budget_record(memori._budget_resolve(coalesce(v_sorted, '{}'), p_available_tokens, v_opt, v_cfg),
-                               'request', v_n, v_opt, v_opt->>'session_id', null, p_now);
+  return memori._budget_record(
+           memori._budget_resolve(v_ids, v_types, v_tokens, v_prio, v_orig, v_rec, v_rev, p_available_tokens,
+                                  v_opt, v_cfg, false),
+           'request', v_n, v_opt, v_opt->>'session_id', null, p_now);
 end
 $func$ language plpgsql volatile security invoker
 set search_path = pg_catalog, memori, pg_temp;
@@ -736,13 +825,13 @@ begin
   perform memori._check_chunks(p_chunks, true, v_cfg);
   -- the metadata boosts are computed now, so that ranking never reads metadata
   return query
-    insert into memori.context_chunks as c (id, session_id, user_id, chunk_type, content, tokens, ts, metadata,
+    insert into memori.context_chunks as c (id, session_id, user_id, chunk_type, content, tokens, ts, ts_us, metadata,
                                             rag_boost, business_boost, revenue_boost, business, created_at, expires_at)
     select coalesce((t.e->>'id')::uuid, gen_random_uuid()), p_session_id, v_user, t.e->>'type', t.e->>'content',
            coalesce((t.e->>'tokens')::integer,
                     memori._estimate_tokens(t.e->>'content', coalesce(t.e->>'content_type', 'general'), v_cfg)),
-           s.ts, coalesce(nullif(t.e->'metadata', 'null'::jsonb), '{}'::jsonb), s.rag, s.business, s.revenue,
-           s.is_business, p_now,
+           s.ts, memori._epoch_us(s.ts), coalesce(nullif(t.e->'metadata', 'null'::jsonb), '{}'::jsonb), s.rag,
+           s.business, s.revenue, s.is_business, p_now,
            p_now + coalesce(p_ttl, memori._budget_retention(t.e->>'type', 'context_chunks'))
       from jsonb_array_elements(p_chunks) with ordinality t(e, n)
      cross join lateral memori._chunk_score(0, t.e, p_now, v_opt, v_cfg) s
@@ -779,56 +868,65 @@ create or replace function memori.context_optimize_stored(
 ) returns jsonb
 as $func$
 declare
-  v_cfg      jsonb := memori._budget_config();
-  v_opt      jsonb := memori._budget_options(p_options, v_cfg);
-  v_prefer   boolean := (v_opt->>'prefer_recent')::boolean;
-  v_exp      boolean := v_opt->>'recency_mode' = 'exponential';
-  v_linear   float8 := (v_cfg->>'recency_linear_max')::float8;
-  v_max      float8 := (v_cfg->>'recency_max_boost')::float8;
-  v_rate     float8 := (v_cfg->>'recency_decay_rate')::float8;
-  v_slow     float8 := (v_cfg->>'recency_business_decay_rate')::float8;
-  v_sorted   memori.budget_candidate[];
-  v_n        integer;
-  v_result   jsonb;
-  v_owner    text;
+  v_cfg    jsonb := memori._budget_config();
+  v_opt    jsonb := memori._budget_options(p_options, v_cfg);
+  v_prefer boolean := (v_opt->>'prefer_recent')::boolean;
+  v_exp    boolean := v_opt->>'recency_mode' = 'exponential';
+  v_linear float8 := (v_cfg->>'recency_linear_max')::float8;
+  v_max    float8 := (v_cfg->>'recency_max_boost')::float8;
+  v_rate   float8 := (v_cfg->>'recency_decay_rate')::float8;
+  v_slow   float8 := (v_cfg->>'recency_business_decay_rate')::float8;
+  v_now_us bigint := memori._epoch_us(p_now);
+  v_n      integer;
+  v_ids    uuid[];
+  v_types  text[];
+  v_tokens integer[];
+  v_prio   double precision[];
+  v_orig   integer[];
+  v_rec    double precision[];
+  v_rev    double precision[];
+  v_bases  jsonb := v_cfg->'bases';
+  v_result jsonb;
+  v_owner  text;
 begin
   perform memori._check_identifier('session id', p_session_id);
   if p_now is null then
     perform memori._invalid('p_now must not be NULL', 'Omit p_now to use the current time.');
   end if;
-  -- Steps 1 and 2 from the ranking index alone (index-only scan): tokens and
-  -- the metadata boosts were stored with the chunk; the recency boost is
-  -- computed here, exactly as memori._recency_boost does.
-  select array_agg(row(to_jsonb(c.id), c.chunk_type, ct.category, c.tokens, p.priority, c.ts, c.idx, r.recency,
-                       c.revenue_boost)::memori.budget_candidate
-                   order by p.priority desc, c.ts desc nulls last, c.idx)
-    into v_sorted
-    from (select k.id, k.chunk_type, k.tokens, k.ts, k.rag_boost, k.business_boost, k.revenue_boost, k.business,
-                 (row_number() over (order by k.seq) - 1)::integer as idx
-            from memori.context_chunks k
-           where k.session_id = p_session_id and (k.expires_at is null or k.expires_at > p_now)) c
-    join memori.chunk_types ct on ct.chunk_type = c.chunk_type
-   cross join lateral (
-     select case
-              when c.ts is null or not v_prefer then 0::float8
-              when v_exp then v_max * exp(-(case when c.business then v_slow else v_rate end)
-                                          * greatest(a.ms / 86400000::float8, 0::float8))
-              else greatest(0::float8, least(v_linear, v_linear - a.ms / 86400000::float8))
-            end as recency
-       from (select ((extract(epoch from p_now) - extract(epoch from c.ts)) * 1000)::float8 as ms) a) r
-   cross join lateral (select ((ct.base_priority::float8 + r.recency) + c.rag_boost) + c.business_boost as priority) p;
-  v_n := coalesce(cardinality(v_sorted), 0);
+  -- Steps 1 and 2 from the ranking index alone (an index-only scan in
+  -- insertion order): tokens and the metadata boosts were stored with the
+  -- chunk; the recency boost is computed here exactly as _recency_boost
+  -- does, from the age in microseconds (integer arithmetic, one rounding).
+  select array_agg(c.id), array_agg(c.chunk_type), array_agg(c.tokens), array_agg(c.priority),
+         array_agg(c.idx), array_agg(c.recency), array_agg(c.revenue_boost)
+    into v_ids, v_types, v_tokens, v_prio, v_orig, v_rec, v_rev
+    from (select c.id, c.chunk_type, c.tokens, p.priority, c.idx, r.recency, c.revenue_boost
+            -- base priorities from the configuration object, not a join per row
+            from (select k.id, k.chunk_type, (v_bases->>k.chunk_type)::integer as base_priority, k.tokens, k.ts_us,
+                         k.rag_boost, k.business_boost, k.revenue_boost, k.business,
+                         (row_number() over (order by k.seq) - 1)::integer as idx
+                    from memori.context_chunks k
+                   where k.session_id = p_session_id and (k.expires_at is null or k.expires_at > p_now)) c
+           cross join lateral (
+             select case
+                      when c.ts_us is null or not v_prefer then 0::float8
+                      when v_exp then v_max * exp(-(case when c.business then v_slow else v_rate end)
+                                                  * greatest((v_now_us - c.ts_us)::float8 / 1000 / 86400000::float8,
+                                                             0::float8))
+                      else greatest(0::float8,
+                                    least(v_linear, v_linear - (v_now_us - c.ts_us)::float8 / 1000 / 86400000::float8))
+                    end as recency) r
+           cross join lateral (select ((c.base_priority::float8 + r.recency) + c.rag_boost) + c.business_boost
+                                      as priority) p
+           order by p.priority desc, c.ts_us desc nulls last, c.idx) c;
+  v_n := coalesce(cardinality(v_ids), 0);
   if v_n > (v_cfg->>'max_stored_chunks')::integer then
     raise exception 'session % has % unexpired chunks; the limit is %', p_session_id, v_n, v_cfg->>'max_stored_chunks'
       using errcode = 'PM003',
             hint = 'Clear old chunks (memori.chunk_clear) or give them a TTL, or raise memori.settings budget.max_stored_chunks.';
   end if;
-  v_result := memori._budget_resolve(coalesce(v_sorted, '{}'), p_available_tokens, v_opt, v_cfg);
-  -- only the winners' content is read
-  v_result := jsonb_set(v_result, '{optimized_chunks}',
-                        coalesce((select jsonb_agg(x.e || jsonb_build_object('content', k.content) order by x.o)
-                                    from jsonb_array_elements(v_result->'optimized_chunks') with ordinality x(e, o)
-                                    join memori.context_chunks k on k.id = (x.e->>'id')::uuid), '[]'));
+  v_result := memori._budget_resolve(v_ids, v_types, v_tokens, v_prio, v_orig, v_rec, v_rev,
+                                     p_available_tokens, v_opt, v_cfg, true);
   if (v_opt->>'persist')::boolean and v_opt->>'user_id' is null
      and nullif(current_setting('memori.user_id', true), '') is null then
     select k.user_id into v_owner from memori.context_chunks k where k.session_id = p_session_id limit 1;

@@ -323,3 +323,12 @@ def test_stored_equals_request(conn: psycopg.Connection, chunks: list[dict[str, 
         for c in got["optimized_chunks"]:
             c.pop("content")
         assert_same(got, optimize(conn, chunks, available, options), exact_priorities=True)
+
+
+def test_conflicts_are_capped_but_counted(conn: psycopg.Connection) -> None:
+    chunks = [{"id": i, "type": "tool_output", "tokens": 10} for i in range(30)]
+    result = optimize(conn, chunks, 25, {"reserve_tokens": 0, "max_conflicts": 5})
+    assert ids(result) == [0, 1] and result["chunks_dropped"] == 28
+    assert result["conflicts_count"] == 28 and [c["chunk2"] for c in result["conflicts"]] == [2, 3, 4, 5, 6]
+    assert optimize(conn, chunks, 25, {"reserve_tokens": 0})["conflicts_count"] == 28
+    assert len(optimize(conn, chunks, 25, {"reserve_tokens": 0, "max_conflicts": 0})["conflicts"]) == 0

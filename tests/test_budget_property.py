@@ -92,7 +92,7 @@ def assert_same(got: dict[str, Any], want: dict[str, Any], exact_priorities: boo
     for g, w in zip(got["optimized_chunks"], want["optimized_chunks"], strict=True):
         assert g["priority"] == w["priority"] if exact_priorities else _close(g["priority"], w["priority"])
     for key in ("dropped_chunk_ids", "total_tokens_used", "tokens_remaining", "tokens_available", "reserved_tokens",
-                "chunks_dropped", "conflicts", "requires_summarization"):
+                "chunks_dropped", "conflicts", "conflicts_count", "requires_summarization"):
         assert got[key] == want[key], key
     for key, value in want["optimization_metrics"].items():
         assert _close(got["optimization_metrics"][key], value), key

@@ -58,6 +58,7 @@ def upgrade() -> None:
           content        text not null,
           tokens         integer not null check (tokens >= 0),
           ts             timestamptz,
+          ts_us          bigint,  -- ts as microseconds since 1970: exact ages with integer arithmetic
           metadata       jsonb not null default '{}'::jsonb,
           rag_boost      double precision not null default 0,
           business_boost double precision not null default 0,
@@ -69,22 +70,10 @@ def upgrade() -> None:
         );
         -- the ranking scan: every column the selection needs, so it is index-only
         create index idx_context_chunks_rank on memori.context_chunks (session_id, seq)
-          include (id, chunk_type, tokens, ts, rag_boost, business_boost, revenue_boost, business, expires_at);
+          include (id, chunk_type, tokens, ts_us, rag_boost, business_boost, revenue_boost, business, expires_at);
         create index idx_context_chunks_user on memori.context_chunks (user_id);
         create index idx_context_chunks_expires_at on memori.context_chunks (expires_at) where expires_at is not null;
 
-        -- A chunk in ranking: the allocation of the seed's workflow (step 1).
-        create type memori.budget_candidate as (
-          id             jsonb,
-          chunk_type     text,
-          category       text,
-          tokens         integer,
-          priority       double precision,
-          ts             timestamptz,
-          original_index integer,
-          recency        double precision,
-          revenue        double precision
-        );
         -- The boosts of one chunk (chunk_priority's parts).
         create type memori.chunk_score as (
           ts             timestamptz,
