@@ -19,6 +19,7 @@ from pymemdb.cli._common import (
     handle_errors,
     print_json,
 )
+from pymemdb.cli.budget import app as budget_app
 from pymemdb.cli.checkpoint import app as checkpoint_app
 from pymemdb.db import resolve_dsn
 from pymemdb.errors import InvalidArgument
@@ -36,6 +37,7 @@ bench_app = typer.Typer(help="Benchmarks: each runs its baseline in the same run
                         no_args_is_help=True)
 app.add_typer(db_app, name="db")
 app.add_typer(checkpoint_app, name="checkpoint")
+app.add_typer(budget_app, name="budget")
 app.add_typer(memory_app, name="memory")
 app.add_typer(bench_app, name="bench")
 

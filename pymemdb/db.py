@@ -38,6 +38,7 @@ class Database:
     """A pymemdb database: one pool, one attribute per concern (``db.memories``, ``db.cleanup``)."""
 
     def __init__(self, dsn: str, *, min_size: int = 1, max_size: int = 8, embedded: bool = False) -> None:
+        from pymemdb.budget import Budget
         from pymemdb.checkpoints import Checkpoints
         from pymemdb.cleanup import Cleanup
         from pymemdb.events import Events
@@ -62,6 +63,7 @@ class Database:
         self.cleanup = Cleanup(self)
         self.checkpoints = Checkpoints(self)
         self.events = Events(self)
+        self.budget = Budget(self)
 
     # -- lifecycle ---------------------------------------------------------
     def close(self) -> None:

@@ -176,7 +176,8 @@ def test_ties_break_by_timestamp_then_input_order(conn: psycopg.Connection) -> N
 
 def test_category_budgets(conn: psycopg.Connection) -> None:
     chunks = [{"id": f"h{i}", "type": "chat_history_user", "tokens": 3000} for i in range(4)] + \
-             [{"id": "r", "type": "rag_generic_chunk", "tokens": 4001}, {"id": "t", "type": "tool_output", "tokens": 10}]
+             [{"id": "r", "type": "rag_generic_chunk", "tokens": 4001},
+              {"id": "t", "type": "tool_output", "tokens": 10}]
     capped = optimize(conn, chunks, 30000, {"category_budgets": True})
     assert ids(capped) == ["t", "h0", "h1"]
     assert {c["chunk2"]: c["budget"] for c in capped["conflicts"]} == {"h2": "maxHistory", "h3": "maxHistory",

@@ -15,6 +15,7 @@ from tests import budget_oracle as oracle
 from tests.helpers import T0
 
 TYPES = sorted(oracle.BASE)
+TEXT = st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00")  # what PostgreSQL text holds
 # few distinct timestamps make ties likely; some are in the future
 OFFSETS_US = st.one_of(st.sampled_from([0, 1, 86_400_000_000, 5 * 86_400_000_000, -3_600_000_000]),
                        st.integers(-2 * 86_400_000_000, 40 * 86_400_000_000))
@@ -42,9 +43,10 @@ def chunk_lists(draw: st.DrawFn) -> list[dict[str, Any]]:
         chunk: dict[str, Any] = {"id": draw(st.sampled_from([f"c{i}", i])), "type": draw(st.sampled_from(TYPES))}
         mode = draw(st.sampled_from(["tokens", "content", "both"]))
         if mode in ("tokens", "both"):
-            chunk["tokens"] = draw(st.one_of(st.integers(0, 40), st.integers(0, 3000), st.sampled_from([0, 500, 501])))
+            chunk["tokens"] = draw(st.one_of(st.integers(0, 40), st.integers(0, 3000),
+                                             st.sampled_from([0, 500, 501])))
         if mode in ("content", "both"):
-            chunk["content"] = draw(st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=120))
+            chunk["content"] = draw(st.text(TEXT, max_size=120))
             if mode == "content" and draw(st.booleans()):
                 chunk["content_type"] = draw(st.sampled_from(["general", "business", "code"]))
         if draw(st.booleans()):
@@ -107,7 +109,8 @@ def test_sql_equals_reference(conn: psycopg.Connection, request: tuple[list[dict
     reserve = options.get("reserve_tokens", oracle.RESERVE)
     if reserve > available:
         try:
-            conn.execute("select memori.context_optimize(%s, %s, %s, %s)", (Jsonb(chunks), available, Jsonb(options), T0))
+            conn.execute("select memori.context_optimize(%s, %s, %s, %s)",
+                         (Jsonb(chunks), available, Jsonb(options), T0))
         except psycopg.Error as exc:
             assert exc.sqlstate == "PM001"
             return

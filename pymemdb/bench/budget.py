@@ -233,7 +233,8 @@ def render(result: dict[str, Any]) -> list[Table]:
                       fmt(t["stored"]["p50_us"] / 1000, " ms"), fmt(t["stored"]["p99_us"] / 1000, " ms"),
                       fmt(t["stored_persist"]["p50_us"] / 1000, " ms"),
                       fmt(t["naive"]["p50_us"] / 1000, " ms"), fmt(t["naive"]["p99_us"] / 1000, " ms"),
-                      fmt(size["speedup_p50"], "x"), f">= {size['goal']:g}x " + ("met" if size["goal_met"] else "MISSED"),
+                      fmt(size["speedup_p50"], "x"),
+                      f">= {size['goal']:g}x " + ("met" if size["goal_met"] else "MISSED"),
                       f"{'yes' if e['index_only'] else 'no'}, {fmt(e['heap_fetches'])}",
                       "yes" if t["same_selection"] else "NO")
     return [table]
