@@ -479,8 +479,8 @@ declare
   v_used  bigint := 0;
   v_alloc integer[] := '{}';
   v_left  bigint;
-  v_tail  integer[];
   v_min   integer;
+  j       integer;
   v_cat   text;
   v_cap   jsonb;
   v_cused jsonb := '{}';
@@ -489,8 +489,6 @@ begin
   if p_caps is null or p_caps = '{}'::jsonb then
     -- Without caps the allocated chunks are a prefix (while everything fits)
     -- and then, from the first drop on, the chunks that fit what is left.
-    -- Only chunks no larger than what is left can fit, so the walk visits
-    -- those only.
     while i <= n and v_used + p_tokens[i] <= p_budget loop
       v_used := v_used + p_tokens[i];
       i := i + 1;
@@ -500,14 +498,13 @@ begin
     if i > n or v_left < 0 then
       return v_alloc;
     end if;
-    select array_agg(u.pos), min(u.tokens) into v_tail, v_min   -- in array order
-      from unnest(p_tokens) with ordinality u(tokens, pos)
-     where u.pos > i and u.tokens <= v_left;
-    foreach i in array coalesce(v_tail, '{}') loop
-      exit when v_left < v_min;  -- nothing left can fit
-      if p_tokens[i] <= v_left then
-        v_alloc := v_alloc || i;
-        v_left := v_left - p_tokens[i];
+    -- the walk can stop once nothing left is small enough to fit
+    select min(u.tokens) into v_min from unnest(p_tokens) with ordinality u(tokens, pos) where u.pos > i;
+    for j in i + 1 .. n loop
+      exit when v_left < v_min;
+      if p_tokens[j] <= v_left then
+        v_alloc := v_alloc || j;
+        v_left := v_left - p_tokens[j];
       end if;
     end loop;
     return v_alloc;

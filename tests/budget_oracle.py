@@ -191,7 +191,7 @@ def optimize(chunks: list[dict[str, Any]], available: int, options: dict[str, An
         "tokens_available": available,
         "reserved_tokens": reserve,
         "chunks_dropped": len(dropped),
-        "conflicts": conflicts[:opts.get("max_conflicts", 1000)],
+        "conflicts": conflicts[:opts.get("max_conflicts", 100)],
         "conflicts_count": len(conflicts),
         "requires_summarization": [a.id for a in allocated if a.tokens > 500],
         "optimization_metrics": {

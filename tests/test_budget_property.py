@@ -36,8 +36,8 @@ METADATA = st.one_of(
 
 
 @st.composite
-def chunk_lists(draw: st.DrawFn) -> list[dict[str, Any]]:
-    n = draw(st.integers(0, 25))
+def chunk_lists(draw: st.DrawFn, max_size: int = 25) -> list[dict[str, Any]]:
+    n = draw(st.integers(0, max_size))
     chunks = []
     for i in range(n):
         chunk: dict[str, Any] = {"id": draw(st.sampled_from([f"c{i}", i])), "type": draw(st.sampled_from(TYPES))}
@@ -64,8 +64,8 @@ def _tokens(chunks: list[dict[str, Any]]) -> list[int]:
 
 
 @st.composite
-def requests(draw: st.DrawFn) -> tuple[list[dict[str, Any]], int, dict[str, Any]]:
-    chunks = draw(chunk_lists())
+def requests(draw: st.DrawFn, max_size: int = 25) -> tuple[list[dict[str, Any]], int, dict[str, Any]]:
+    chunks = draw(chunk_lists(max_size))
     options: dict[str, Any] = {"persist": False}
     if draw(st.booleans()):
         options["reserve_tokens"] = draw(st.sampled_from([0, 1, 100, 2000]))
@@ -77,7 +77,7 @@ def requests(draw: st.DrawFn) -> tuple[list[dict[str, Any]], int, dict[str, Any]
                                st.just(reserve + sum(subset) - 1)))
     for key, strategy in (("category_budgets", st.booleans()), ("order", st.sampled_from(["priority", "original"])),
                           ("recency_mode", st.sampled_from(["linear", "exponential"])),
-                          ("prefer_recent", st.booleans())):
+                          ("prefer_recent", st.booleans()), ("max_conflicts", st.integers(0, 5))):
         if draw(st.booleans()):
             options[key] = draw(strategy)
     return chunks, max(available, 0), options
@@ -105,6 +105,19 @@ def assert_same(got: dict[str, Any], want: dict[str, Any], exact_priorities: boo
 @given(request=requests())
 def test_sql_equals_reference(conn: psycopg.Connection, request: tuple[list[dict[str, Any]], int, dict[str, Any]]) \
         -> None:
+    check(conn, request)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                                   HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(request=requests(max_size=300))
+def test_sql_equals_reference_long_lists(conn: psycopg.Connection,
+                                         request: tuple[list[dict[str, Any]], int, dict[str, Any]]) -> None:
+    """Longer lists: long drop runs, many conflicts (beyond max_conflicts), the walk's early exit."""
+    check(conn, request)
+
+
+def check(conn: psycopg.Connection, request: tuple[list[dict[str, Any]], int, dict[str, Any]]) -> None:
     chunks, available, options = request
     reserve = options.get("reserve_tokens", oracle.RESERVE)
     if reserve > available:
