@@ -608,7 +608,12 @@ begin
 
   -- the allocated chunks: token spans in output order, metrics in selection order
   with a as (
-    select x.pos, to_jsonb(p_ids[x.pos]) as id, p_types[x.pos] as chunk_type, p_tokens[x.pos] as tokens,
+    -- stored chunks rank without their type unless category budgets need it: read it with the content
+    select x.pos, to_jsonb(p_ids[x.pos]) as id,
+           coalesce(p_types[x.pos], case when p_stored then (select k.chunk_type from memori.context_chunks k
+                                                              where k.id = p_ids[x.pos]::text::uuid) end)
+             as chunk_type,
+           p_tokens[x.pos] as tokens,
            p_priorities[x.pos] as priority, p_original[x.pos] as original_index, p_recency[x.pos] as recency,
            p_revenue[x.pos] as revenue
       from unnest(v_alloc) x(pos)
@@ -883,6 +888,7 @@ declare
   v_rec    double precision[];
   v_rev    double precision[];
   v_bases  jsonb := v_cfg->'bases';
+  v_caps   boolean := (v_opt->>'category_budgets')::boolean;
   v_result jsonb;
   v_owner  text;
 begin
@@ -897,7 +903,9 @@ begin
   select array_agg(c.id), array_agg(c.chunk_type), array_agg(c.tokens), array_agg(c.priority),
          array_agg(c.idx), array_agg(c.recency), array_agg(c.revenue_boost)
     into v_ids, v_types, v_tokens, v_prio, v_orig, v_rec, v_rev
-    from (select c.id, c.chunk_type, c.tokens, p.priority, c.idx, r.recency, c.revenue_boost
+    -- (the type is carried only when category budgets need it: a narrower sort)
+    from (select c.id, case when v_caps then c.chunk_type end as chunk_type, c.tokens, p.priority, c.idx, r.recency,
+                 c.revenue_boost
             -- base priorities from the configuration object, not a join per row
             from (select k.id, k.chunk_type, (v_bases->>k.chunk_type)::integer as base_priority, k.tokens, k.ts_us,
                          k.rag_boost, k.business_boost, k.revenue_boost, k.business,
