@@ -19,6 +19,7 @@ from pymemdb.cli._common import (
     handle_errors,
     print_json,
 )
+from pymemdb.cli.budget import app as budget_app
 from pymemdb.cli.checkpoint import app as checkpoint_app
 from pymemdb.cli.context import app as context_app
 from pymemdb.cli.session import app as session_app
@@ -40,6 +41,7 @@ app.add_typer(db_app, name="db")
 app.add_typer(checkpoint_app, name="checkpoint")
 app.add_typer(context_app, name="context")
 app.add_typer(session_app, name="session")
+app.add_typer(budget_app, name="budget")
 app.add_typer(memory_app, name="memory")
 app.add_typer(bench_app, name="bench")
 
@@ -275,6 +277,17 @@ def bench_langgraph(
 ) -> None:
     """MemoriSaver vs. LangGraph's PostgresSaver on one database: get_tuple, put, storage, retention (needs [bench])."""
     _bench("langgraph", dsn, rows, seed, as_json)
+
+
+@bench_app.command("budget")
+@handle_errors
+def bench_budget(
+    rows: Annotated[int, typer.Option("--rows", help="Chunks of the larger session (the smaller has a tenth).")]
+    = 20_000,
+    dsn: DsnOption = None, as_json: JsonOption = False, seed: SeedOption = 1,
+) -> None:
+    """context_optimize_stored vs. the naive client (fetch all, rank in Python) at rows/10 and rows chunks."""
+    _bench("budget", dsn, rows, seed, as_json)
 
 
 @bench_app.command("ttl")

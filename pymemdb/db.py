@@ -72,6 +72,7 @@ class Database:
         self._attach_concerns()
 
     def _attach_concerns(self) -> None:
+        from pymemdb.budget import Budget
         from pymemdb.checkpoints import Checkpoints
         from pymemdb.cleanup import Cleanup
         from pymemdb.compression import Compression
@@ -92,6 +93,7 @@ class Database:
         self.compression = Compression(self)
         self.goals = Goals(self)
         self.snapshots = Snapshots(self)
+        self.budget = Budget(self)
 
     def as_user(self, user_id: str) -> Database:
         """The same database and pool, acting for ``user_id`` (closing it leaves the pool open)."""

@@ -545,3 +545,83 @@ class LangGraphPruneResult:
     threads: int
     checkpoints: int
     blobs: int
+
+
+# -- context window manager (seed 02) -------------------------------------------------------
+@dataclass(frozen=True)
+class ChunkAdded:
+    """memori.chunk_added: a stored chunk's id, type, tokens (given or estimated) and expiry."""
+
+    id: UUID
+    chunk_type: str
+    tokens: int
+    expires_at: datetime | None
+
+
+@dataclass(frozen=True)
+class AllocatedChunk:
+    """One chunk of an optimisation's ``optimized_chunks`` (content only for stored chunks)."""
+
+    id: Any
+    type: str
+    tokens: int
+    priority: float
+    token_span: tuple[int, int]
+    original_index: int
+    content: str | None = None
+
+
+@dataclass(frozen=True)
+class BudgetConflict:
+    """A drop after an allocation: chunk1 (the last allocated) was kept, chunk2 did not fit ``budget``."""
+
+    chunk1: Any
+    chunk2: Any
+    conflict_type: str
+    resolution: str
+    budget: str | None
+
+
+@dataclass(frozen=True)
+class OptimizationMetrics:
+    prioritization_score: float
+    business_relevance_boost: float
+    recency_boost: float
+
+
+@dataclass(frozen=True)
+class Optimization:
+    """The result of memori.context_optimize / context_optimize_stored (seed 02's optimisation result)."""
+
+    optimized_chunks: list[AllocatedChunk]
+    dropped_chunk_ids: list[Any]
+    total_tokens_used: int
+    tokens_remaining: int
+    tokens_available: int
+    reserved_tokens: int
+    chunks_dropped: int
+    conflicts: list[BudgetConflict]
+    conflicts_count: int
+    requires_summarization: list[Any]
+    optimization_metrics: OptimizationMetrics
+    optimization_id: UUID | None
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> Optimization:
+        return cls(
+            optimized_chunks=[AllocatedChunk(c["id"], c["type"], c["tokens"], c["priority"],
+                                             (c["token_span"][0], c["token_span"][1]), c["original_index"],
+                                             c.get("content")) for c in doc["optimized_chunks"]],
+            dropped_chunk_ids=list(doc["dropped_chunk_ids"]),
+            total_tokens_used=doc["total_tokens_used"],
+            tokens_remaining=doc["tokens_remaining"],
+            tokens_available=doc["tokens_available"],
+            reserved_tokens=doc["reserved_tokens"],
+            chunks_dropped=doc["chunks_dropped"],
+            conflicts=[BudgetConflict(c["chunk1"], c["chunk2"], c["conflict_type"], c["resolution"], c.get("budget"))
+                       for c in doc["conflicts"]],
+            conflicts_count=doc["conflicts_count"],
+            requires_summarization=list(doc["requires_summarization"]),
+            optimization_metrics=OptimizationMetrics(**doc["optimization_metrics"]),
+            optimization_id=UUID(doc["optimization_id"]) if doc.get("optimization_id") else None,
+        )

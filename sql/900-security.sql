@@ -197,6 +197,21 @@ begin
     memori.lg_thread_copy(text, text, text, text, timestamptz),
     memori.lg_policy_set(text, interval, interval, integer)
     from memori_cleaner;
+
+  -- context window manager (issue 5)
+  grant select on memori.chunk_types, memori.token_budgets, memori.priority_boosts to memori_app, memori_cleaner;
+  grant select, insert, update, delete on memori.context_chunks to memori_app;
+  grant select, insert on memori.context_optimizations to memori_app;
+  grant select on memori._retention_context_chunks, memori._retention_context_optimizations to memori_app;
+  grant select, delete on memori.context_chunks, memori.context_optimizations to memori_cleaner;
+  grant select on memori._retention_context_chunks, memori._retention_context_optimizations to memori_cleaner;
+  revoke execute on function memori.chunk_add_many(text, jsonb, text, interval, timestamptz),
+                             memori.chunk_clear(text),
+                             memori.context_optimize(jsonb, integer, jsonb, timestamptz),
+                             memori.context_optimize_stored(text, integer, jsonb, timestamptz),
+                             memori._budget_record(jsonb, text, integer, jsonb, text, text, timestamptz),
+                             memori._budget_failed(jsonb, timestamptz)
+    from memori_cleaner;
 end
 $grants$;
 

@@ -1,7 +1,7 @@
 """Conversation compression (seed 04): full message history, compression checkpoints and plans, goals, snapshots.
 
 Revision ID: 0005
-Revises: 0003
+Revises: 0004
 Create Date: 2026-11-22
 
 Run-once DDL only; the API is sql/080-compression.sql. Released: frozen by
@@ -11,7 +11,7 @@ tests/frozen_revisions.txt.
 from alembic import op
 
 revision = "0005"
-down_revision = "0003"
+down_revision = "0004"
 branch_labels = None
 depends_on = None
 

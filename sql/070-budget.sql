@@ -1,0 +1,943 @@
+-- pymemdb SQL API, part 7: the context window manager (seed 02).
+--
+-- Before an LLM call an agent has more candidate context than tokens. These
+-- functions pick what goes in, inside the database: each chunk gets tokens
+-- (given or estimated) and a priority (base priority of its type + recency,
+-- RAG and business boosts), chunks are sorted by priority, then timestamp,
+-- then original index, and a greedy walk allocates every chunk that still
+-- fits. Chunk types, budgets, boost tables and densities are rows.
+--
+-- Priorities are double precision, computed in a fixed order
+-- (((base + recency) + rag) + business), as the seed's TypeScript does with
+-- JavaScript numbers; token estimates are exact (numeric) ceilings.
+
+-------------------------------------------------------------------------------
+-- configuration (seed 02's JSON; kept when re-installing)
+insert into memori.chunk_types (chunk_type, base_priority, category, description) values
+  ('system_prompt',          200, 'system',  'The system prompt'),
+  ('current_user_prompt',    190, 'prompt',  'The user''s current prompt'),
+  ('critical_rag_document',  180, 'rag',     'A retrieved document marked critical'),
+  ('tool_output',            170, 'tool',    'Output of a tool call'),
+  ('tool_input',             160, 'tool',    'Input of a tool call'),
+  ('chat_history_user',      150, 'history', 'An earlier user message'),
+  ('chat_history_assistant', 140, 'history', 'An earlier assistant message'),
+  ('rag_memory_commit',      130, 'rag',     'A retrieved memory'),
+  ('rag_document_chunk',     120, 'rag',     'A retrieved document chunk'),
+  ('rag_ebook_chunk',        110, 'rag',     'A retrieved e-book chunk'),
+  ('rag_generic_chunk',      100, 'rag',     'Any other retrieved chunk')
+on conflict (chunk_type) do nothing;
+
+insert into memori.token_budgets (name, tokens, category, description) values
+  ('maxOverall',      32000, null,       'Largest context window (CLI default for --tokens)'),
+  ('maxHistory',       8000, 'history',  'Cap of chat history chunks (category budgets)'),
+  ('maxBusinessData',  8000, 'business', 'Cap of chunk types of category business (none by default)'),
+  ('maxClientData',    6000, 'client',   'Cap of chunk types of category client (none by default)'),
+  ('maxRagResults',    4000, 'rag',      'Cap of RAG chunks (category budgets)'),
+  ('maxSystemPrompt',  2000, 'system',   'Default reserve, and cap of system prompts (category budgets)')
+on conflict (name) do nothing;
+
+insert into memori.priority_boosts (factor, value, boost) values
+  ('urgency', 'critical', 25), ('urgency', 'high', 15), ('urgency', 'medium', 5), ('urgency', 'low', 0),
+  ('client_tier', 'enterprise', 12), ('client_tier', 'midMarket', 8), ('client_tier', 'smallBusiness', 4),
+  ('client_tier', 'startup', 2),
+  ('deal_status', 'negotiation', 18), ('deal_status', 'proposal', 12), ('deal_status', 'qualified', 8),
+  ('deal_status', 'prospecting', 4), ('deal_status', 'closed', 1),
+  ('relationship', 'mature', 15), ('relationship', 'established', 10), ('relationship', 'developing', 6),
+  ('relationship', 'initial', 3)
+on conflict (factor, value) do nothing;
+
+insert into memori.settings (key, value, description) values
+  ('budget.revenue_scale', '10000', 'Revenue impact per boost point (seed 02: $10K = 1 point).'),
+  ('budget.revenue_max_boost', '20', 'Largest revenue impact boost.'),
+  ('budget.business_max_boost', '20', 'Cap of the total business boost.'),
+  ('budget.rag_boost_scale', '20', 'RAG boost = metadata.rag_match_metadata.relevance times this.'),
+  ('budget.recency_linear_max', '20', 'Linear recency boost = max(0, this - age in days).'),
+  ('budget.recency_max_boost', '15', 'Exponential recency boost at age 0 (recency_mode exponential).'),
+  ('budget.recency_decay_rate', '0.05', 'Exponential recency decay per day.'),
+  ('budget.recency_business_decay_rate', '0.02', 'Exponential recency decay per day of chunks with business metadata.'),
+  ('budget.density_general', '3.8', 'Characters per token of general text.'),
+  ('budget.density_business', '4.2', 'Characters per token of business prose.'),
+  ('budget.density_code', '3.5', 'Characters per token of code.'),
+  ('budget.summary_threshold', '500', 'Allocated chunks above this many tokens are listed in requires_summarization.'),
+  ('budget.max_conflicts', '100', 'Most conflicts listed in a result (conflicts_count is always the total).'),
+  ('budget.max_chunks', '10000', 'Most chunks context_optimize accepts in one call.'),
+  ('budget.max_stored_chunks', '100000', 'Most unexpired stored chunks context_optimize_stored ranks for one session.'),
+  ('budget.max_content_bytes', '1048576', 'Largest stored chunk content, in bytes (UTF-8).'),
+  ('budget.persist', 'true', 'Default of p_options.persist: record each optimisation and emit its events.')
+on conflict (key) do nothing;
+
+comment on table memori.chunk_types is 'Chunk types (seed 02): base priority and the category whose budget caps them.';
+comment on table memori.token_budgets is 'Token budgets (seed 02): maxSystemPrompt is the default reserve; rows with a category cap it.';
+comment on table memori.priority_boosts is 'Business boost points per factor and value (seed 02''s priorityBoosts).';
+comment on table memori.context_chunks is 'Context chunks stored per session, ranked by context_optimize_stored from an index.';
+comment on table memori.context_optimizations is 'One row per persisted optimisation: counts, tokens, metrics (seed 02).';
+
+-------------------------------------------------------------------------------
+-- _retention_context_chunks: stored chunks in the retention engine's shape
+create or replace view memori._retention_context_chunks with (security_invoker = true) as
+select c.id,
+       c.user_id    as owner,
+       c.session_id as category,
+       c.chunk_type as kind,
+       c.expires_at,
+       false        as important
+  from memori.context_chunks c;
+comment on view memori._retention_context_chunks is 'memori.context_chunks as retention candidates: session as category, chunk type as kind.';
+
+select memori.retention_register('context_chunks', 'memori.context_chunks', 'memori._retention_context_chunks', 'id',
+                                 'Context chunks stored per session (seed 02)', 2, interval '30 days');
+
+-------------------------------------------------------------------------------
+-- _retention_context_optimizations: optimisation records in the engine's shape
+create or replace view memori._retention_context_optimizations with (security_invoker = true) as
+select o.id,
+       o.user_id  as owner,
+       o.session_id as category,
+       o.source   as kind,
+       o.expires_at,
+       false      as important
+  from memori.context_optimizations o;
+comment on view memori._retention_context_optimizations is 'memori.context_optimizations as retention candidates: source as kind.';
+
+select memori.retention_register('context_optimizations', 'memori.context_optimizations',
+                                 'memori._retention_context_optimizations', 'id',
+                                 'Persisted context optimisations (seed 02)', 1, interval '90 days');
+
+-------------------------------------------------------------------------------
+-- _budget_config: every budget setting and boost table as one JSON object
+create or replace function memori._budget_config() returns jsonb
+as $func$
+  select jsonb_build_object(
+           'revenue_scale', 10000, 'revenue_max_boost', 20, 'business_max_boost', 20, 'rag_boost_scale', 20,
+           'recency_linear_max', 20, 'recency_max_boost', 15, 'recency_decay_rate', 0.05,
+           'recency_business_decay_rate', 0.02, 'density_general', 3.8, 'density_business', 4.2,
+           'density_code', 3.5, 'summary_threshold', 500, 'max_chunks', 10000, 'max_stored_chunks', 100000,
+           'max_content_bytes', 1048576, 'persist', true, 'max_conflicts', 100)
+      || coalesce((select jsonb_object_agg(substr(s.key, 8), s.value) from memori.settings s
+                    where s.key like 'budget.%'), '{}')
+      || jsonb_build_object(
+           -- boost values are matched case-insensitively and without underscores
+           'boosts', coalesce((select jsonb_object_agg(b.factor, b.m)
+                                 from (select factor, jsonb_object_agg(lower(replace(value, '_', '')), boost) as m
+                                         from memori.priority_boosts group by factor) b), '{}'),
+           'caps', coalesce((select jsonb_object_agg(t.category, jsonb_build_object('name', t.name, 'tokens', t.tokens))
+                               from memori.token_budgets t where t.category is not null), '{}'),
+           'bases', (select jsonb_object_agg(c.chunk_type, c.base_priority) from memori.chunk_types c),
+           'categories', (select jsonb_object_agg(c.chunk_type, c.category) from memori.chunk_types c),
+           'reserve', coalesce((select t.tokens from memori.token_budgets t where t.name = 'maxSystemPrompt'), 0),
+           'max_overall', coalesce((select t.tokens from memori.token_budgets t where t.name = 'maxOverall'), 32000))
+$func$ language sql stable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._budget_config() is 'The budget settings (defaults where a row is missing), boost tables, category caps and reserve as one JSON object.';
+
+-------------------------------------------------------------------------------
+-- _content_kind: the 'auto' heuristic of estimate_tokens
+create or replace function memori._content_kind(p_text text) returns text
+as $func$
+  -- code: a fenced block, or at least 5% of the non-space characters are
+  -- code punctuation ({}[]();=<>); business: money or a business word;
+  -- anything else is general text.
+  select case
+    when p_text ~ '```'
+         or length(regexp_replace(p_text, '[^][{}();=<>]', '', 'g'))
+            >= 0.05 * greatest(length(regexp_replace(p_text, '\s', '', 'g')), 1) then 'code'
+    when p_text ~* '(\$\s?[0-9]|\m(revenue|client|customer|deal|invoice|contract|pricing|quarter|roi|sales|budget)s?\M)'
+      then 'business'
+    else 'general' end
+$func$ language sql immutable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._content_kind(text) is 'Guess code, business or general for estimate_tokens(..., ''auto''): code punctuation >= 5% or a fenced block, money or business words.';
+
+-------------------------------------------------------------------------------
+-- _estimate_tokens: ceil(characters / density) with a given configuration
+create or replace function memori._estimate_tokens(p_text text, p_content_type text, p_cfg jsonb) returns integer
+as $func$
+  select ceil(char_length(p_text)::numeric
+              / (p_cfg->>('density_' || case when p_content_type = 'auto' then memori._content_kind(p_text)
+                                             else p_content_type end))::numeric)::integer
+$func$ language sql stable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._estimate_tokens(text, text, jsonb) is 'Token estimate ceil(length / density) for a content type (general, business, code, auto).';
+
+-------------------------------------------------------------------------------
+-- estimate_tokens: the seed's token estimate
+create or replace function memori.estimate_tokens(p_text text, p_content_type text default 'general')
+returns integer
+as $func$
+begin
+  if p_content_type is null or p_content_type not in ('general', 'business', 'code', 'auto') then
+    raise exception 'unknown content type %', coalesce(quote_literal(p_content_type), 'NULL')
+      using errcode = 'PM004', hint = 'Use one of: general (3.8 chars/token), business (4.2), code (3.5), auto.';
+  end if;
+  return memori._estimate_tokens(p_text, p_content_type, memori._budget_config());
+end
+$func$ language plpgsql stable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori.estimate_tokens(text, text) is 'Estimated tokens: ceil(length / chars per token) of general (3.8), business (4.2) or code (3.5) text; auto guesses the kind.';
+
+-------------------------------------------------------------------------------
+-- _revenue_boost: min(revenue impact / scale, max), 0 without a numeric revenue
+create or replace function memori._revenue_boost(p_metadata jsonb, p_cfg jsonb) returns double precision
+as $func$
+  select case when jsonb_typeof(r.v) = 'number'
+              then least(r.v::text::float8 / (p_cfg->>'revenue_scale')::float8, (p_cfg->>'revenue_max_boost')::float8)
+              else 0 end
+    from (select coalesce(nullif(p_metadata->'revenueImpact', 'null'), p_metadata->'revenue_impact') as v) r
+$func$ language sql immutable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._revenue_boost(jsonb, jsonb) is 'Revenue boost of chunk metadata: min(revenueImpact (or revenue_impact) / scale, max); 0 when not a number.';
+
+-------------------------------------------------------------------------------
+-- _business_boost: revenue + urgency + tier + deal + relationship, capped
+create or replace function memori._business_boost(p_metadata jsonb, p_cfg jsonb) returns double precision
+as $func$
+  select least(
+           (((memori._revenue_boost(p_metadata, p_cfg)
+              + coalesce((p_cfg #>> array['boosts', 'urgency', lower(replace(p_metadata->>'urgency', '_', ''))])::float8, 0))
+              + coalesce((p_cfg #>> array['boosts', 'client_tier',
+                                          lower(replace(coalesce(p_metadata->>'clientTier', p_metadata->>'client_tier'),
+                                                        '_', ''))])::float8, 0))
+              + coalesce((p_cfg #>> array['boosts', 'deal_status',
+                                          lower(replace(coalesce(p_metadata->>'dealStatus', p_metadata->>'deal_status'),
+                                                        '_', ''))])::float8, 0))
+              + coalesce((p_cfg #>> array['boosts', 'relationship',
+                                          lower(replace(coalesce(p_metadata->>'relationship',
+                                                                 p_metadata->>'relationship_stage'), '_', ''))])::float8, 0),
+           (p_cfg->>'business_max_boost')::float8)
+$func$ language sql immutable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._business_boost(jsonb, jsonb) is 'Business boost of chunk metadata with a given configuration (see business_boost).';
+
+-------------------------------------------------------------------------------
+-- business_boost: the seed's business relevance boost
+create or replace function memori.business_boost(p_metadata jsonb) returns double precision
+as $func$
+  select memori._business_boost(p_metadata, memori._budget_config())
+$func$ language sql stable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori.business_boost(jsonb) is 'min(revenue/10000, 20) + urgency + client tier + deal status + relationship boosts (memori.priority_boosts), the total capped at 20.';
+
+-------------------------------------------------------------------------------
+-- _is_business: does chunk metadata carry a business field?
+create or replace function memori._is_business(p_metadata jsonb) returns boolean
+as $func$
+  select coalesce(jsonb_typeof(p_metadata) = 'object'
+                  and p_metadata ?| array['revenueImpact', 'revenue_impact', 'urgency', 'clientTier', 'client_tier',
+                                          'dealStatus', 'deal_status', 'relationship', 'relationship_stage'], false)
+$func$ language sql immutable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._is_business(jsonb) is 'True when chunk metadata has a business field: such chunks decay slower (recency_mode exponential).';
+
+-------------------------------------------------------------------------------
+-- _recency_boost: the recency boost of a chunk of a given age
+create or replace function memori._recency_boost(p_age_ms double precision, p_business boolean, p_opt jsonb, p_cfg jsonb)
+returns double precision
+as $func$
+  -- Linear (the seed's workflow): max(0, 20 - age in days); a timestamp in
+  -- the future counts as age 0. Exponential: 15 * exp(-rate * days), with
+  -- the slower rate for business chunks. No timestamp, no boost.
+  select case
+    when p_age_ms is null or not (p_opt->>'prefer_recent')::boolean then 0::float8
+    when p_opt->>'recency_mode' = 'exponential' then
+      (p_cfg->>'recency_max_boost')::float8
+      * exp(-(case when p_business then (p_cfg->>'recency_business_decay_rate')::float8
+                   else (p_cfg->>'recency_decay_rate')::float8 end)
+            * greatest(p_age_ms / 86400000::float8, 0::float8))
+    else greatest(0::float8, least((p_cfg->>'recency_linear_max')::float8,
+                                   (p_cfg->>'recency_linear_max')::float8 - p_age_ms / 86400000::float8))
+  end
+$func$ language sql immutable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._recency_boost(double precision, boolean, jsonb, jsonb) is 'Recency boost for an age in milliseconds: linear max(0, 20 - days) or exponential decay (p_opt recency_mode).';
+
+-------------------------------------------------------------------------------
+-- _epoch_us: a timestamp as microseconds since 1970 (exact)
+create or replace function memori._epoch_us(p_ts timestamptz) returns bigint
+as $func$
+  select (extract(epoch from p_ts) * 1000000)::bigint
+$func$ language sql immutable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._epoch_us(timestamptz) is 'Microseconds since 1970-01-01 UTC, exactly (stored chunks keep it in ts_us).';
+
+-------------------------------------------------------------------------------
+-- _age_ms: milliseconds from a chunk's timestamp to now, as the seed computes it
+create or replace function memori._age_ms(p_ts timestamptz, p_now timestamptz) returns double precision
+as $func$
+  -- exact microseconds, then one rounding to double precision, / 1000
+  select (memori._epoch_us(p_now) - memori._epoch_us(p_ts))::float8 / 1000
+$func$ language sql immutable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._age_ms(timestamptz, timestamptz) is 'Age in milliseconds (now - timestamp): exact microseconds rounded once to double precision, / 1000.';
+-------------------------------------------------------------------------------
+-- _chunk_score: the boosts and priority of one (valid) chunk
+create or replace function memori._chunk_score(p_base integer, p_chunk jsonb, p_now timestamptz, p_opt jsonb, p_cfg jsonb)
+returns memori.chunk_score
+as $func$
+  select x.ts, r.recency, x.rag, x.business, x.revenue, x.is_business,
+         ((p_base::float8 + r.recency) + x.rag) + x.business
+    from (select (p_chunk->>'timestamp')::timestamptz as ts,
+                 case when jsonb_typeof(p_chunk #> '{metadata,rag_match_metadata,relevance}') = 'number'
+                      then (p_chunk #>> '{metadata,rag_match_metadata,relevance}')::float8
+                           * (p_cfg->>'rag_boost_scale')::float8
+                      else 0 end as rag,
+                 memori._business_boost(p_chunk->'metadata', p_cfg) as business,
+                 memori._revenue_boost(p_chunk->'metadata', p_cfg) as revenue,
+                 memori._is_business(p_chunk->'metadata') as is_business) x
+   cross join lateral (select memori._recency_boost(memori._age_ms(x.ts, p_now), x.is_business, p_opt, p_cfg)
+                              as recency) r
+$func$ language sql immutable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._chunk_score(integer, jsonb, timestamptz, jsonb, jsonb) is 'Timestamp, recency, RAG and business boosts and the priority ((base + recency) + rag) + business of one chunk.';
+
+-------------------------------------------------------------------------------
+-- _budget_options: p_options checked, with defaults filled in
+create or replace function memori._budget_options(p_options jsonb, p_cfg jsonb) returns jsonb
+as $func$
+declare
+  v_opt     jsonb := coalesce(p_options, '{}'::jsonb);
+  v_unknown text;
+begin
+  if jsonb_typeof(v_opt) <> 'object' then
+    perform memori._invalid('options must be a JSON object', 'Pass p_options such as {"reserve_tokens": 0}.');
+  end if;
+  select string_agg(k, ', ') into v_unknown from jsonb_object_keys(v_opt) k
+   where k not in ('reserve_tokens', 'category_budgets', 'order', 'recency_mode', 'prefer_recent', 'persist',
+                   'user_id', 'session_id', 'max_conflicts');
+  if v_unknown is not null then
+    perform memori._invalid(format('unknown option(s) %s', v_unknown),
+                            'Options: reserve_tokens, category_budgets, order, recency_mode, prefer_recent, persist, max_conflicts, user_id, session_id.');
+  end if;
+  v_opt := jsonb_strip_nulls(v_opt);
+  if v_opt ? 'reserve_tokens' and (jsonb_typeof(v_opt->'reserve_tokens') <> 'number'
+                                   or (v_opt->>'reserve_tokens')::numeric <> trunc((v_opt->>'reserve_tokens')::numeric)
+                                   or (v_opt->>'reserve_tokens')::numeric not between 0 and 2147483647) then
+    perform memori._invalid(format('reserve_tokens must be a whole number >= 0, got %s', v_opt->'reserve_tokens'),
+                            'Pass the tokens to keep free, e.g. {"reserve_tokens": 0}; omit it to reserve maxSystemPrompt.');
+  end if;
+  if v_opt ? 'max_conflicts' and (jsonb_typeof(v_opt->'max_conflicts') <> 'number'
+                                  or (v_opt->>'max_conflicts')::numeric <> trunc((v_opt->>'max_conflicts')::numeric)
+                                  or (v_opt->>'max_conflicts')::numeric not between 0 and 2147483647) then
+    perform memori._invalid(format('max_conflicts must be a whole number >= 0, got %s', v_opt->'max_conflicts'),
+                            'Pass how many conflicts to list, e.g. {"max_conflicts": 10}; conflicts_count is always the total.');
+  end if;
+  if exists (select 1 from unnest(array['category_budgets', 'prefer_recent', 'persist']) k
+              where v_opt ? k and jsonb_typeof(v_opt->k) <> 'boolean') then
+    perform memori._invalid('category_budgets, prefer_recent and persist must be true or false',
+                            'Pass JSON booleans, e.g. {"persist": false}.');
+  end if;
+  if coalesce(v_opt->>'order', 'priority') not in ('priority', 'original') then
+    perform memori._invalid(format('order must be priority or original, got %s', v_opt->'order'),
+                            'Pass {"order": "original"} to get the chunks in input order.');
+  end if;
+  if coalesce(v_opt->>'recency_mode', 'linear') not in ('linear', 'exponential') then
+    perform memori._invalid(format('recency_mode must be linear or exponential, got %s', v_opt->'recency_mode'),
+                            'linear: max(0, 20 - age in days) as the seed''s workflow; exponential: the configured decay.');
+  end if;
+  if exists (select 1 from unnest(array['user_id', 'session_id']) k
+              where v_opt ? k and (jsonb_typeof(v_opt->k) <> 'string'
+                                   or memori._identifier_problem(k, v_opt->>k) is not null)) then
+    perform memori._invalid('user_id and session_id must be non-empty strings without control characters',
+                            'Pass ids such as {"user_id": "alice", "session_id": "s1"}.');
+  end if;
+  return jsonb_build_object('reserve_tokens', p_cfg->'reserve', 'category_budgets', false, 'order', 'priority',
+                            'recency_mode', 'linear', 'prefer_recent', true, 'persist', p_cfg->'persist',
+                            'max_conflicts', p_cfg->'max_conflicts')
+         || v_opt;
+end
+$func$ language plpgsql stable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._budget_options(jsonb, jsonb) is 'Validate context_optimize options (PM001 for unknown or malformed ones) and fill in the defaults.';
+
+-------------------------------------------------------------------------------
+-- _chunk_problem: the first rule a chunk breaks ({sqlstate, message, hint}), NULL when valid
+create or replace function memori._chunk_problem(p_chunk jsonb, p_known_type boolean, p_stored boolean,
+                                                 p_max_bytes integer)
+returns text[]
+as $func$
+  select case
+    when jsonb_typeof(p_chunk) is distinct from 'object' then
+      array['PM001', 'not a JSON object', 'Each chunk is {"id": ..., "type": ..., "content": ..., "tokens": ...}.']
+    when not p_stored and (jsonb_typeof(p_chunk->'id') is null or jsonb_typeof(p_chunk->'id') not in ('string', 'number')
+                           or btrim(p_chunk->>'id') = '') then
+      array['PM001', 'id must be a non-empty string or a number', 'Give every chunk a unique id.']
+    when p_stored and coalesce(jsonb_typeof(p_chunk->'id'), 'null') <> 'null'
+         and (jsonb_typeof(p_chunk->'id') <> 'string'
+              or p_chunk->>'id' !~* '^[0-9a-f]{8}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{12}$') then
+      array['PM001', 'a stored chunk''s id must be a UUID', 'Omit id to have one generated.']
+    when not p_known_type then
+      array['PM004', format('unknown chunk type %s', coalesce(quote_literal(p_chunk->>'type'), 'NULL')), null]
+    when coalesce(jsonb_typeof(p_chunk->'content'), 'null') not in ('string', 'null') then
+      array['PM001', 'content must be a string', 'Pass the chunk''s text as a JSON string.']
+    when coalesce(jsonb_typeof(p_chunk->'tokens'), 'null') <> 'null'
+         and (jsonb_typeof(p_chunk->'tokens') <> 'number'
+              or (p_chunk->>'tokens')::numeric <> trunc((p_chunk->>'tokens')::numeric)
+              or (p_chunk->>'tokens')::numeric not between 0 and 2147483647) then
+      array['PM001', format('tokens must be a whole number >= 0, got %s', p_chunk->'tokens'),
+            'Omit tokens to have them estimated from the content.']
+    when coalesce(jsonb_typeof(p_chunk->'content'), 'null') = 'null'
+         and (p_stored or coalesce(jsonb_typeof(p_chunk->'tokens'), 'null') = 'null') then
+      case when p_stored then array['PM001', 'content is missing', 'A stored chunk needs its content.']
+           else array['PM001', 'content and tokens are both missing', 'Pass the content, the token count, or both.'] end
+    when p_stored and octet_length(p_chunk->>'content') > p_max_bytes then
+      array['PM003', format('content is %s bytes; the limit is %s bytes', octet_length(p_chunk->>'content'), p_max_bytes),
+            'Store smaller chunks, or raise memori.settings budget.max_content_bytes.']
+    when coalesce(jsonb_typeof(p_chunk->'timestamp'), 'null') not in ('string', 'null') then
+      array['PM001', 'timestamp must be an ISO 8601 string', 'Pass a time such as 2026-11-22T09:00:00Z, or omit it.']
+    when coalesce(jsonb_typeof(p_chunk->'metadata'), 'null') not in ('object', 'null') then
+      array['PM001', 'metadata must be a JSON object', 'Pass metadata as {"key": value}, or omit it.']
+    when coalesce(p_chunk->>'content_type', 'general') not in ('general', 'business', 'code', 'auto') then
+      array['PM004', format('unknown content type %s', quote_literal(p_chunk->>'content_type')),
+            'Use one of: general (3.8 chars/token), business (4.2), code (3.5), auto.']
+  end
+$func$ language sql immutable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._chunk_problem(jsonb, boolean, boolean, integer) is 'The rules of a chunk: {sqlstate, message, hint} of the first one it breaks, NULL when valid.';
+
+-------------------------------------------------------------------------------
+-- _check_chunks: a JSON array of valid chunks, or an error naming the first bad one
+create or replace function memori._check_chunks(p_chunks jsonb, p_stored boolean, p_cfg jsonb) returns integer
+as $func$
+declare
+  v_n   integer;
+  v_max integer := (p_cfg->>'max_chunks')::integer;
+  v_bad record;
+begin
+  if p_chunks is null or jsonb_typeof(p_chunks) <> 'array' then
+    perform memori._invalid(format('chunks must be a JSON array, got %s', coalesce(jsonb_typeof(p_chunks), 'NULL')),
+                            'Pass [{"id": "a", "type": "system_prompt", "content": "..."}, ...].');
+  end if;
+  v_n := jsonb_array_length(p_chunks);
+  if v_n > v_max then
+    raise exception '% chunks in one call; the limit is %', v_n, v_max
+      using errcode = 'PM003',
+            hint = 'Store the chunks (memori.chunk_add_many) and use context_optimize_stored, or raise memori.settings budget.max_chunks.';
+  end if;
+  select t.n - 1 as idx, memori._chunk_problem(t.e, ct.chunk_type is not null, p_stored,
+                                               (p_cfg->>'max_content_bytes')::integer) as problem
+    into v_bad
+    from jsonb_array_elements(p_chunks) with ordinality t(e, n)
+    left join memori.chunk_types ct on ct.chunk_type = t.e->>'type'
+   where memori._chunk_problem(t.e, ct.chunk_type is not null, p_stored,
+                               (p_cfg->>'max_content_bytes')::integer) is not null
+   order by t.n
+   limit 1;
+  if found then
+    raise exception 'chunks[%]: %', v_bad.idx, v_bad.problem[2]
+      using errcode = v_bad.problem[1],
+            hint = coalesce(v_bad.problem[3],
+                            'Use one of: ' || (select string_agg(chunk_type, ', ' order by base_priority desc, chunk_type)
+                                                 from memori.chunk_types) || '.');
+  end if;
+  select x.id into v_bad
+    from (select t.e->'id' as id from jsonb_array_elements(p_chunks) t(e)
+           where coalesce(t.e->'id', 'null') <> 'null') x
+   group by x.id having count(*) > 1
+   limit 1;
+  if found then
+    perform memori._invalid(format('chunk id %s appears more than once', v_bad.id), 'Give every chunk a unique id.');
+  end if;
+  return v_n;
+end
+$func$ language plpgsql stable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._check_chunks(jsonb, boolean, jsonb) is 'Validate a chunk list (array, at most budget.max_chunks, each chunk valid, ids unique); returns its length.';
+
+-------------------------------------------------------------------------------
+-- chunk_priority: the priority of one chunk
+create or replace function memori.chunk_priority(p_chunk jsonb, p_now timestamptz default now(),
+                                                 p_options jsonb default '{}'::jsonb)
+returns double precision
+as $func$
+declare
+  v_cfg  jsonb := memori._budget_config();
+  v_opt  jsonb := memori._budget_options(p_options, v_cfg);
+  v_base integer;
+begin
+  if p_now is null then
+    perform memori._invalid('p_now must not be NULL', 'Omit p_now to use the current time.');
+  end if;
+  select base_priority into v_base from memori.chunk_types where chunk_type = p_chunk->>'type';
+  -- the id and the content do not matter here
+  perform memori._check_chunks(jsonb_build_array(coalesce(p_chunk, 'null') || '{"id": 0, "tokens": 0}'), false, v_cfg);
+  return (memori._chunk_score(v_base, p_chunk, p_now, v_opt, v_cfg)).priority;
+end
+$func$ language plpgsql stable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori.chunk_priority(jsonb, timestamptz, jsonb) is 'Base priority of the chunk''s type + recency boost + RAG boost (relevance x 20) + business boost.';
+
+-------------------------------------------------------------------------------
+-- _budget_walk: the greedy selection over chunks in priority order
+create or replace function memori._budget_walk(p_tokens integer[], p_categories text[], p_budget integer, p_caps jsonb)
+returns integer[]
+as $func$
+-- Walks the chunks in order: a chunk that fits (used + tokens <= budget, and
+-- its category's used + tokens <= the category cap when caps are given) is
+-- allocated, any other is dropped and the walk goes on. Returns the
+-- positions (1-based) of the allocated chunks.
+declare
+  n       integer := coalesce(cardinality(p_tokens), 0);
+  v_used  bigint := 0;
+  v_alloc integer[] := '{}';
+  v_left  bigint;
+  v_min   integer;
+  j       integer;
+  v_cat   text;
+  v_cap   jsonb;
+  v_cused jsonb := '{}';
+  i       integer := 1;
+begin
+  if p_caps is null or p_caps = '{}'::jsonb then
+    -- Without caps the allocated chunks are a prefix (while everything fits)
+    -- and then, from the first drop on, the chunks that fit what is left.
+    while i <= n and v_used + p_tokens[i] <= p_budget loop
+      v_used := v_used + p_tokens[i];
+      i := i + 1;
+    end loop;
+    v_alloc := case when i > 1 then array(select generate_series(1, i - 1)) else '{}' end;
+    v_left := p_budget - v_used;
+    if i > n or v_left < 0 then
+      return v_alloc;
+    end if;
+    -- the walk can stop once nothing left is small enough to fit
+    select min(u.tokens) into v_min from unnest(p_tokens) with ordinality u(tokens, pos) where u.pos > i;
+    for j in i + 1 .. n loop
+      exit when v_left < v_min;
+      if p_tokens[j] <= v_left then
+        v_alloc := v_alloc || j;
+        v_left := v_left - p_tokens[j];
+      end if;
+    end loop;
+    return v_alloc;
+  end if;
+  for i in 1 .. n loop
+    v_cat := p_categories[i];
+    v_cap := p_caps->v_cat;
+    if v_used + p_tokens[i] <= p_budget
+       and (v_cap is null or coalesce((v_cused->>v_cat)::bigint, 0) + p_tokens[i] <= (v_cap->>'tokens')::bigint) then
+      v_alloc := v_alloc || i;
+      v_used := v_used + p_tokens[i];
+      if v_cap is not null then
+        v_cused := v_cused || jsonb_build_object(v_cat, coalesce((v_cused->>v_cat)::bigint, 0) + p_tokens[i]);
+      end if;
+    end if;
+  end loop;
+  return v_alloc;
+end
+$func$ language plpgsql immutable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._budget_walk(integer[], text[], integer, jsonb) is 'Greedy budget walk over chunks in priority order (optional per-category caps); positions of the allocated chunks.';
+
+-------------------------------------------------------------------------------
+-- _budget_resolve: walk, then the seed's result object
+create or replace function memori._budget_resolve(
+  p_ids        anyarray,  -- jsonb[] (given ids) or uuid[] (stored chunks)
+  p_types      text[],
+  p_tokens     integer[],
+  p_priorities double precision[],
+  p_original   integer[],
+  p_recency    double precision[],
+  p_revenue    double precision[],
+  p_available  integer,
+  p_opt        jsonb,
+  p_cfg        jsonb,
+  p_stored     boolean
+) returns jsonb
+as $func$
+-- The arrays describe the chunks in priority order (position i of each is
+-- the i-th chunk). Only allocated chunks and listed conflicts are looked at
+-- one by one; the dropped ids are one pass over the ids.
+declare
+  v_reserve   integer := (p_opt->>'reserve_tokens')::integer;
+  v_caps      jsonb := case when (p_opt->>'category_budgets')::boolean then p_cfg->'caps' else '{}'::jsonb end;
+  v_max_conf  integer := (p_opt->>'max_conflicts')::integer;
+  v_n         integer := coalesce(cardinality(p_tokens), 0);
+  v_budget    integer;
+  v_alloc     integer[];
+  v_mask      boolean[];
+  v_cats      text[];
+  v_first     integer;
+  v_chunks    jsonb;
+  v_used      bigint;
+  v_summary   jsonb;
+  v_metrics   jsonb;
+  v_c1        integer[] := '{}';
+  v_c2        integer[] := '{}';
+  v_why       text[] := '{}';
+  v_last      integer;
+  v_before    bigint := 0;
+  j           integer := 1;
+  p           integer;
+begin
+  if p_available is null or p_available < 0 then
+    perform memori._invalid(format('available tokens must be a whole number >= 0, got %s',
+                                   coalesce(p_available::text, 'NULL')),
+                            'Pass the tokens of the model''s context window, e.g. 32000.');
+  end if;
+  if v_reserve > p_available then
+    perform memori._invalid(format('the reserve of %s tokens is more than the %s available', v_reserve, p_available),
+                            'Pass {"reserve_tokens": N} with N <= the available tokens (0 allowed); the default reserve is maxSystemPrompt.');
+  end if;
+  v_budget := p_available - v_reserve;
+  if v_caps <> '{}'::jsonb then
+    v_cats := array(select p_cfg->'categories'->>t from unnest(p_types) t);
+  end if;
+  v_alloc := memori._budget_walk(p_tokens, v_cats, v_budget, v_caps);
+  v_first := v_alloc[1];
+
+  -- Conflicts: each drop after the first allocation, with the last chunk
+  -- allocated before it; the first max_conflicts of them are listed.
+  if v_first is not null then
+    p := v_first;
+    while p < v_n and cardinality(v_c2) < v_max_conf loop
+      -- move past the allocated chunks up to p
+      while j <= cardinality(v_alloc) and v_alloc[j] <= p loop
+        v_last := v_alloc[j];
+        v_before := v_before + p_tokens[v_last];
+        j := j + 1;
+      end loop;
+      p := p + 1;
+      if j <= cardinality(v_alloc) and v_alloc[j] = p then
+        continue;
+      end if;
+      v_c1 := v_c1 || v_last;
+      v_c2 := v_c2 || p;
+      v_why := v_why || case when v_before + p_tokens[p] > v_budget then 'available'
+                             else v_caps #>> array[v_cats[p], 'name'] end;
+    end loop;
+  end if;
+
+  -- the allocated chunks: token spans in output order, metrics in selection order
+  with a as (
+    -- stored chunks rank without their type unless category budgets need it: read it with the content
+    select x.pos, to_jsonb(p_ids[x.pos]) as id,
+           coalesce(p_types[x.pos], case when p_stored then (select k.chunk_type from memori.context_chunks k
+                                                              where k.id = p_ids[x.pos]::text::uuid) end)
+             as chunk_type,
+           p_tokens[x.pos] as tokens,
+           p_priorities[x.pos] as priority, p_original[x.pos] as original_index, p_recency[x.pos] as recency,
+           p_revenue[x.pos] as revenue
+      from unnest(v_alloc) x(pos)
+  ), o as (
+    select a.*, row_number() over (order by case when p_opt->>'order' = 'original' then a.original_index
+                                                 else a.pos end) as out_pos
+      from a
+  ), s as (
+    select o.*, sum(o.tokens) over (order by o.out_pos) - o.tokens as span_start from o
+  )
+  select coalesce(jsonb_agg(jsonb_build_object(
+                    'id', s.id, 'type', s.chunk_type, 'tokens', s.tokens, 'priority', s.priority,
+                    'token_span', jsonb_build_array(s.span_start, s.span_start + s.tokens),
+                    'original_index', s.original_index)
+                  -- stored chunks: the winners' content, and only theirs
+                  || case when p_stored
+                          then jsonb_build_object('content', (select k.content from memori.context_chunks k
+                                                               where k.id = p_ids[s.pos]::text::uuid))
+                          else '{}'::jsonb end
+                  order by s.out_pos), '[]'),
+         coalesce(sum(s.tokens), 0),
+         coalesce(jsonb_agg(s.id order by s.pos) filter (where s.tokens > (p_cfg->>'summary_threshold')::integer),
+                  '[]'),
+         jsonb_build_object('prioritization_score', coalesce(avg(s.priority order by s.pos), 0),
+                            'business_relevance_boost', coalesce(avg(s.revenue order by s.pos), 0),
+                            'recency_boost', coalesce(avg(s.recency order by s.pos), 0))
+    into v_chunks, v_used, v_summary, v_metrics
+    from s;
+
+  v_mask := array_fill(false, array[v_n]);
+  foreach p in array v_alloc loop
+    v_mask[p] := true;
+  end loop;
+
+  return jsonb_build_object(
+    'optimized_chunks', v_chunks,
+    'dropped_chunk_ids', to_jsonb(array(select u.id from unnest(p_ids, v_mask) u(id, allocated)
+                                         where not u.allocated)),  -- in array order: the walk's
+    'total_tokens_used', v_used,
+    'tokens_remaining', v_budget - v_used,
+    'tokens_available', p_available,
+    'reserved_tokens', v_reserve,
+    'chunks_dropped', v_n - cardinality(v_alloc),
+    'conflicts', coalesce((select jsonb_agg(jsonb_build_object(
+                                    'chunk1', to_jsonb(p_ids[c.c1]), 'chunk2', to_jsonb(p_ids[c.c2]),
+                                    'conflict_type', 'budget_exceeded',
+                                    'resolution', 'keep_chunk1', 'budget', c.why) order by c.k)
+                             from unnest(v_c1, v_c2, v_why) with ordinality c(c1, c2, why, k)), '[]'),
+    'conflicts_count', case when v_first is null then 0 else (v_n - v_first) - (cardinality(v_alloc) - 1) end,
+    'requires_summarization', v_summary,
+    'optimization_metrics', v_metrics);
+end
+$func$ language plpgsql stable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._budget_resolve(anyarray, text[], integer[], double precision[], integer[], double precision[], double precision[], integer, jsonb, jsonb, boolean) is 'Resolve the budget over chunks in priority order (parallel arrays): allocation, drops, conflicts, spans, metrics as the seed''s result object.';
+-------------------------------------------------------------------------------
+-- _budget_record: persist an optimisation and emit its events
+create or replace function memori._budget_record(p_result jsonb, p_source text, p_chunks_count integer,
+                                                 p_opt jsonb, p_session_id text, p_user_id text, p_now timestamptz)
+returns jsonb
+as $func$
+declare
+  v_user text := coalesce(p_opt->>'user_id', nullif(current_setting('memori.user_id', true), ''), p_user_id);
+  v_id   uuid;
+begin
+  if not (p_opt->>'persist')::boolean then
+    return p_result || jsonb_build_object('optimization_id', null);
+  end if;
+  if v_user is null then
+    perform memori._invalid('no user for the optimisation record',
+                            'Pass {"user_id": ...} in p_options, SET memori.user_id, or {"persist": false}.');
+  end if;
+  perform memori._event_emit('context.optimization.started',
+            jsonb_build_object('source', p_source, 'user_id', v_user, 'session_id', p_session_id,
+                               'chunks_count', p_chunks_count, 'tokens_available', p_result->'tokens_available'),
+            p_now);
+  insert into memori.context_optimizations (user_id, session_id, source, chunks_count, optimized_count, dropped_count,
+                                            conflicts_count, tokens_used, tokens_available, reserved_tokens, metrics,
+                                            options, pxyz, created_at, expires_at)
+  values (v_user, p_session_id, p_source, p_chunks_count, jsonb_array_length(p_result->'optimized_chunks'),
+          (p_result->>'chunks_dropped')::integer, jsonb_array_length(p_result->'conflicts'),
+          (p_result->>'total_tokens_used')::integer, (p_result->>'tokens_available')::integer,
+          (p_result->>'reserved_tokens')::integer, p_result->'optimization_metrics', p_opt - 'user_id' - 'session_id',
+          jsonb_build_object('entity', 'context', 'operation', 'optimize', 'source', p_source, 'time', p_now),
+          p_now, p_now + memori._budget_retention(p_source))
+  returning id into v_id;
+  perform memori._event_emit('context.budget.resolved',
+            jsonb_build_object('optimization_id', v_id,
+                               'allocated_count', jsonb_array_length(p_result->'optimized_chunks'),
+                               'dropped_count', p_result->'chunks_dropped', 'tokens_used', p_result->'total_tokens_used',
+                               'tokens_remaining', p_result->'tokens_remaining'), p_now);
+  if (p_result->>'chunks_dropped')::integer > 0 then
+    perform memori._event_emit('context.chunks_dropped',
+              jsonb_build_object('optimization_id', v_id, 'count', p_result->'chunks_dropped'), p_now);
+  end if;
+  if jsonb_array_length(p_result->'conflicts') > 0 then
+    perform memori._event_emit('context.conflict_detected',
+              jsonb_build_object('optimization_id', v_id, 'count', jsonb_array_length(p_result->'conflicts'),
+                                 'first', p_result->'conflicts'->0), p_now);
+  end if;
+  perform memori._event_emit('context.optimization.success',
+            jsonb_build_object('optimization_id', v_id, 'tokens_used', p_result->'total_tokens_used',
+                               'chunks_optimized', jsonb_array_length(p_result->'optimized_chunks')), p_now);
+  return p_result || jsonb_build_object('optimization_id', v_id);
+end
+$func$ language plpgsql volatile security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._budget_record(jsonb, text, integer, jsonb, text, text, timestamptz) is 'Record an optimisation in memori.context_optimizations and emit its events, unless p_opt persist is false.';
+
+-------------------------------------------------------------------------------
+-- _budget_retention: how long rows of a budget table's kind are kept
+create or replace function memori._budget_retention(p_kind text, p_table text default 'context_optimizations')
+returns interval
+as $func$
+  select retention from memori.retention_policies
+   where table_name = p_table and kind in (p_kind, '*')
+   order by (kind = p_kind) desc
+   limit 1
+$func$ language sql stable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._budget_retention(text, text) is 'Retention of a context_chunks / context_optimizations kind: its policy, else the table default (NULL: kept).';
+
+-------------------------------------------------------------------------------
+-- _budget_failed: the context.optimization.failed event (the client calls it after a failed call)
+create or replace function memori._budget_failed(p_payload jsonb, p_now timestamptz default now()) returns void
+as $func$
+begin
+  -- A failed call's own transaction rolls back with its events, so the
+  -- client reports the failure in a transaction of its own.
+  perform memori._event_emit('context.optimization.failed', p_payload, p_now);
+end
+$func$ language plpgsql volatile security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._budget_failed(jsonb, timestamptz) is 'Emit context.optimization.failed (called by the client after a failed optimisation).';
+
+-------------------------------------------------------------------------------
+-- context_optimize: the seed's token budget optimisation of a chunk list
+create or replace function memori.context_optimize(
+  p_chunks           jsonb,
+  p_available_tokens integer,
+  p_options          jsonb default '{}'::jsonb,
+  p_now              timestamptz default now()
+) returns jsonb
+as $func$
+declare
+  v_cfg    jsonb := memori._budget_config();
+  v_opt    jsonb := memori._budget_options(p_options, v_cfg);
+  v_n      integer;
+  v_ids    jsonb[];
+  v_types  text[];
+  v_tokens integer[];
+  v_prio   double precision[];
+  v_orig   integer[];
+  v_rec    double precision[];
+  v_rev    double precision[];
+begin
+  if p_now is null then
+    perform memori._invalid('p_now must not be NULL', 'Omit p_now to use the current time.');
+  end if;
+  v_n := memori._check_chunks(p_chunks, false, v_cfg);
+  -- step 1: allocations (tokens given or estimated, priority); step 2: sort
+  -- (sorted once in the subquery; the aggregates take its order)
+  select array_agg(c.id), array_agg(c.chunk_type), array_agg(c.tokens), array_agg(c.priority),
+         array_agg((c.n - 1)::integer), array_agg(c.recency), array_agg(c.revenue)
+    into v_ids, v_types, v_tokens, v_prio, v_orig, v_rec, v_rev
+    from (select t.e->'id' as id, ct.chunk_type, t.n,
+                 coalesce((t.e->>'tokens')::integer,
+                          memori._estimate_tokens(t.e->>'content', coalesce(t.e->>'content_type', 'general'), v_cfg))
+                   as tokens,
+                 s.priority, s.recency, s.revenue
+            from jsonb_array_elements(p_chunks) with ordinality t(e, n)
+            join memori.chunk_types ct on ct.chunk_type = t.e->>'type'
+           cross join lateral memori._chunk_score(ct.base_priority, t.e, p_now, v_opt, v_cfg) s
+           order by s.priority desc, s.ts desc nulls last, t.n) c;
+  -- steps 3 to 6: budget, greedy walk, result; then persist and events
+  return memori._budget_record(
+           memori._budget_resolve(v_ids, v_types, v_tokens, v_prio, v_orig, v_rec, v_rev, p_available_tokens,
+                                  v_opt, v_cfg, false),
+           'request', v_n, v_opt, v_opt->>'session_id', null, p_now);
+end
+$func$ language plpgsql volatile security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori.context_optimize(jsonb, integer, jsonb, timestamptz) is 'Seed 02''s optimisation: prioritise chunks, sort, greedily fill available tokens minus the reserve; allocation, drops, conflicts, metrics.';
+
+-------------------------------------------------------------------------------
+-- chunk_add_many: store chunks of a session (ranked later by context_optimize_stored)
+create or replace function memori.chunk_add_many(
+  p_session_id text,
+  p_chunks     jsonb,
+  p_user_id    text default null,
+  p_ttl        interval default null,
+  p_now        timestamptz default now()
+) returns setof memori.chunk_added
+as $func$
+declare
+  v_cfg  jsonb := memori._budget_config();
+  v_opt  jsonb := memori._budget_options('{}', v_cfg);
+  v_user text := coalesce(p_user_id, nullif(current_setting('memori.user_id', true), ''));
+begin
+  perform memori._check_identifier('session id', p_session_id);
+  if v_user is null then
+    perform memori._invalid('no user for the chunks', 'Pass p_user_id, or SET memori.user_id for the transaction.');
+  end if;
+  perform memori._check_identifier('user id', v_user);
+  if p_now is null then
+    perform memori._invalid('p_now must not be NULL', 'Omit p_now to use the current time.');
+  end if;
+  if p_ttl is not null and p_ttl <= interval '0' then
+    perform memori._invalid(format('ttl must be positive, got %s', p_ttl), 'Pass a TTL such as 1 day, or omit it to use the retention policy.');
+  end if;
+  perform memori._check_chunks(p_chunks, true, v_cfg);
+  -- the metadata boosts are computed now, so that ranking never reads metadata
+  return query
+    insert into memori.context_chunks as c (id, session_id, user_id, chunk_type, content, tokens, ts, ts_us, metadata,
+                                            rag_boost, business_boost, revenue_boost, business, created_at, expires_at)
+    select coalesce((t.e->>'id')::uuid, gen_random_uuid()), p_session_id, v_user, t.e->>'type', t.e->>'content',
+           coalesce((t.e->>'tokens')::integer,
+                    memori._estimate_tokens(t.e->>'content', coalesce(t.e->>'content_type', 'general'), v_cfg)),
+           s.ts, memori._epoch_us(s.ts), coalesce(nullif(t.e->'metadata', 'null'::jsonb), '{}'::jsonb), s.rag,
+           s.business, s.revenue, s.is_business, p_now,
+           p_now + coalesce(p_ttl, memori._budget_retention(t.e->>'type', 'context_chunks'))
+      from jsonb_array_elements(p_chunks) with ordinality t(e, n)
+     cross join lateral memori._chunk_score(0, t.e, p_now, v_opt, v_cfg) s
+     order by t.n
+    returning c.id, c.chunk_type, c.tokens, c.expires_at;
+end
+$func$ language plpgsql volatile security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori.chunk_add_many(text, jsonb, text, interval, timestamptz) is 'Store up to budget.max_chunks chunks of a session, in order (content required, tokens estimated when absent); they expire after p_ttl or their type''s retention.';
+
+-------------------------------------------------------------------------------
+-- chunk_clear: forget a session's stored chunks
+create or replace function memori.chunk_clear(p_session_id text) returns integer
+as $func$
+declare
+  v_count integer;
+begin
+  perform memori._check_identifier('session id', p_session_id);
+  delete from memori.context_chunks where session_id = p_session_id;
+  get diagnostics v_count = row_count;
+  return v_count;
+end
+$func$ language plpgsql volatile security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori.chunk_clear(text) is 'Delete every stored chunk of a session; returns how many.';
+
+-------------------------------------------------------------------------------
+-- context_optimize_stored: the same optimisation over a session's stored chunks
+create or replace function memori.context_optimize_stored(
+  p_session_id       text,
+  p_available_tokens integer,
+  p_options          jsonb default '{}'::jsonb,
+  p_now              timestamptz default now()
+) returns jsonb
+as $func$
+declare
+  v_cfg    jsonb := memori._budget_config();
+  v_opt    jsonb := memori._budget_options(p_options, v_cfg);
+  v_prefer boolean := (v_opt->>'prefer_recent')::boolean;
+  v_exp    boolean := v_opt->>'recency_mode' = 'exponential';
+  v_linear float8 := (v_cfg->>'recency_linear_max')::float8;
+  v_max    float8 := (v_cfg->>'recency_max_boost')::float8;
+  v_rate   float8 := (v_cfg->>'recency_decay_rate')::float8;
+  v_slow   float8 := (v_cfg->>'recency_business_decay_rate')::float8;
+  v_now_us bigint := memori._epoch_us(p_now);
+  v_n      integer;
+  v_ids    uuid[];
+  v_types  text[];
+  v_tokens integer[];
+  v_prio   double precision[];
+  v_orig   integer[];
+  v_rec    double precision[];
+  v_rev    double precision[];
+  v_bases  jsonb := v_cfg->'bases';
+  v_caps   boolean := (v_opt->>'category_budgets')::boolean;
+  v_result jsonb;
+  v_owner  text;
+begin
+  perform memori._check_identifier('session id', p_session_id);
+  if p_now is null then
+    perform memori._invalid('p_now must not be NULL', 'Omit p_now to use the current time.');
+  end if;
+  -- Steps 1 and 2 from the ranking index alone (an index-only scan in
+  -- insertion order): tokens and the metadata boosts were stored with the
+  -- chunk; the recency boost is computed here exactly as _recency_boost
+  -- does, from the age in microseconds (integer arithmetic, one rounding).
+  select array_agg(c.id), array_agg(c.chunk_type), array_agg(c.tokens), array_agg(c.priority),
+         array_agg(c.idx), array_agg(c.recency), array_agg(c.revenue_boost)
+    into v_ids, v_types, v_tokens, v_prio, v_orig, v_rec, v_rev
+    -- (the type is carried only when category budgets need it: a narrower sort)
+    from (select c.id, case when v_caps then c.chunk_type end as chunk_type, c.tokens, p.priority, c.idx, r.recency,
+                 c.revenue_boost
+            -- base priorities from the configuration object, not a join per row
+            from (select k.id, k.chunk_type, (v_bases->>k.chunk_type)::integer as base_priority, k.tokens, k.ts_us,
+                         k.rag_boost, k.business_boost, k.revenue_boost, k.business,
+                         (row_number() over (order by k.seq) - 1)::integer as idx
+                    from memori.context_chunks k
+                   where k.session_id = p_session_id and (k.expires_at is null or k.expires_at > p_now)) c
+           cross join lateral (
+             select case
+                      when c.ts_us is null or not v_prefer then 0::float8
+                      when v_exp then v_max * exp(-(case when c.business then v_slow else v_rate end)
+                                                  * greatest((v_now_us - c.ts_us)::float8 / 1000 / 86400000::float8,
+                                                             0::float8))
+                      else greatest(0::float8,
+                                    least(v_linear, v_linear - (v_now_us - c.ts_us)::float8 / 1000 / 86400000::float8))
+                    end as recency) r
+           cross join lateral (select ((c.base_priority::float8 + r.recency) + c.rag_boost) + c.business_boost
+                                      as priority) p
+           order by p.priority desc, c.ts_us desc nulls last, c.idx) c;
+  v_n := coalesce(cardinality(v_ids), 0);
+  if v_n > (v_cfg->>'max_stored_chunks')::integer then
+    raise exception 'session % has % unexpired chunks; the limit is %', p_session_id, v_n, v_cfg->>'max_stored_chunks'
+      using errcode = 'PM003',
+            hint = 'Clear old chunks (memori.chunk_clear) or give them a TTL, or raise memori.settings budget.max_stored_chunks.';
+  end if;
+  v_result := memori._budget_resolve(v_ids, v_types, v_tokens, v_prio, v_orig, v_rec, v_rev,
+                                     p_available_tokens, v_opt, v_cfg, true);
+  if (v_opt->>'persist')::boolean and v_opt->>'user_id' is null
+     and nullif(current_setting('memori.user_id', true), '') is null then
+    select k.user_id into v_owner from memori.context_chunks k where k.session_id = p_session_id limit 1;
+  end if;
+  return memori._budget_record(v_result, 'stored', v_n, v_opt, p_session_id, v_owner, p_now);
+end
+$func$ language plpgsql volatile security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori.context_optimize_stored(text, integer, jsonb, timestamptz) is 'context_optimize over a session''s unexpired stored chunks, ranked from an index; content is read for the allocated chunks only.';
