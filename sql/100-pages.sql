@@ -496,7 +496,7 @@ begin
           coalesce(p_mime_type, case p_modality when 'text' then 'text/plain' when 'structured' then 'application/json' end),
           coalesce(p_size_bytes, v_bytes),
           coalesce(p_tokens, memori._tokens_estimate(coalesce(p_content, p_data::text, p_artifact_ref))),
-          p_importance, coalesce(p_provenance, '{}'), p_represents, p_segment, v_s.turn, p_hint,
+          case when p_importance < 1e-6 then 0 else p_importance end, coalesce(p_provenance, '{}'), p_represents, p_segment, v_s.turn, p_hint,
           p_dimensions, p_duration_seconds, p_now, p_now, p_now, true, p_expires_at)
   returning * into v_p;
   perform memori._page_write_reference(v_p, p_now);
@@ -639,6 +639,13 @@ begin
          created_at = excluded.created_at
   returning * into v_r;
   delete from memori.vm_pack_cache where session_id = p_session_id;
+  -- a page mapped at this level now costs the new representation's tokens
+  if exists (select 1 from memori.working_set w
+              where w.session_id = p_session_id and w.page_id = p_page_id and w.level = p_level
+                and w.tokens <> v_r.tokens) then
+    perform memori._vm_map(memori._vm_session(p_session_id, null, false, p_now), v_p, p_level, null, 'compress',
+                           'system', 'representation_rewritten', p_now);
+  end if;
   return v_r;
 end
 $func$ language plpgsql volatile security invoker

@@ -127,8 +127,10 @@ declare
   v_keep   bigint[] := '{}';
   v_shown  text[] := '{}';
 begin
-  if v_budget < 1 then
-    perform memori._invalid(format('token budget must be >= 1, got %s', v_budget), 'Pass the tokens the context may use, e.g. 8000.');
+  if v_budget < memori._tokens_estimate(v_open || v_close) then
+    perform memori._invalid(format('token budget must be at least %s (the empty block), got %s',
+                                   memori._tokens_estimate(v_open || v_close), v_budget),
+                            'Pass the tokens the context may use, e.g. 8000.');
   end if;
   perform memori._check_identifier('model', p_model, 200);
   select md5(v_s.turn || '|' || v_s.pinned_last_turns || '|'
