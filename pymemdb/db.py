@@ -42,6 +42,7 @@ class Database:
         from pymemdb.cleanup import Cleanup
         from pymemdb.events import Events
         from pymemdb.memories import Memories
+        from pymemdb.pages import Pages
 
         self.dsn = dsn
         self.embedded = embedded
@@ -62,9 +63,11 @@ class Database:
         self.cleanup = Cleanup(self)
         self.checkpoints = Checkpoints(self)
         self.events = Events(self)
+        self.pages = Pages(self)
 
     # -- lifecycle ---------------------------------------------------------
     def close(self) -> None:
+        self.pages.tlb.close()
         self.pool.close()
 
     def __enter__(self) -> Database:

@@ -76,8 +76,8 @@ def test_update_makes_a_version_and_drops_stale_levels(conn: psycopg.Connection)
     page(conn, "doc_1", "first version of the document", p_page_type="artifact")
     conn.execute("select memori.page_flush(%s, null, %s)", (S, T0))
     conn.execute("select memori.page_representation_put(%s, 'doc_1', 2, 'abstract', p_now => %s)", (S, T0))
-    p = one(conn, "select * from memori.page_update(%s, 'doc_1', 'second version, rather longer than the first', p_now => %s)",
-            (S, T0 + timedelta(seconds=1)))
+    p = one(conn, "select * from memori.page_update(%s, 'doc_1', %s, p_now => %s)",
+            (S, "second version, rather longer than the first", T0 + timedelta(seconds=1)))
     assert p is not None and (p["version"], p["dirty"]) == (2, True)
     assert value(conn, "select content from memori.page_versions where page_id = 'doc_1' and version = 1") == \
         "first version of the document"

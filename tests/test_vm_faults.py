@@ -23,7 +23,8 @@ def turn(conn: psycopg.Connection) -> int:
 
 def test_fault_returns_the_canonical_envelope(conn: psycopg.Connection) -> None:
     page(conn, "msg_132", "the fault handler code lives in handler.py", p_add_to_working_set=False)
-    conn.execute("select memori.page_representation_put(%s, 'msg_132', 2, 'fault handler summary', p_now => %s)", (S, T0))
+    conn.execute("select memori.page_representation_put(%s, 'msg_132', 2, 'fault handler summary', p_now => %s)",
+                 (S, T0))
     env = fault(conn, "msg_132")
     assert env == {
         "page": {"page_id": "msg_132", "modality": "text", "level": 2, "tier": "L0",
