@@ -20,6 +20,7 @@ from pymemdb.cli._common import (
     print_json,
 )
 from pymemdb.cli.checkpoint import app as checkpoint_app
+from pymemdb.cli.pages import app as pages_app
 from pymemdb.db import resolve_dsn
 from pymemdb.errors import InvalidArgument
 
@@ -36,6 +37,7 @@ bench_app = typer.Typer(help="Benchmarks: each runs its baseline in the same run
                         no_args_is_help=True)
 app.add_typer(db_app, name="db")
 app.add_typer(checkpoint_app, name="checkpoint")
+app.add_typer(pages_app, name="pages")
 app.add_typer(memory_app, name="memory")
 app.add_typer(bench_app, name="bench")
 
@@ -253,3 +255,12 @@ def bench_ttl(
 ) -> None:
     """Latest-checkpoint lookup vs. a PK lookup; batched cleanup vs. one naive DELETE (scratch database)."""
     _bench("ttl", dsn, rows, seed, as_json)
+
+
+@bench_app.command("vm")
+@handle_errors
+def bench_vm(
+    rows: RowsOption = 100_000, dsn: DsnOption = None, as_json: JsonOption = False, seed: SeedOption = 1
+) -> None:
+    """page_fault p50/p95 among --rows pages; vm_context + vm_manifest of a 32k-token working set; replay."""
+    _bench("vm", dsn, rows, seed, as_json)
