@@ -156,15 +156,18 @@ begin
         join memori.pages p on p.session_id = w.session_id and p.page_id = w.page_id
        cross join lateral memori._page_at_level(p, w.level) l
        where w.session_id = v_s.session_id
+    ), summaries as (
+      -- the newest summary page of each segment, looked up once
+      select distinct on (sp.segment) sp.segment, sp.id
+        from memori.pages sp
+       where sp.session_id = v_s.session_id and sp.page_type = 'summary' and sp.segment is not null
+         and (sp.expires_at is null or sp.expires_at > p_now)
+       order by sp.segment, sp.id desc
     ), folded as (
       select m.*, s.id as summary_id
         from mapped m
-        left join lateral (select sp.id from memori.pages sp
-                            where sp.session_id = v_s.session_id and sp.page_type = 'summary'
-                              and sp.segment = m.segment and sp.page_id <> m.page_id
-                              and (sp.expires_at is null or sp.expires_at > p_now)
-                            order by sp.id desc limit 1) s
-               on m.page_type = 'transcript' and not m.pinned and m.segment is not null
+        left join summaries s
+               on s.segment = m.segment and m.page_type = 'transcript' and not m.pinned
                   and m.turn <= v_s.turn - greatest(v_s.pinned_last_turns, 1)
     ), shown as (
       -- pages shown as themselves
