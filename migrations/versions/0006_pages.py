@@ -104,7 +104,8 @@ def upgrade() -> None:
         create index idx_pages_user on memori.pages (user_id);
         create index idx_pages_session_tier on memori.pages (session_id, tier);
         -- the manifest's most important unmapped pages first
-        create index idx_pages_session_importance on memori.pages (session_id, importance desc, last_accessed desc, page_id);
+        create index idx_pages_session_importance
+          on memori.pages (session_id, importance desc, last_accessed desc, page_id);
         -- one summary per segment (VM:CONTEXT packing)
         create index idx_pages_session_summaries on memori.pages (session_id, segment, id) where page_type = 'summary';
         create index idx_pages_expires_at on memori.pages (expires_at) where expires_at is not null;
