@@ -550,13 +550,15 @@ begin
   -- reduced and abstract forms describe the old content: the Compressor rewrites them
   delete from memori.page_representations where session_id = v_p.session_id and page_id = v_p.page_id and level in (1, 2);
   perform memori._page_write_reference(v_p, p_now);
-  perform memori._page_mutation(v_s, v_p.page_id, 'update', v_p.tier, v_p.tier, v_p.compression_level,
-                                v_p.compression_level, v_new, p_actor, format('version %s', v_p.version), p_now);
   select * into v_ws from memori.working_set where session_id = v_p.session_id and page_id = v_p.page_id;
   if found then
-    -- a mapped page is re-mapped from its new content at level 0 (its other levels are gone)
-    perform memori._vm_map(v_s, v_p, case when v_ws.level = 3 then 3 else 0 end, null, 'update', p_actor, 'page_update', p_now);
+    -- a mapped page is re-mapped from its new content at level 0 (its levels 1 and 2 are gone); logged there
+    perform memori._vm_map(v_s, v_p, case when v_ws.level = 3 then 3 else 0 end, null, 'update', p_actor,
+                           format('version %s', v_p.version), p_now);
     select * into v_p from memori.pages where id = v_p.id;
+  else
+    perform memori._page_mutation(v_s, v_p.page_id, 'update', v_p.tier, v_p.tier, null, null, null, p_actor,
+                                  format('version %s', v_p.version), p_now);
   end if;
   perform memori._event_emit('page.updated', jsonb_build_object('session_id', v_p.session_id, 'page_id', v_p.page_id,
                                                                  'version', v_p.version), p_now);

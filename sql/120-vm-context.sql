@@ -94,7 +94,8 @@ as $func$
          || format(' (%s): ', p_page_id)
          || case p_modality
               when 'image' then format('[IMAGE: %s]', concat_ws(', ', coalesce(p_content, p_hint, 'no caption'),
-                                                              p_dimensions[1] || 'x' || p_dimensions[2]))
+                                                              case when p_content is null or p_content not like 'image:%'
+                                                                   then p_dimensions[1] || 'x' || p_dimensions[2] end))
               when 'audio' then format('[AUDIO: %s]', concat_ws(', ', memori._vm_duration(p_duration) || ' duration',
                                                               'transcript: ' || to_json(p_content)::text))
               when 'video' then format('[VIDEO: %s]', concat_ws(', ', memori._vm_duration(p_duration) || ' duration',
