@@ -305,6 +305,7 @@ class PageRepresentation:
 
     session_id: str
     page_id: str
+    user_id: str
     level: int
     content: str | None
     data: Any

@@ -222,8 +222,8 @@ declare
   v_ref text := memori._page_reference(p_page.page_id, p_page.modality, p_page.hint, p_page.content,
                                        p_page.duration_seconds, p_page.dimensions);
 begin
-  insert into memori.page_representations (session_id, page_id, level, content, tokens, version, created_at)
-  values (p_page.session_id, p_page.page_id, 3, v_ref, memori._tokens_estimate(v_ref), p_page.version, p_now)
+  insert into memori.page_representations (session_id, page_id, user_id, level, content, tokens, version, created_at)
+  values (p_page.session_id, p_page.page_id, p_page.user_id, 3, v_ref, memori._tokens_estimate(v_ref), p_page.version, p_now)
   on conflict (session_id, page_id, level) do update
      set content = excluded.content, data = null, tokens = excluded.tokens, version = excluded.version,
          created_at = excluded.created_at;
@@ -538,8 +538,8 @@ begin
     perform memori._invalid(format('tokens must be >= 0, got %s', p_tokens), 'Omit p_tokens to estimate them from the content.');
   end if;
   perform memori._page_check_content(coalesce(p_content, v_p.content), coalesce(p_data, v_p.data));
-  insert into memori.page_versions (session_id, page_id, version, content, data, tokens, created_at)
-  values (v_p.session_id, v_p.page_id, v_p.version, v_p.content, v_p.data, v_p.tokens, v_p.updated_at);
+  insert into memori.page_versions (session_id, page_id, user_id, version, content, data, tokens, created_at)
+  values (v_p.session_id, v_p.page_id, v_p.user_id, v_p.version, v_p.content, v_p.data, v_p.tokens, v_p.updated_at);
   v_new := coalesce(p_tokens, memori._tokens_estimate(coalesce(p_content, v_p.content, coalesce(p_data, v_p.data)::text)));
   update memori.pages
      set content = coalesce(p_content, content), data = coalesce(p_data, data), tokens = v_new,
@@ -633,8 +633,9 @@ begin
       using errcode = 'PM064', hint = 'Compress the current content again (memori.page_compress_todo lists it).';
   end if;
   perform memori._page_check_content(p_content, p_data);
-  insert into memori.page_representations (session_id, page_id, level, content, data, tokens, version, created_at)
-  values (p_session_id, p_page_id, p_level, p_content, p_data,
+  insert into memori.page_representations (session_id, page_id, user_id, level, content, data, tokens, version,
+                                           created_at)
+  values (p_session_id, p_page_id, v_p.user_id, p_level, p_content, p_data,
           coalesce(p_tokens, memori._tokens_estimate(coalesce(p_content, p_data::text))), v_p.version, p_now)
   on conflict (session_id, page_id, level) do update
      set content = excluded.content, data = excluded.data, tokens = excluded.tokens, version = excluded.version,

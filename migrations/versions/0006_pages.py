@@ -115,6 +115,7 @@ def upgrade() -> None:
         create table memori.page_representations (
           session_id text not null,
           page_id    text not null,
+          user_id    text not null,
           level      integer not null,
           content    text,
           data       jsonb,
@@ -131,6 +132,7 @@ def upgrade() -> None:
         create table memori.page_versions (
           session_id text not null,
           page_id    text not null,
+          user_id    text not null,
           version    integer not null,
           content    text,
           data       jsonb,
