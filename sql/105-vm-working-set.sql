@@ -22,24 +22,6 @@ set search_path = pg_catalog, memori, pg_temp;
 comment on function memori._vm_level_tokens(text, text, integer, integer) is 'Tokens of a page at a level: level 0 from the page, others from page_representations (NULL when not written).';
 
 -------------------------------------------------------------------------------
--- _vm_keep_score: how much a policy wants to keep a mapped page (low = evict first)
-create or replace function memori._vm_keep_score(
-  p_policy text, p_page_type text, p_importance real, p_age integer, p_recently_evicted boolean
-) returns double precision
-as $func$
-  select -- the seed's eviction priority by type: claims and index pages very low, summaries and procedures low
-         case p_page_type when 'claim' then 1.0 when 'index' then 1.0 when 'procedure' then 0.5
-                          when 'summary' then 0.5 else 0.0 end
-         -- anti-thrash: a page evicted within the cooldown carries a penalty against another eviction
-         + case when p_recently_evicted then 0.5 else 0.0 end
-         + case p_policy
-             when 'importance_weighted_lru' then 0.5 / (1 + greatest(p_age, 0)) + 0.5 * p_importance
-             else 1.0 / (1 + greatest(p_age, 0)) end
-$func$ language sql immutable parallel safe security invoker
-set search_path = pg_catalog, memori, pg_temp;
-comment on function memori._vm_keep_score(text, text, real, integer, boolean) is 'Keep score of a mapped page under a policy: type priority + cooldown penalty + recency (and importance for importance_weighted_lru); lowest is evicted first.';
-
--------------------------------------------------------------------------------
 -- _vm_candidates: the evictable pages of a session, in eviction order
 create or replace function memori._vm_candidates(p_s memori.vm_sessions, p_policy text, p_keep text)
 returns table (page_id text, level integer, tokens integer, page_type text, tier_level integer)
@@ -53,9 +35,17 @@ as $func$
      -- anti-thrash: pages faulted in during the last fault_protection_turns stay
      and not (p.last_fault_turn is not null and p_s.turn - p.last_fault_turn < p_s.fault_protection_turns)
    order by case when p_policy = 'modality_aware_lru' and p.modality in ('image', 'audio', 'video') then 0 else 1 end,
-            memori._vm_keep_score(p_policy, p.page_type, p.importance, p_s.turn - w.last_access_turn,
-                                  p.last_evict_turn is not null
-                                  and p_s.turn - p.last_evict_turn < p_s.eviction_cooldown_turns),
+            -- the keep score, lowest evicted first (written out: a function with SET cannot be inlined):
+            -- the seed's eviction priority by type (claims and index pages very low, summaries and procedures low)
+            case p.page_type when 'claim' then 1.0 when 'index' then 1.0 when 'procedure' then 0.5
+                             when 'summary' then 0.5 else 0.0 end
+            -- anti-thrash: a page evicted within the cooldown carries a penalty against another eviction
+            + case when p.last_evict_turn is not null and p_s.turn - p.last_evict_turn < p_s.eviction_cooldown_turns
+                   then 0.5 else 0.0 end
+            -- recency, and importance for importance_weighted_lru
+            + case when p_policy = 'importance_weighted_lru'
+                   then 0.5 / (1 + greatest(p_s.turn - w.last_access_turn, 0)) + 0.5 * p.importance
+                   else 1.0 / (1 + greatest(p_s.turn - w.last_access_turn, 0)) end,
             w.last_access_turn, w.turn_added, w.page_id
 $func$ language sql stable security invoker
 set search_path = pg_catalog, memori, pg_temp;
@@ -82,9 +72,9 @@ begin
     return;
   end if;
   -- pass 1, compress before evict: each victim down one level where a cheaper form exists
-  for v_c in select * from memori._vm_candidates(p_s, v_policy, p_keep) loop
+  for v_c in select * from memori._vm_candidates(p_s, v_policy, p_keep) c
+              where c.level < 3 and c.page_type not in ('index', 'claim', 'procedure') loop
     exit when v_freed >= p_required;
-    continue when v_c.page_type in ('index', 'claim', 'procedure') or v_c.level >= 3;
     select r.level, r.tokens into v_next
       from memori.page_representations r
      where r.session_id = p_s.session_id and r.page_id = v_c.page_id and r.level > v_c.level
@@ -102,6 +92,9 @@ begin
     return next row(v_c.page_id, 'compress', v_next.level, 'L0', v_c.tokens - v_next.tokens)::memori.vm_eviction;
   end loop;
   -- pass 2: evict to L1 in the same order
+  if v_freed >= p_required then
+    return;
+  end if;
   for v_c in select * from memori._vm_candidates(p_s, v_policy, p_keep) loop
     exit when v_freed >= p_required;
     delete from memori.working_set where session_id = p_s.session_id and page_id = v_c.page_id;

@@ -102,7 +102,8 @@ def upgrade() -> None:
           check (dimensions is null or cardinality(dimensions) = 2)
         );
         create index idx_pages_user on memori.pages (user_id);
-        create index idx_pages_session_tier on memori.pages (session_id, tier);
+        -- INCLUDE expires_at: the manifest counts unexpired unmapped pages from the index alone
+        create index idx_pages_session_tier on memori.pages (session_id, tier) include (expires_at);
         -- the manifest's most important unmapped pages first
         create index idx_pages_session_importance
           on memori.pages (session_id, importance desc, last_accessed desc, page_id);

@@ -63,7 +63,8 @@ select p.session_id, p.page_id, p.user_id, 3, r.ref, memori._tokens_estimate(r.r
  where p.session_id = %(s)s
 """
 GENERATE_ABSTRACTS: LiteralString = """
-insert into memori.page_representations (session_id, page_id, user_id, level, content, tokens, version, created_at)
+insert into memori.page_representations (session_id, page_id, user_id, level, content, tokens, version,
+                                         created_at)
 select p.session_id, p.page_id, p.user_id, 2, left(p.content, 120), memori._tokens_estimate(left(p.content, 120)), 1, %(now)s
   from memori.pages p
  where p.session_id = %(s)s and p.tokens > 40 and p.id %% 2 = 0
@@ -137,8 +138,9 @@ def _faults(conn: psycopg.Connection[Any], rows: int, rng: random.Random, now: A
         conn.execute(FIX_TOKENS, args)
         conn.execute(GENERATE_REFERENCES, args)
         conn.execute(GENERATE_ABSTRACTS, args)
-        conn.execute("analyze memori.pages")
-        conn.execute("analyze memori.page_representations")
+        # as autovacuum would leave them: statistics and the visibility map (index-only counts)
+        conn.execute("vacuum analyze memori.pages")
+        conn.execute("vacuum analyze memori.page_representations")
     if progress:
         progress(f"generated {rows:,} pages in {elapsed():.1f} s; timing page_fault")
 
