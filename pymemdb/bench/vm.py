@@ -56,7 +56,8 @@ update memori.pages set tokens = memori._tokens_estimate(content), size_bytes = 
  where session_id = %(s)s
 """
 GENERATE_REFERENCES: LiteralString = """
-insert into memori.page_representations (session_id, page_id, user_id, level, content, tokens, version, created_at)
+insert into memori.page_representations (session_id, page_id, user_id, level, content, tokens, version,
+                                         created_at)
 select p.session_id, p.page_id, p.user_id, 3, r.ref, memori._tokens_estimate(r.ref), 1, %(now)s
   from memori.pages p
  cross join lateral (select memori._page_reference(p.page_id, p.modality, p.hint, p.content, null, null) as ref) r
@@ -65,7 +66,8 @@ select p.session_id, p.page_id, p.user_id, 3, r.ref, memori._tokens_estimate(r.r
 GENERATE_ABSTRACTS: LiteralString = """
 insert into memori.page_representations (session_id, page_id, user_id, level, content, tokens, version,
                                          created_at)
-select p.session_id, p.page_id, p.user_id, 2, left(p.content, 120), memori._tokens_estimate(left(p.content, 120)), 1, %(now)s
+select p.session_id, p.page_id, p.user_id, 2, left(p.content, 120), memori._tokens_estimate(left(p.content, 120)), 1,
+       %(now)s
   from memori.pages p
  where p.session_id = %(s)s and p.tokens > 40 and p.id %% 2 = 0
 """
