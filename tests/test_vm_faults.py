@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 import psycopg
+import pytest
 
 from tests.helpers import T0, assert_sqlstate, rows, value
 from tests.test_pages import S, configure, page, ws
@@ -227,3 +228,25 @@ def test_tools_and_developer_message(conn: psycopg.Connection) -> None:
     passive = value(conn, "select memori.vm_developer_message(%s, 'passive')", (S,))
     assert '"faults_allowed": false' in passive
     assert_sqlstate(conn, "PM004", "select memori.vm_developer_message('sess_1', 'loud')")
+
+
+def test_app_role_runs_the_vm_but_cannot_rewrite_its_log(conn: psycopg.Connection) -> None:
+    conn.execute("set role memori_app")
+    conn.execute("set memori.user_id = 'alice'")
+    page(conn, "m", "hello world", p_add_to_working_set=False)
+    assert fault(conn, "m", 0)["page"]["page_id"] == "m"
+    assert value(conn, "select memori.vm_context(%s)", (S,)).startswith("<VM:CONTEXT>")
+    for query in ("update memori.page_mutations set cause = 'x'", "delete from memori.page_mutations",
+                  "update memori.page_faults set outcome = 'served'", "delete from memori.page_faults"):
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute(query)
+
+
+def test_cleaner_role_deletes_expired_pages_but_cannot_write_them(conn: psycopg.Connection) -> None:
+    page(conn, "m", "hello world", p_expires_at=T0)
+    conn.execute("set role memori_cleaner")
+    deleted = rows(conn, "select * from memori.cleanup_execute(%s)", (T0,))
+    assert sum(r["deleted"] for r in deleted) >= 1
+    assert value(conn, "select count(*) from memori.pages") == 0
+    with pytest.raises(psycopg.errors.InsufficientPrivilege):
+        conn.execute("select memori.page_create('sess_1', 'x', 'y', p_user_id => 'alice')")
