@@ -23,7 +23,8 @@ comment on function memori._vm_level_tokens(text, text, integer, integer) is 'To
 
 -------------------------------------------------------------------------------
 -- _vm_candidates: the evictable pages of a session, in eviction order
-create or replace function memori._vm_candidates(p_s memori.vm_sessions, p_policy text, p_keep text)
+create or replace function memori._vm_candidates(p_s memori.vm_sessions, p_policy text, p_keep text,
+                                                 p_compressible boolean)
 returns table (page_id text, level integer, tokens integer, page_type text, tier_level integer)
 as $func$
   select w.page_id, w.level, w.tokens, p.page_type, p.compression_level
@@ -32,6 +33,8 @@ as $func$
    where w.session_id = p_s.session_id
      and not w.pinned
      and w.page_id is distinct from p_keep
+     -- the compress pass only wants pages that can go down a level (checked here, before the sort)
+     and (not p_compressible or (w.level < 3 and p.page_type not in ('index', 'claim', 'procedure')))
      -- anti-thrash: pages faulted in during the last fault_protection_turns stay
      and not (p.last_fault_turn is not null and p_s.turn - p.last_fault_turn < p_s.fault_protection_turns)
    order by case when p_policy = 'modality_aware_lru' and p.modality in ('image', 'audio', 'video') then 0 else 1 end,
@@ -49,7 +52,7 @@ as $func$
             w.last_access_turn, w.turn_added, w.page_id
 $func$ language sql stable security invoker
 set search_path = pg_catalog, memori, pg_temp;
-comment on function memori._vm_candidates(memori.vm_sessions, text, text) is 'Unpinned, unprotected pages of a working set in eviction order for a policy (modality_aware_lru: media first).';
+comment on function memori._vm_candidates(memori.vm_sessions, text, text, boolean) is 'Unpinned, unprotected pages of a working set in eviction order for a policy (modality_aware_lru: media first); only compressible ones when asked.';
 
 -------------------------------------------------------------------------------
 -- _vm_evict_run: free at least p_required tokens of L0 (as far as the rules allow)
@@ -72,8 +75,7 @@ begin
     return;
   end if;
   -- pass 1, compress before evict: each victim down one level where a cheaper form exists
-  for v_c in select * from memori._vm_candidates(p_s, v_policy, p_keep) c
-              where c.level < 3 and c.page_type not in ('index', 'claim', 'procedure') loop
+  for v_c in select * from memori._vm_candidates(p_s, v_policy, p_keep, true) loop
     exit when v_freed >= p_required;
     select r.level, r.tokens into v_next
       from memori.page_representations r
@@ -95,7 +97,7 @@ begin
   if v_freed >= p_required then
     return;
   end if;
-  for v_c in select * from memori._vm_candidates(p_s, v_policy, p_keep) loop
+  for v_c in select * from memori._vm_candidates(p_s, v_policy, p_keep, false) loop
     exit when v_freed >= p_required;
     delete from memori.working_set where session_id = p_s.session_id and page_id = v_c.page_id;
     update memori.pages set tier = 'L1', compression_level = 0, last_evict_turn = p_s.turn
