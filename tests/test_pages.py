@@ -153,3 +153,34 @@ def test_l1_overflow_goes_to_l2(conn: psycopg.Connection) -> None:
     rows(conn, "select * from memori.vm_evict(%s, 2, 'lru')", (S,))
     tiers = {r["page_id"]: r["tier"] for r in rows(conn, "select page_id, tier from memori.pages")}
     assert tiers == {"a": "L2", "b": "L1"}
+
+
+def test_exactly_full_budget_and_ties(conn: psycopg.Connection) -> None:
+    configure(conn, '{"max_l0_tokens": 100, "eviction_threshold": 1, "pinned_last_turns": 0, "eviction_policy": "lru"}')
+    page(conn, "b", "x", p_tokens=50)
+    page(conn, "a", "x", p_tokens=50)  # exactly full: nothing goes
+    assert set(ws(conn)) == {"a", "b"}
+    page(conn, "c", "x", p_tokens=1)  # one over: of two equal candidates the lower page id goes first,
+    got = ws(conn)                     # compressed to its reference rather than evicted
+    assert (got["a"][0], got["b"][0], got["c"][0]) == (3, 0, 0)
+    assert sum(t for _, t, _ in got.values()) <= 100
+
+
+def test_threshold_evicts_down_to_it(conn: psycopg.Connection) -> None:
+    configure(conn, '{"max_l0_tokens": 100, "pinned_last_turns": 0}')  # threshold 0.85: 85 tokens
+    page(conn, "a", "x", p_tokens=40)
+    page(conn, "b", "x", p_tokens=45)  # 85: at the threshold, nothing goes
+    assert set(ws(conn)) == {"a", "b"}
+    page(conn, "c", "x", p_tokens=10)  # 95 > 85: evict until at most 85
+    assert sum(t for _, t, _ in ws(conn).values()) <= 85
+
+
+def test_expired_pages_are_gone_at_the_second(conn: psycopg.Connection) -> None:
+    page(conn, "m", "hello", p_add_to_working_set=False, p_expires_at=T0 + timedelta(seconds=1))
+    at = T0 + timedelta(seconds=1) - timedelta(microseconds=1)
+    assert value(conn, "select (memori.page_lookup(%s, 'm', %s)).page_id", (S, at)) == "m"
+    assert value(conn, "select (memori.page_lookup(%s, 'm', %s)).page_id", (S, T0 + timedelta(seconds=1))) is None
+    env = value(conn, "select memori.page_fault(%s, 'm', 0, p_now => %s)", (S, T0 + timedelta(seconds=1)))
+    assert env["error"]["reason"] == "unknown_page"
+    assert value(conn, "select memori.vm_manifest(%s, p_now => %s) -> 'total_available'",
+                 (S, T0 + timedelta(seconds=1))) == 0
