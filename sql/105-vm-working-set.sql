@@ -33,8 +33,9 @@ as $func$
    where w.session_id = p_s.session_id
      and not w.pinned
      and w.page_id is distinct from p_keep
-     -- the compress pass only wants pages that can go down a level (checked here, before the sort)
-     and (not p_compressible or (w.level < 3 and p.page_type not in ('index', 'claim', 'procedure')))
+     -- the compress pass only wants pages that can go down a level (checked here, before the join and sort)
+     and (not p_compressible or w.level < 3)
+     and (not p_compressible or p.page_type not in ('index', 'claim', 'procedure'))
      -- anti-thrash: pages faulted in during the last fault_protection_turns stay
      and not (p.last_fault_turn is not null and p_s.turn - p.last_fault_turn < p_s.fault_protection_turns)
    order by case when p_policy = 'modality_aware_lru' and p.modality in ('image', 'audio', 'video') then 0 else 1 end,
