@@ -144,12 +144,12 @@ begin
     return v_refusal;
   end if;
 
-  update memori.pages set last_accessed = p_now, access_count = access_count + 1 where id = v_p.id
-  returning * into v_p;
   v_source := v_p.tier;
   select * into v_w from memori.working_set where session_id = v_s.session_id and page_id = p_page_id;
   if found and v_w.level <= p_target_level then
     -- already mapped with at least the detail asked for: nothing to load
+    update memori.pages set last_accessed = p_now, access_count = access_count + 1 where id = v_p.id
+    returning * into v_p;
     update memori.working_set set last_access_turn = v_s.turn where session_id = v_s.session_id and page_id = p_page_id;
     select * into v_at from memori._page_at_level(v_p, v_w.level);
     perform memori._fault_record(v_s, p_page_id, p_reason, p_target_level, v_w.level, 'already_mapped', 0, v_source,
@@ -181,8 +181,10 @@ begin
   end if;
 
   begin
-    -- faulted pages are protected from eviction for fault_protection_turns (anti-thrash)
-    update memori.pages set last_fault_turn = v_s.turn where id = v_p.id;
+    -- access tracking; faulted pages are protected from eviction for fault_protection_turns (anti-thrash)
+    update memori.pages set last_accessed = p_now, access_count = access_count + 1, last_fault_turn = v_s.turn
+     where id = v_p.id
+    returning * into v_p;
     v_evicted := memori._vm_map(v_s, v_p, v_level, null, 'fault_in', p_actor, 'page_fault:' || p_reason, p_now);
   exception when sqlstate 'PM060' then
     perform memori._fault_record(v_s, p_page_id, p_reason, p_target_level, null, 'refused', 0, v_source, null, p_now);
