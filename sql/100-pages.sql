@@ -617,6 +617,8 @@ create or replace function memori.page_representation_put(
 ) returns memori.page_representations
 as $func$
 declare
+  -- the session first, then the page: the order every VM writer locks in (no deadlocks)
+  v_s memori.vm_sessions := memori._vm_session(p_session_id, null, false, p_now);
   v_p memori.pages := memori._page_get(p_session_id, p_page_id, p_now, true);
   v_r memori.page_representations;
 begin
@@ -646,8 +648,7 @@ begin
   if exists (select 1 from memori.working_set w
               where w.session_id = p_session_id and w.page_id = p_page_id and w.level = p_level
                 and w.tokens <> v_r.tokens) then
-    perform memori._vm_map(memori._vm_session(p_session_id, null, false, p_now), v_p, p_level, null, 'compress',
-                           'system', 'representation_rewritten', p_now);
+    perform memori._vm_map(v_s, v_p, p_level, null, 'compress', 'system', 'representation_rewritten', p_now);
   end if;
   return v_r;
 end

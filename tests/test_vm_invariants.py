@@ -144,3 +144,37 @@ def test_budget_invariants_hold(conn: psycopg.Connection) -> None:
         settings=settings(max_examples=40, stateful_step_count=40, deadline=None,
                           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]),
     )
+
+
+def test_concurrent_workers_keep_the_budget(conn: psycopg.Connection, dsn: str) -> None:
+    """Two workers of one agent faulting at once: the session lock serialises them, the budget holds."""
+    import threading
+
+    conn.execute("select memori.vm_session_configure(%s, %s::jsonb, 'alice', %s)",
+                 (S, '{"max_l0_tokens": 300, "pinned_last_turns": 0, "max_faults_per_turn": 1000}', T0))
+    conn.execute("select count(memori.page_create(%s, 'p' || g, 'words about things ' || g, p_tokens => 20 + g %% 40,"
+                 " p_add_to_working_set => false, p_user_id => 'alice')) from generate_series(1, 60) g", (S,))
+    errors: list[BaseException] = []
+
+    def worker(offset: int) -> None:
+        try:
+            with psycopg.connect(dsn, autocommit=True) as c:
+                for i in range(30):
+                    c.execute("select memori.page_fault(%s, %s, 0, 'user_requested_recall')",
+                              (S, f"p{(i * 7 + offset) % 60 + 1}"))
+                    if i % 5 == 0:
+                        c.execute("select memori.turn_begin(%s)", (S,))
+        except BaseException as exc:  # surfaced below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in (0, 3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert value(conn, "select sum(tokens) from memori.working_set") <= 300
+    turn = value(conn, "select turn from memori.vm_sessions")
+    replayed = {(r["page_id"], r["level"], r["tokens"])
+                for r in rows(conn, "select * from memori.vm_context_at_turn(%s, %s)", (S, turn))}
+    assert replayed == {(r["page_id"], r["level"], r["tokens"]) for r in rows(conn, "select * from memori.working_set")}
