@@ -25,6 +25,7 @@ from pymemdb.types import (
     PageRepresentation,
     PageTableEntry,
     VmEviction,
+    VmEvictionCandidate,
     VmPageState,
     VmSession,
     WorkingSetEntry,
@@ -74,6 +75,8 @@ VM_ADD_PAGE = fn("vm_add_page", ("p_session_id", "text"), ("p_page_id", "text"),
                  ("p_pin", "boolean"), ("p_actor", "text"), ("p_now", "timestamptz"), returns="scalar")
 VM_EVICT = fn("vm_evict", ("p_session_id", "text"), ("p_required_tokens", "integer"), ("p_policy", "text"),
               ("p_actor", "text"), ("p_now", "timestamptz"), result=VmEviction, returns="many")
+VM_EVICTION_CANDIDATES = fn("vm_eviction_candidates", ("p_session_id", "text"), ("p_policy", "text"),
+                            result=VmEvictionCandidate, returns="many")
 WORKING_SET_LIST = fn("working_set_list", ("p_session_id", "text"), result=WorkingSetEntry, returns="many")
 PAGE_FAULT = fn(
     "page_fault", ("p_session_id", "text"), ("p_page_id", "text"), ("p_target_level", "integer"),
@@ -251,6 +254,11 @@ class Pages:
         return self._db.call(  # type: ignore[no-any-return]
             VM_EVICT, **given(p_session_id=session_id, p_required_tokens=required_tokens, p_policy=policy,
                               p_actor=actor, p_now=now))
+
+    def eviction_candidates(self, session_id: str, policy: str | None = None) -> builtins.list[VmEvictionCandidate]:
+        """memori.vm_eviction_candidates: what a policy would evict first, with keep scores."""
+        return self._db.call(  # type: ignore[no-any-return]
+            VM_EVICTION_CANDIDATES, **given(p_session_id=session_id, p_policy=policy))
 
     def working_set(self, session_id: str) -> builtins.list[WorkingSetEntry]:
         """memori.working_set_list: the pages in L0, in creation order."""

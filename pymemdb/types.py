@@ -420,3 +420,16 @@ class PageMutation:
     actor: str
     cause: str | None
     expires_at: datetime | None
+
+
+@dataclass(frozen=True)
+class VmEvictionCandidate:
+    """memori.vm_eviction_candidates: an evictable page, its place in a policy's order and its keep score."""
+
+    rank: int
+    page_id: str
+    level: int
+    tokens: int
+    page_type: str
+    modality: str
+    keep_score: float

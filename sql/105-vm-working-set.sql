@@ -23,37 +23,63 @@ comment on function memori._vm_level_tokens(text, text, integer, integer) is 'To
 
 -------------------------------------------------------------------------------
 -- _vm_candidates: the evictable pages of a session, in eviction order
+-- The three policies are one ordering with policy-dependent terms: media
+-- first for modality_aware_lru, then the keep score (lowest evicted first).
 create or replace function memori._vm_candidates(p_s memori.vm_sessions, p_policy text, p_keep text,
                                                  p_compressible boolean)
-returns table (page_id text, level integer, tokens integer, page_type text, tier_level integer)
+returns table (page_id text, level integer, tokens integer, page_type text, modality text,
+               keep_score double precision)
 as $func$
-  select w.page_id, w.level, w.tokens, p.page_type, p.compression_level
-    from memori.working_set w
-    join memori.pages p on p.session_id = w.session_id and p.page_id = w.page_id
-   where w.session_id = p_s.session_id
-     and not w.pinned
-     and w.page_id is distinct from p_keep
-     -- the compress pass only wants pages that can go down a level (checked here, before the join and sort)
-     and (not p_compressible or w.level < 3)
-     and (not p_compressible or p.page_type not in ('index', 'claim', 'procedure'))
-     -- anti-thrash: pages faulted in during the last fault_protection_turns stay
-     and not (p.last_fault_turn is not null and p_s.turn - p.last_fault_turn < p_s.fault_protection_turns)
-   order by case when p_policy = 'modality_aware_lru' and p.modality in ('image', 'audio', 'video') then 0 else 1 end,
-            -- the keep score, lowest evicted first (written out: a function with SET cannot be inlined):
-            -- the seed's eviction priority by type (claims and index pages very low, summaries and procedures low)
-            case p.page_type when 'claim' then 1.0 when 'index' then 1.0 when 'procedure' then 0.5
-                             when 'summary' then 0.5 else 0.0 end
-            -- anti-thrash: a page evicted within the cooldown carries a penalty against another eviction
-            + case when p.last_evict_turn is not null and p_s.turn - p.last_evict_turn < p_s.eviction_cooldown_turns
-                   then 0.5 else 0.0 end
-            -- recency, and importance for importance_weighted_lru
-            + case when p_policy = 'importance_weighted_lru'
-                   then 0.5 / (1 + greatest(p_s.turn - w.last_access_turn, 0)) + 0.5 * p.importance
-                   else 1.0 / (1 + greatest(p_s.turn - w.last_access_turn, 0)) end,
-            w.last_access_turn, w.turn_added, w.page_id
+  select c.page_id, c.level, c.tokens, c.page_type, c.modality, c.keep_score
+    from (select w.page_id, w.level, w.tokens, p.page_type, p.modality, w.last_access_turn, w.turn_added,
+                 -- written out here: a function with SET cannot be inlined, and this runs per mapped page
+                 -- the seed's eviction priority by type (claims and index pages very low, summaries and procedures low)
+                 (case p.page_type when 'claim' then 1.0 when 'index' then 1.0 when 'procedure' then 0.5
+                                   when 'summary' then 0.5 else 0.0 end
+                  -- anti-thrash: a page evicted within the cooldown carries a penalty against another eviction
+                  + case when p.last_evict_turn is not null
+                              and p_s.turn - p.last_evict_turn < p_s.eviction_cooldown_turns then 0.5 else 0.0 end
+                 )::double precision
+                 -- recency, and importance for importance_weighted_lru
+                 + case when p_policy = 'importance_weighted_lru'
+                        then 0.5 / (1 + greatest(p_s.turn - w.last_access_turn, 0)) + 0.5 * p.importance
+                        else 1.0 / (1 + greatest(p_s.turn - w.last_access_turn, 0)) end as keep_score
+            from memori.working_set w
+            join memori.pages p on p.session_id = w.session_id and p.page_id = w.page_id
+           where w.session_id = p_s.session_id
+             and not w.pinned
+             and w.page_id is distinct from p_keep
+             -- the compress pass only wants pages that can go down a level (checked before the join and sort)
+             and (not p_compressible or w.level < 3)
+             and (not p_compressible or p.page_type not in ('index', 'claim', 'procedure'))
+             -- anti-thrash: pages faulted in during the last fault_protection_turns stay
+             and not (p.last_fault_turn is not null and p_s.turn - p.last_fault_turn < p_s.fault_protection_turns)) c
+   order by case when p_policy = 'modality_aware_lru' and c.modality in ('image', 'audio', 'video') then 0 else 1 end,
+            c.keep_score, c.last_access_turn, c.turn_added, c.page_id
 $func$ language sql stable security invoker
 set search_path = pg_catalog, memori, pg_temp;
-comment on function memori._vm_candidates(memori.vm_sessions, text, text, boolean) is 'Unpinned, unprotected pages of a working set in eviction order for a policy (modality_aware_lru: media first); only compressible ones when asked.';
+comment on function memori._vm_candidates(memori.vm_sessions, text, text, boolean) is 'Unpinned, unprotected pages of a working set in eviction order for a policy (modality_aware_lru: media first, then keep score); only compressible ones when asked.';
+
+-------------------------------------------------------------------------------
+-- vm_eviction_candidates: which pages a policy would evict first, and why
+create or replace function memori.vm_eviction_candidates(p_session_id text, p_policy text default null)
+returns table (rank bigint, page_id text, level integer, tokens integer, page_type text, modality text,
+               keep_score double precision)
+as $func$
+declare
+  v_s      memori.vm_sessions := memori._vm_session_read(p_session_id);
+  v_policy text := coalesce(p_policy, v_s.eviction_policy);
+begin
+  if v_policy not in ('lru', 'importance_weighted_lru', 'modality_aware_lru') then
+    raise exception 'unknown eviction policy %', quote_literal(v_policy)
+      using errcode = 'PM004', hint = 'Use one of: lru, importance_weighted_lru, modality_aware_lru.';
+  end if;
+  return query select row_number() over (), c.page_id, c.level, c.tokens, c.page_type, c.modality, c.keep_score
+                 from memori._vm_candidates(v_s, v_policy, null, false) c;
+end
+$func$ language plpgsql stable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori.vm_eviction_candidates(text, text) is 'The evictable pages of a working set in the order a policy (default the session''s) would take them, with their keep scores; pinned and protected pages are not listed.';
 
 -------------------------------------------------------------------------------
 -- _vm_evict_run: free at least p_required tokens of L0 (as far as the rules allow)

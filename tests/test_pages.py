@@ -184,3 +184,20 @@ def test_expired_pages_are_gone_at_the_second(conn: psycopg.Connection) -> None:
     assert env["error"]["reason"] == "unknown_page"
     assert value(conn, "select memori.vm_manifest(%s, p_now => %s) -> 'total_available'",
                  (S, T0 + timedelta(seconds=1))) == 0
+
+
+def test_eviction_candidates_show_each_policy_order(conn: psycopg.Connection) -> None:
+    configure(conn, '{"pinned_last_turns": 0}')
+    page(conn, "img", "a picture", p_modality="image", p_importance=0.9)
+    page(conn, "claim", "Decision: PostgreSQL", p_page_type="claim", p_importance=0.9)
+    conn.execute("select memori.turn_begin(%s, 'alice', %s)", (S, T0))
+    page(conn, "old", "older words", p_importance=0.1)
+    page(conn, "pinned", "keep me", p_pin=True)
+
+    def order(policy: str) -> list[str]:
+        return [r["page_id"] for r in rows(conn, "select * from memori.vm_eviction_candidates(%s, %s)", (S, policy))]
+
+    assert order("lru") == ["img", "old", "claim"]                   # least recent first; claims last
+    assert order("importance_weighted_lru") == ["old", "img", "claim"]  # low importance first
+    assert order("modality_aware_lru") == ["img", "old", "claim"]    # media first
+    assert_sqlstate(conn, "PM004", "select * from memori.vm_eviction_candidates('sess_1', 'fifo')")
