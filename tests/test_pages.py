@@ -201,3 +201,17 @@ def test_eviction_candidates_show_each_policy_order(conn: psycopg.Connection) ->
     assert order("importance_weighted_lru") == ["old", "img", "claim"]  # low importance first
     assert order("modality_aware_lru") == ["img", "old", "claim"]    # media first
     assert_sqlstate(conn, "PM004", "select * from memori.vm_eviction_candidates('sess_1', 'fifo')")
+
+
+def test_lowering_the_budget_evicts_at_once(conn: psycopg.Connection) -> None:
+    configure(conn, '{"pinned_last_turns": 0}')
+    page(conn, "a", "x", p_tokens=60)
+    page(conn, "b", "x", p_tokens=60, p_pin=True)
+    configure(conn, '{"max_l0_tokens": 100, "eviction_threshold": 1}')
+    assert sum(t for _, t, _ in ws(conn).values()) <= 100 and ws(conn)["b"] == (0, 60, True)
+    assert_sqlstate(conn, "PM060", "select memori.vm_session_configure('sess_1', '{\"max_l0_tokens\": 50}')")
+    assert value(conn, "select max_l0_tokens from memori.vm_sessions") == 100  # nothing changed
+    assert_sqlstate(conn, "PM001", "select memori.vm_session_configure('sess_1', '{\"max_l0_tokens\": 0}')")
+    assert_sqlstate(conn, "PM001", "select memori.vm_session_configure('sess_1', '{\"colour\": 1}')")
+    assert_sqlstate(conn, "PM004", "select memori.vm_session_configure('sess_1', "
+                                   "'{\"fault_confidence_threshold\": \"maybe\"}')")
