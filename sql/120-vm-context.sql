@@ -332,6 +332,12 @@ begin
     'turn', v_s.turn,
     'l0_tokens', (select coalesce(sum(tokens), 0) from memori.working_set where session_id = v_s.session_id),
     'max_l0_tokens', v_s.max_l0_tokens,
+    -- the seed's TokenBudget: L0 use by modality
+    'l0_tokens_by_modality', coalesce((select jsonb_object_agg(modality, n) from (
+                                         select p.modality, sum(w.tokens) as n
+                                           from memori.working_set w
+                                           join memori.pages p on p.session_id = w.session_id and p.page_id = w.page_id
+                                          where w.session_id = v_s.session_id group by p.modality) t), '{}'::jsonb),
     'working_set_pages', (select count(*) from memori.working_set where session_id = v_s.session_id),
     'pinned_pages', (select count(*) from memori.working_set where session_id = v_s.session_id and pinned),
     'pages_by_tier', coalesce((select jsonb_object_agg(tier, n) from (
@@ -358,4 +364,4 @@ begin
 end
 $func$ language plpgsql volatile security invoker
 set search_path = pg_catalog, memori, pg_temp;
-comment on function memori.vm_metrics(text, timestamptz) is 'VM metrics of a session: L0 use, pinned pages, pages by tier, faults by outcome and reason, mutations by type, pack cache hits and misses.';
+comment on function memori.vm_metrics(text, timestamptz) is 'VM metrics of a session: L0 use (also by modality), pinned pages, pages by tier, faults by outcome and reason, mutations by type, pack cache hits and misses.';
