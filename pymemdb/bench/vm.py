@@ -168,6 +168,20 @@ def _faults(conn: psycopg.Connection[Any], rows: int, rng: random.Random, now: A
     result["plan"] = explain_nested(conn, FAULT, (FAULTS, page_id(rng), 2))
     manifest = [_timed(conn, "select memori.vm_manifest(%s)", (FAULTS,)) for _ in range(20)]
     result["manifest_100k"] = _summary(manifest)
+
+    # the same faults with an 8,000-token L0: compression alone no longer suffices, pages go to L1 (and L2)
+    def evictions() -> int:
+        return int(one(conn, "select count(*) from memori.page_mutations where session_id = %s "
+                             "and mutation_type = 'evict'", (FAULTS,)))
+
+    conn.execute("select memori.vm_session_configure(%s, '{\"max_l0_tokens\": 8000}'::jsonb)", (FAULTS,))
+    before = evictions()
+    tight = _compare(conn, n // 4, rng, lambda r: (FAULT, (FAULTS, page_id(r), r.choice((0, 2, 2, 3)))),
+                     lambda r: (PK_READ, (FAULTS, page_id(r))), between=turn)
+    tight["evictions"] = evictions() - before
+    tight["l0_tokens"] = one(conn, "select coalesce(sum(tokens), 0) from memori.working_set where session_id = %s",
+                             (FAULTS,))
+    result["evicting"] = tight
     return result
 
 
@@ -258,6 +272,9 @@ def render(result: dict[str, Any]) -> list[Table]:
                style="bold" if f["goal_met"] else "bold red")
     ft.add_row("vm_manifest (100k pages)", fmt(f["manifest_100k"]["p50_ms"]), fmt(f["manifest_100k"]["p95_ms"]),
                fmt(f["manifest_100k"]["p99_ms"]), fmt(f["manifest_100k"]["max_ms"]))
+    e = f["evicting"]
+    _row(ft, f"page_fault, 8k-token L0 ({e['evictions']:,} evictions)", e["subject"])
+    ft.add_row("ratio to its PK reads", fmt(e["ratio_p50"], "x"), fmt(e["ratio_p95"], "x"), "", "")
     ft.caption = f"goal: page_fault p95 < {f['goal_p95_ms']} ms · outcomes {f['outcomes']}"
 
     p = result["packing"]
