@@ -22,6 +22,7 @@ from pymemdb.cli._common import (
 from pymemdb.cli.budget import app as budget_app
 from pymemdb.cli.checkpoint import app as checkpoint_app
 from pymemdb.cli.context import app as context_app
+from pymemdb.cli.pages import app as pages_app
 from pymemdb.cli.session import app as session_app
 from pymemdb.db import resolve_dsn
 from pymemdb.errors import InvalidArgument
@@ -42,6 +43,7 @@ app.add_typer(checkpoint_app, name="checkpoint")
 app.add_typer(context_app, name="context")
 app.add_typer(session_app, name="session")
 app.add_typer(budget_app, name="budget")
+app.add_typer(pages_app, name="pages")
 app.add_typer(memory_app, name="memory")
 app.add_typer(bench_app, name="bench")
 
@@ -297,3 +299,12 @@ def bench_ttl(
 ) -> None:
     """Latest-checkpoint lookup vs. a PK lookup; batched cleanup vs. one naive DELETE (scratch database)."""
     _bench("ttl", dsn, rows, seed, as_json)
+
+
+@bench_app.command("vm")
+@handle_errors
+def bench_vm(
+    rows: RowsOption = 100_000, dsn: DsnOption = None, as_json: JsonOption = False, seed: SeedOption = 1
+) -> None:
+    """page_fault p50/p95 among --rows pages; vm_context + vm_manifest of a 32k-token working set; replay."""
+    _bench("vm", dsn, rows, seed, as_json)

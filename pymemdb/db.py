@@ -80,6 +80,7 @@ class Database:
         from pymemdb.events import Events
         from pymemdb.goals import Goals
         from pymemdb.memories import Memories
+        from pymemdb.pages import Pages
         from pymemdb.snapshots import Snapshots
 
         self.memories = Memories(self)
@@ -94,6 +95,7 @@ class Database:
         self.goals = Goals(self)
         self.snapshots = Snapshots(self)
         self.budget = Budget(self)
+        self.pages = Pages(self)
 
     def as_user(self, user_id: str) -> Database:
         """The same database and pool, acting for ``user_id`` (closing it leaves the pool open)."""
@@ -105,6 +107,7 @@ class Database:
 
     # -- lifecycle ---------------------------------------------------------
     def close(self) -> None:
+        self.pages.tlb.close()  # each view has its own page-table cache: never shared between users
         if self._owns_pool:
             self.pool.close()
 

@@ -166,6 +166,40 @@ class DeltaPruneRefused(PymemdbError, NotImplementedError):
     sqlstate = "PM080"
 
 
+class VmError(PymemdbError):
+    """Base of AI virtual memory errors (pages, working set, faults)."""
+
+
+class WorkingSetFull(VmError):
+    """PM060: the working set cannot stay within max_l0_tokens without evicting pinned or protected pages."""
+
+    sqlstate = "PM060"
+
+
+class MutationLogAppendOnly(VmError):
+    """PM061: memori.page_mutations rows cannot be changed."""
+
+    sqlstate = "PM061"
+
+
+class SessionOfAnotherUser(VmError):
+    """PM062: the VM session belongs to another user."""
+
+    sqlstate = "PM062"
+
+
+class PageExists(VmError):
+    """PM063: a page with this id already exists in the session."""
+
+    sqlstate = "PM063"
+
+
+class StaleRepresentation(VmError):
+    """PM064: a representation was made from an older version of the page."""
+
+    sqlstate = "PM064"
+
+
 class ServerError(PymemdbError):
     """The embedded server could not be started, stopped or reached."""
 
@@ -195,6 +229,11 @@ _BY_SQLSTATE: dict[str, type[PymemdbError]] = {
         CompressionPlanFinished,
         InvalidSummary,
         DeltaPruneRefused,
+        WorkingSetFull,
+        MutationLogAppendOnly,
+        SessionOfAnotherUser,
+        PageExists,
+        StaleRepresentation,
     )
     if cls.sqlstate
 }

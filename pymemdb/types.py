@@ -625,3 +625,206 @@ class Optimization:
             optimization_metrics=OptimizationMetrics(**doc["optimization_metrics"]),
             optimization_id=UUID(doc["optimization_id"]) if doc.get("optimization_id") else None,
         )
+
+
+# -- AI virtual memory (seed 03) -------------------------------------------------
+
+
+@dataclass(frozen=True)
+class VmSession:
+    """A row of memori.vm_sessions: turn counter, L0 budget, eviction and fault policies, pack cache counters."""
+
+    session_id: str
+    user_id: str
+    turn: int
+    max_l0_tokens: int
+    max_l1_pages: int
+    eviction_policy: str
+    eviction_threshold: Decimal
+    pinned_last_turns: int
+    fault_protection_turns: int
+    eviction_cooldown_turns: int
+    faults_allowed: bool
+    max_faults_per_turn: int
+    max_fault_tokens_per_turn: int
+    fault_confidence_threshold: str
+    pack_hits: int
+    pack_misses: int
+    created_at: datetime
+    updated_at: datetime
+    expires_at: datetime | None
+
+
+@dataclass(frozen=True)
+class Page:
+    """A row of memori.pages: one page of a session, its level-0 content and place in the hierarchy."""
+
+    id: int
+    session_id: str
+    user_id: str
+    page_id: str
+    page_type: str
+    modality: str
+    role: str | None
+    tier: str
+    compression_level: int
+    content: str | None
+    data: Any
+    artifact_ref: str | None
+    mime_type: str | None
+    size_bytes: int
+    tokens: int
+    importance: float
+    provenance: list[str]
+    represents: str | None
+    segment: str | None
+    turn: int
+    version: int
+    dirty: bool
+    last_flushed: datetime | None
+    created_at: datetime
+    updated_at: datetime
+    last_accessed: datetime
+    access_count: int
+    last_fault_turn: int | None
+    last_evict_turn: int | None
+    hint: str | None
+    dimensions: list[int] | None
+    duration_seconds: Decimal | None
+    expires_at: datetime | None
+
+
+@dataclass(frozen=True)
+class PageRepresentation:
+    """A row of memori.page_representations: a page at level 1 (reduced), 2 (abstract) or 3 (reference)."""
+
+    session_id: str
+    page_id: str
+    user_id: str
+    level: int
+    content: str | None
+    data: Any
+    tokens: int
+    version: int
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class WorkingSetEntry:
+    """A row of memori.working_set: a page mapped into L0 at a level."""
+
+    session_id: str
+    page_id: str
+    user_id: str
+    level: int
+    tokens: int
+    turn_added: int
+    last_access_turn: int
+    pinned: bool
+    pin_reason: str | None
+    added_at: datetime
+
+
+@dataclass(frozen=True)
+class PageTableEntry:
+    """memori.page_table_entry: what a page-table cache (TLB) keeps about a page."""
+
+    page_id: str
+    tier: str
+    compression_level: int
+    version: int
+    dirty: bool
+    last_flushed: datetime | None
+    last_accessed: datetime
+    access_count: int
+    in_working_set: bool
+    level: int | None
+    pinned: bool
+
+
+@dataclass(frozen=True)
+class PageCompressItem:
+    """memori.page_compress_item: a page and the level a Compressor should write for it."""
+
+    page_id: str
+    modality: str
+    page_type: str
+    level: int
+    content: str | None
+    data: Any
+    tokens: int
+    version: int
+
+
+@dataclass(frozen=True)
+class VmEviction:
+    """memori.vm_eviction: one step of an eviction (compress: down a level in L0; evict: out to L1)."""
+
+    page_id: str
+    action: str
+    level_after: int | None
+    tier_after: str
+    tokens_freed: int
+
+
+@dataclass(frozen=True)
+class VmPageState:
+    """memori.vm_page_state: a page in L0 at a turn, replayed from the mutation log."""
+
+    page_id: str
+    level: int
+    tokens: int
+
+
+@dataclass(frozen=True)
+class PageFault:
+    """A row of memori.page_faults: one fault asked for, with its reason and outcome."""
+
+    id: int
+    session_id: str
+    user_id: str
+    page_id: str
+    turn: int
+    reason: str
+    target_level: int | None
+    served_level: int | None
+    outcome: str
+    tokens: int
+    source_tier: str | None
+    evictions: list[str]
+    at: datetime
+    expires_at: datetime | None
+
+
+@dataclass(frozen=True)
+class PageMutation:
+    """A row of memori.page_mutations (append-only)."""
+
+    id: int
+    session_id: str
+    user_id: str
+    page_id: str
+    at: datetime
+    turn: int
+    mutation_type: str
+    tier_before: str | None
+    tier_after: str
+    level_before: int | None
+    level_after: int | None
+    tokens_after: int | None
+    actor: str
+    cause: str | None
+    expires_at: datetime | None
+
+
+@dataclass(frozen=True)
+class VmEvictionCandidate:
+    """memori.vm_eviction_candidates: an evictable page, its place in a policy's order and its keep score."""
+
+    rank: int
+    page_id: str
+    level: int
+    tokens: int
+    page_type: str
+    modality: str
+    keep_score: float

@@ -212,6 +212,29 @@ begin
                              memori._budget_record(jsonb, text, integer, jsonb, text, text, timestamptz),
                              memori._budget_failed(jsonb, timestamptz)
     from memori_cleaner;
+
+  -- AI virtual memory (issue 6)
+  grant select, insert, update, delete on memori.vm_sessions, memori.pages, memori.page_representations,
+                                          memori.page_versions, memori.working_set, memori.vm_pack_cache to memori_app;
+  -- the mutation log and the fault record are append-only for the application
+  grant select, insert on memori.page_mutations, memori.page_faults to memori_app;
+  grant select on memori._retention_pages, memori._retention_page_faults, memori._retention_page_mutations,
+                  memori._retention_vm_sessions to memori_app, memori_cleaner;
+  grant select, delete on memori.pages, memori.page_faults, memori.page_mutations, memori.vm_sessions
+    to memori_cleaner;
+  revoke execute on function memori.turn_begin(text, text, timestamptz),
+                             memori.vm_session_configure(text, jsonb, text, timestamptz),
+                             memori.page_create(text, text, text, text, text, text, jsonb, double precision, text[], text, text, text, text, text, integer, bigint, integer[], numeric, boolean, boolean, text, text, timestamptz, timestamptz),
+                             memori.page_update(text, text, text, jsonb, integer, text, timestamptz),
+                             memori.page_flush(text, text[], timestamptz),
+                             memori.page_representation_put(text, text, integer, text, jsonb, integer, integer, timestamptz),
+                             memori.page_pin(text, text, boolean, text, timestamptz),
+                             memori.vm_add_page(text, text, integer, boolean, text, timestamptz),
+                             memori.vm_evict(text, integer, text, text, timestamptz),
+                             memori.page_fault(text, text, integer, text, text, timestamptz),
+                             memori.vm_context(text, integer, text, timestamptz),
+                             memori.vm_developer_message(text, text, text, integer, text, timestamptz)
+    from memori_cleaner;
 end
 $grants$;
 

@@ -1,7 +1,7 @@
 """LangGraph checkpointer (issue 9): threads, checkpoints, channel blobs and pending writes.
 
 Revision ID: 0007
-Revises: 0005
+Revises: 0006
 Create Date: 2026-11-22
 
 Run-once DDL only; the API is sql/120-langgraph.sql and the LangGraph saver
@@ -11,7 +11,7 @@ is pymemdb.integrations.langgraph.
 from alembic import op
 
 revision = "0007"
-down_revision = "0005"
+down_revision = "0006"
 branch_labels = None
 depends_on = None
 

@@ -1,0 +1,94 @@
+"""The page-table cache (the seed's TLB): recent page lookups kept client-side.
+
+512 entries, least recently used out first, with hit and miss counters. A
+``LISTEN memori_pages`` connection tells it which pages changed anywhere
+(the trigger on memori.pages notifies on every update and delete); the cache
+drains those notifications before each lookup. Notifications arrive after the
+writer commits, so a worker's own writes invalidate its cache directly.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import OrderedDict
+from typing import Any
+
+import psycopg
+
+from pymemdb.types import PageTableEntry
+
+CHANNEL = "memori_pages"
+Key = tuple[str, str]  # (session_id, page_id)
+
+
+class PageTLB:
+    """An LRU map of (session_id, page_id) -> PageTableEntry with hit/miss counters."""
+
+    def __init__(self, max_entries: int = 512) -> None:
+        if max_entries < 1:
+            raise ValueError("max_entries must be >= 1")
+        self.max_entries = max_entries
+        self.entries: OrderedDict[Key, PageTableEntry] = OrderedDict()
+        self.hits = 0
+        self.misses = 0
+        self._listener: psycopg.Connection[Any] | None = None
+
+    # -- the cache -------------------------------------------------------------
+    def lookup(self, session_id: str, page_id: str) -> PageTableEntry | None:
+        """The cached entry (counted as a hit, moved to most recent) or None (a miss)."""
+        self.poll()
+        entry = self.entries.get((session_id, page_id))
+        if entry is None:
+            self.misses += 1
+            return None
+        self.hits += 1
+        self.entries.move_to_end((session_id, page_id))
+        return entry
+
+    def insert(self, session_id: str, entry: PageTableEntry) -> None:
+        self.entries[(session_id, entry.page_id)] = entry
+        self.entries.move_to_end((session_id, entry.page_id))
+        while len(self.entries) > self.max_entries:
+            self.entries.popitem(last=False)
+
+    def invalidate(self, session_id: str, page_id: str) -> None:
+        self.entries.pop((session_id, page_id), None)
+
+    def invalidate_session(self, session_id: str) -> None:
+        for key in [k for k in self.entries if k[0] == session_id]:
+            del self.entries[key]
+
+    def flush(self) -> None:
+        self.entries.clear()
+
+    def stats(self) -> dict[str, Any]:
+        total = self.hits + self.misses
+        return {"entries": len(self.entries), "max_entries": self.max_entries, "hits": self.hits,
+                "misses": self.misses, "hit_rate": round(self.hits / total, 3) if total else None}
+
+    # -- invalidation through LISTEN/NOTIFY ------------------------------------
+    def listen(self, dsn: str) -> None:
+        """Follow page changes from every worker (one extra connection)."""
+        if self._listener is None:
+            self._listener = psycopg.connect(dsn, autocommit=True)
+            self._listener.execute(f"listen {CHANNEL}")
+
+    def poll(self, timeout: float = 0.0) -> int:
+        """Apply the page-change notifications that have arrived (waiting up to ``timeout`` s for one)."""
+        if self._listener is None:
+            return 0
+        seen = 0
+        waited = list(self._listener.notifies(timeout=timeout, stop_after=1)) if timeout > 0 else []
+        for notify in [*waited, *self._listener.notifies(timeout=0)]:
+            seen += 1
+            try:
+                changed = json.loads(notify.payload)
+                self.invalidate(changed["session_id"], changed["page_id"])
+            except (ValueError, KeyError, TypeError):
+                self.flush()  # an unreadable notice: be safe
+        return seen
+
+    def close(self) -> None:
+        if self._listener is not None:
+            self._listener.close()
+            self._listener = None

@@ -1,0 +1,324 @@
+"""AI virtual memory (seed 03): ``db.pages``, one method per SQL function, plus the page-table cache.
+
+The SQL keeps the page table, working set, mutation log and packing; this
+module calls it, keeps a client-side TLB of page-table entries (invalidated
+through LISTEN memori_pages) and runs Compressors for levels 1 and 2.
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from psycopg.types.json import Jsonb
+
+from pymemdb._sql import fn, given
+from pymemdb.compressors import CompressorRegistry
+from pymemdb.page_cache import PageTLB
+from pymemdb.types import (
+    Page,
+    PageCompressItem,
+    PageFault,
+    PageMutation,
+    PageRepresentation,
+    PageTableEntry,
+    VmEviction,
+    VmEvictionCandidate,
+    VmPageState,
+    VmSession,
+    WorkingSetEntry,
+)
+
+if TYPE_CHECKING:
+    from pymemdb.db import Database
+
+TURN_BEGIN = fn("turn_begin", ("p_session_id", "text"), ("p_user_id", "text"), ("p_now", "timestamptz"),
+                returns="scalar")
+VM_SESSION_CONFIGURE = fn(
+    "vm_session_configure", ("p_session_id", "text"), ("p_config", "jsonb"), ("p_user_id", "text"),
+    ("p_now", "timestamptz"), result=VmSession,
+)
+VM_SESSION_GET = fn("vm_session_get", ("p_session_id", "text"), result=VmSession)
+PAGE_CREATE = fn(
+    "page_create",
+    ("p_session_id", "text"), ("p_page_id", "text"), ("p_content", "text"), ("p_page_type", "text"),
+    ("p_modality", "text"), ("p_role", "text"), ("p_data", "jsonb"), ("p_importance", "double precision"),
+    ("p_provenance", "text[]"), ("p_represents", "text"), ("p_hint", "text"), ("p_segment", "text"),
+    ("p_mime_type", "text"), ("p_artifact_ref", "text"), ("p_tokens", "integer"), ("p_size_bytes", "bigint"),
+    ("p_dimensions", "integer[]"), ("p_duration_seconds", "numeric"), ("p_add_to_working_set", "boolean"),
+    ("p_pin", "boolean"), ("p_actor", "text"), ("p_user_id", "text"), ("p_expires_at", "timestamptz"),
+    ("p_now", "timestamptz"),
+    result=Page,
+)
+PAGE_UPDATE = fn(
+    "page_update", ("p_session_id", "text"), ("p_page_id", "text"), ("p_content", "text"), ("p_data", "jsonb"),
+    ("p_tokens", "integer"), ("p_actor", "text"), ("p_now", "timestamptz"), result=Page,
+)
+PAGE_FLUSH = fn("page_flush", ("p_session_id", "text"), ("p_page_ids", "text[]"), ("p_now", "timestamptz"),
+                returns="scalar")
+PAGE_LOOKUP = fn("page_lookup", ("p_session_id", "text"), ("p_page_id", "text"), ("p_now", "timestamptz"),
+                 result=PageTableEntry)
+PAGE_REPRESENTATION_PUT = fn(
+    "page_representation_put", ("p_session_id", "text"), ("p_page_id", "text"), ("p_level", "integer"),
+    ("p_content", "text"), ("p_data", "jsonb"), ("p_tokens", "integer"), ("p_version", "integer"),
+    ("p_now", "timestamptz"), result=PageRepresentation,
+)
+PAGE_COMPRESS_TODO = fn(
+    "page_compress_todo", ("p_session_id", "text"), ("p_limit", "integer"), ("p_now", "timestamptz"),
+    result=PageCompressItem, returns="many",
+)
+PAGE_PIN = fn("page_pin", ("p_session_id", "text"), ("p_page_id", "text"), ("p_pinned", "boolean"),
+              ("p_actor", "text"), ("p_now", "timestamptz"), returns="scalar")
+VM_ADD_PAGE = fn("vm_add_page", ("p_session_id", "text"), ("p_page_id", "text"), ("p_level", "integer"),
+                 ("p_pin", "boolean"), ("p_actor", "text"), ("p_now", "timestamptz"), returns="scalar")
+VM_EVICT = fn("vm_evict", ("p_session_id", "text"), ("p_required_tokens", "integer"), ("p_policy", "text"),
+              ("p_actor", "text"), ("p_now", "timestamptz"), result=VmEviction, returns="many")
+VM_EVICTION_CANDIDATES = fn("vm_eviction_candidates", ("p_session_id", "text"), ("p_policy", "text"),
+                            result=VmEvictionCandidate, returns="many")
+WORKING_SET_LIST = fn("working_set_list", ("p_session_id", "text"), result=WorkingSetEntry, returns="many")
+PAGE_FAULT = fn(
+    "page_fault", ("p_session_id", "text"), ("p_page_id", "text"), ("p_target_level", "integer"),
+    ("p_reason", "text"), ("p_actor", "text"), ("p_now", "timestamptz"), returns="scalar",
+)
+PAGE_FAULT_LIST = fn("page_fault_list", ("p_session_id", "text"), ("p_turn", "integer"), ("p_limit", "integer"),
+                     result=PageFault, returns="many")
+VM_CONTEXT_AT_TURN = fn("vm_context_at_turn", ("p_session_id", "text"), ("p_turn", "integer"),
+                        result=VmPageState, returns="many")
+PAGE_HISTORY = fn("page_history", ("p_session_id", "text"), ("p_page_id", "text"), result=PageMutation,
+                  returns="many")
+VM_MANIFEST = fn("vm_manifest", ("p_session_id", "text"), ("p_available_limit", "integer"),
+                 ("p_faults_allowed", "boolean"), ("p_now", "timestamptz"), returns="scalar")
+VM_CONTEXT = fn("vm_context", ("p_session_id", "text"), ("p_token_budget", "integer"), ("p_model", "text"),
+                ("p_now", "timestamptz"), returns="scalar")
+VM_TOOLS = fn("vm_tools", returns="scalar")
+VM_DEVELOPER_MESSAGE = fn(
+    "vm_developer_message", ("p_session_id", "text"), ("p_mode", "text"), ("p_system_prompt", "text"),
+    ("p_token_budget", "integer"), ("p_model", "text"), ("p_now", "timestamptz"), returns="scalar",
+)
+VM_METRICS = fn("vm_metrics", ("p_session_id", "text"), ("p_now", "timestamptz"), returns="scalar")
+
+
+def _one_or_none(row: Any, key: str) -> Any:
+    """SQL functions returning one composite give a row of NULLs for "none"."""
+    return None if row is None or getattr(row, key) is None else row
+
+
+class Pages:
+    """``db.pages``: pages, the working set, faults, the mutation log and what the model sees."""
+
+    def __init__(self, db: Database, *, tlb_entries: int = 512) -> None:
+        self._db = db
+        self.tlb = PageTLB(tlb_entries)
+
+    # -- sessions ----------------------------------------------------------------
+    def turn_begin(self, session_id: str, *, user_id: str | None = None, now: datetime | None = None) -> int:
+        """memori.turn_begin: the next turn (the session is created with the seed's defaults if new)."""
+        self.tlb.invalidate_session(session_id)  # recent-turn pins age out
+        return int(self._db.call(TURN_BEGIN, **given(p_session_id=session_id, p_user_id=user_id, p_now=now)))
+
+    def session_configure(
+        self, session_id: str, config: dict[str, Any], *, user_id: str | None = None, now: datetime | None = None
+    ) -> VmSession:
+        """memori.vm_session_configure: budget and policies (max_l0_tokens, eviction_policy, ...)."""
+        self.tlb.invalidate_session(session_id)
+        return self._db.call(  # type: ignore[no-any-return]
+            VM_SESSION_CONFIGURE, **given(p_session_id=session_id, p_config=Jsonb(config), p_user_id=user_id,
+                                          p_now=now))
+
+    def session_get(self, session_id: str) -> VmSession | None:
+        """memori.vm_session_get: None when the session does not exist."""
+        return _one_or_none(self._db.call(VM_SESSION_GET, p_session_id=session_id), "session_id")  # type: ignore[no-any-return]
+
+    # -- pages -------------------------------------------------------------------
+    def create(
+        self,
+        session_id: str,
+        page_id: str,
+        content: str | None = None,
+        *,
+        page_type: str | None = None,
+        modality: str | None = None,
+        role: str | None = None,
+        data: Any = None,
+        importance: float | None = None,
+        provenance: Sequence[str] | None = None,
+        represents: str | None = None,
+        hint: str | None = None,
+        segment: str | None = None,
+        mime_type: str | None = None,
+        artifact_ref: str | None = None,
+        tokens: int | None = None,
+        size_bytes: int | None = None,
+        dimensions: tuple[int, int] | None = None,
+        duration_seconds: float | None = None,
+        add_to_working_set: bool | None = None,
+        pin: bool | None = None,
+        actor: str | None = None,
+        user_id: str | None = None,
+        expires_at: datetime | None = None,
+        now: datetime | None = None,
+    ) -> Page:
+        """memori.page_create: register a page and (by default) map it into L0 at level 0."""
+        return self._db.call(  # type: ignore[no-any-return]
+            PAGE_CREATE, **given(
+                p_session_id=session_id, p_page_id=page_id, p_content=content, p_page_type=page_type,
+                p_modality=modality, p_role=role, p_data=None if data is None else Jsonb(data),
+                p_importance=importance, p_provenance=None if provenance is None else list(provenance),
+                p_represents=represents, p_hint=hint, p_segment=segment, p_mime_type=mime_type,
+                p_artifact_ref=artifact_ref, p_tokens=tokens, p_size_bytes=size_bytes,
+                p_dimensions=None if dimensions is None else list(dimensions), p_duration_seconds=duration_seconds,
+                p_add_to_working_set=add_to_working_set, p_pin=pin, p_actor=actor, p_user_id=user_id,
+                p_expires_at=expires_at, p_now=now))
+
+    def update(
+        self, session_id: str, page_id: str, content: str | None = None, *, data: Any = None,
+        tokens: int | None = None, actor: str | None = None, now: datetime | None = None,
+    ) -> Page:
+        """memori.page_update: a new version; the page is dirty until flushed."""
+        self.tlb.invalidate_session(session_id)  # re-mapping may evict others
+        return self._db.call(  # type: ignore[no-any-return]
+            PAGE_UPDATE, **given(p_session_id=session_id, p_page_id=page_id, p_content=content,
+                                 p_data=None if data is None else Jsonb(data), p_tokens=tokens, p_actor=actor,
+                                 p_now=now))
+
+    def flush(self, session_id: str, page_ids: Sequence[str] | None = None, *, now: datetime | None = None) -> int:
+        """memori.page_flush: clear dirty bits; returns how many pages."""
+        self.tlb.invalidate_session(session_id)
+        return int(self._db.call(PAGE_FLUSH, **given(p_session_id=session_id,
+                                                     p_page_ids=None if page_ids is None else list(page_ids),
+                                                     p_now=now)))
+
+    def lookup(self, session_id: str, page_id: str, *, now: datetime | None = None) -> PageTableEntry | None:
+        """memori.page_lookup through the TLB: cached entries are hits, others are read and cached."""
+        entry = self.tlb.lookup(session_id, page_id)
+        if entry is not None:
+            return entry
+        found = _one_or_none(self._db.call(PAGE_LOOKUP, **given(p_session_id=session_id, p_page_id=page_id,
+                                                                 p_now=now)), "page_id")
+        if found is not None:
+            self.tlb.insert(session_id, found)
+        return found  # type: ignore[no-any-return]
+
+    def representation_put(
+        self, session_id: str, page_id: str, level: int, content: str | None = None, *, data: Any = None,
+        tokens: int | None = None, version: int | None = None, now: datetime | None = None,
+    ) -> PageRepresentation:
+        """memori.page_representation_put: store a level 1, 2 (or 3) representation."""
+        self.tlb.invalidate_session(session_id)
+        return self._db.call(  # type: ignore[no-any-return]
+            PAGE_REPRESENTATION_PUT, **given(
+                p_session_id=session_id, p_page_id=page_id, p_level=level, p_content=content,
+                p_data=None if data is None else Jsonb(data), p_tokens=tokens, p_version=version, p_now=now))
+
+    def compress_todo(
+        self, session_id: str, *, limit: int | None = None, now: datetime | None = None
+    ) -> builtins.list[PageCompressItem]:
+        """memori.page_compress_todo: missing level 1 and 2 representations, mapped pages first."""
+        return self._db.call(  # type: ignore[no-any-return]
+            PAGE_COMPRESS_TODO, **given(p_session_id=session_id, p_limit=limit, p_now=now))
+
+    def compress(self, session_id: str, registry: CompressorRegistry | None = None, *, limit: int = 100) -> int:
+        """Write the missing levels with Compressors (default: local extractive text); returns how many."""
+        registry = registry or CompressorRegistry()
+        written = 0
+        for item in self.compress_todo(session_id, limit=limit):
+            rep = registry.compress(item, item.level)
+            if rep is None:
+                continue
+            self.representation_put(session_id, item.page_id, item.level, rep.content, data=rep.data,
+                                    tokens=rep.tokens, version=item.version)
+            written += 1
+        return written
+
+    def pin(self, session_id: str, page_id: str, pinned: bool = True, *, actor: str | None = None,
+            now: datetime | None = None) -> bool:
+        """memori.page_pin: pin (never evicted) or unpin; True when something changed."""
+        self.tlb.invalidate_session(session_id)
+        return bool(self._db.call(PAGE_PIN, **given(p_session_id=session_id, p_page_id=page_id, p_pinned=pinned,
+                                                    p_actor=actor, p_now=now)))
+
+    # -- the working set -----------------------------------------------------------
+    def add_page(self, session_id: str, page_id: str, level: int | None = None, *, pin: bool | None = None,
+                 actor: str | None = None, now: datetime | None = None) -> builtins.list[str]:
+        """memori.vm_add_page: map a page into L0; returns the pages evicted or compressed to make room."""
+        self.tlb.invalidate_session(session_id)
+        return list(self._db.call(VM_ADD_PAGE, **given(p_session_id=session_id, p_page_id=page_id, p_level=level,
+                                                       p_pin=pin, p_actor=actor, p_now=now)) or [])
+
+    def evict(self, session_id: str, required_tokens: int, policy: str | None = None, *,
+              actor: str | None = None, now: datetime | None = None) -> builtins.list[VmEviction]:
+        """memori.vm_evict: free at least required_tokens of L0 (compress first); WorkingSetFull if impossible."""
+        self.tlb.invalidate_session(session_id)
+        return self._db.call(  # type: ignore[no-any-return]
+            VM_EVICT, **given(p_session_id=session_id, p_required_tokens=required_tokens, p_policy=policy,
+                              p_actor=actor, p_now=now))
+
+    def eviction_candidates(self, session_id: str, policy: str | None = None) -> builtins.list[VmEvictionCandidate]:
+        """memori.vm_eviction_candidates: what a policy would evict first, with keep scores."""
+        return self._db.call(  # type: ignore[no-any-return]
+            VM_EVICTION_CANDIDATES, **given(p_session_id=session_id, p_policy=policy))
+
+    def working_set(self, session_id: str) -> builtins.list[WorkingSetEntry]:
+        """memori.working_set_list: the pages in L0, in creation order."""
+        return self._db.call(WORKING_SET_LIST, p_session_id=session_id)  # type: ignore[no-any-return]
+
+    # -- faults --------------------------------------------------------------------
+    def fault(self, session_id: str, page_id: str, target_level: int | None = None, reason: str | None = None, *,
+              actor: str | None = None, now: datetime | None = None) -> dict[str, Any]:
+        """memori.page_fault: the seed's tool-result envelope (a refusal is an envelope with ``error``)."""
+        self.tlb.invalidate_session(session_id)
+        return self._db.call(  # type: ignore[no-any-return]
+            PAGE_FAULT, **given(p_session_id=session_id, p_page_id=page_id, p_target_level=target_level,
+                                p_reason=reason, p_actor=actor, p_now=now))
+
+    def fault_list(self, session_id: str, *, turn: int | None = None,
+                   limit: int | None = None) -> builtins.list[PageFault]:
+        """memori.page_fault_list: recorded faults, newest first."""
+        return self._db.call(  # type: ignore[no-any-return]
+            PAGE_FAULT_LIST, **given(p_session_id=session_id, p_turn=turn, p_limit=limit))
+
+    # -- the mutation log ------------------------------------------------------------
+    def context_at_turn(self, session_id: str, turn: int) -> builtins.list[VmPageState]:
+        """memori.vm_context_at_turn: the pages in L0 at the end of a turn, replayed from the log."""
+        return self._db.call(VM_CONTEXT_AT_TURN, p_session_id=session_id, p_turn=turn)  # type: ignore[no-any-return]
+
+    def history(self, session_id: str, page_id: str) -> builtins.list[PageMutation]:
+        """memori.page_history: every mutation of a page, oldest first."""
+        return self._db.call(PAGE_HISTORY, p_session_id=session_id, p_page_id=page_id)  # type: ignore[no-any-return]
+
+    # -- what the model sees -----------------------------------------------------------
+    def manifest(self, session_id: str, *, available_limit: int | None = None, faults_allowed: bool | None = None,
+                 now: datetime | None = None) -> dict[str, Any]:
+        """memori.vm_manifest: VM:MANIFEST_JSON as a dict."""
+        return self._db.call(  # type: ignore[no-any-return]
+            VM_MANIFEST, **given(p_session_id=session_id, p_available_limit=available_limit,
+                                 p_faults_allowed=faults_allowed, p_now=now))
+
+    def context(self, session_id: str, token_budget: int | None = None, *, model: str | None = None,
+                now: datetime | None = None) -> str:
+        """memori.vm_context: the VM:CONTEXT block within a token budget."""
+        return str(self._db.call(VM_CONTEXT, **given(p_session_id=session_id, p_token_budget=token_budget,
+                                                     p_model=model, p_now=now)))
+
+    def tools(self) -> builtins.list[dict[str, Any]]:
+        """memori.vm_tools: page_fault and search_pages in Chat Completions ``tools`` format."""
+        return self._db.call(VM_TOOLS)  # type: ignore[no-any-return]
+
+    def developer_message(self, session_id: str, mode: str | None = None, *, system_prompt: str | None = None,
+                          token_budget: int | None = None, model: str | None = None,
+                          now: datetime | None = None) -> str:
+        """memori.vm_developer_message: rules (strict, relaxed, passive), manifest and context in one text."""
+        return str(self._db.call(VM_DEVELOPER_MESSAGE, **given(
+            p_session_id=session_id, p_mode=mode, p_system_prompt=system_prompt, p_token_budget=token_budget,
+            p_model=model, p_now=now)))
+
+    def metrics(self, session_id: str, *, now: datetime | None = None) -> dict[str, Any]:
+        """memori.vm_metrics plus this client's TLB counters (``tlb``)."""
+        found: dict[str, Any] = self._db.call(VM_METRICS, **given(p_session_id=session_id, p_now=now))
+        return {**found, "tlb": self.tlb.stats()}
+
+    def listen(self) -> None:
+        """Invalidate the TLB from every worker's page changes (LISTEN memori_pages on an extra connection)."""
+        self.tlb.listen(self._db.dsn)

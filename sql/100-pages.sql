@@ -1,0 +1,720 @@
+-- pymemdb SQL API, part 10: AI virtual memory, the page table (seed 03, phase 1).
+--
+-- A page is any piece of session content (a message, a summary, a claim, an
+-- image) with a type, a modality, a storage tier L0..L4 and up to four
+-- representations: level 0 is the page itself, levels 1 (reduced) and 2
+-- (abstract) are written by a Python Compressor, level 3 (a reference) is
+-- derived here. The working set (L0, sql/105) maps pages into the model's
+-- context; every change to it is appended to memori.page_mutations (sql/115)
+-- so what the model saw at any turn can be replayed.
+
+-------------------------------------------------------------------------------
+-- configuration: the seed's defaults, copied into a session's row when it starts
+insert into memori.settings (key, value, description) values
+  ('vm.max_l0_tokens', '128000', 'Default token budget of a session''s working set (L0, the context window).'),
+  ('vm.max_l1_pages', '100', 'Default number of evicted pages kept in L1 (hot cache) before the oldest go to L2.'),
+  ('vm.eviction_policy', '"importance_weighted_lru"', 'Default eviction policy: lru, importance_weighted_lru or modality_aware_lru.'),
+  ('vm.eviction_threshold', '0.85', 'Evict when the working set passes this share of max_l0_tokens.'),
+  ('vm.pinned_last_turns', '3', 'Transcript pages of the last N turns are pinned.'),
+  ('vm.fault_protection_turns', '2', 'Pages faulted in during the last N turns are not evicted (anti-thrash).'),
+  ('vm.eviction_cooldown_turns', '3', 'Pages evicted within the last N turns carry an eviction penalty (anti-thrash).'),
+  ('vm.faults_allowed', 'true', 'Default: the model may call page_fault.'),
+  ('vm.max_faults_per_turn', '3', 'Fault policy: faults served per turn.'),
+  ('vm.max_fault_tokens_per_turn', '8192', 'Fault policy: tokens faults may bring in per turn.'),
+  ('vm.fault_confidence_threshold', '"referenced"', 'Fault policy: explicit, referenced or speculative.'),
+  ('vm.autopin_pattern', '"^(system|sys|goal|plan|pref|prefs|preferences|tools?)_"', 'Pages whose id matches this regex (system prompt, goals/plans, user preferences, tool schemas) are pinned when added.'),
+  ('vm.max_content_bytes', '1048576', 'Largest page content (text plus data) accepted, in bytes.')
+on conflict (key) do nothing;
+
+comment on table memori.vm_sessions is 'One row per AI virtual memory session: turn counter, L0 budget, eviction and fault policies, pack cache counters.';
+comment on table memori.pages is 'The page table (seed 03): one row per page of a session, its level-0 content, tier, level, version and access tracking.';
+comment on table memori.page_representations is 'Cheaper representations of a page: levels 1 (reduced) and 2 (abstract) from a Compressor, level 3 (reference) derived in SQL.';
+comment on table memori.page_versions is 'Earlier contents of a page, one row per replaced version.';
+comment on table memori.working_set is 'L0: the pages mapped into the model''s context, each at a level, with pinning and turn tracking.';
+comment on table memori.page_faults is 'Every page fault asked for, with its reason, outcome (served, already_mapped, refused, error) and tokens.';
+comment on table memori.page_mutations is 'Append-only log of page operations (create, fault_in, evict, compress, pin, unpin, update) for replay.';
+comment on table memori.vm_pack_cache is 'Packed VM:CONTEXT blocks keyed by session, model, budget and working-set hash.';
+
+-------------------------------------------------------------------------------
+-- retention: pages, faults, mutations and sessions in the engine's shape
+create or replace view memori._retention_pages with (security_invoker = true) as
+select p.id, p.user_id as owner, p.session_id as category, p.page_type as kind, p.expires_at,
+       (p.page_type in ('claim', 'procedure')) as important
+  from memori.pages p;
+comment on view memori._retention_pages is 'memori.pages as retention candidates: page type as kind, claims and procedures important.';
+
+create or replace view memori._retention_page_faults with (security_invoker = true) as
+select f.id, f.user_id as owner, f.session_id as category, f.reason as kind, f.expires_at, false as important
+  from memori.page_faults f;
+comment on view memori._retention_page_faults is 'memori.page_faults as retention candidates: fault reason as kind.';
+
+create or replace view memori._retention_page_mutations with (security_invoker = true) as
+select m.id, m.user_id as owner, m.session_id as category, m.mutation_type as kind, m.expires_at, false as important
+  from memori.page_mutations m;
+comment on view memori._retention_page_mutations is 'memori.page_mutations as retention candidates: mutation type as kind.';
+
+create or replace view memori._retention_vm_sessions with (security_invoker = true) as
+select s.session_id as id, s.user_id as owner, 'vm_session'::text as category, 'vm_session'::text as kind,
+       s.expires_at, false as important
+  from memori.vm_sessions s;
+comment on view memori._retention_vm_sessions is 'memori.vm_sessions as retention candidates (deleting one deletes its pages).';
+
+select memori.retention_register('pages', 'memori.pages', 'memori._retention_pages', 'id',
+                                 'AI virtual memory pages (seed 03)', 4, null, true);
+select memori.retention_register('page_faults', 'memori.page_faults', 'memori._retention_page_faults', 'id',
+                                 'Page faults with their reasons (seed 03)', 1, interval '30 days');
+select memori.retention_register('page_mutations', 'memori.page_mutations', 'memori._retention_page_mutations', 'id',
+                                 'Append-only page mutation log (seed 03)', 2, interval '90 days');
+select memori.retention_register('vm_sessions', 'memori.vm_sessions', 'memori._retention_vm_sessions', 'session_id',
+                                 'AI virtual memory sessions (seed 03)', 4, null, false);
+
+-------------------------------------------------------------------------------
+-- _vm_retention: when a new row of a retained VM table expires
+create or replace function memori._vm_retention(p_table text, p_now timestamptz) returns timestamptz
+as $func$
+  select p_now + retention from memori.retention_policies where table_name = p_table and kind = '*'
+$func$ language sql stable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._vm_retention(text, timestamptz) is 'Expiry of a new row of a VM table from its default retention policy (NULL: kept).';
+
+-------------------------------------------------------------------------------
+-- _vm_user: the acting user (argument, else memori.user_id)
+create or replace function memori._vm_user(p_user_id text) returns text
+as $func$
+declare
+  v_user text := coalesce(p_user_id, nullif(current_setting('memori.user_id', true), ''));
+begin
+  if v_user is null then
+    perform memori._invalid('no user id: pass p_user_id or set memori.user_id',
+                            'Call with p_user_id => ''alice'', or SET memori.user_id = ''alice'' in the transaction.');
+  end if;
+  return memori._check_identifier('user id', v_user);
+end
+$func$ language plpgsql stable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._vm_user(text) is 'The acting user: p_user_id, else the memori.user_id setting; PM001 when neither is set.';
+
+-------------------------------------------------------------------------------
+-- _vm_session: a session's row, locked; created with the defaults when asked
+create or replace function memori._vm_session(
+  p_session_id text, p_user_id text, p_create boolean, p_now timestamptz
+) returns memori.vm_sessions
+as $func$
+declare
+  v_s    memori.vm_sessions;
+  v_user text;
+begin
+  perform memori._check_identifier('session id', p_session_id);
+  if p_now is null then
+    perform memori._invalid('p_now must not be NULL', 'Omit p_now to use the current time.');
+  end if;
+  -- the lock serialises the workers of one session: budgets hold under concurrency
+  select * into v_s from memori.vm_sessions where session_id = p_session_id for update;
+  if found then
+    v_user := coalesce(p_user_id, nullif(current_setting('memori.user_id', true), ''));
+    if v_user is not null and v_user <> v_s.user_id then
+      raise exception 'session % belongs to another user', quote_literal(p_session_id)
+        using errcode = 'PM062', hint = 'Use a session id of your own; session ids are unique across users.';
+    end if;
+    return v_s;
+  end if;
+  if not p_create then
+    raise exception 'no VM session %', quote_literal(p_session_id)
+      using errcode = 'PM005', hint = 'Start it with memori.turn_begin or memori.page_create.';
+  end if;
+  v_user := memori._vm_user(p_user_id);
+  begin
+    insert into memori.vm_sessions (session_id, user_id, max_l0_tokens, max_l1_pages, eviction_policy,
+                                    eviction_threshold, pinned_last_turns, fault_protection_turns,
+                                    eviction_cooldown_turns, faults_allowed, max_faults_per_turn,
+                                    max_fault_tokens_per_turn, fault_confidence_threshold, created_at, updated_at)
+    select p_session_id, v_user,
+           coalesce(max(value #>> '{}') filter (where key = 'vm.max_l0_tokens'), '128000')::integer,
+           coalesce(max(value #>> '{}') filter (where key = 'vm.max_l1_pages'), '100')::integer,
+           coalesce(max(value #>> '{}') filter (where key = 'vm.eviction_policy'), 'importance_weighted_lru'),
+           coalesce(max(value #>> '{}') filter (where key = 'vm.eviction_threshold'), '0.85')::numeric,
+           coalesce(max(value #>> '{}') filter (where key = 'vm.pinned_last_turns'), '3')::integer,
+           coalesce(max(value #>> '{}') filter (where key = 'vm.fault_protection_turns'), '2')::integer,
+           coalesce(max(value #>> '{}') filter (where key = 'vm.eviction_cooldown_turns'), '3')::integer,
+           coalesce(max(value #>> '{}') filter (where key = 'vm.faults_allowed'), 'true')::boolean,
+           coalesce(max(value #>> '{}') filter (where key = 'vm.max_faults_per_turn'), '3')::integer,
+           coalesce(max(value #>> '{}') filter (where key = 'vm.max_fault_tokens_per_turn'), '8192')::integer,
+           coalesce(max(value #>> '{}') filter (where key = 'vm.fault_confidence_threshold'), 'referenced'),
+           p_now, p_now
+      from memori.settings where key like 'vm.%'
+    returning * into v_s;
+  exception when unique_violation then
+    -- invisible under row-level security: another user's session
+    raise exception 'session % belongs to another user', quote_literal(p_session_id)
+      using errcode = 'PM062', hint = 'Use a session id of your own; session ids are unique across users.';
+  end;
+  return v_s;
+end
+$func$ language plpgsql volatile security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._vm_session(text, text, boolean, timestamptz) is 'A VM session row locked for update, created from the vm.* settings when p_create; PM005 when missing, PM062 when another user''s.';
+
+-------------------------------------------------------------------------------
+-- _vm_session_read: a session's row for readers (no lock)
+create or replace function memori._vm_session_read(p_session_id text) returns memori.vm_sessions
+as $func$
+declare
+  v_s memori.vm_sessions;
+begin
+  select * into v_s from memori.vm_sessions where session_id = p_session_id;
+  if not found then
+    raise exception 'no VM session %', coalesce(quote_literal(p_session_id), 'NULL')
+      using errcode = 'PM005', hint = 'Start it with memori.turn_begin or memori.page_create.';
+  end if;
+  return v_s;
+end
+$func$ language plpgsql stable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._vm_session_read(text) is 'A VM session row without locking it (readers); PM005 when missing.';
+
+-------------------------------------------------------------------------------
+-- _tokens_estimate: the token count of a text (4 bytes a token, as seed 02)
+create or replace function memori._tokens_estimate(p_text text) returns integer
+as $func$
+  select case when p_text is null or p_text = '' then 0
+              else greatest(1, ceil(octet_length(p_text) / 4.0)::integer) end
+$func$ language sql immutable parallel safe security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._tokens_estimate(text) is 'Estimated tokens of a text: one per 4 bytes, at least 1 for non-empty text.';
+
+-------------------------------------------------------------------------------
+-- _page_topics: the topic tags of a text (its most frequent long words)
+create or replace function memori._page_topics(p_text text, p_limit integer default 5) returns text
+as $func$
+  select string_agg(w, ', ' order by n desc, w)
+    from (select lower(m[1]) as w, count(*) as n
+            from regexp_matches(left(coalesce(p_text, ''), 20000), '([[:alpha:]][[:alnum:]_]{4,})', 'g') m
+           group by 1 order by 2 desc, 1 limit p_limit) t
+$func$ language sql immutable parallel safe security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._page_topics(text, integer) is 'Topic tags of a text: its most frequent words of 5+ letters (ties alphabetical), comma-separated.';
+
+-------------------------------------------------------------------------------
+-- _page_reference: the level-3 representation of a page, derived in SQL
+create or replace function memori._page_reference(
+  p_page_id text, p_modality text, p_hint text, p_content text, p_duration numeric, p_dimensions integer[]
+) returns text
+as $func$
+  select case p_modality
+    when 'image' then format('image:%s', p_page_id)
+                      || coalesce(format(' %sx%s', p_dimensions[1], p_dimensions[2]), '')
+                      || coalesce(' ' || p_hint, '')
+    when 'audio' then format('audio:%s', p_page_id) || coalesce(format(' %ss', round(p_duration)), '')
+                      || coalesce(' topics: ' || coalesce(p_hint, memori._page_topics(p_content)), '')
+    when 'video' then format('video:%s', p_page_id) || coalesce(format(' %ss', round(p_duration)), '')
+                      || coalesce(' ' || p_hint, '')
+    else 'topics: ' || coalesce(p_hint, memori._page_topics(p_content), p_page_id)
+  end
+$func$ language sql immutable parallel safe security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._page_reference(text, text, text, text, numeric, integer[]) is 'Level 3 of a page (seed 1.6): topic tags for text, "image:{id}", "audio:{id} duration + topics", "video:{id}".';
+
+-------------------------------------------------------------------------------
+-- _page_write_reference: store a page's derived level-3 representation
+create or replace function memori._page_write_reference(p_page memori.pages, p_now timestamptz) returns void
+as $func$
+declare
+  v_ref text := memori._page_reference(p_page.page_id, p_page.modality, p_page.hint, p_page.content,
+                                       p_page.duration_seconds, p_page.dimensions);
+begin
+  insert into memori.page_representations (session_id, page_id, user_id, level, content, tokens, version, created_at)
+  values (p_page.session_id, p_page.page_id, p_page.user_id, 3, v_ref, memori._tokens_estimate(v_ref), p_page.version, p_now)
+  on conflict (session_id, page_id, level) do update
+     set content = excluded.content, data = null, tokens = excluded.tokens, version = excluded.version,
+         created_at = excluded.created_at;
+end
+$func$ language plpgsql volatile security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._page_write_reference(memori.pages, timestamptz) is 'Derive and store level 3 (reference) of a page for its current version.';
+
+-------------------------------------------------------------------------------
+-- _page_mutation: append one entry to the mutation log
+create or replace function memori._page_mutation(
+  p_s memori.vm_sessions, p_page_id text, p_type text, p_tier_before text, p_tier_after text,
+  p_level_before integer, p_level_after integer, p_tokens_after integer, p_actor text, p_cause text,
+  p_now timestamptz
+) returns void
+as $func$
+begin
+  if p_actor is null or p_actor not in ('user', 'model', 'tool', 'system') then
+    raise exception 'unknown actor %', coalesce(quote_literal(p_actor), 'NULL')
+      using errcode = 'PM004', hint = 'Use one of: user, model, tool, system.';
+  end if;
+  insert into memori.page_mutations (session_id, user_id, page_id, at, turn, mutation_type, tier_before, tier_after,
+                                     level_before, level_after, tokens_after, actor, cause, expires_at)
+  values (p_s.session_id, p_s.user_id, p_page_id, p_now, p_s.turn, p_type, p_tier_before, p_tier_after,
+          p_level_before, p_level_after, p_tokens_after, p_actor, p_cause, memori._vm_retention('page_mutations', p_now));
+  -- any change to the working set or a page makes cached packs stale
+  delete from memori.vm_pack_cache where session_id = p_s.session_id;
+end
+$func$ language plpgsql volatile security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._page_mutation(memori.vm_sessions, text, text, text, text, integer, integer, integer, text, text, timestamptz) is 'Append a page mutation (at the session''s turn) and drop the session''s cached packs.';
+
+-------------------------------------------------------------------------------
+-- _pages_notify: tell page-table caches (client TLBs) that a page changed
+create or replace function memori._pages_notify() returns trigger
+as $func$
+begin
+  perform pg_notify('memori_pages', json_build_object('session_id', old.session_id, 'page_id', old.page_id)::text);
+  return null;
+end
+$func$ language plpgsql volatile security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._pages_notify() is 'Trigger: pg_notify memori_pages {session_id, page_id} when a page row changes or goes (TLB invalidation).';
+
+create or replace trigger pages_notify after update or delete on memori.pages
+  for each row execute function memori._pages_notify();
+
+-------------------------------------------------------------------------------
+-- _page_get: a page of a session (PM005 when missing or expired)
+create or replace function memori._page_get(p_session_id text, p_page_id text, p_now timestamptz, p_lock boolean)
+returns memori.pages
+as $func$
+declare
+  v_p memori.pages;
+begin
+  if p_lock then
+    select * into v_p from memori.pages
+     where session_id = p_session_id and page_id = p_page_id and (expires_at is null or expires_at > p_now)
+       for update;
+  else
+    select * into v_p from memori.pages
+     where session_id = p_session_id and page_id = p_page_id and (expires_at is null or expires_at > p_now);
+  end if;
+  if not found then
+    raise exception 'no page % in session %', coalesce(quote_literal(p_page_id), 'NULL'), quote_literal(p_session_id)
+      using errcode = 'PM005',
+            hint = 'Page ids are unique within a session; list them with memori.vm_manifest or memori.working_set_list.';
+  end if;
+  return v_p;
+end
+$func$ language plpgsql volatile security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._page_get(text, text, timestamptz, boolean) is 'An unexpired page of a session, optionally locked; PM005 when missing.';
+
+-------------------------------------------------------------------------------
+-- _page_check_content: the size limit of page content
+create or replace function memori._page_check_content(p_content text, p_data jsonb) returns integer
+as $func$
+declare
+  v_bytes integer := coalesce(octet_length(p_content), 0) + coalesce(octet_length(p_data::text), 0);
+  v_limit integer := coalesce((memori._setting('vm.max_content_bytes') #>> '{}')::integer, 1048576);
+begin
+  if v_bytes > v_limit then
+    raise exception 'page content is % bytes; the limit is % bytes', v_bytes, v_limit
+      using errcode = 'PM003',
+            hint = 'Store large media as an artifact (p_artifact_ref) with a caption as content, or raise memori.settings vm.max_content_bytes.';
+  end if;
+  return v_bytes;
+end
+$func$ language plpgsql stable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._page_check_content(text, jsonb) is 'Bytes of page content plus data; PM003 above vm.max_content_bytes.';
+
+-------------------------------------------------------------------------------
+-- turn_begin: start the session's next turn
+create or replace function memori.turn_begin(
+  p_session_id text,
+  p_user_id    text default null,
+  p_now        timestamptz default now()
+) returns integer
+as $func$
+declare
+  v_s   memori.vm_sessions := memori._vm_session(p_session_id, p_user_id, true, p_now);
+  v_old record;
+begin
+  update memori.vm_sessions set turn = turn + 1, updated_at = p_now
+   where session_id = v_s.session_id returning * into v_s;
+  -- pages pinned as "one of the last N turns" are unpinned once they are older
+  for v_old in
+    update memori.working_set w set pinned = false, pin_reason = null
+      from memori.pages p
+     where w.session_id = v_s.session_id and w.pinned and w.pin_reason = 'recent_turn'
+       and p.session_id = w.session_id and p.page_id = w.page_id
+       and p.turn <= v_s.turn - greatest(v_s.pinned_last_turns, 1)
+    returning w.page_id, w.level, w.tokens
+  loop
+    perform memori._page_mutation(v_s, v_old.page_id, 'unpin', 'L0', 'L0', v_old.level, v_old.level, v_old.tokens,
+                                  'system', 'turn_aged_out', p_now);
+  end loop;
+  return v_s.turn;
+end
+$func$ language plpgsql volatile security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori.turn_begin(text, text, timestamptz) is 'Start the next turn of a VM session (created with the vm.* defaults if new); unpins transcript pages older than the last N turns; returns the turn.';
+
+-------------------------------------------------------------------------------
+-- vm_session_configure: change a session's budget and policies
+create or replace function memori.vm_session_configure(
+  p_session_id text,
+  p_config     jsonb,
+  p_user_id    text default null,
+  p_now        timestamptz default now()
+) returns memori.vm_sessions
+as $func$
+declare
+  v_s       memori.vm_sessions := memori._vm_session(p_session_id, p_user_id, true, p_now);
+  v_allowed text[] := array['max_l0_tokens', 'max_l1_pages', 'eviction_policy', 'eviction_threshold',
+                            'pinned_last_turns', 'fault_protection_turns', 'eviction_cooldown_turns',
+                            'faults_allowed', 'max_faults_per_turn', 'max_fault_tokens_per_turn',
+                            'fault_confidence_threshold'];
+  v_bad     text;
+begin
+  if p_config is null or jsonb_typeof(p_config) <> 'object' then
+    perform memori._invalid('config must be a JSON object', 'Pass e.g. {"max_l0_tokens": 32000}.');
+  end if;
+  select string_agg(k, ', ') into v_bad from jsonb_object_keys(p_config) k where k <> all (v_allowed);
+  if v_bad is not null then
+    perform memori._invalid(format('unknown VM setting(s) %s', v_bad), 'Settings: ' || array_to_string(v_allowed, ', ') || '.');
+  end if;
+  if p_config ? 'eviction_policy'
+     and (p_config->>'eviction_policy') not in ('lru', 'importance_weighted_lru', 'modality_aware_lru') then
+    raise exception 'unknown eviction policy %', quote_literal(p_config->>'eviction_policy')
+      using errcode = 'PM004', hint = 'Use one of: lru, importance_weighted_lru, modality_aware_lru.';
+  end if;
+  if p_config ? 'fault_confidence_threshold'
+     and (p_config->>'fault_confidence_threshold') not in ('explicit', 'referenced', 'speculative') then
+    raise exception 'unknown fault confidence threshold %', quote_literal(p_config->>'fault_confidence_threshold')
+      using errcode = 'PM004', hint = 'Use one of: explicit, referenced, speculative.';
+  end if;
+  begin
+    update memori.vm_sessions set
+      max_l0_tokens = coalesce((p_config->>'max_l0_tokens')::integer, max_l0_tokens),
+      max_l1_pages = coalesce((p_config->>'max_l1_pages')::integer, max_l1_pages),
+      eviction_policy = coalesce(p_config->>'eviction_policy', eviction_policy),
+      eviction_threshold = coalesce((p_config->>'eviction_threshold')::numeric, eviction_threshold),
+      pinned_last_turns = coalesce((p_config->>'pinned_last_turns')::integer, pinned_last_turns),
+      fault_protection_turns = coalesce((p_config->>'fault_protection_turns')::integer, fault_protection_turns),
+      eviction_cooldown_turns = coalesce((p_config->>'eviction_cooldown_turns')::integer, eviction_cooldown_turns),
+      faults_allowed = coalesce((p_config->>'faults_allowed')::boolean, faults_allowed),
+      max_faults_per_turn = coalesce((p_config->>'max_faults_per_turn')::integer, max_faults_per_turn),
+      max_fault_tokens_per_turn = coalesce((p_config->>'max_fault_tokens_per_turn')::integer, max_fault_tokens_per_turn),
+      fault_confidence_threshold = coalesce(p_config->>'fault_confidence_threshold', fault_confidence_threshold),
+      updated_at = p_now
+     where session_id = v_s.session_id
+    returning * into v_s;
+  exception when check_violation or invalid_text_representation then
+    perform memori._invalid('a VM setting is out of range: ' || sqlerrm,
+                            'Budgets and counts are >= 0 (max_l0_tokens > 0), eviction_threshold is in (0, 1].');
+  end;
+  if (select coalesce(sum(tokens), 0) from memori.working_set where session_id = v_s.session_id) > v_s.max_l0_tokens then
+    perform memori._vm_make_room(v_s, 0, null, 'system', 'budget_lowered', p_now);
+  end if;
+  delete from memori.vm_pack_cache where session_id = v_s.session_id;
+  return v_s;
+end
+$func$ language plpgsql volatile security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori.vm_session_configure(text, jsonb, text, timestamptz) is 'Change a VM session''s budget and policies (keys as in memori.vm_sessions); evicts at once when the budget is lowered below use.';
+
+-------------------------------------------------------------------------------
+-- vm_session_get: a session's row
+create or replace function memori.vm_session_get(p_session_id text) returns memori.vm_sessions
+as $func$
+  select * from memori.vm_sessions where session_id = p_session_id
+$func$ language sql stable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori.vm_session_get(text) is 'A VM session''s row (turn, budget, policies, pack cache counters); no row when missing.';
+
+-------------------------------------------------------------------------------
+-- page_create: register a page, optionally mapping it into the working set
+create or replace function memori.page_create(
+  p_session_id        text,
+  p_page_id           text,
+  p_content           text default null,
+  p_page_type         text default 'transcript',
+  p_modality          text default 'text',
+  p_role              text default null,
+  p_data              jsonb default null,
+  p_importance        double precision default 0.5,
+  p_provenance        text[] default null,
+  p_represents        text default null,
+  p_hint              text default null,
+  p_segment           text default null,
+  p_mime_type         text default null,
+  p_artifact_ref      text default null,
+  p_tokens            integer default null,
+  p_size_bytes        bigint default null,
+  p_dimensions        integer[] default null,
+  p_duration_seconds  numeric default null,
+  p_add_to_working_set boolean default true,
+  p_pin               boolean default null,
+  p_actor             text default 'system',
+  p_user_id           text default null,
+  p_expires_at        timestamptz default null,
+  p_now               timestamptz default now()
+) returns memori.pages
+as $func$
+declare
+  v_s     memori.vm_sessions := memori._vm_session(p_session_id, p_user_id, true, p_now);
+  v_p     memori.pages;
+  v_bytes integer;
+begin
+  perform memori._check_identifier('page id', p_page_id, 200);
+  if p_page_type is null or p_page_type not in ('transcript', 'summary', 'artifact', 'claim', 'procedure', 'index') then
+    raise exception 'unknown page type %', coalesce(quote_literal(p_page_type), 'NULL')
+      using errcode = 'PM004', hint = 'Use one of: transcript, summary, artifact, claim, procedure, index.';
+  end if;
+  if p_modality is null or p_modality not in ('text', 'image', 'audio', 'video', 'structured') then
+    raise exception 'unknown modality %', coalesce(quote_literal(p_modality), 'NULL')
+      using errcode = 'PM004', hint = 'Use one of: text, image, audio, video, structured.';
+  end if;
+  if p_role is not null and p_role not in ('user', 'assistant', 'tool', 'system') then
+    raise exception 'unknown role %', quote_literal(p_role)
+      using errcode = 'PM004', hint = 'Use one of: user, assistant, tool, system (or omit it).';
+  end if;
+  if p_importance is null or p_importance < 0 or p_importance > 1 then
+    perform memori._invalid(format('importance must be between 0 and 1, got %s', coalesce(p_importance::text, 'NULL')),
+                            'Pass an importance such as 0.5 (claims are typically 0.9+).');
+  end if;
+  if p_tokens is not null and p_tokens < 0 then
+    perform memori._invalid(format('tokens must be >= 0, got %s', p_tokens), 'Omit p_tokens to estimate them from the content.');
+  end if;
+  if p_dimensions is not null and cardinality(p_dimensions) <> 2 then
+    perform memori._invalid('dimensions must be {width, height}', 'Pass e.g. ARRAY[1200, 800].');
+  end if;
+  if p_content is null and p_data is null and p_artifact_ref is null then
+    perform memori._invalid('a page needs content, data or an artifact reference',
+                            'Pass p_content (text, caption, transcript), p_data (structured) or p_artifact_ref.');
+  end if;
+  v_bytes := memori._page_check_content(p_content, p_data);
+  if exists (select 1 from memori.pages where session_id = p_session_id and page_id = p_page_id) then
+    raise exception 'page % already exists in session %', quote_literal(p_page_id), quote_literal(p_session_id)
+      using errcode = 'PM063', hint = 'Change its content with memori.page_update, or use a new page id.';
+  end if;
+
+  insert into memori.pages (session_id, user_id, page_id, page_type, modality, role, content, data, artifact_ref,
+                            mime_type, size_bytes, tokens, importance, provenance, represents, segment, turn, hint,
+                            dimensions, duration_seconds, created_at, updated_at, last_accessed, dirty, expires_at)
+  values (p_session_id, v_s.user_id, p_page_id, p_page_type, p_modality, p_role, p_content, p_data, p_artifact_ref,
+          coalesce(p_mime_type, case p_modality when 'text' then 'text/plain' when 'structured' then 'application/json' end),
+          coalesce(p_size_bytes, v_bytes),
+          coalesce(p_tokens, memori._tokens_estimate(coalesce(p_content, p_data::text, p_artifact_ref))),
+          case when p_importance < 1e-6 then 0 else p_importance end, coalesce(p_provenance, '{}'), p_represents, p_segment, v_s.turn, p_hint,
+          p_dimensions, p_duration_seconds, p_now, p_now, p_now, true, p_expires_at)
+  returning * into v_p;
+  perform memori._page_write_reference(v_p, p_now);
+  if not coalesce(p_add_to_working_set, false) then
+    perform memori._page_mutation(v_s, p_page_id, 'create', null, v_p.tier, null, null, null, p_actor,
+                                  'page_create', p_now);
+  else
+    perform memori._vm_map(v_s, v_p, 0, p_pin, 'create', p_actor, 'page_create', p_now);
+    select * into v_p from memori.pages where id = v_p.id;
+  end if;
+  return v_p;
+end
+$func$ language plpgsql volatile security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori.page_create(text, text, text, text, text, text, jsonb, double precision, text[], text, text, text, text, text, integer, bigint, integer[], numeric, boolean, boolean, text, text, timestamptz, timestamptz) is 'Register a page (type, modality, content, provenance, media metadata) and, unless told not to, map it into L0 at level 0, evicting as needed.';
+
+-------------------------------------------------------------------------------
+-- page_update: new content is a new version
+create or replace function memori.page_update(
+  p_session_id text,
+  p_page_id    text,
+  p_content    text default null,
+  p_data       jsonb default null,
+  p_tokens     integer default null,
+  p_actor      text default 'system',
+  p_now        timestamptz default now()
+) returns memori.pages
+as $func$
+declare
+  v_s   memori.vm_sessions := memori._vm_session(p_session_id, null, false, p_now);
+  v_p   memori.pages := memori._page_get(p_session_id, p_page_id, p_now, true);
+  v_ws  memori.working_set;
+  v_new integer;
+begin
+  if p_content is null and p_data is null then
+    perform memori._invalid('nothing to update: pass p_content or p_data', 'Pass the page''s new content.');
+  end if;
+  if p_tokens is not null and p_tokens < 0 then
+    perform memori._invalid(format('tokens must be >= 0, got %s', p_tokens), 'Omit p_tokens to estimate them from the content.');
+  end if;
+  perform memori._page_check_content(coalesce(p_content, v_p.content), coalesce(p_data, v_p.data));
+  insert into memori.page_versions (session_id, page_id, user_id, version, content, data, tokens, created_at)
+  values (v_p.session_id, v_p.page_id, v_p.user_id, v_p.version, v_p.content, v_p.data, v_p.tokens, v_p.updated_at);
+  v_new := coalesce(p_tokens, memori._tokens_estimate(coalesce(p_content, v_p.content, coalesce(p_data, v_p.data)::text)));
+  update memori.pages
+     set content = coalesce(p_content, content), data = coalesce(p_data, data), tokens = v_new,
+         size_bytes = memori._page_check_content(coalesce(p_content, content), coalesce(p_data, data)),
+         version = version + 1, dirty = true, updated_at = p_now
+   where id = v_p.id
+  returning * into v_p;
+  -- reduced and abstract forms describe the old content: the Compressor rewrites them
+  delete from memori.page_representations where session_id = v_p.session_id and page_id = v_p.page_id and level in (1, 2);
+  perform memori._page_write_reference(v_p, p_now);
+  select * into v_ws from memori.working_set where session_id = v_p.session_id and page_id = v_p.page_id;
+  if found then
+    -- a mapped page is re-mapped from its new content at level 0 (its levels 1 and 2 are gone); logged there
+    perform memori._vm_map(v_s, v_p, case when v_ws.level = 3 then 3 else 0 end, null, 'update', p_actor,
+                           format('version %s', v_p.version), p_now);
+    select * into v_p from memori.pages where id = v_p.id;
+  else
+    perform memori._page_mutation(v_s, v_p.page_id, 'update', v_p.tier, v_p.tier, null, null, null, p_actor,
+                                  format('version %s', v_p.version), p_now);
+  end if;
+  perform memori._event_emit('page.updated', jsonb_build_object('session_id', v_p.session_id, 'page_id', v_p.page_id,
+                                                                 'version', v_p.version), p_now);
+  return v_p;
+end
+$func$ language plpgsql volatile security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori.page_update(text, text, text, jsonb, integer, text, timestamptz) is 'Replace a page''s content: the old one goes to page_versions, the page is dirty until flushed, stale representations and cached packs are dropped.';
+
+-------------------------------------------------------------------------------
+-- page_flush: mark dirty pages as persisted
+create or replace function memori.page_flush(
+  p_session_id text,
+  p_page_ids   text[] default null,
+  p_now        timestamptz default now()
+) returns integer
+as $func$
+declare
+  v_n integer;
+begin
+  perform memori._vm_session(p_session_id, null, false, p_now);
+  update memori.pages set dirty = false, last_flushed = p_now
+   where session_id = p_session_id and dirty and (p_page_ids is null or page_id = any (p_page_ids));
+  get diagnostics v_n = row_count;
+  return v_n;
+end
+$func$ language plpgsql volatile security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori.page_flush(text, text[], timestamptz) is 'Clear the dirty bit of a session''s pages (all, or the ids given) and stamp last_flushed; returns how many.';
+
+-------------------------------------------------------------------------------
+-- page_lookup: a page-table entry (what a TLB caches)
+create or replace function memori.page_lookup(p_session_id text, p_page_id text, p_now timestamptz default now())
+returns memori.page_table_entry
+as $func$
+  select row(p.page_id, p.tier, p.compression_level, p.version, p.dirty, p.last_flushed, p.last_accessed,
+             p.access_count, w.page_id is not null, w.level, coalesce(w.pinned, false))::memori.page_table_entry
+    from memori.pages p
+    left join memori.working_set w on w.session_id = p.session_id and w.page_id = p.page_id
+   where p.session_id = p_session_id and p.page_id = p_page_id and (p.expires_at is null or p.expires_at > p_now)
+$func$ language sql stable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori.page_lookup(text, text, timestamptz) is 'The page-table entry of a page (tier, level, version, dirty, access, mapping); NULL when missing.';
+
+-------------------------------------------------------------------------------
+-- page_representation_put: store a Compressor's level 1, 2 (or 3) output
+create or replace function memori.page_representation_put(
+  p_session_id text,
+  p_page_id    text,
+  p_level      integer,
+  p_content    text default null,
+  p_data       jsonb default null,
+  p_tokens     integer default null,
+  p_version    integer default null,
+  p_now        timestamptz default now()
+) returns memori.page_representations
+as $func$
+declare
+  -- the session first, then the page: the order every VM writer locks in (no deadlocks)
+  v_s memori.vm_sessions := memori._vm_session(p_session_id, null, false, p_now);
+  v_p memori.pages := memori._page_get(p_session_id, p_page_id, p_now, true);
+  v_r memori.page_representations;
+begin
+  if p_level is null or p_level not between 1 and 3 then
+    perform memori._invalid(format('representation level must be 1, 2 or 3, got %s', coalesce(p_level::text, 'NULL')),
+                            'Level 0 is the page itself (memori.page_update); 1 reduced, 2 abstract, 3 reference.');
+  end if;
+  if p_content is null and p_data is null then
+    perform memori._invalid('a representation needs content or data', 'Pass the compressed text as p_content.');
+  end if;
+  if p_version is not null and p_version <> v_p.version then
+    raise exception 'page % is at version %, the representation was made from version %', quote_literal(p_page_id),
+                    v_p.version, p_version
+      using errcode = 'PM064', hint = 'Compress the current content again (memori.page_compress_todo lists it).';
+  end if;
+  perform memori._page_check_content(p_content, p_data);
+  insert into memori.page_representations (session_id, page_id, user_id, level, content, data, tokens, version,
+                                           created_at)
+  values (p_session_id, p_page_id, v_p.user_id, p_level, p_content, p_data,
+          coalesce(p_tokens, memori._tokens_estimate(coalesce(p_content, p_data::text))), v_p.version, p_now)
+  on conflict (session_id, page_id, level) do update
+     set content = excluded.content, data = excluded.data, tokens = excluded.tokens, version = excluded.version,
+         created_at = excluded.created_at
+  returning * into v_r;
+  delete from memori.vm_pack_cache where session_id = p_session_id;
+  -- a page mapped at this level now costs the new representation's tokens
+  if exists (select 1 from memori.working_set w
+              where w.session_id = p_session_id and w.page_id = p_page_id and w.level = p_level
+                and w.tokens <> v_r.tokens) then
+    perform memori._vm_map(v_s, v_p, p_level, null, 'compress', 'system', 'representation_rewritten', p_now);
+  end if;
+  return v_r;
+end
+$func$ language plpgsql volatile security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori.page_representation_put(text, text, integer, text, jsonb, integer, integer, timestamptz) is 'Store a reduced (1), abstract (2) or reference (3) representation of a page; PM064 when made from an older version.';
+
+-------------------------------------------------------------------------------
+-- page_compress_todo: pages whose levels 1 and 2 a Compressor should write
+create or replace function memori.page_compress_todo(
+  p_session_id text,
+  p_limit      integer default 100,
+  p_now        timestamptz default now()
+) returns setof memori.page_compress_item
+as $func$
+  select p.page_id, p.modality, p.page_type, l.level, p.content, p.data, p.tokens, p.version
+    from memori.pages p
+   cross join (values (1), (2)) l(level)
+   where p.session_id = p_session_id
+     and (p.expires_at is null or p.expires_at > p_now)
+     and p.page_type not in ('index', 'claim', 'procedure')  -- never or rarely compressed (seed 1.1)
+     and p.tokens > 8
+     and not exists (select 1 from memori.page_representations r
+                      where r.session_id = p.session_id and r.page_id = p.page_id and r.level = l.level)
+   order by (p.tier = 'L0') desc, p.last_accessed desc, p.page_id, l.level
+   limit greatest(coalesce(p_limit, 100), 0)
+$func$ language sql stable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori.page_compress_todo(text, integer, timestamptz) is 'Missing level 1 and 2 representations of compressible pages (mapped pages first) for a Compressor to write.';
+
+-------------------------------------------------------------------------------
+-- page_pin: pin or unpin a mapped page
+create or replace function memori.page_pin(
+  p_session_id text,
+  p_page_id    text,
+  p_pinned     boolean default true,
+  p_actor      text default 'user',
+  p_now        timestamptz default now()
+) returns boolean
+as $func$
+declare
+  v_s memori.vm_sessions := memori._vm_session(p_session_id, null, false, p_now);
+  v_p memori.pages := memori._page_get(p_session_id, p_page_id, p_now, false);
+  v_w memori.working_set;
+begin
+  if p_pinned is null then
+    perform memori._invalid('p_pinned must be true or false', 'Pass true to pin, false to unpin.');
+  end if;
+  select * into v_w from memori.working_set where session_id = p_session_id and page_id = p_page_id for update;
+  if not found then
+    if not p_pinned then
+      return false;
+    end if;
+    -- pinning an unmapped page maps it first (level 0)
+    perform memori._vm_map(v_s, v_p, 0, true, 'fault_in', p_actor, 'pin', p_now);
+    return true;
+  end if;
+  if v_w.pinned = p_pinned then
+    return false;
+  end if;
+  update memori.working_set set pinned = p_pinned, pin_reason = case when p_pinned then 'explicit' end
+   where session_id = p_session_id and page_id = p_page_id;
+  perform memori._page_mutation(v_s, p_page_id, case when p_pinned then 'pin' else 'unpin' end, 'L0', 'L0',
+                                v_w.level, v_w.level, v_w.tokens, p_actor, 'explicit', p_now);
+  return true;
+end
+$func$ language plpgsql volatile security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori.page_pin(text, text, boolean, text, timestamptz) is 'Pin (never evicted) or unpin a page; pinning an unmapped page maps it at level 0. True when something changed.';

@@ -1,0 +1,327 @@
+-- pymemdb SQL API, part 11: the working set (seed 03, phases 2 and 4).
+--
+-- L0 holds the pages mapped into the model's context, each at a level. The
+-- budget invariant: the tokens of L0 never exceed the session's max_l0_tokens,
+-- and pinned pages are never evicted. When a page comes in and L0 would pass
+-- eviction_threshold * max_l0_tokens, victims are chosen by the session's
+-- policy; each victim is first downgraded one level when a cheaper
+-- representation exists (compress before evict), and only then moved to L1.
+-- Pinned pages and pages faulted in during the last fault_protection_turns
+-- are never victims; if the hard budget cannot be met without them, PM060.
+
+-------------------------------------------------------------------------------
+-- _vm_level_tokens: tokens of a page at a level (NULL when that level is missing)
+create or replace function memori._vm_level_tokens(p_session_id text, p_page_id text, p_tokens integer, p_level integer)
+returns integer
+as $func$
+  select case when p_level = 0 then p_tokens
+              else (select r.tokens from memori.page_representations r
+                     where r.session_id = p_session_id and r.page_id = p_page_id and r.level = p_level) end
+$func$ language sql stable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._vm_level_tokens(text, text, integer, integer) is 'Tokens of a page at a level: level 0 from the page, others from page_representations (NULL when not written).';
+
+-------------------------------------------------------------------------------
+-- _vm_candidates: the evictable pages of a session, in eviction order
+-- The three policies are one ordering with policy-dependent terms: media
+-- first for modality_aware_lru, then the keep score (lowest evicted first).
+create or replace function memori._vm_candidates(p_s memori.vm_sessions, p_policy text, p_keep text,
+                                                 p_compressible boolean)
+returns table (page_id text, level integer, tokens integer, page_type text, modality text,
+               keep_score double precision)
+as $func$
+  select c.page_id, c.level, c.tokens, c.page_type, c.modality, c.keep_score
+    from (select w.page_id, w.level, w.tokens, p.page_type, p.modality, w.last_access_turn, w.turn_added,
+                 -- written out here: a function with SET cannot be inlined, and this runs per mapped page
+                 -- the seed's eviction priority by type (claims and index pages very low, summaries and procedures low)
+                 (case p.page_type when 'claim' then 1.0 when 'index' then 1.0 when 'procedure' then 0.5
+                                   when 'summary' then 0.5 else 0.0 end
+                  -- anti-thrash: a page evicted within the cooldown carries a penalty against another eviction
+                  + case when p.last_evict_turn is not null
+                              and p_s.turn - p.last_evict_turn < p_s.eviction_cooldown_turns then 0.5 else 0.0 end
+                 )::double precision
+                 -- recency, and importance for importance_weighted_lru
+                 + case when p_policy = 'importance_weighted_lru'
+                        then 0.5 / (1 + greatest(p_s.turn - w.last_access_turn, 0)) + 0.5 * p.importance
+                        else 1.0 / (1 + greatest(p_s.turn - w.last_access_turn, 0)) end as keep_score
+            from memori.working_set w
+            join memori.pages p on p.session_id = w.session_id and p.page_id = w.page_id
+           where w.session_id = p_s.session_id
+             and not w.pinned
+             and w.page_id is distinct from p_keep
+             -- the compress pass only wants pages that can go down a level (checked before the join and sort)
+             and (not p_compressible or w.level < 3)
+             and (not p_compressible or p.page_type not in ('index', 'claim', 'procedure'))
+             -- anti-thrash: pages faulted in during the last fault_protection_turns stay
+             and not (p.last_fault_turn is not null and p_s.turn - p.last_fault_turn < p_s.fault_protection_turns)) c
+   order by case when p_policy = 'modality_aware_lru' and c.modality in ('image', 'audio', 'video') then 0 else 1 end,
+            c.keep_score, c.last_access_turn, c.turn_added, c.page_id
+$func$ language sql stable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._vm_candidates(memori.vm_sessions, text, text, boolean) is 'Unpinned, unprotected pages of a working set in eviction order for a policy (modality_aware_lru: media first, then keep score); only compressible ones when asked.';
+
+-------------------------------------------------------------------------------
+-- vm_eviction_candidates: which pages a policy would evict first, and why
+create or replace function memori.vm_eviction_candidates(p_session_id text, p_policy text default null)
+returns table (rank bigint, page_id text, level integer, tokens integer, page_type text, modality text,
+               keep_score double precision)
+as $func$
+declare
+  v_s      memori.vm_sessions := memori._vm_session_read(p_session_id);
+  v_policy text := coalesce(p_policy, v_s.eviction_policy);
+begin
+  if v_policy not in ('lru', 'importance_weighted_lru', 'modality_aware_lru') then
+    raise exception 'unknown eviction policy %', quote_literal(v_policy)
+      using errcode = 'PM004', hint = 'Use one of: lru, importance_weighted_lru, modality_aware_lru.';
+  end if;
+  return query select row_number() over (), c.page_id, c.level, c.tokens, c.page_type, c.modality, c.keep_score
+                 from memori._vm_candidates(v_s, v_policy, null, false) c;
+end
+$func$ language plpgsql stable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori.vm_eviction_candidates(text, text) is 'The evictable pages of a working set in the order a policy (default the session''s) would take them, with their keep scores; pinned and protected pages are not listed.';
+
+-------------------------------------------------------------------------------
+-- _vm_evict_run: free at least p_required tokens of L0 (as far as the rules allow)
+create or replace function memori._vm_evict_run(
+  p_s memori.vm_sessions, p_required integer, p_policy text, p_keep text, p_actor text, p_cause text,
+  p_now timestamptz
+) returns setof memori.vm_eviction
+as $func$
+declare
+  v_policy text := coalesce(p_policy, p_s.eviction_policy);
+  v_freed  integer := 0;
+  v_c      record;
+  v_next   record;
+begin
+  if v_policy not in ('lru', 'importance_weighted_lru', 'modality_aware_lru') then
+    raise exception 'unknown eviction policy %', quote_literal(v_policy)
+      using errcode = 'PM004', hint = 'Use one of: lru, importance_weighted_lru, modality_aware_lru.';
+  end if;
+  if p_required <= 0 then
+    return;
+  end if;
+  -- pass 1, compress before evict: each victim down one level where a cheaper form exists
+  for v_c in select * from memori._vm_candidates(p_s, v_policy, p_keep, true) loop
+    exit when v_freed >= p_required;
+    select r.level, r.tokens into v_next
+      from memori.page_representations r
+     where r.session_id = p_s.session_id and r.page_id = v_c.page_id and r.level > v_c.level
+       and r.tokens < v_c.tokens
+     order by r.level
+     limit 1;
+    continue when not found;
+    update memori.working_set set level = v_next.level, tokens = v_next.tokens
+     where session_id = p_s.session_id and page_id = v_c.page_id;
+    update memori.pages set compression_level = v_next.level
+     where session_id = p_s.session_id and page_id = v_c.page_id;
+    perform memori._page_mutation(p_s, v_c.page_id, 'compress', 'L0', 'L0', v_c.level, v_next.level, v_next.tokens,
+                                  p_actor, p_cause, p_now);
+    v_freed := v_freed + v_c.tokens - v_next.tokens;
+    return next row(v_c.page_id, 'compress', v_next.level, 'L0', v_c.tokens - v_next.tokens)::memori.vm_eviction;
+  end loop;
+  -- pass 2: evict to L1 in the same order
+  if v_freed >= p_required then
+    return;
+  end if;
+  for v_c in select * from memori._vm_candidates(p_s, v_policy, p_keep, false) loop
+    exit when v_freed >= p_required;
+    delete from memori.working_set where session_id = p_s.session_id and page_id = v_c.page_id;
+    update memori.pages set tier = 'L1', compression_level = 0, last_evict_turn = p_s.turn
+     where session_id = p_s.session_id and page_id = v_c.page_id;
+    perform memori._page_mutation(p_s, v_c.page_id, 'evict', 'L0', 'L1', v_c.level, null, null, p_actor, p_cause, p_now);
+    v_freed := v_freed + v_c.tokens;
+    return next row(v_c.page_id, 'evict', null, 'L1', v_c.tokens)::memori.vm_eviction;
+  end loop;
+  perform memori._vm_l1_overflow(p_s, p_actor, p_now);
+end
+$func$ language plpgsql volatile security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._vm_evict_run(memori.vm_sessions, integer, text, text, text, text, timestamptz) is 'Free at least p_required L0 tokens: downgrade victims a level where cheaper, then evict to L1, in the policy''s order; returns what it did (may free less when pages are pinned or protected).';
+
+-------------------------------------------------------------------------------
+-- _vm_l1_overflow: L1 keeps max_l1_pages; the least recently used go to L2
+create or replace function memori._vm_l1_overflow(p_s memori.vm_sessions, p_actor text, p_now timestamptz)
+returns void
+as $func$
+declare
+  v_id text;
+begin
+  for v_id in
+    with demoted as (
+      update memori.pages p set tier = 'L2'
+        from (select page_id from memori.pages
+               where session_id = p_s.session_id and tier = 'L1'
+               order by last_accessed desc, page_id desc
+              offset p_s.max_l1_pages) o
+       where p.session_id = p_s.session_id and p.page_id = o.page_id
+      returning p.page_id)
+    select page_id from demoted order by page_id
+  loop
+    perform memori._page_mutation(p_s, v_id, 'evict', 'L1', 'L2', null, null, null, p_actor, 'l1_full', p_now);
+  end loop;
+end
+$func$ language plpgsql volatile security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._vm_l1_overflow(memori.vm_sessions, text, timestamptz) is 'Move the least recently accessed L1 pages beyond max_l1_pages to L2 (logged).';
+
+-------------------------------------------------------------------------------
+-- _vm_make_room: keep L0 within budget for p_incoming more tokens
+create or replace function memori._vm_make_room(
+  p_s memori.vm_sessions, p_incoming integer, p_keep text, p_actor text, p_cause text, p_now timestamptz
+) returns text[]
+as $func$
+declare
+  v_used    integer;
+  v_target  integer := floor(p_s.max_l0_tokens * p_s.eviction_threshold)::integer;
+  v_done    memori.vm_eviction[];
+  v_freed   integer;
+  v_blocked integer;
+begin
+  select coalesce(sum(tokens), 0) into v_used
+    from memori.working_set where session_id = p_s.session_id and page_id is distinct from p_keep;
+  if v_used + p_incoming <= v_target then
+    return '{}';
+  end if;
+  -- over the threshold: evict down to it as far as the rules allow
+  select coalesce(array_agg(e), '{}') into v_done
+    from memori._vm_evict_run(p_s, v_used + p_incoming - v_target, null, p_keep, p_actor, p_cause, p_now) e;
+  select coalesce(sum(e.tokens_freed), 0) into v_freed from unnest(v_done) e;
+  if v_used + p_incoming - v_freed > p_s.max_l0_tokens then
+    select coalesce(sum(tokens), 0) into v_blocked
+      from memori.working_set where session_id = p_s.session_id and page_id is distinct from p_keep;
+    raise exception 'the working set cannot take % tokens: % of % are pinned or protected', p_incoming, v_blocked,
+                    p_s.max_l0_tokens
+      using errcode = 'PM060',
+            detail = format('session %s, turn %s, incoming %s tokens', p_s.session_id, p_s.turn, p_incoming),
+            hint = 'Unpin pages (memori.page_pin(..., false)), map this page at a cheaper level, or raise max_l0_tokens (memori.vm_session_configure).';
+  end if;
+  return array(select distinct e.page_id from unnest(v_done) e order by 1);
+end
+$func$ language plpgsql volatile security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._vm_make_room(memori.vm_sessions, integer, text, text, text, timestamptz) is 'Evict (compress first) down to eviction_threshold for p_incoming tokens; PM060 when even then L0 would pass max_l0_tokens. Returns the pages touched.';
+
+-------------------------------------------------------------------------------
+-- _vm_map: put a page into L0 at a level (or change its level), making room
+create or replace function memori._vm_map(
+  p_s memori.vm_sessions, p_page memori.pages, p_level integer, p_pin boolean, p_type text, p_actor text,
+  p_cause text, p_now timestamptz
+) returns text[]
+as $func$
+declare
+  v_tokens  integer := memori._vm_level_tokens(p_page.session_id, p_page.page_id, p_page.tokens, p_level);
+  v_old     memori.working_set;
+  v_pin     boolean;
+  v_reason  text;
+  v_evicted text[];
+begin
+  if v_tokens is null then
+    raise exception 'page % has no level % representation', quote_literal(p_page.page_id), p_level
+      using errcode = 'PM005', hint = 'Map it at level 0 or 3, or write the level with a Compressor first.';
+  end if;
+  select * into v_old from memori.working_set where session_id = p_s.session_id and page_id = p_page.page_id;
+  -- the seed's default pinned set: system prompt, goals/plans, preferences, tool schemas, the last N turns
+  v_reason := case when p_pin then 'explicit'
+                   when p_pin is null and (p_page.role = 'system'
+                                           or p_page.page_id ~ coalesce(memori._setting('vm.autopin_pattern') #>> '{}', '^$'))
+                     then 'default_set'
+                   when p_pin is null and p_page.page_type = 'transcript' and p_s.pinned_last_turns > 0
+                        and p_page.turn > p_s.turn - p_s.pinned_last_turns
+                     then 'recent_turn' end;
+  v_pin := coalesce(v_old.pinned, false) or v_reason is not null;
+  v_evicted := memori._vm_make_room(p_s, v_tokens, p_page.page_id, p_actor, p_cause, p_now);
+  insert into memori.working_set (session_id, page_id, user_id, level, tokens, turn_added, last_access_turn, pinned,
+                                  pin_reason, added_at)
+  values (p_s.session_id, p_page.page_id, p_s.user_id, p_level, v_tokens, p_s.turn, p_s.turn, v_pin, v_reason, p_now)
+  on conflict (session_id, page_id) do update
+     set level = excluded.level, tokens = excluded.tokens, last_access_turn = excluded.last_access_turn,
+         pinned = excluded.pinned, pin_reason = coalesce(memori.working_set.pin_reason, excluded.pin_reason);
+  update memori.pages set tier = 'L0', compression_level = p_level
+   where session_id = p_s.session_id and page_id = p_page.page_id;
+  if v_old.page_id is null or v_old.level <> p_level or v_old.tokens <> v_tokens or p_type <> 'fault_in' then
+    perform memori._page_mutation(p_s, p_page.page_id, p_type, case when p_type = 'create' then null else p_page.tier end,
+                                  'L0', v_old.level, p_level, v_tokens, p_actor, p_cause, p_now);
+  end if;
+  if v_pin and not coalesce(v_old.pinned, false) and p_type <> 'create' then
+    perform memori._page_mutation(p_s, p_page.page_id, 'pin', 'L0', 'L0', p_level, p_level, v_tokens, p_actor,
+                                  v_reason, p_now);
+  end if;
+  return v_evicted;
+end
+$func$ language plpgsql volatile security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._vm_map(memori.vm_sessions, memori.pages, integer, boolean, text, text, text, timestamptz) is 'Map a page into L0 at a level (or change its level), pinning it when it belongs to the default pinned set, evicting to stay within budget; logged.';
+
+-------------------------------------------------------------------------------
+-- vm_add_page: map an existing page into the working set
+create or replace function memori.vm_add_page(
+  p_session_id text,
+  p_page_id    text,
+  p_level      integer default 0,
+  p_pin        boolean default null,
+  p_actor      text default 'system',
+  p_now        timestamptz default now()
+) returns text[]
+as $func$
+declare
+  v_s memori.vm_sessions := memori._vm_session(p_session_id, null, false, p_now);
+  v_p memori.pages := memori._page_get(p_session_id, p_page_id, p_now, true);
+begin
+  if p_level is null or p_level not between 0 and 3 then
+    perform memori._invalid(format('level must be between 0 and 3, got %s', coalesce(p_level::text, 'NULL')),
+                            'Levels: 0 full, 1 reduced, 2 abstract, 3 reference.');
+  end if;
+  update memori.pages set last_accessed = p_now, access_count = access_count + 1 where id = v_p.id;
+  return memori._vm_map(v_s, v_p, p_level, p_pin, 'fault_in', p_actor, 'vm_add_page', p_now);
+end
+$func$ language plpgsql volatile security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori.vm_add_page(text, text, integer, boolean, text, timestamptz) is 'Map a registered page into L0 at a level, evicting (compress first) to stay under max_l0_tokens; returns the pages evicted or compressed; PM060 when pinned pages leave no room.';
+
+-------------------------------------------------------------------------------
+-- vm_evict: free L0 tokens with a policy
+create or replace function memori.vm_evict(
+  p_session_id      text,
+  p_required_tokens integer,
+  p_policy          text default null,
+  p_actor           text default 'system',
+  p_now             timestamptz default now()
+) returns setof memori.vm_eviction
+as $func$
+declare
+  v_s     memori.vm_sessions := memori._vm_session(p_session_id, null, false, p_now);
+  v_done  memori.vm_eviction[];
+  v_freed integer;
+begin
+  if p_required_tokens is null or p_required_tokens < 0 then
+    perform memori._invalid(format('required tokens must be >= 0, got %s', coalesce(p_required_tokens::text, 'NULL')),
+                            'Pass how many L0 tokens to free, e.g. 2000.');
+  end if;
+  select coalesce(array_agg(e), '{}') into v_done
+    from memori._vm_evict_run(v_s, p_required_tokens, p_policy, null, p_actor, 'explicit_request', p_now) e;
+  select coalesce(sum(e.tokens_freed), 0) into v_freed from unnest(v_done) e;
+  if v_freed < p_required_tokens then
+    raise exception 'only % of % tokens can be freed: the rest of the working set is pinned or protected',
+                    v_freed, p_required_tokens
+      using errcode = 'PM060',
+            hint = 'Unpin pages (memori.page_pin(..., false)) or wait for faulted pages to leave their protection window.';
+  end if;
+  return query select * from unnest(v_done);
+end
+$func$ language plpgsql volatile security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori.vm_evict(text, integer, text, text, timestamptz) is 'Free at least p_required_tokens of L0 with a policy (lru, importance_weighted_lru, modality_aware_lru; default the session''s), compressing before evicting; PM060 (nothing done) when pinned/protected pages prevent it.';
+
+-------------------------------------------------------------------------------
+-- working_set_list: the mapped pages of a session
+create or replace function memori.working_set_list(p_session_id text)
+returns setof memori.working_set
+as $func$
+  select w.* from memori.working_set w
+    join memori.pages p on p.session_id = w.session_id and p.page_id = w.page_id
+   where w.session_id = p_session_id
+   order by p.id
+$func$ language sql stable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori.working_set_list(text) is 'The working set (L0) of a session in page creation order: level, tokens, turns, pinning.';
