@@ -9,6 +9,7 @@ writer commits, so a worker's own writes invalidate its cache directly.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections import OrderedDict
 from typing import Any
@@ -21,6 +22,11 @@ CHANNEL = "memori_pages"
 Key = tuple[str, str]  # (session_id, page_id)
 
 
+def page_tag(session_id: str, page_id: str) -> str:
+    """The opaque tag memori._pages_notify sends for a page (LISTEN would show ids to every user)."""
+    return hashlib.md5(f"{session_id}\x01{page_id}".encode(), usedforsecurity=False).hexdigest()
+
+
 class PageTLB:
     """An LRU map of (session_id, page_id) -> PageTableEntry with hit/miss counters."""
 
@@ -29,6 +35,7 @@ class PageTLB:
             raise ValueError("max_entries must be >= 1")
         self.max_entries = max_entries
         self.entries: OrderedDict[Key, PageTableEntry] = OrderedDict()
+        self._by_tag: dict[str, Key] = {}
         self.hits = 0
         self.misses = 0
         self._listener: psycopg.Connection[Any] | None = None
@@ -46,20 +53,30 @@ class PageTLB:
         return entry
 
     def insert(self, session_id: str, entry: PageTableEntry) -> None:
-        self.entries[(session_id, entry.page_id)] = entry
-        self.entries.move_to_end((session_id, entry.page_id))
+        key = (session_id, entry.page_id)
+        self.entries[key] = entry
+        self.entries.move_to_end(key)
+        self._by_tag[page_tag(*key)] = key
         while len(self.entries) > self.max_entries:
-            self.entries.popitem(last=False)
+            old, _ = self.entries.popitem(last=False)
+            self._by_tag.pop(page_tag(*old), None)
 
     def invalidate(self, session_id: str, page_id: str) -> None:
         self.entries.pop((session_id, page_id), None)
+        self._by_tag.pop(page_tag(session_id, page_id), None)
+
+    def invalidate_tag(self, tag: str) -> None:
+        key = self._by_tag.pop(tag, None)
+        if key is not None:
+            self.entries.pop(key, None)
 
     def invalidate_session(self, session_id: str) -> None:
         for key in [k for k in self.entries if k[0] == session_id]:
-            del self.entries[key]
+            self.invalidate(*key)
 
     def flush(self) -> None:
         self.entries.clear()
+        self._by_tag.clear()
 
     def stats(self) -> dict[str, Any]:
         total = self.hits + self.misses
@@ -82,8 +99,7 @@ class PageTLB:
         for notify in [*waited, *self._listener.notifies(timeout=0)]:
             seen += 1
             try:
-                changed = json.loads(notify.payload)
-                self.invalidate(changed["session_id"], changed["page_id"])
+                self.invalidate_tag(json.loads(notify.payload)["tag"])
             except (ValueError, KeyError, TypeError):
                 self.flush()  # an unreadable notice: be safe
         return seen

@@ -261,12 +261,14 @@ comment on function memori._page_mutation(memori.vm_sessions, text, text, text, 
 create or replace function memori._pages_notify() returns trigger
 as $func$
 begin
-  perform pg_notify('memori_pages', json_build_object('session_id', old.session_id, 'page_id', old.page_id)::text);
+  -- LISTEN is not subject to row-level security: every listener gets every
+  -- notice, so it carries an opaque tag of the page, not its ids
+  perform pg_notify('memori_pages', json_build_object('tag', md5(old.session_id || chr(1) || old.page_id))::text);
   return null;
 end
 $func$ language plpgsql volatile security invoker
 set search_path = pg_catalog, memori, pg_temp;
-comment on function memori._pages_notify() is 'Trigger: pg_notify memori_pages {session_id, page_id} when a page row changes or goes (TLB invalidation).';
+comment on function memori._pages_notify() is 'Trigger: pg_notify memori_pages {tag: md5(session_id, page_id)} when a page row changes or goes (TLB invalidation without revealing ids).';
 
 create or replace trigger pages_notify after update or delete on memori.pages
   for each row execute function memori._pages_notify();

@@ -8,6 +8,7 @@ over two pooled connections, and the catalog lint that keeps later tables in.
 
 from __future__ import annotations
 
+import json
 import threading
 import uuid
 from collections.abc import Iterator
@@ -296,3 +297,15 @@ def test_client_refuses_acting_for_another_user(app_dsn: str) -> None:
             with bob.transaction() as cur:
                 cur.execute("insert into memori.context_entries (key, value, type, scope, user_id) "
                             "values ('x', %s, 'user_preferences', 'user', 'alice')", (Jsonb(1),))
+
+
+def test_page_change_notices_reveal_no_ids(conn: psycopg.Connection) -> None:
+    """LISTEN is not subject to RLS: memori_pages notices carry an opaque tag, not session or page ids."""
+    from pymemdb.page_cache import page_tag
+
+    conn.execute("select memori.page_create('secret-session', 'msg_secret', 'hello', p_user_id => 'alice')")
+    conn.execute("listen memori_pages")
+    conn.execute("select memori.page_update('secret-session', 'msg_secret', 'changed')")
+    notices = list(conn.notifies(timeout=5, stop_after=1))
+    assert notices and "secret" not in notices[0].payload
+    assert json.loads(notices[0].payload) == {"tag": page_tag("secret-session", "msg_secret")}
