@@ -182,11 +182,6 @@ class MutationLogAppendOnly(VmError):
     sqlstate = "PM061"
 
 
-class SessionOfAnotherUser(VmError):
-    """PM062: the VM session belongs to another user."""
-
-    sqlstate = "PM062"
-
 
 class PageExists(VmError):
     """PM063: a page with this id already exists in the session."""
@@ -231,7 +226,6 @@ _BY_SQLSTATE: dict[str, type[PymemdbError]] = {
         DeltaPruneRefused,
         WorkingSetFull,
         MutationLogAppendOnly,
-        SessionOfAnotherUser,
         PageExists,
         StaleRepresentation,
     )

@@ -114,7 +114,7 @@ begin
     v_user := coalesce(p_user_id, nullif(current_setting('memori.user_id', true), ''));
     if v_user is not null and v_user <> v_s.user_id then
       raise exception 'session % belongs to another user', quote_literal(p_session_id)
-        using errcode = 'PM062', hint = 'Use a session id of your own; session ids are unique across users.';
+        using errcode = 'PM041', hint = 'Use a session id of your own; session ids are unique across users.';
     end if;
     return v_s;
   end if;
@@ -123,6 +123,9 @@ begin
       using errcode = 'PM005', hint = 'Start it with memori.turn_begin or memori.page_create.';
   end if;
   v_user := memori._vm_user(p_user_id);
+  -- one session namespace: a VM session is a session of memori.sessions
+  -- (created on first use, PM041 when the id is another user's)
+  perform memori._context_session(p_session_id, v_user, null, p_now);
   begin
     insert into memori.vm_sessions (session_id, user_id, max_l0_tokens, max_l1_pages, eviction_policy,
                                     eviction_threshold, pinned_last_turns, fault_protection_turns,
@@ -146,13 +149,13 @@ begin
   exception when unique_violation then
     -- invisible under row-level security: another user's session
     raise exception 'session % belongs to another user', quote_literal(p_session_id)
-      using errcode = 'PM062', hint = 'Use a session id of your own; session ids are unique across users.';
+      using errcode = 'PM041', hint = 'Use a session id of your own; session ids are unique across users.';
   end;
   return v_s;
 end
 $func$ language plpgsql volatile security invoker
 set search_path = pg_catalog, memori, pg_temp;
-comment on function memori._vm_session(text, text, boolean, timestamptz) is 'A VM session row locked for update, created from the vm.* settings when p_create; PM005 when missing, PM062 when another user''s.';
+comment on function memori._vm_session(text, text, boolean, timestamptz) is 'A VM session row locked for update, created from the vm.* settings when p_create; PM005 when missing, PM041 when another user''s.';
 
 -------------------------------------------------------------------------------
 -- _vm_session_read: a session's row for readers (no lock)

@@ -64,7 +64,7 @@ def test_bad_input_has_our_codes(conn: psycopg.Connection) -> None:
     assert_sqlstate(conn, "PM004", "select memori.page_create('sess_1', 'm2', 'x', p_modality => 'smell')")
     assert_sqlstate(conn, "PM001", "select memori.page_create('sess_1', 'm2', 'x', p_importance => 2)")
     assert_sqlstate(conn, "PM001", "select memori.page_create('sess_2', 'm2', 'x')")  # no user
-    assert_sqlstate(conn, "PM062", "select memori.page_create('sess_1', 'm2', 'x', p_user_id => 'bob')")
+    assert_sqlstate(conn, "PM041", "select memori.page_create('sess_1', 'm2', 'x', p_user_id => 'bob')")
     assert_sqlstate(conn, "PM003", "select memori.page_create('sess_1', 'm2', repeat('x', 2000000))")
     assert_sqlstate(conn, "PM005", "select memori.vm_add_page('sess_1', 'nope')")
     assert_sqlstate(conn, "PM001", "select memori.vm_add_page('sess_1', 'msg_001', 4)")
