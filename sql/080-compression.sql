@@ -531,7 +531,9 @@ begin
                                         where g.session_id = p_state.session_id), '[]'),
            'goal_artifacts', coalesce((select jsonb_agg(to_jsonb(x)) from memori.goal_artifacts x
                                          join memori.goals g on g.id = x.goal_id
-                                        where g.session_id = p_state.session_id), '[]')),
+                                        where g.session_id = p_state.session_id), '[]'),
+           -- the virtual memory's pages and working set (sql/125-vm-snapshot.sql), NULL without one
+           'vm', memori._vm_snapshot_state(p_state.session_id)),
          p_now + v_retention
   returning * into v_row;
   perform memori._event_emit(case p_kind when 'auto' then 'snapshot.auto_created' else 'snapshot.created' end,
@@ -540,7 +542,7 @@ begin
 end
 $func$ language plpgsql volatile security invoker
 set search_path = pg_catalog, memori, pg_temp;
-comment on function memori._snapshot_take(memori.compression_state, text, jsonb, timestamptz) is 'Store a snapshot (kind manual, auto or pre_restore) of a session: markers by sequence, checkpoints and goals whole.';
+comment on function memori._snapshot_take(memori.compression_state, text, jsonb, timestamptz) is 'Store a snapshot (kind manual, auto or pre_restore) of a session: markers by sequence, checkpoints and goals whole, page versions and the working set.';
 
 -------------------------------------------------------------------------------
 -- message_add: append a message; the answer says whether to compress now
@@ -1105,7 +1107,7 @@ begin
 end
 $func$ language plpgsql volatile security invoker
 set search_path = pg_catalog, memori, pg_temp;
-comment on function memori.snapshot_create(text, jsonb, timestamptz) is 'Snapshot a session''s active state (message markers, checkpoints, goals); immutable, retention-managed.';
+comment on function memori.snapshot_create(text, jsonb, timestamptz) is 'Snapshot a session''s active state (message markers, checkpoints, goals, page versions and working set); immutable, retention-managed.';
 
 -------------------------------------------------------------------------------
 -- snapshot_list: a session's unexpired snapshots, newest first
@@ -1133,6 +1135,7 @@ declare
   v_s     jsonb;
   v_pre   memori.snapshots;
   v_rb    int4multirange;
+  v_vm    jsonb;
 begin
   select * into v_snap from memori.snapshots s
    where s.id = p_snapshot_id and (s.expires_at is null or s.expires_at > p_now);
@@ -1167,14 +1170,15 @@ begin
    where session_id = v_snap.session_id;
   perform memori._compression_recount(v_snap.session_id);
   perform memori._goal_tokens_refresh(v_snap.session_id);
+  v_vm := memori._vm_snapshot_restore(v_snap.session_id, v_s->'vm', p_now);
   perform memori._event_emit('snapshot.restored',
             jsonb_build_object('snapshot_id', p_snapshot_id, 'session_id', v_snap.session_id,
-                               'pre_restore_snapshot_id', v_pre.id), p_now);
+                               'pre_restore_snapshot_id', v_pre.id, 'vm', v_vm), p_now);
   return v_pre;
 end
 $func$ language plpgsql volatile security invoker
 set search_path = pg_catalog, memori, pg_temp;
-comment on function memori.snapshot_restore(uuid, timestamptz) is 'Restore a session''s active state from a snapshot; returns the snapshot of the replaced state. History is kept.';
+comment on function memori.snapshot_restore(uuid, timestamptz) is 'Restore a session''s active state (and its pages and working set) from a snapshot; returns the snapshot of the replaced state. History is kept.';
 
 -------------------------------------------------------------------------------
 -- reliability_score: the seed's model-size factor x compression penalty x confidence

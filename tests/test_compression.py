@@ -497,3 +497,28 @@ def test_works_under_row_level_security(conn: psycopg.Connection) -> None:
     assert_sqlstate(conn, "PM005", "select memori.compression_budget('s')")
     assert_sqlstate(conn, "PM041", "select memori.message_add('s', 'user', 'x')")
     assert_sqlstate(conn, "PM005", "select memori.snapshot_restore(%s)", (snap["id"],))  # type: ignore[index]
+
+
+def test_snapshot_restores_pages_and_the_working_set(conn: psycopg.Connection) -> None:
+    """With the virtual memory in use, a snapshot keeps each page's version and the working set; restore brings
+    back the content (as a new version: nothing is lost) and the mapping."""
+    add(conn, "vm-1", "user", "We chose PostgreSQL.")
+    conn.execute("select memori.page_create('vm-1', 'claim_db', 'Decision: PostgreSQL', p_page_type => 'claim', "
+                 "p_user_id => 'alice', p_now => %s)", (T0,))
+    conn.execute("select memori.page_create('vm-1', 'note', 'a note', p_user_id => 'alice', p_now => %s)", (T0,))
+    snap = one(conn, "select * from memori.snapshot_create('vm-1', p_now => %s)", (T0,))
+    assert snap is not None and {p["page_id"] for p in snap["state"]["vm"]["pages"]} == {"claim_db", "note"}
+    mapped_before = {w["page_id"] for w in snap["state"]["vm"]["working_set"]}
+
+    conn.execute("select memori.page_update('vm-1', 'claim_db', 'Decision: MySQL', p_now => %s)", (T0,))
+    conn.execute("select memori.page_create('vm-1', 'later', 'added after the snapshot', p_user_id => 'alice', "
+                 "p_now => %s)", (T0,))
+    conn.execute("select memori.snapshot_restore(%s, %s)", (snap["id"], T0))
+
+    assert value(conn, "select content from memori.pages where page_id = 'claim_db'") == "Decision: PostgreSQL"
+    assert value(conn, "select version from memori.pages where page_id = 'claim_db'") == 3  # a new version
+    assert value(conn, "select count(*) from memori.page_versions where page_id = 'claim_db'") == 2  # history kept
+    mapped_after = {r["page_id"] for r in rows(conn, "select page_id from memori.working_set")}
+    assert mapped_after == mapped_before and "later" not in mapped_after
+    event = one(conn, "select payload from memori.events where event_type = 'snapshot.restored'")
+    assert event is not None and event["payload"]["vm"]["pages_restored"] == 1
