@@ -156,6 +156,20 @@ set search_path = pg_catalog, memori, pg_temp;
 comment on function memori._is_project_member(text, text) is 'True when the user is a member (or the owner) of the project.';
 
 -------------------------------------------------------------------------------
+-- _require_project_member: PM041 unless the user is a member of the project
+create or replace function memori._require_project_member(p_project_id text, p_user_id text) returns void
+as $func$
+begin
+  if not memori._is_project_member(p_project_id, p_user_id) then
+    raise exception 'user % is not a member of project %', quote_literal(p_user_id), quote_literal(p_project_id)
+      using errcode = 'PM041', hint = 'Ask the project owner to add the user (memori.project_member_add).';
+  end if;
+end
+$func$ language plpgsql stable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._require_project_member(text, text) is 'Raise PM041 unless the user is a member (or the owner) of the project.';
+
+-------------------------------------------------------------------------------
 -- _context_requester: the project and session a read may see
 --   project: p_project_id, else the session's project; NULL unless a member
 --   session: p_session_id when the session is the user's, else NULL
@@ -203,9 +217,8 @@ begin
     end if;
     return v_session;
   end if;
-  if p_project_id is not null and not memori._is_project_member(p_project_id, p_user_id) then
-    raise exception 'user % is not a member of project %', quote_literal(p_user_id), quote_literal(p_project_id)
-      using errcode = 'PM041', hint = 'Ask the project owner to add the user (memori.project_member_add).';
+  if p_project_id is not null then
+    perform memori._require_project_member(p_project_id, p_user_id);
   end if;
   begin
     insert into memori.sessions (session_id, user_id, project_id, start_time, last_activity)
@@ -399,10 +412,7 @@ begin
     if p_session_id is not null then
       perform memori._invalid('a project entry takes no session', 'Leave p_session_id NULL, or use scope session.');
     end if;
-    if not memori._is_project_member(p_project_id, v_user) then
-      raise exception 'user % is not a member of project %', quote_literal(v_user), quote_literal(p_project_id)
-        using errcode = 'PM041', hint = 'Ask the project owner to add the user (memori.project_member_add).';
-    end if;
+    perform memori._require_project_member(p_project_id, v_user);
     v_project := p_project_id;
   elsif p_scope = 'session' then
     if p_session_id is null then
@@ -542,9 +552,8 @@ begin
     perform memori._invalid(format('deleting a %s entry needs its %s', p_scope, p_scope),
                             format('Pass p_%s_id.', p_scope));
   end if;
-  if p_scope = 'project' and not memori._is_project_member(p_project_id, v_user) then
-    raise exception 'user % is not a member of project %', quote_literal(v_user), quote_literal(p_project_id)
-      using errcode = 'PM041', hint = 'Only members change a project''s entries.';
+  if p_scope = 'project' then
+    perform memori._require_project_member(p_project_id, v_user);
   end if;
   delete from memori.context_entries e
    where e.scope_owner = v_owner and e.key = p_key and e.scope = p_scope
@@ -665,9 +674,8 @@ begin
   if v_owner is null then
     perform memori._invalid(format('cleaning %s entries needs the %s', p_scope, p_scope), format('Pass p_%s_id.', p_scope));
   end if;
-  if p_scope = 'project' and not memori._is_project_member(p_project_id, v_user) then
-    raise exception 'user % is not a member of project %', quote_literal(v_user), quote_literal(p_project_id)
-      using errcode = 'PM041', hint = 'Only members change a project''s entries.';
+  if p_scope = 'project' then
+    perform memori._require_project_member(p_project_id, v_user);
   end if;
   delete from memori.context_entries e
    where e.scope_owner = v_owner and e.scope = p_scope
@@ -878,10 +886,7 @@ declare
   v_session memori.sessions := memori._context_session(p_session_id, v_user, p_project_id, p_now);
 begin
   if p_project_id is not null and v_session.project_id is distinct from p_project_id then
-    if not memori._is_project_member(p_project_id, v_user) then
-      raise exception 'user % is not a member of project %', quote_literal(v_user), quote_literal(p_project_id)
-        using errcode = 'PM041', hint = 'Ask the project owner to add the user (memori.project_member_add).';
-    end if;
+    perform memori._require_project_member(p_project_id, v_user);
   end if;
   update memori.sessions s
      set project_id    = coalesce(p_project_id, s.project_id),
