@@ -692,6 +692,8 @@ class Page:
     dimensions: list[int] | None
     duration_seconds: Decimal | None
     expires_at: datetime | None
+    embedding: str | None  # pgvector text form '[0.1,...]' (issue 7); NULL: full-text search only
+    search_tsv: str | None  # generated tsvector over hint and content (issue 7)
 
 
 @dataclass(frozen=True)
