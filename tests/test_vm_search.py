@@ -94,7 +94,7 @@ def test_hybrid_fuses_full_text_and_vectors(conn: psycopg.Connection) -> None:
     scores = {r["page_id"]: r["relevance"] for r in found}
     assert set(scores) == {"near", "both", "text_only"}
     # RRF: 'both' is in both rankings, so first; 'near' (vector 1) beats 'text_only' (text 2) on ties by best rank
-    assert [r["page_id"] for r in found][0] == "both"
+    assert found[0]["page_id"] == "both"
     assert scores["near"] == pytest.approx(round((1 / 61) / (2 / 61), 4))
 
 
