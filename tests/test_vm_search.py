@@ -160,11 +160,31 @@ def test_never_fewer_than_limit_with_a_one_percent_filter_on_hnsw(conn: psycopg.
     assert len(exact) == 10
     conn.execute("update memori.settings set value = '100' where key = 'vm.search_exact_max'")
     conn.execute("analyze memori.pages")
+    # at this size the planner would rather sort a scan; make it take the index, as it does at scale
+    for knob in ("enable_seqscan", "enable_bitmapscan", "enable_sort"):
+        conn.execute(f"set {knob} = off")
+    raw = """select p.page_id from memori.pages p
+               where p.user_id = 'alice' and p.embedding is not null and p.modality = 'image'
+               order by p.embedding operator(public.<=>) %s::public.vector limit 10"""
+    plan = "\n".join(r["QUERY PLAN"] for r in rows(conn, "explain " + raw, (q,)))
+    assert "idx_pages_embedding_hnsw" in plan
+    # what the guarantee is about: a plain filtered index scan loses rows ...
+    conn.execute("set hnsw.iterative_scan = off")
+    assert len(rows(conn, raw, (q,))) < 10
+    # ... an iterative one (what search_pages sets for itself) does not
+    conn.execute("set hnsw.iterative_scan = relaxed_order")
+    assert len(rows(conn, raw, (q,))) == 10
+    conn.execute("set hnsw.iterative_scan = off")
     approx = search(conn, None, p_session_id="big", p_scope="user", p_query_embedding=q, p_modality="image",
                     p_limit=10)
     assert len(approx) == 10
     assert approx[0]["total_available"] == 20
     assert [r["page_id"] for r in approx] == [r["page_id"] for r in exact]
+    # an index scan cut short by hnsw.max_scan_tuples falls back to exact ranking
+    conn.execute("set hnsw.max_scan_tuples = 30")
+    cut = search(conn, None, p_session_id="big", p_scope="user", p_query_embedding=q, p_modality="image",
+                 p_limit=10)
+    assert [r["page_id"] for r in cut] == [r["page_id"] for r in exact]
 
 
 def chain_setup(conn: psycopg.Connection) -> None:
