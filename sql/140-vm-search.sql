@@ -77,14 +77,14 @@ returns void
 as $func$
 begin
   if p_modality is not null and p_modality not in ('text', 'image', 'audio', 'video', 'structured') then
-    perform memori._invalid(format('unknown modality %s', quote_literal(p_modality)),
-                            'Use one of text, image, audio, video, structured, or NULL for all.');
+    raise exception 'unknown modality %', quote_literal(p_modality)
+      using errcode = 'PM004', hint = 'Use one of: text, image, audio, video, structured (or NULL for all).';
   end if;
   if p_page_types is not null and exists (
        select 1 from unnest(p_page_types) t
         where t is null or t not in ('transcript', 'summary', 'artifact', 'claim', 'procedure', 'index')) then
-    perform memori._invalid(format('unknown page type in %s', p_page_types::text),
-                            'Page types are transcript, summary, artifact, claim, procedure, index.');
+    raise exception 'unknown page type in %', p_page_types::text
+      using errcode = 'PM004', hint = 'Use one of: transcript, summary, artifact, claim, procedure, index.';
   end if;
   if p_limit is null or p_limit < 1 or p_limit > 100 then
     perform memori._invalid(format('limit %s is outside 1..100', coalesce(p_limit::text, 'NULL')),
@@ -93,7 +93,7 @@ begin
 end
 $func$ language plpgsql immutable security invoker
 set search_path = pg_catalog, memori, pg_temp;
-comment on function memori._vm_check_filters(text, text[], integer) is 'Validate modality, page types and limit (1..100) of a page search; raises PM001 with a hint.';
+comment on function memori._vm_check_filters(text, text[], integer) is 'Validate modality and page types (PM004) and limit 1..100 (PM001) of a page search.';
 
 -------------------------------------------------------------------------------
 -- _vm_check_embedding: a query or page embedding has the installed dimension

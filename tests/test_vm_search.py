@@ -117,8 +117,9 @@ def test_user_scope_covers_all_sessions_of_the_user_only(conn: psycopg.Connectio
 
 @pytest.mark.parametrize(("kw", "code"), [
     ({"p_scope": "world"}, "PM001"),
-    ({"p_modality": "smell"}, "PM001"),
-    ({"p_page_types": ["claim", "gossip"]}, "PM001"),
+    ({"p_modality": "smell"}, "PM004"),
+    ({"p_page_types": ["claim", "gossip"]}, "PM004"),
+    ({"p_page_types": [None]}, "PM004"),
     ({"p_limit": 0}, "PM001"),
     ({"p_limit": 101}, "PM001"),
     ({"p_query_embedding": "[1,2,3]"}, "PM001"),
@@ -219,7 +220,7 @@ def test_pages_by_type_and_top_importance(conn: psycopg.Connection) -> None:
     page(conn, "claim_2", "claim two", p_page_type="claim", p_importance=0.95)
     assert [r["page_id"] for r in rows(conn, "select * from memori.pages_by_type(%s, 'claim')", (S,))] == [
         "claim_1", "claim_2"]
-    assert_sqlstate(conn, "PM001", "select * from memori.pages_by_type(%s, 'gossip')", (S,))
+    assert_sqlstate(conn, "PM004", "select * from memori.pages_by_type(%s, 'gossip')", (S,))
     top = rows(conn, "select * from memori.pages_top_importance(%s, 2)", (S,))
     assert [r["page_id"] for r in top] == ["claim_2", "claim_1"]
     assert [r["page_id"] for r in rows(conn, "select * from memori.pages_top_importance(%s, 5, 'summary')",
