@@ -236,3 +236,18 @@ def test_expired_pages_stay_out_of_the_index_queries(conn: psycopg.Connection) -
     assert len(rows(conn, "select * from memori.pages_by_type(%s, 'claim', 100, %s)",
                     (S, at - timedelta(seconds=1)))) == 1
     assert one(conn, "select 1 as x") == {"x": 1}
+
+
+def test_user_scope_under_row_level_security_sees_only_the_acting_users_pages(conn: psycopg.Connection) -> None:
+    page(conn, "a1", "alpha plan", session="s_a1", embedding=unit(1))
+    page(conn, "b1", "alpha secret", session="s_b1", user="bob", embedding=unit(1))
+    conn.execute("set role memori_app")
+    conn.execute("select set_config('memori.user_id', 'bob', false)")
+    found = rows(conn, "select * from memori.search_pages('s_b1', 'alpha', %s::public.vector, p_scope => 'user')",
+                 (vec(unit(1)),))
+    assert [(r["session_id"], r["page_id"], r["total_available"]) for r in found] == [("s_b1", "b1", 1)]
+    # alice's session is invisible to bob: not found, and no page of hers leaks
+    assert_sqlstate(conn, "PM005", "select * from memori.search_pages('s_a1', 'alpha', p_scope => 'user')")
+    assert_sqlstate(conn, "PM005", "select * from memori.page_provenance_chain('s_a1', 'a1')")
+    assert [r["page_id"] for r in rows(conn, "select * from memori.pages_top_importance('s_b1', 5)")] == ["b1"]
+    conn.execute("reset role")
