@@ -8,6 +8,7 @@ through LISTEN memori_pages) and runs Compressors for levels 1 and 2.
 from __future__ import annotations
 
 import builtins
+import dataclasses
 from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -128,9 +129,11 @@ def _one_or_none(row: Any, key: str) -> Any:
 class Pages:
     """``db.pages``: pages, the working set, faults, the mutation log and what the model sees."""
 
-    def __init__(self, db: Database, *, tlb_entries: int = 512) -> None:
+    def __init__(self, db: Database, *, tlb_entries: int = 512, embedder: Embedder | None = None) -> None:
         self._db = db
         self.tlb = PageTLB(tlb_entries)
+        # when set, create() embeds each new page's hint and content and search() embeds the query
+        self.embedder = embedder
 
     # -- sessions ----------------------------------------------------------------
     def turn_begin(self, session_id: str, *, user_id: str | None = None, now: datetime | None = None) -> int:
@@ -180,17 +183,30 @@ class Pages:
         expires_at: datetime | None = None,
         now: datetime | None = None,
     ) -> Page:
-        """memori.page_create: register a page and (by default) map it into L0 at level 0."""
-        return self._db.call(  # type: ignore[no-any-return]
-            PAGE_CREATE, **given(
-                p_session_id=session_id, p_page_id=page_id, p_content=content, p_page_type=page_type,
-                p_modality=modality, p_role=role, p_data=None if data is None else Jsonb(data),
-                p_importance=importance, p_provenance=None if provenance is None else list(provenance),
-                p_represents=represents, p_hint=hint, p_segment=segment, p_mime_type=mime_type,
-                p_artifact_ref=artifact_ref, p_tokens=tokens, p_size_bytes=size_bytes,
-                p_dimensions=None if dimensions is None else list(dimensions), p_duration_seconds=duration_seconds,
-                p_add_to_working_set=add_to_working_set, p_pin=pin, p_actor=actor, p_user_id=user_id,
-                p_expires_at=expires_at, p_now=now))
+        """memori.page_create: register a page and (by default) map it into L0 at level 0.
+
+        With ``self.embedder`` set, the page's hint and content are embedded and
+        stored in the same transaction (the returned Page carries the embedding).
+        """
+        args = given(
+            p_session_id=session_id, p_page_id=page_id, p_content=content, p_page_type=page_type,
+            p_modality=modality, p_role=role, p_data=None if data is None else Jsonb(data),
+            p_importance=importance, p_provenance=None if provenance is None else list(provenance),
+            p_represents=represents, p_hint=hint, p_segment=segment, p_mime_type=mime_type,
+            p_artifact_ref=artifact_ref, p_tokens=tokens, p_size_bytes=size_bytes,
+            p_dimensions=None if dimensions is None else list(dimensions), p_duration_seconds=duration_seconds,
+            p_add_to_working_set=add_to_working_set, p_pin=pin, p_actor=actor, p_user_id=user_id,
+            p_expires_at=expires_at, p_now=now)
+        text = " ".join(t for t in (hint, content) if t)
+        values = self.embedder.embed([text])[0] if self.embedder is not None and text else None
+        if not values or not any(values):  # no embedder, or nothing to embed (cosine of a zero vector is NaN)
+            return self._db.call(PAGE_CREATE, **args)  # type: ignore[no-any-return]
+        vector = to_pgvector(values)
+        with self._db.transaction(user_id) as cur:
+            page: Page = self._db.call(PAGE_CREATE, cur, **args)
+            self._db.call(PAGE_EMBEDDING_SET, cur, p_session_id=session_id, p_page_id=page_id, p_embedding=vector,
+                          **given(p_now=now))
+        return dataclasses.replace(page, embedding=vector)
 
     def update(
         self, session_id: str, page_id: str, content: str | None = None, *, data: Any = None,
@@ -369,8 +385,11 @@ class Pages:
     ) -> builtins.list[PageSearchResult]:
         """memori.search_pages: hybrid when given an embedding or an embedder (which embeds the query),
         else full text only (``mode == 'full_text'`` on every row)."""
+        embedder = embedder or self.embedder
         if query_embedding is None and embedder is not None and query:
             query_embedding = embedder.embed([query])[0]
+            if not any(query_embedding):  # nothing the embedder could use: full text only
+                query_embedding = None
         return self._db.call(  # type: ignore[no-any-return]
             SEARCH_PAGES, p_session_id=session_id, p_query=query, **given(
                 p_query_embedding=None if query_embedding is None else to_pgvector(query_embedding),

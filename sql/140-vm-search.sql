@@ -106,10 +106,14 @@ begin
     perform memori._invalid(format('embedding has %s dimensions, pages have %s', public.vector_dims(p_embedding), v_dim),
                             format('Embed with a %s-dimensional model (memori.settings vm.embedding_dim).', v_dim));
   end if;
+  if p_embedding is not null and public.vector_norm(p_embedding) = 0 then
+    -- the cosine distance to a zero vector is NaN: it would rank arbitrarily
+    perform memori._invalid('embedding is the zero vector', 'Pass NULL instead (full-text search only).');
+  end if;
 end
 $func$ language plpgsql stable security invoker
 set search_path = pg_catalog, memori, pg_temp;
-comment on function memori._vm_check_embedding(public.vector) is 'Raise PM001 when an embedding''s dimension is not vm.embedding_dim.';
+comment on function memori._vm_check_embedding(public.vector) is 'Raise PM001 when an embedding''s dimension is not vm.embedding_dim or it is the zero vector.';
 
 -------------------------------------------------------------------------------
 -- page_embedding_set: store the embedding of a page (written by the client's Embedder)

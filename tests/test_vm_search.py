@@ -123,6 +123,7 @@ def test_user_scope_covers_all_sessions_of_the_user_only(conn: psycopg.Connectio
     ({"p_limit": 0}, "PM001"),
     ({"p_limit": 101}, "PM001"),
     ({"p_query_embedding": "[1,2,3]"}, "PM001"),
+    ({"p_query_embedding": "[" + ",".join(["0"] * 384) + "]"}, "PM001"),
     ({"p_session_id": "nope"}, "PM005"),
 ])
 def test_bad_input_raises_our_codes_with_hints(conn: psycopg.Connection, kw: dict, code: str) -> None:

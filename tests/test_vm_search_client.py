@@ -68,3 +68,14 @@ def test_page_index_methods(db: pymemdb.Database) -> None:
     assert [p.page_id for p in db.pages.provenance_chain(S, "msg_1", "down")] == ["sum_1", "claim_1"]
     assert [p.page_id for p in db.pages.top_importance(S, 2)] == ["claim_1", "sum_1"]
     assert [p.page_id for p in db.pages.top_importance(S, 5, "summary")] == ["sum_1"]
+
+
+def test_a_configured_embedder_embeds_new_pages_and_queries(db: pymemdb.Database) -> None:
+    db.pages.embedder = HashingEmbedder()
+    page = db.pages.create(S, "msg_1", "Kubernetes deployment with Helm charts", user_id="alice",
+                           add_to_working_set=False, now=T0)
+    assert page.embedding is not None and page.embedding.startswith("[")
+    db.pages.create(S, "msg_2", "?!", now=T0)  # nothing to embed: stored without an embedding
+    found = db.pages.search(S, "kubernetes", now=T0)
+    assert found[0].mode == "hybrid" and found[0].page_id == "msg_1"
+    assert db.pages.search(S, "?!", now=T0) == []  # a zero query vector falls back to full text
