@@ -34,3 +34,14 @@ def test_pages_search(env: str) -> None:
     assert json.loads(run("search", "s1", "database", "--embed", "--json"))[0]["mode"] == "hybrid"
     err = run("search", "s1", "database", "--limit", "0", code=2)
     assert "outside 1..100" in err
+
+
+def test_bench_search_small(dsn: str) -> None:
+    from pymemdb.bench import search as bench
+
+    result = bench.run(dsn, 2000, seed=3)
+    for key in ("session", "user", "user_filtered_1pct"):
+        assert result[key]["fewer_than_k"] == 0, result[key]
+    assert result["session"]["recall_at_10"] == 1.0
+    assert result["user_filtered_1pct"]["recall_at_10"] == 1.0  # 20 candidates: exact ranking
+    assert bench.render(result)
