@@ -154,7 +154,6 @@ declare
   v_lists  integer;
   v_ft     bigint[] := '{}';
   v_vec    bigint[] := '{}';
-  v_n      bigint := 0;
   v_total  bigint;
   v_exact  integer;
 begin
@@ -189,20 +188,23 @@ begin
              limit v_k) ft;
   end if;
 
+  -- how many pages match in all (full-text matches and, in hybrid mode, every embedded page);
+  -- also the size of the scope the vector ranking below works on
+  select count(*) into v_total
+    from memori.pages p
+   where case when p_scope = 'session' then p.session_id = p_session_id else p.user_id = v_user end
+     and (p.expires_at is null or p.expires_at > p_now)
+     and (p_modality is null or p.modality = p_modality)
+     and (p_page_types is null or p.page_type = any (p_page_types))
+     and ((numnode(v_tsq) > 0 and p.search_tsv @@ v_tsq)
+          or (p_query_embedding is not null and p.embedding is not null));
+
   -- ranking 2: cosine distance, best v_k. A session's pages (and a user's up to
-  -- vm.search_exact_max) are ranked exactly; a larger scope goes through the HNSW
-  -- index with iterative scans (relaxed order, re-sorted here), which keep
-  -- scanning until the filters have let v_k rows through.
+  -- vm.search_exact_max matches) are ranked exactly; a larger scope goes through
+  -- the HNSW index with iterative scans (relaxed order, re-sorted here), which
+  -- keep scanning until the filters have let v_k rows through.
   if p_query_embedding is not null then
-    if p_scope = 'user' then
-      select count(*) into v_n
-        from memori.pages p
-       where p.user_id = v_user and p.embedding is not null
-         and (p.expires_at is null or p.expires_at > p_now)
-         and (p_modality is null or p.modality = p_modality)
-         and (p_page_types is null or p.page_type = any (p_page_types));
-    end if;
-    if p_scope = 'user' and v_n > v_exact then
+    if p_scope = 'user' and v_total > v_exact then
       select coalesce(array_agg(id order by d, id), '{}') into v_vec
         from (select p.id, p.embedding operator(public.<=>) p_query_embedding as d
                 from memori.pages p
@@ -213,9 +215,9 @@ begin
                order by p.embedding operator(public.<=>) p_query_embedding
                limit v_k) a;
     end if;
-    -- exact ranking: small scopes, and the fallback when the index scan hit
-    -- hnsw.max_scan_tuples before finding enough rows
-    if cardinality(v_vec) < least(v_k, v_n) or p_scope = 'session' or v_n <= v_exact then
+    -- exact ranking: small scopes, and the fallback when the index scan came back
+    -- short (hnsw.max_scan_tuples reached, or fewer embedded pages than v_k)
+    if cardinality(v_vec) < v_k then
       with c as materialized (
         select p.id, p.embedding operator(public.<=>) p_query_embedding as d
           from memori.pages p
@@ -228,16 +230,6 @@ begin
         from (select id, d from c order by d, id limit v_k) e;
     end if;
   end if;
-
-  -- how many pages match in all (full-text matches and, in hybrid mode, every embedded page)
-  select count(*) into v_total
-    from memori.pages p
-   where case when p_scope = 'session' then p.session_id = p_session_id else p.user_id = v_user end
-     and (p.expires_at is null or p.expires_at > p_now)
-     and (p_modality is null or p.modality = p_modality)
-     and (p_page_types is null or p.page_type = any (p_page_types))
-     and ((numnode(v_tsq) > 0 and p.search_tsv @@ v_tsq)
-          or (p_query_embedding is not null and p.embedding is not null));
 
   v_lists := (case when numnode(v_tsq) > 0 then 1 else 0 end) + (case when p_query_embedding is null then 0 else 1 end);
   return query

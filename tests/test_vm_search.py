@@ -160,7 +160,7 @@ def test_never_fewer_than_limit_with_a_one_percent_filter_on_hnsw(conn: psycopg.
     q = vec(unit(7))
     exact = search(conn, None, p_session_id="big", p_query_embedding=q, p_modality="image", p_limit=10)
     assert len(exact) == 10
-    conn.execute("update memori.settings set value = '100' where key = 'vm.search_exact_max'")
+    conn.execute("update memori.settings set value = '5' where key = 'vm.search_exact_max'")
     conn.execute("analyze memori.pages")
     # at this size the planner would rather sort a scan; make it take the index, as it does at scale
     for knob in ("enable_seqscan", "enable_bitmapscan", "enable_sort"):
@@ -177,8 +177,14 @@ def test_never_fewer_than_limit_with_a_one_percent_filter_on_hnsw(conn: psycopg.
     conn.execute("set hnsw.iterative_scan = relaxed_order")
     assert len(rows(conn, raw, (q,))) == 10
     conn.execute("set hnsw.iterative_scan = off")
+    scans = "select idx_scan from pg_stat_user_indexes where indexrelname = 'idx_pages_embedding_hnsw'"
+    conn.execute("select pg_stat_force_next_flush()")
+    before = value(conn, scans)
     approx = search(conn, None, p_session_id="big", p_scope="user", p_query_embedding=q, p_modality="image",
                     p_limit=10)
+    conn.execute("select pg_stat_force_next_flush()")
+    conn.execute("select pg_stat_clear_snapshot()")
+    assert value(conn, scans) > before  # search_pages took the HNSW path
     assert len(approx) == 10
     assert approx[0]["total_available"] == 20
     assert [r["page_id"] for r in approx] == [r["page_id"] for r in exact]
