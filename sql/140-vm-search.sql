@@ -13,7 +13,7 @@
 -------------------------------------------------------------------------------
 -- configuration
 insert into memori.settings (key, value, description) values
-  ('vm.search_exact_max', '5000', 'User-scoped search ranks vectors exactly up to this many candidate pages, above it through the HNSW index with iterative scans.'),
+  ('vm.search_exact_max', '5000', 'User-scoped search ranks vectors exactly up to this many matching pages, above it through the HNSW index with iterative scans.'),
   ('vm.search_candidates', '50', 'Each ranking (full text, vectors) contributes at least this many candidates to the fusion (at most 200, at least p_limit).')
 on conflict (key) do nothing;
 
