@@ -292,6 +292,15 @@ def bench_budget(
     _bench("budget", dsn, rows, seed, as_json)
 
 
+@bench_app.command("search")
+@handle_errors
+def bench_search(
+    rows: RowsOption = 100_000, dsn: DsnOption = None, as_json: JsonOption = False, seed: SeedOption = 1
+) -> None:
+    """search_pages p95 and recall@10 vs. exact ranking: session scope, user scope (HNSW), a 1 % filter."""
+    _bench("search", dsn, rows, seed, as_json)
+
+
 @bench_app.command("ttl")
 @handle_errors
 def bench_ttl(

@@ -9,6 +9,7 @@ import typer
 from rich.table import Table
 
 from pymemdb.cli._common import DsnOption, JsonOption, console, database, fmt_time, handle_errors, print_json
+from pymemdb.embedders import HashingEmbedder
 from pymemdb.errors import InvalidArgument
 
 app = typer.Typer(help="AI virtual memory: pages, working set, faults, manifest and context (seed 03).",
@@ -166,4 +167,42 @@ def replay(
         table.add_column(column)
     for s in found:
         table.add_row(s.page_id, str(s.level), str(s.tokens))
+    console.print(table)
+
+
+@app.command()
+@handle_errors
+def search(
+    session_id: SessionArg,
+    query: Annotated[str, typer.Argument(help="Words to find in page content and hints.")],
+    scope: Annotated[str, typer.Option("--scope", help="session (this session) or user (all the user's).")]
+    = "session",
+    limit: Annotated[int, typer.Option("--limit", help="1..100 pages.")] = 5,
+    modality: Annotated[str | None, typer.Option("--modality", help="text, image, audio, video, structured.")]
+    = None,
+    page_type: Annotated[list[str] | None, typer.Option("--type", help="Page type(s) to keep (repeatable).")]
+    = None,
+    embed: Annotated[bool, typer.Option("--embed", help="Hybrid: embed the query with the local HashingEmbedder.")]
+    = False,
+    user_id: Annotated[str | None, typer.Option("--user", help="Acting user (default: the session's owner).")]
+    = None,
+    dsn: DsnOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Find pages by full text (and vectors with --embed): metadata only (memori.search_pages)."""
+    with database(dsn) as db:
+        found = db.pages.search(session_id, query, embedder=HashingEmbedder() if embed else None,
+                                modality=modality, page_types=page_type or None, limit=limit, scope=scope,
+                                user_id=user_id)
+    if as_json:
+        print_json(found)
+        return
+    total = found[0].total_available if found else 0
+    mode = found[0].mode if found else ("hybrid" if embed else "full_text")
+    table = Table(title=f"{len(found)} of {total} matching pages ({mode})")
+    for column in ("page", "session", "modality", "tier", "levels", "relevance", "hint"):
+        table.add_column(column, overflow="fold")
+    for r in found:
+        table.add_row(r.page_id, r.session_id, r.modality, r.tier, ",".join(map(str, r.levels)),
+                      f"{r.relevance:.4f}", r.hint)
     console.print(table)

@@ -8,6 +8,7 @@ through LISTEN memori_pages) and runs Compressors for levels 1 and 2.
 from __future__ import annotations
 
 import builtins
+import dataclasses
 from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -16,13 +17,16 @@ from psycopg.types.json import Jsonb
 
 from pymemdb._sql import fn, given
 from pymemdb.compressors import CompressorRegistry
+from pymemdb.embedders import Embedder, to_pgvector
 from pymemdb.page_cache import PageTLB
 from pymemdb.types import (
     Page,
     PageCompressItem,
     PageFault,
+    PageIndexEntry,
     PageMutation,
     PageRepresentation,
+    PageSearchResult,
     PageTableEntry,
     VmEviction,
     VmEvictionCandidate,
@@ -99,6 +103,23 @@ VM_DEVELOPER_MESSAGE = fn(
 )
 VM_METRICS = fn("vm_metrics", ("p_session_id", "text"), ("p_now", "timestamptz"), returns="scalar")
 
+# search and page index (issue 7, sql/140-vm-search.sql)
+PAGE_EMBEDDING_SET = fn("page_embedding_set", ("p_session_id", "text"), ("p_page_id", "text"),
+                        ("p_embedding", "public.vector"), ("p_now", "timestamptz"), returns="scalar")
+SEARCH_PAGES = fn(
+    "search_pages", ("p_session_id", "text"), ("p_query", "text"), ("p_query_embedding", "public.vector"),
+    ("p_modality", "text"), ("p_page_types", "text[]"), ("p_limit", "integer"), ("p_scope", "text"),
+    ("p_user_id", "text"), ("p_now", "timestamptz"), result=PageSearchResult, returns="many",
+)
+PAGES_BY_TYPE = fn("pages_by_type", ("p_session_id", "text"), ("p_page_type", "text"), ("p_limit", "integer"),
+                   ("p_now", "timestamptz"), result=PageIndexEntry, returns="many")
+PAGE_PROVENANCE_CHAIN = fn(
+    "page_provenance_chain", ("p_session_id", "text"), ("p_page_id", "text"), ("p_direction", "text"),
+    ("p_max_depth", "integer"), ("p_now", "timestamptz"), result=PageIndexEntry, returns="many",
+)
+PAGES_TOP_IMPORTANCE = fn("pages_top_importance", ("p_session_id", "text"), ("p_n", "integer"),
+                          ("p_type", "text"), ("p_now", "timestamptz"), result=PageIndexEntry, returns="many")
+
 
 def _one_or_none(row: Any, key: str) -> Any:
     """SQL functions returning one composite give a row of NULLs for "none"."""
@@ -108,9 +129,11 @@ def _one_or_none(row: Any, key: str) -> Any:
 class Pages:
     """``db.pages``: pages, the working set, faults, the mutation log and what the model sees."""
 
-    def __init__(self, db: Database, *, tlb_entries: int = 512) -> None:
+    def __init__(self, db: Database, *, tlb_entries: int = 512, embedder: Embedder | None = None) -> None:
         self._db = db
         self.tlb = PageTLB(tlb_entries)
+        # when set, create() embeds each new page's hint and content and search() embeds the query
+        self.embedder = embedder
 
     # -- sessions ----------------------------------------------------------------
     def turn_begin(self, session_id: str, *, user_id: str | None = None, now: datetime | None = None) -> int:
@@ -160,17 +183,30 @@ class Pages:
         expires_at: datetime | None = None,
         now: datetime | None = None,
     ) -> Page:
-        """memori.page_create: register a page and (by default) map it into L0 at level 0."""
-        return self._db.call(  # type: ignore[no-any-return]
-            PAGE_CREATE, **given(
-                p_session_id=session_id, p_page_id=page_id, p_content=content, p_page_type=page_type,
-                p_modality=modality, p_role=role, p_data=None if data is None else Jsonb(data),
-                p_importance=importance, p_provenance=None if provenance is None else list(provenance),
-                p_represents=represents, p_hint=hint, p_segment=segment, p_mime_type=mime_type,
-                p_artifact_ref=artifact_ref, p_tokens=tokens, p_size_bytes=size_bytes,
-                p_dimensions=None if dimensions is None else list(dimensions), p_duration_seconds=duration_seconds,
-                p_add_to_working_set=add_to_working_set, p_pin=pin, p_actor=actor, p_user_id=user_id,
-                p_expires_at=expires_at, p_now=now))
+        """memori.page_create: register a page and (by default) map it into L0 at level 0.
+
+        With ``self.embedder`` set, the page's hint and content are embedded and
+        stored in the same transaction (the returned Page carries the embedding).
+        """
+        args = given(
+            p_session_id=session_id, p_page_id=page_id, p_content=content, p_page_type=page_type,
+            p_modality=modality, p_role=role, p_data=None if data is None else Jsonb(data),
+            p_importance=importance, p_provenance=None if provenance is None else list(provenance),
+            p_represents=represents, p_hint=hint, p_segment=segment, p_mime_type=mime_type,
+            p_artifact_ref=artifact_ref, p_tokens=tokens, p_size_bytes=size_bytes,
+            p_dimensions=None if dimensions is None else list(dimensions), p_duration_seconds=duration_seconds,
+            p_add_to_working_set=add_to_working_set, p_pin=pin, p_actor=actor, p_user_id=user_id,
+            p_expires_at=expires_at, p_now=now)
+        text = " ".join(t for t in (hint, content) if t)
+        values = self.embedder.embed([text])[0] if self.embedder is not None and text else None
+        if not values or not any(values):  # no embedder, or nothing to embed (cosine of a zero vector is NaN)
+            return self._db.call(PAGE_CREATE, **args)  # type: ignore[no-any-return]
+        vector = to_pgvector(values)
+        with self._db.transaction(user_id) as cur:
+            page: Page = self._db.call(PAGE_CREATE, cur, **args)
+            self._db.call(PAGE_EMBEDDING_SET, cur, p_session_id=session_id, p_page_id=page_id, p_embedding=vector,
+                          **given(p_now=now))
+        return dataclasses.replace(page, embedding=vector)
 
     def update(
         self, session_id: str, page_id: str, content: str | None = None, *, data: Any = None,
@@ -318,6 +354,66 @@ class Pages:
         """memori.vm_metrics plus this client's TLB counters (``tlb``)."""
         found: dict[str, Any] = self._db.call(VM_METRICS, **given(p_session_id=session_id, p_now=now))
         return {**found, "tlb": self.tlb.stats()}
+
+    # -- search and the page index (issue 7) ---------------------------------------------
+    def embedding_set(self, session_id: str, page_id: str, embedding: Sequence[float] | None, *,
+                      now: datetime | None = None) -> bool:
+        """memori.page_embedding_set: store (or clear with None) a page's embedding."""
+        # p_embedding is passed even when None: NULL clears the embedding
+        return bool(self._db.call(PAGE_EMBEDDING_SET, p_session_id=session_id, p_page_id=page_id,
+                                  p_embedding=None if embedding is None else to_pgvector(embedding),
+                                  **given(p_now=now)))
+
+    def embed(self, session_id: str, page_id: str, text: str, embedder: Embedder, *,
+              now: datetime | None = None) -> bool:
+        """Embed ``text`` (usually the page's content or hint) with ``embedder`` and store it."""
+        return self.embedding_set(session_id, page_id, embedder.embed([text])[0], now=now)
+
+    def search(
+        self,
+        session_id: str | None,
+        query: str | None,
+        *,
+        query_embedding: Sequence[float] | None = None,
+        embedder: Embedder | None = None,
+        modality: str | None = None,
+        page_types: Sequence[str] | None = None,
+        limit: int | None = None,
+        scope: str | None = None,
+        user_id: str | None = None,
+        now: datetime | None = None,
+    ) -> builtins.list[PageSearchResult]:
+        """memori.search_pages: hybrid when given an embedding or an embedder (which embeds the query),
+        else full text only (``mode == 'full_text'`` on every row)."""
+        embedder = embedder or self.embedder
+        if query_embedding is None and embedder is not None and query:
+            query_embedding = embedder.embed([query])[0]
+            if not any(query_embedding):  # nothing the embedder could use: full text only
+                query_embedding = None
+        return self._db.call(  # type: ignore[no-any-return]
+            SEARCH_PAGES, p_session_id=session_id, p_query=query, **given(
+                p_query_embedding=None if query_embedding is None else to_pgvector(query_embedding),
+                p_modality=modality, p_page_types=None if page_types is None else list(page_types),
+                p_limit=limit, p_scope=scope, p_user_id=user_id, p_now=now))
+
+    def by_type(self, session_id: str, page_type: str, *, limit: int | None = None,
+                now: datetime | None = None) -> builtins.list[PageIndexEntry]:
+        """memori.pages_by_type: a session's pages of one type, in creation order."""
+        return self._db.call(  # type: ignore[no-any-return]
+            PAGES_BY_TYPE, **given(p_session_id=session_id, p_page_type=page_type, p_limit=limit, p_now=now))
+
+    def provenance_chain(self, session_id: str, page_id: str, direction: str | None = None, *,
+                         max_depth: int | None = None, now: datetime | None = None) -> builtins.list[PageIndexEntry]:
+        """memori.page_provenance_chain: 'up' the pages it derives from, 'down' the pages derived from it."""
+        return self._db.call(  # type: ignore[no-any-return]
+            PAGE_PROVENANCE_CHAIN, **given(p_session_id=session_id, p_page_id=page_id, p_direction=direction,
+                                           p_max_depth=max_depth, p_now=now))
+
+    def top_importance(self, session_id: str, n: int | None = None, page_type: str | None = None, *,
+                       now: datetime | None = None) -> builtins.list[PageIndexEntry]:
+        """memori.pages_top_importance: the most important pages, optionally of one type."""
+        return self._db.call(  # type: ignore[no-any-return]
+            PAGES_TOP_IMPORTANCE, **given(p_session_id=session_id, p_n=n, p_type=page_type, p_now=now))
 
     def listen(self) -> None:
         """Invalidate the TLB from every worker's page changes (LISTEN memori_pages on an extra connection)."""

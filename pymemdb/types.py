@@ -692,6 +692,8 @@ class Page:
     dimensions: list[int] | None
     duration_seconds: Decimal | None
     expires_at: datetime | None
+    embedding: str | None  # pgvector text form '[0.1,...]' (issue 7); NULL: full-text search only
+    search_tsv: str | None  # generated tsvector over hint and content (issue 7)
 
 
 @dataclass(frozen=True)
@@ -828,3 +830,39 @@ class VmEvictionCandidate:
     page_type: str
     modality: str
     keep_score: float
+
+
+# -- AI virtual memory search and page index (issue 7) -------------------------------
+
+
+@dataclass(frozen=True)
+class PageSearchResult:
+    """A row of memori.search_pages: a matching page's metadata (never its content)."""
+
+    page_id: str
+    session_id: str
+    modality: str
+    tier: str
+    levels: list[int]
+    hint: str
+    relevance: float
+    total_available: int
+    mode: str  # 'hybrid' (full text + vectors) or 'full_text' (no query embedding)
+
+
+@dataclass(frozen=True)
+class PageIndexEntry:
+    """A row of memori.pages_by_type, page_provenance_chain, pages_top_importance."""
+
+    session_id: str
+    page_id: str
+    page_type: str
+    modality: str
+    tier: str
+    importance: float
+    tokens: int
+    access_count: int
+    last_accessed: datetime
+    hint: str
+    provenance: list[str]
+    depth: int | None  # steps from the start page in a provenance chain, else None

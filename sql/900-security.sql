@@ -235,6 +235,15 @@ begin
                              memori.vm_context(text, integer, text, timestamptz),
                              memori.vm_developer_message(text, text, text, integer, text, timestamptz)
     from memori_cleaner;
+
+  -- AI virtual memory search and page index (issue 7): reads, plus storing a page's embedding
+  grant execute on function memori.search_pages(text, text, public.vector, text, text[], integer, text, text, timestamptz),
+                            memori.pages_by_type(text, text, integer, timestamptz),
+                            memori.page_provenance_chain(text, text, text, integer, timestamptz),
+                            memori.pages_top_importance(text, integer, text, timestamptz),
+                            memori.page_embedding_set(text, text, public.vector, timestamptz)
+    to memori_app;
+  revoke execute on function memori.page_embedding_set(text, text, public.vector, timestamptz) from memori_cleaner;
 end
 $grants$;
 

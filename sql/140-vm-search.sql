@@ -1,0 +1,349 @@
+-- pymemdb SQL API, part 14: AI virtual memory search and page index (seed 03, phases 6 and 13; issue 7).
+--
+-- search_pages is hybrid: full-text rank over hint and content (the generated
+-- memori.pages.search_tsv) and, when the caller passes a query embedding,
+-- cosine distance over memori.pages.embedding, fused by reciprocal rank
+-- (k = 60). It returns metadata (page id, tier, levels, hint), never content:
+-- the model pages content in with page_fault.
+--
+-- pgvector lives in schema public (migration 0001 creates it there); the
+-- pinned search_path does not include public, so its type and operator are
+-- qualified: public.vector, operator(public.<=>).
+
+-------------------------------------------------------------------------------
+-- configuration
+insert into memori.settings (key, value, description) values
+  ('vm.search_exact_max', '5000', 'User-scoped search ranks vectors exactly up to this many matching pages, above it through the HNSW index with iterative scans.'),
+  ('vm.search_candidates', '50', 'Each ranking (full text, vectors) contributes at least this many candidates to the fusion (at most 200, at least p_limit).')
+on conflict (key) do nothing;
+
+-------------------------------------------------------------------------------
+-- _page_levels: the levels page_fault can map a page at (0 and the written compressed ones)
+create or replace function memori._page_levels(p_session_id text, p_page_id text) returns integer[]
+as $func$
+  select array[0] || coalesce((select array_agg(r.level order by r.level)
+                                 from memori.page_representations r
+                                where r.session_id = p_session_id and r.page_id = p_page_id and r.level < 3),
+                              '{}')
+$func$ language sql stable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._page_levels(text, text) is 'Levels a page can be faulted in at: 0 plus the levels 1 and 2 written by a Compressor, ascending.';
+
+-------------------------------------------------------------------------------
+-- _page_hint: what the model is told about a page (its hint, else its level-3 reference)
+create or replace function memori._page_hint(p_session_id text, p_page_id text, p_hint text) returns text
+as $func$
+  select coalesce(p_hint, (select r.content from memori.page_representations r
+                            where r.session_id = p_session_id and r.page_id = p_page_id and r.level = 3), '')
+$func$ language sql stable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._page_hint(text, text, text) is 'The hint of a page as the manifest shows it: its hint, else its level-3 reference, else empty.';
+
+-------------------------------------------------------------------------------
+-- _vm_search_scope: the acting user and the checked session of a page-index read
+create or replace function memori._vm_search_scope(p_session_id text, p_scope text, p_user_id text)
+returns text
+as $func$
+declare
+  v_s    memori.vm_sessions;
+  v_user text;
+begin
+  if p_scope is null or p_scope not in ('session', 'user') then
+    perform memori._invalid(format('unknown scope %s', coalesce(quote_literal(p_scope), 'NULL')),
+                            'Use p_scope => ''session'' (this session''s pages) or ''user'' (all the user''s sessions).');
+  end if;
+  if p_scope = 'session' or p_session_id is not null then
+    v_s := memori._vm_session_read(p_session_id);
+  end if;
+  v_user := coalesce(p_user_id, nullif(current_setting('memori.user_id', true), ''), v_s.user_id);
+  if v_user is null then
+    perform memori._invalid('no user id: pass p_user_id, p_session_id or set memori.user_id',
+                            'Call with p_user_id => ''alice'', or SET memori.user_id = ''alice''.');
+  end if;
+  if v_s.session_id is not null and v_s.user_id <> v_user then
+    raise exception 'session % belongs to another user', quote_literal(p_session_id)
+      using errcode = 'PM041', hint = 'Use a session id of your own; session ids are unique across users.';
+  end if;
+  return v_user;
+end
+$func$ language plpgsql stable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._vm_search_scope(text, text, text) is 'Check scope and session of a search and return the acting user (argument, memori.user_id, else the session''s owner); PM001, PM005, PM041.';
+
+-------------------------------------------------------------------------------
+-- _vm_check_filters: modality, page types and limit of the page-index reads
+create or replace function memori._vm_check_filters(p_modality text, p_page_types text[], p_limit integer)
+returns void
+as $func$
+begin
+  if p_modality is not null and p_modality not in ('text', 'image', 'audio', 'video', 'structured') then
+    raise exception 'unknown modality %', quote_literal(p_modality)
+      using errcode = 'PM004', hint = 'Use one of: text, image, audio, video, structured (or NULL for all).';
+  end if;
+  if p_page_types is not null and exists (
+       select 1 from unnest(p_page_types) t
+        where t is null or t not in ('transcript', 'summary', 'artifact', 'claim', 'procedure', 'index')) then
+    raise exception 'unknown page type in %', p_page_types::text
+      using errcode = 'PM004', hint = 'Use one of: transcript, summary, artifact, claim, procedure, index.';
+  end if;
+  if p_limit is null or p_limit < 1 or p_limit > 100 then
+    perform memori._invalid(format('limit %s is outside 1..100', coalesce(p_limit::text, 'NULL')),
+                            'Ask for 1 to 100 pages; page through more with a narrower query.');
+  end if;
+end
+$func$ language plpgsql immutable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._vm_check_filters(text, text[], integer) is 'Validate modality and page types (PM004) and limit 1..100 (PM001) of a page search.';
+
+-------------------------------------------------------------------------------
+-- _vm_check_embedding: a query or page embedding has the installed dimension
+create or replace function memori._vm_check_embedding(p_embedding public.vector) returns void
+as $func$
+declare
+  v_dim integer := coalesce((select (value #>> '{}')::integer from memori.settings where key = 'vm.embedding_dim'), 384);
+begin
+  if p_embedding is not null and public.vector_dims(p_embedding) <> v_dim then
+    perform memori._invalid(format('embedding has %s dimensions, pages have %s', public.vector_dims(p_embedding), v_dim),
+                            format('Embed with a %s-dimensional model (memori.settings vm.embedding_dim).', v_dim));
+  end if;
+  if p_embedding is not null and public.vector_norm(p_embedding) = 0 then
+    -- the cosine distance to a zero vector is NaN: it would rank arbitrarily
+    perform memori._invalid('embedding is the zero vector', 'Pass NULL instead (full-text search only).');
+  end if;
+end
+$func$ language plpgsql stable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._vm_check_embedding(public.vector) is 'Raise PM001 when an embedding''s dimension is not vm.embedding_dim or it is the zero vector.';
+
+-------------------------------------------------------------------------------
+-- page_embedding_set: store the embedding of a page (written by the client's Embedder)
+create or replace function memori.page_embedding_set(
+  p_session_id text, p_page_id text, p_embedding public.vector, p_now timestamptz default now()
+) returns boolean
+as $func$
+begin
+  perform memori._vm_check_embedding(p_embedding);
+  perform memori._page_get(p_session_id, p_page_id, p_now, true);
+  -- not a content change: version, dirty and updated_at stay
+  update memori.pages set embedding = p_embedding where session_id = p_session_id and page_id = p_page_id;
+  return true;
+end
+$func$ language plpgsql volatile security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori.page_embedding_set(text, text, public.vector, timestamptz) is 'Store (or clear with NULL) the embedding of a page for hybrid search; PM001 on a wrong dimension, PM005 when the page is missing.';
+
+-------------------------------------------------------------------------------
+-- search_pages: hybrid full-text + vector search, fused by reciprocal rank
+create or replace function memori.search_pages(
+  p_session_id      text,
+  p_query           text,
+  p_query_embedding public.vector default null,
+  p_modality        text default null,
+  p_page_types      text[] default null,
+  p_limit           integer default 5,
+  p_scope           text default 'session',
+  p_user_id         text default null,
+  p_now             timestamptz default now()
+) returns setof memori.page_search_result
+as $func$
+declare
+  v_user   text;
+  v_tsq    tsquery;
+  v_k      integer;
+  v_mode   text := case when p_query_embedding is null then 'full_text' else 'hybrid' end;
+  v_lists  integer;
+  v_ft     bigint[] := '{}';
+  v_vec    bigint[] := '{}';
+  v_total  bigint;
+  v_exact  integer;
+begin
+  perform memori._vm_check_filters(p_modality, p_page_types, p_limit);
+  perform memori._vm_check_embedding(p_query_embedding);
+  if p_now is null then
+    perform memori._invalid('p_now must not be NULL', 'Omit p_now to use the current time.');
+  end if;
+  if nullif(btrim(coalesce(p_query, '')), '') is null and p_query_embedding is null then
+    perform memori._invalid('empty query', 'Pass query text, a query embedding, or both.');
+  end if;
+  if length(p_query) > 10000 then
+    perform memori._invalid('query longer than 10,000 characters', 'Search with the key words of the question.');
+  end if;
+  v_user := memori._vm_search_scope(p_session_id, p_scope, p_user_id);
+  v_k := least(200, greatest(p_limit, coalesce((select (value #>> '{}')::integer from memori.settings
+                                                 where key = 'vm.search_candidates'), 50)));
+  v_exact := coalesce((select (value #>> '{}')::integer from memori.settings where key = 'vm.search_exact_max'), 5000);
+  v_tsq := websearch_to_tsquery('english'::regconfig, coalesce(p_query, ''));
+
+  -- ranking 1: full text (weights: hint A, content B), best v_k
+  if numnode(v_tsq) > 0 then
+    select coalesce(array_agg(id order by r desc, id), '{}') into v_ft
+      from (select p.id, ts_rank_cd(p.search_tsv, v_tsq) as r
+              from memori.pages p
+             where p.search_tsv @@ v_tsq
+               and case when p_scope = 'session' then p.session_id = p_session_id else p.user_id = v_user end
+               and (p.expires_at is null or p.expires_at > p_now)
+               and (p_modality is null or p.modality = p_modality)
+               and (p_page_types is null or p.page_type = any (p_page_types))
+             order by r desc, p.id
+             limit v_k) ft;
+  end if;
+
+  -- how many pages match in all (full-text matches and, in hybrid mode, every embedded page);
+  -- also the size of the scope the vector ranking below works on
+  select count(*) into v_total
+    from memori.pages p
+   where case when p_scope = 'session' then p.session_id = p_session_id else p.user_id = v_user end
+     and (p.expires_at is null or p.expires_at > p_now)
+     and (p_modality is null or p.modality = p_modality)
+     and (p_page_types is null or p.page_type = any (p_page_types))
+     and ((numnode(v_tsq) > 0 and p.search_tsv @@ v_tsq)
+          or (p_query_embedding is not null and p.embedding is not null));
+
+  -- ranking 2: cosine distance, best v_k. A session's pages (and a user's up to
+  -- vm.search_exact_max matches) are ranked exactly; a larger scope goes through
+  -- the HNSW index with iterative scans (relaxed order, re-sorted here), which
+  -- keep scanning until the filters have let v_k rows through.
+  if p_query_embedding is not null then
+    if p_scope = 'user' and v_total > v_exact then
+      select coalesce(array_agg(id order by d, id), '{}') into v_vec
+        from (select p.id, p.embedding operator(public.<=>) p_query_embedding as d
+                from memori.pages p
+               where p.user_id = v_user and p.embedding is not null
+                 and (p.expires_at is null or p.expires_at > p_now)
+                 and (p_modality is null or p.modality = p_modality)
+                 and (p_page_types is null or p.page_type = any (p_page_types))
+               order by p.embedding operator(public.<=>) p_query_embedding
+               limit v_k) a;
+    end if;
+    -- exact ranking: small scopes, and the fallback when the index scan came back
+    -- short (hnsw.max_scan_tuples reached, or fewer embedded pages than v_k)
+    if cardinality(v_vec) < v_k then
+      with c as materialized (
+        select p.id, p.embedding operator(public.<=>) p_query_embedding as d
+          from memori.pages p
+         where p.embedding is not null
+           and case when p_scope = 'session' then p.session_id = p_session_id else p.user_id = v_user end
+           and (p.expires_at is null or p.expires_at > p_now)
+           and (p_modality is null or p.modality = p_modality)
+           and (p_page_types is null or p.page_type = any (p_page_types)))
+      select coalesce(array_agg(id order by d, id), '{}') into v_vec
+        from (select id, d from c order by d, id limit v_k) e;
+    end if;
+  end if;
+
+  v_lists := (case when numnode(v_tsq) > 0 then 1 else 0 end) + (case when p_query_embedding is null then 0 else 1 end);
+  return query
+    with ranked as (
+      select x.id, x.rnk from unnest(v_ft) with ordinality as x(id, rnk)
+      union all
+      select y.id, y.rnk from unnest(v_vec) with ordinality as y(id, rnk)),
+    fused as (
+      select r.id, sum(1.0 / (60 + r.rnk)) as score, min(r.rnk) as best
+        from ranked r group by r.id
+       order by score desc, best, r.id
+       limit p_limit)
+    select p.page_id, p.session_id, p.modality, p.tier, memori._page_levels(p.session_id, p.page_id),
+           memori._page_hint(p.session_id, p.page_id, p.hint),
+           round((f.score / (greatest(v_lists, 1) / 61.0))::numeric, 4)::double precision,
+           v_total, v_mode
+      from fused f join memori.pages p on p.id = f.id
+     order by f.score desc, f.best, f.id;
+end
+$func$ language plpgsql stable security invoker
+set search_path = pg_catalog, memori, pg_temp
+set hnsw.iterative_scan = 'relaxed_order';
+comment on function memori.search_pages(text, text, public.vector, text, text[], integer, text, text, timestamptz) is 'Hybrid page search (full-text rank + cosine distance, reciprocal-rank fusion k=60) in a session or all the user''s sessions: metadata, never content; never fewer than p_limit rows when that many match.';
+
+-------------------------------------------------------------------------------
+-- pages_by_type: a session's pages of one type (seed 03 phase 13 query_by_type)
+create or replace function memori.pages_by_type(
+  p_session_id text, p_page_type text, p_limit integer default 100, p_now timestamptz default now()
+) returns setof memori.page_index_entry
+as $func$
+begin
+  perform memori._vm_session_read(p_session_id);
+  perform memori._vm_check_filters(null, array[p_page_type], 1);
+  if p_limit is null or p_limit < 1 or p_limit > 10000 then
+    perform memori._invalid(format('limit %s is outside 1..10000', coalesce(p_limit::text, 'NULL')),
+                            'Ask for 1 to 10,000 pages.');
+  end if;
+  return query
+    select p.session_id, p.page_id, p.page_type, p.modality, p.tier, p.importance, p.tokens, p.access_count,
+           p.last_accessed, memori._page_hint(p.session_id, p.page_id, p.hint), p.provenance, null::integer
+      from memori.pages p
+     where p.session_id = p_session_id and p.page_type = p_page_type
+       and (p.expires_at is null or p.expires_at > p_now)
+     order by p.id
+     limit p_limit;
+end
+$func$ language plpgsql stable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori.pages_by_type(text, text, integer, timestamptz) is 'A session''s unexpired pages of one type in creation order (metadata only); PM001 on an unknown type.';
+
+-------------------------------------------------------------------------------
+-- page_provenance_chain: the pages a page derives from ('up') or that derive from it ('down')
+create or replace function memori.page_provenance_chain(
+  p_session_id text, p_page_id text, p_direction text default 'up', p_max_depth integer default 100,
+  p_now timestamptz default now()
+) returns setof memori.page_index_entry
+as $func$
+begin
+  if p_direction is null or p_direction not in ('up', 'down') then
+    perform memori._invalid(format('unknown direction %s', coalesce(quote_literal(p_direction), 'NULL')),
+                            'Use ''up'' (the pages it derives from) or ''down'' (the pages derived from it).');
+  end if;
+  if p_max_depth is null or p_max_depth < 1 or p_max_depth > 1000 then
+    perform memori._invalid('p_max_depth is outside 1..1000', 'Walk 1 to 1000 steps.');
+  end if;
+  perform memori._vm_session_read(p_session_id);
+  perform memori._page_get(p_session_id, p_page_id, p_now, false);
+  -- breadth first; a page is reported once, at its smallest depth (cycles end there)
+  return query
+    with recursive walk(page_id, depth, seen) as (
+      select p_page_id, 0, array[p_page_id]
+      union all
+      select nxt.page_id, w.depth + 1, w.seen || nxt.page_id
+        from walk w
+        cross join lateral (
+          select unnest(src.provenance) as page_id
+            from memori.pages src
+           where p_direction = 'up' and src.session_id = p_session_id and src.page_id = w.page_id
+          union
+          select d.page_id
+            from memori.pages d
+           where p_direction = 'down' and d.session_id = p_session_id and d.provenance @> array[w.page_id]) nxt
+       where w.depth < p_max_depth and not nxt.page_id = any (w.seen)),
+    firsts as (select w.page_id, min(w.depth) as depth from walk w where w.depth > 0 group by w.page_id)
+    select p.session_id, p.page_id, p.page_type, p.modality, p.tier, p.importance, p.tokens, p.access_count,
+           p.last_accessed, memori._page_hint(p.session_id, p.page_id, p.hint), p.provenance, f.depth
+      from firsts f
+      join memori.pages p on p.session_id = p_session_id and p.page_id = f.page_id
+     where p.expires_at is null or p.expires_at > p_now
+     order by f.depth, p.page_id;
+end
+$func$ language plpgsql stable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori.page_provenance_chain(text, text, text, integer, timestamptz) is 'Walk a page''s provenance: ''up'' its sources, ''down'' the pages derived from it; each page once at its smallest depth, cycle-safe; expired pages left out.';
+
+-------------------------------------------------------------------------------
+-- pages_top_importance: a session's most important pages, optionally of one type
+create or replace function memori.pages_top_importance(
+  p_session_id text, p_n integer default 5, p_type text default null, p_now timestamptz default now()
+) returns setof memori.page_index_entry
+as $func$
+begin
+  perform memori._vm_session_read(p_session_id);
+  perform memori._vm_check_filters(null, case when p_type is null then null else array[p_type] end, p_n);
+  return query
+    select p.session_id, p.page_id, p.page_type, p.modality, p.tier, p.importance, p.tokens, p.access_count,
+           p.last_accessed, memori._page_hint(p.session_id, p.page_id, p.hint), p.provenance, null::integer
+      from memori.pages p
+     where p.session_id = p_session_id
+       and (p_type is null or p.page_type = p_type)
+       and (p.expires_at is null or p.expires_at > p_now)
+     order by p.importance desc, p.access_count desc, p.last_accessed desc, p.page_id
+     limit p_n;
+end
+$func$ language plpgsql stable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori.pages_top_importance(text, integer, text, timestamptz) is 'A session''s top p_n (1..100) unexpired pages by importance, then access count and recency; optionally of one type.';
