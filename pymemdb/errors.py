@@ -195,6 +195,12 @@ class StaleRepresentation(VmError):
     sqlstate = "PM064"
 
 
+class EmbeddingsPresent(VmError):
+    """PM099: the embedding dimension cannot change while pages have embeddings."""
+
+    sqlstate = "PM099"
+
+
 class ServerError(PymemdbError):
     """The embedded server could not be started, stopped or reached."""
 
@@ -228,6 +234,7 @@ _BY_SQLSTATE: dict[str, type[PymemdbError]] = {
         MutationLogAppendOnly,
         PageExists,
         StaleRepresentation,
+        EmbeddingsPresent,
     )
     if cls.sqlstate
 }

@@ -100,11 +100,11 @@ comment on function memori._vm_check_filters(text, text[], integer) is 'Validate
 create or replace function memori._vm_check_embedding(p_embedding public.vector) returns void
 as $func$
 declare
-  v_dim integer := coalesce((select (value #>> '{}')::integer from memori.settings where key = 'vm.embedding_dim'), 384);
+  v_dim integer := memori.vm_embedding_dim();
 begin
   if p_embedding is not null and public.vector_dims(p_embedding) <> v_dim then
     perform memori._invalid(format('embedding has %s dimensions, pages have %s', public.vector_dims(p_embedding), v_dim),
-                            format('Embed with a %s-dimensional model (memori.settings vm.embedding_dim).', v_dim));
+                            format('Embed with a %s-dimensional model (memori.vm_embedding_dim(); chosen with pymemdb init --embedding-dim).', v_dim));
   end if;
   if p_embedding is not null and public.vector_norm(p_embedding) = 0 then
     -- the cosine distance to a zero vector is NaN: it would rank arbitrarily
@@ -114,6 +114,52 @@ end
 $func$ language plpgsql stable security invoker
 set search_path = pg_catalog, memori, pg_temp;
 comment on function memori._vm_check_embedding(public.vector) is 'Raise PM001 when an embedding''s dimension is not vm.embedding_dim or it is the zero vector.';
+
+-------------------------------------------------------------------------------
+-- vm_embedding_dim: the dimension of page embeddings (the column's declared type is the truth)
+create or replace function memori.vm_embedding_dim() returns integer
+as $func$
+  select nullif(a.atttypmod, -1)
+    from pg_catalog.pg_attribute a
+   where a.attrelid = 'memori.pages'::regclass and a.attname = 'embedding' and not a.attisdropped
+$func$ language sql stable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori.vm_embedding_dim() is 'Dimension of memori.pages.embedding as declared (pgvector''s typmod); vm.embedding_dim in memori.settings mirrors it.';
+
+-------------------------------------------------------------------------------
+-- vm_embedding_dim_set: choose the dimension (pymemdb init --embedding-dim N)
+-- Changing it retypes the column and rebuilds the HNSW index, so it is refused
+-- while any page has an embedding: vectors of two models cannot be compared.
+create or replace function memori.vm_embedding_dim_set(p_dim integer) returns integer
+as $func$
+declare
+  v_before integer := memori.vm_embedding_dim();
+begin
+  if p_dim is null or p_dim < 1 or p_dim > 2000 then
+    perform memori._invalid(format('embedding dimension %s is out of range', coalesce(p_dim::text, 'NULL')),
+                            'Choose 1 to 2000 dimensions (the most an HNSW index on pgvector''s vector type takes); 384 is the default.');
+  end if;
+  if p_dim is distinct from v_before then
+    -- the lock first, so no page gets an embedding between the check and the retype
+    lock table memori.pages in share row exclusive mode;
+    if exists (select 1 from memori.pages where embedding is not null) then
+      raise exception 'pages already have % -dimensional embeddings', v_before
+        using errcode = 'PM099',
+              detail = format('%s pages have an embedding.', (select count(*) from memori.pages where embedding is not null)),
+              hint = format('Keep %s, or clear them first (UPDATE memori.pages SET embedding = NULL) and re-embed every page with the new model after the change.', v_before);
+    end if;
+    drop index if exists memori.idx_pages_embedding_hnsw;
+    execute format('alter table memori.pages alter column embedding type public.vector(%s)', p_dim);
+    create index idx_pages_embedding_hnsw on memori.pages using hnsw (embedding public.vector_cosine_ops);
+  end if;
+  insert into memori.settings (key, value, description)
+  values ('vm.embedding_dim', to_jsonb(p_dim), 'Dimension of memori.pages.embedding, chosen at install (pymemdb init --embedding-dim N, memori.vm_embedding_dim_set).')
+  on conflict (key) do update set value = excluded.value, description = excluded.description;
+  return v_before;
+end
+$func$ language plpgsql volatile security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori.vm_embedding_dim_set(integer) is 'Set the page embedding dimension (1..2000): retypes memori.pages.embedding and rebuilds its HNSW index; PM099 while pages have embeddings. Returns the previous dimension. Owner only.';
 
 -------------------------------------------------------------------------------
 -- page_embedding_set: store the embedding of a page (written by the client's Embedder)
