@@ -220,60 +220,83 @@ begin
   v_exact := coalesce((select (value #>> '{}')::integer from memori.settings where key = 'vm.search_exact_max'), 5000);
   v_tsq := websearch_to_tsquery('english'::regconfig, coalesce(p_query, ''));
 
-  -- ranking 1: full text (weights: hint A, content B), best v_k
-  if numnode(v_tsq) > 0 then
-    select coalesce(array_agg(id order by r desc, id), '{}') into v_ft
-      from (select p.id, ts_rank_cd(p.search_tsv, v_tsq) as r
-              from memori.pages p
-             where p.search_tsv @@ v_tsq
-               and case when p_scope = 'session' then p.session_id = p_session_id else p.user_id = v_user end
-               and (p.expires_at is null or p.expires_at > p_now)
-               and (p_modality is null or p.modality = p_modality)
-               and (p_page_types is null or p.page_type = any (p_page_types))
-             order by r desc, p.id
-             limit v_k) ft;
-  end if;
-
-  -- how many pages match in all (full-text matches and, in hybrid mode, every embedded page);
-  -- also the size of the scope the vector ranking below works on
-  select count(*) into v_total
-    from memori.pages p
-   where case when p_scope = 'session' then p.session_id = p_session_id else p.user_id = v_user end
-     and (p.expires_at is null or p.expires_at > p_now)
-     and (p_modality is null or p.modality = p_modality)
-     and (p_page_types is null or p.page_type = any (p_page_types))
-     and ((numnode(v_tsq) > 0 and p.search_tsv @@ v_tsq)
-          or (p_query_embedding is not null and p.embedding is not null));
-
-  -- ranking 2: cosine distance, best v_k. A session's pages (and a user's up to
-  -- vm.search_exact_max matches) are ranked exactly; a larger scope goes through
-  -- the HNSW index with iterative scans (relaxed order, re-sorted here), which
-  -- keep scanning until the filters have let v_k rows through.
-  if p_query_embedding is not null then
-    if p_scope = 'user' and v_total > v_exact then
-      select coalesce(array_agg(id order by d, id), '{}') into v_vec
-        from (select p.id, p.embedding operator(public.<=>) p_query_embedding as d
+  if p_scope = 'session' then
+    -- A session is small (thousands of pages): one pass over its rows yields
+    -- the count and both rankings, exactly. Its rows are spread over the heap
+    -- (sessions interleave as they write), so a second pass would read every
+    -- block again.
+    with c as materialized (
+      select p.id,
+             case when numnode(v_tsq) > 0 and p.search_tsv @@ v_tsq then ts_rank_cd(p.search_tsv, v_tsq) end as r,
+             case when p_query_embedding is not null
+                  then p.embedding operator(public.<=>) p_query_embedding end as d
+        from memori.pages p
+       where p.session_id = p_session_id
+         and (p.expires_at is null or p.expires_at > p_now)
+         and (p_modality is null or p.modality = p_modality)
+         and (p_page_types is null or p.page_type = any (p_page_types)))
+    select (select count(*) from c where c.r is not null or c.d is not null),
+           coalesce((select array_agg(id order by r desc, id)
+                       from (select id, r from c where r is not null order by r desc, id limit v_k) ft), '{}'),
+           coalesce((select array_agg(id order by d, id)
+                       from (select id, d from c where d is not null order by d, id limit v_k) vr), '{}')
+      into v_total, v_ft, v_vec;
+  else
+    -- ranking 1: full text (weights: hint A, content B), best v_k, through the GIN index
+    if numnode(v_tsq) > 0 then
+      select coalesce(array_agg(id order by r desc, id), '{}') into v_ft
+        from (select p.id, ts_rank_cd(p.search_tsv, v_tsq) as r
                 from memori.pages p
-               where p.user_id = v_user and p.embedding is not null
+               where p.search_tsv @@ v_tsq
+                 and p.user_id = v_user
                  and (p.expires_at is null or p.expires_at > p_now)
                  and (p_modality is null or p.modality = p_modality)
                  and (p_page_types is null or p.page_type = any (p_page_types))
-               order by p.embedding operator(public.<=>) p_query_embedding
-               limit v_k) a;
+               order by r desc, p.id
+               limit v_k) ft;
     end if;
-    -- exact ranking: small scopes, and the fallback when the index scan came back
-    -- short (hnsw.max_scan_tuples reached, or fewer embedded pages than v_k)
-    if cardinality(v_vec) < v_k then
-      with c as materialized (
-        select p.id, p.embedding operator(public.<=>) p_query_embedding as d
-          from memori.pages p
-         where p.embedding is not null
-           and case when p_scope = 'session' then p.session_id = p_session_id else p.user_id = v_user end
-           and (p.expires_at is null or p.expires_at > p_now)
-           and (p_modality is null or p.modality = p_modality)
-           and (p_page_types is null or p.page_type = any (p_page_types)))
-      select coalesce(array_agg(id order by d, id), '{}') into v_vec
-        from (select id, d from c order by d, id limit v_k) e;
+
+    -- how many pages match in all (full-text matches and, in hybrid mode, every
+    -- embedded page); also the size the choice of vector ranking below goes by
+    select count(*) into v_total
+      from memori.pages p
+     where p.user_id = v_user
+       and (p.expires_at is null or p.expires_at > p_now)
+       and (p_modality is null or p.modality = p_modality)
+       and (p_page_types is null or p.page_type = any (p_page_types))
+       and ((numnode(v_tsq) > 0 and p.search_tsv @@ v_tsq)
+            or (p_query_embedding is not null and p.embedding is not null));
+
+    -- ranking 2: cosine distance, best v_k. Up to vm.search_exact_max matches
+    -- exactly; above, through the HNSW index with iterative scans (relaxed
+    -- order, re-sorted here), which keep scanning until the filters have let
+    -- v_k rows through.
+    if p_query_embedding is not null then
+      if v_total > v_exact then
+        select coalesce(array_agg(id order by d, id), '{}') into v_vec
+          from (select p.id, p.embedding operator(public.<=>) p_query_embedding as d
+                  from memori.pages p
+                 where p.user_id = v_user and p.embedding is not null
+                   and (p.expires_at is null or p.expires_at > p_now)
+                   and (p_modality is null or p.modality = p_modality)
+                   and (p_page_types is null or p.page_type = any (p_page_types))
+                 order by p.embedding operator(public.<=>) p_query_embedding
+                 limit v_k) a;
+      end if;
+      -- exact ranking: small scopes, and the fallback when the index scan came back
+      -- short (hnsw.max_scan_tuples reached, or fewer embedded pages than v_k)
+      if cardinality(v_vec) < v_k then
+        with c as materialized (
+          select p.id, p.embedding operator(public.<=>) p_query_embedding as d
+            from memori.pages p
+           where p.embedding is not null
+             and p.user_id = v_user
+             and (p.expires_at is null or p.expires_at > p_now)
+             and (p_modality is null or p.modality = p_modality)
+             and (p_page_types is null or p.page_type = any (p_page_types)))
+        select coalesce(array_agg(id order by d, id), '{}') into v_vec
+          from (select id, d from c order by d, id limit v_k) e;
+      end if;
     end if;
   end if;
 
