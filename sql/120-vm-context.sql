@@ -46,13 +46,13 @@ begin
                      coalesce(p.hint, (select r.content from memori.page_representations r
                                         where r.session_id = p.session_id and r.page_id = p.page_id and r.level = 3),
                               '') as hint
-                from memori.pages p
-               where p.session_id = v_s.session_id and p.tier <> 'L0'
+                from memori.vm_visible_pages p
+               where p.viewer_session_id = v_s.session_id and p.tier <> 'L0'
                  and (p.expires_at is null or p.expires_at > p_now)
                order by p.importance desc, p.last_accessed desc, p.page_id
                limit p_available_limit) a), '[]'::jsonb),
-    'total_available', (select count(*) from memori.pages p
-                         where p.session_id = v_s.session_id and p.tier <> 'L0'
+    'total_available', (select count(*) from memori.vm_visible_pages p
+                         where p.viewer_session_id = v_s.session_id and p.tier <> 'L0'
                            and (p.expires_at is null or p.expires_at > p_now)),
     'policies', jsonb_build_object(
       'faults_allowed', coalesce(p_faults_allowed, v_s.faults_allowed) and v_s.faults_allowed,
@@ -160,8 +160,8 @@ begin
     ), summaries as (
       -- the newest summary page of each segment, looked up once
       select distinct on (sp.segment) sp.segment, sp.id
-        from memori.pages sp
-       where sp.session_id = v_s.session_id and sp.page_type = 'summary' and sp.segment is not null
+        from memori.vm_visible_pages sp
+       where sp.viewer_session_id = v_s.session_id and sp.page_type = 'summary' and sp.segment is not null
          and (sp.expires_at is null or sp.expires_at > p_now)
        order by sp.segment, sp.id desc
     ), folded as (
@@ -341,9 +341,9 @@ begin
     'working_set_pages', (select count(*) from memori.working_set where session_id = v_s.session_id),
     'pinned_pages', (select count(*) from memori.working_set where session_id = v_s.session_id and pinned),
     'pages_by_tier', coalesce((select jsonb_object_agg(tier, n) from (
-                                 select tier, count(*) as n from memori.pages where session_id = v_s.session_id
-                                  group by tier) t), '{}'::jsonb),
-    'dirty_pages', (select count(*) from memori.pages where session_id = v_s.session_id and dirty),
+                                 select tier, count(*) as n from memori.vm_visible_pages
+                                  where viewer_session_id = v_s.session_id group by tier) t), '{}'::jsonb),
+    'dirty_pages', (select count(*) from memori.vm_visible_pages where viewer_session_id = v_s.session_id and dirty),
     'faults', (select jsonb_build_object(
                  'total', count(*),
                  'served', count(*) filter (where outcome = 'served'),
