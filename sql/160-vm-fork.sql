@@ -17,7 +17,8 @@
 --     preceded by a copy of the row as it was into every fork that resolves to
 --     it: the BEFORE triggers below, on pages and on page_representations. A
 --     deleted row (its session deleted) is copied down the same way, so a fork
---     outlives its source. Rows already expired are not copied (no fork sees them).
+--     outlives its source. A deleted row already expired (by the clock) is not
+--     copied: no fork sees it either.
 -- Pages the source creates after the fork have larger ids: the fork never sees them.
 
 -------------------------------------------------------------------------------
@@ -102,9 +103,10 @@ comment on function memori._page_cow_push(bigint, text, text) is 'Copy a page ro
 create or replace function memori._pages_cow() returns trigger
 as $func$
 begin
-  -- vm_gc's mark and unmark change only expiry: no fork can see the row (or it is kept)
+  -- vm_gc's mark and unmark change only expiry: no live fork sees the row (or it is kept);
+  -- a deleted row that has expired (the retention engine's sweep) was seen by no fork either
   if not (tg_op = 'UPDATE' and new.gc_marked_at is distinct from old.gc_marked_at)
-     and (old.expires_at is null or old.expires_at > now())
+     and not (tg_op = 'DELETE' and coalesce(old.expires_at <= now(), false))
      and exists (select 1 from memori.vm_forks f
                   where f.ancestor_session_id = old.session_id and f.max_page_id >= old.id) then
     perform memori._page_cow_push(old.id, old.session_id, old.page_id);
@@ -128,8 +130,7 @@ declare
 begin
   if exists (select 1 from memori.vm_forks f where f.ancestor_session_id = v_r.session_id) then
     select p.id into v_id from memori.pages p
-     where p.session_id = v_r.session_id and p.page_id = v_r.page_id
-       and (p.expires_at is null or p.expires_at > now());
+     where p.session_id = v_r.session_id and p.page_id = v_r.page_id;
     if v_id is not null then
       perform memori._page_cow_push(v_id, v_r.session_id, v_r.page_id);
     end if;
