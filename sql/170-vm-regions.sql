@@ -23,7 +23,8 @@ declare
   v_r    memori.vm_regions;
 begin
   perform memori._check_identifier('region id', p_region_id);
-  select * into v_r from memori.vm_regions where region_id = p_region_id for update;
+  -- read first, lock after the owner check: FOR UPDATE would hide a region the user only reads
+  select * into v_r from memori.vm_regions where region_id = p_region_id;
   if not found then
     raise exception 'no region %', quote_literal(p_region_id)
       using errcode = 'PM005', hint = 'Create it with memori.region_create (region ids are unique across users).';
@@ -32,6 +33,7 @@ begin
     raise exception 'region % belongs to another user', quote_literal(p_region_id)
       using errcode = 'PM095', hint = 'Only the owner of a region changes it; ask them to share with you.';
   end if;
+  perform 1 from memori.vm_regions where region_id = p_region_id for update;
   return v_r;
 end
 $func$ language plpgsql volatile security invoker
