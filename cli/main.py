@@ -303,6 +303,15 @@ def bench_search(
     _bench("search", dsn, rows, seed, as_json)
 
 
+@bench_app.command("fork")
+@handle_errors
+def bench_fork(
+    rows: RowsOption = 10_000, dsn: DsnOption = None, as_json: JsonOption = False, seed: SeedOption = 1
+) -> None:
+    """session_fork's storage growth (O(1) until writes, O(N) for N writes) vs. a full copy; reads in a fork."""
+    _bench("fork", dsn, rows, seed, as_json)
+
+
 @bench_app.command("ttl")
 @handle_errors
 def bench_ttl(

@@ -85,6 +85,8 @@ begin
   for v_fork in
     select f.session_id from memori.vm_forks f
      where f.ancestor_session_id = p_session_id and f.max_page_id >= p_id
+       -- a fork deleted in the same statement (its session and its parent's together) gets nothing
+       and exists (select 1 from memori.vm_sessions s where s.session_id = f.session_id)
      order by f.depth, f.session_id
   loop
     if memori._page_resolve(v_fork, p_page_id) = p_id then

@@ -193,3 +193,38 @@ def test_deleting_the_source_copies_what_the_fork_still_shares(conn: psycopg.Con
     conn.execute("update memori.pages set expires_at = %s where session_id = %s and page_id = 'msg_000'",
                  (T0 - timedelta(days=1), S))
     assert own_rows(conn, "f2") == 1  # the update itself copied the live row down first
+
+
+def test_deleting_a_source_and_its_fork_together(conn: psycopg.Connection) -> None:
+    world(conn, 3)
+    fork(conn, S, "f1")
+    fork(conn, "f1", "g1")
+    conn.execute("delete from memori.vm_sessions where session_id in (%s, 'f1')", (S,))
+    assert len(seen(conn, "g1")) == 3 and own_rows(conn, "g1") == 3
+    conn.execute("delete from memori.vm_sessions")
+    assert value(conn, "select count(*) from memori.pages") == 0
+
+
+def test_storage_of_a_fork_is_constant_until_writes_and_linear_in_them(conn: psycopg.Connection) -> None:
+    """The copy-on-write proof at a small scale (pymemdb bench fork runs it at 10,000 pages)."""
+    from pymemdb.bench import fork as bench
+
+    conn.execute("select set_config('memori.user_id', 'bench', false)")
+    bench.make_source(conn, "small", 200, T0)
+    bench.make_source(conn, "large", 2000, T0)
+    small = bench._fork(conn, "small", "small_f", T0)
+    large = bench._fork(conn, "large", "large_f", T0)
+    copy = bench._full_copy(conn, "large", "large_copy", T0)
+    # the same growth for 10x the pages: only the mapped pages are the fork's own rows
+    assert small["own_rows"] == large["own_rows"] == bench.MAPPED
+    assert large["bytes"] <= small["bytes"] + 64 * 1024
+    assert large["bytes"] < copy["bytes"] / 5
+    assert set(large["by_table"]) <= {"pages", "page_representations", "working_set", "vm_sessions", "vm_forks",
+                                      "page_mutations"}
+    # N writes: N page rows (and their representations and versions), bytes proportional to N
+    few = bench._writes(conn, "large_f", list(range(100, 120)), T0)
+    many = bench._writes(conn, "large_f", list(range(200, 400)), T0)
+    assert own_rows(conn, "large_f") == bench.MAPPED + 220
+    assert value(conn, "select count(*) from memori.page_versions where session_id = 'large_f'") == 220
+    assert few["bytes"] > 0 and 0.25 <= many["bytes_per_write"] / few["bytes_per_write"] <= 4
+    assert own_rows(conn, "large") == 2000

@@ -48,3 +48,13 @@ def test_regions(env: str) -> None:
     assert "revoked" in run("region", "revoke", "r1", "bob", "--user", "alice")
     assert "removed" in run("region", "remove", "r1", "a1", "p1", "--user", "alice")
     assert "dropped r1" in run("region", "drop", "r1", "--user", "alice")
+
+
+def test_bench_fork_small(dsn: str) -> None:
+    from pymemdb.bench import fork as bench
+
+    result = bench.run(dsn, 1000, seed=3)
+    assert result["fork_large"]["own_rows"] == bench.MAPPED
+    assert result["fork_vs_copy_bytes"] < 0.5
+    assert result["writes_many"]["writes"] == 100
+    assert len(bench.render(result)) == 3
