@@ -1,4 +1,4 @@
-"""pymemdb pages fork|fork-chain|storage|gc|region ...: copy-on-write forks, GC and shared regions (seed 03 phase 10)."""
+"""pymemdb pages fork|fork-chain|storage|gc|region ...: copy-on-write forks, GC, shared regions (seed 03 10.x)."""
 
 from __future__ import annotations
 

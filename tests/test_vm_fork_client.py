@@ -46,7 +46,8 @@ def test_gc(db: pymemdb.Database) -> None:
     result = db.vm_fork.gc(now=T0 + timedelta(seconds=1))
     assert isinstance(result, VmGcResult)
     assert (result.live_sessions, result.reachable, result.marked) == (1, 1, 1)
-    assert [(r.session_id, r.page_id, r.via) for r in db.vm_fork.gc_reachable(now=T0)] == [("live", "a", "live_session")]
+    reachable = db.vm_fork.gc_reachable(now=T0)
+    assert [(r.session_id, r.page_id, r.via) for r in reachable] == [("live", "a", "live_session")]
 
 
 def test_regions(db: pymemdb.Database) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from datetime import timedelta
 
 import psycopg
@@ -97,17 +96,8 @@ def test_provenance_and_working_set_keep_expired_pages(conn: psycopg.Connection)
 
 
 # -- property: never a reachable page, every unreachable one --------------------------------
-@dataclass
-class World:
-    """Sessions (alive or not), forks (child -> parent), pages (session, id, provenance, mapped, expired)."""
-
-    alive: dict[str, bool] = field(default_factory=dict)
-    parent: dict[str, str] = field(default_factory=dict)
-    pages: list[tuple[str, str, tuple[str, ...], bool, bool]] = field(default_factory=list)
-
-
 @st.composite
-def worlds(draw: st.DrawFn) -> tuple[World, list[tuple[str, object]]]:
+def scripts(draw: st.DrawFn) -> list[tuple[str, object]]:
     """A script: create sessions and pages, fork, update in forks; then which sessions die."""
     ids = [f"p{i}" for i in range(6)]
     steps: list[tuple[str, object]] = []
@@ -116,8 +106,9 @@ def worlds(draw: st.DrawFn) -> tuple[World, list[tuple[str, object]]]:
         kind = draw(st.sampled_from(["page", "page", "fork", "update"]))
         s = draw(st.sampled_from(sessions))
         if kind == "page":
-            steps.append(("page", (s, draw(st.sampled_from(ids)), tuple(draw(st.lists(st.sampled_from(ids), max_size=2))),
-                                   draw(st.booleans()), draw(st.booleans()))))
+            provenance = tuple(draw(st.lists(st.sampled_from(ids), max_size=2)))
+            steps.append(("page", (s, draw(st.sampled_from(ids)), provenance, draw(st.booleans()),
+                                   draw(st.booleans()))))
         elif kind == "fork" and len(sessions) < 5:
             new = f"s{len(sessions)}"
             sessions.append(new)
@@ -125,7 +116,7 @@ def worlds(draw: st.DrawFn) -> tuple[World, list[tuple[str, object]]]:
         else:
             steps.append(("update", (s, draw(st.sampled_from(ids)))))
     dead = draw(st.lists(st.sampled_from(sessions), unique=True))
-    return World(), steps + [("kill", d) for d in dead]
+    return steps + [("kill", d) for d in dead]
 
 
 def oracle_reachable(conn: psycopg.Connection, now: object) -> set[int]:
@@ -164,11 +155,10 @@ def oracle_reachable(conn: psycopg.Connection, now: object) -> set[int]:
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(script=worlds())
+@given(steps=scripts())
 def test_gc_never_removes_a_reachable_page_and_removes_every_unreachable_one(
-        conn: psycopg.Connection, script: tuple[World, list[tuple[str, object]]]) -> None:
+        conn: psycopg.Connection, steps: list[tuple[str, object]]) -> None:
     conn.execute("truncate memori.vm_sessions, memori.vm_forks, memori.sessions cascade")
-    _, steps = script
     conn.execute("select memori.turn_begin('s0', 'alice', %s)", (T0,))
     for kind, arg in steps:
         if kind == "page":

@@ -51,6 +51,7 @@ select p.session_id, p.page_id, p.user_id, 3, r.ref, memori._tokens_estimate(r.r
  cross join lateral (select memori._page_reference(p.page_id, p.modality, p.hint, p.content, null, null) as ref) r
  where p.session_id = %(s)s
 """
+MANIFEST: LiteralString = "select memori.vm_manifest(%(s)s, 200) where %(p)s::text is not null"
 # the naive fork: every row copied
 FULL_COPY_PAGES: LiteralString = """
 insert into memori.pages (session_id, user_id, page_id, page_type, modality, role, tier, content, tokens, size_bytes,
@@ -166,10 +167,8 @@ def run(dsn: str, rows: int = 10_000, *, seed: int = 1, progress: Progress | Non
                 "lookup_source_ms": _latency(conn, "select memori.page_lookup(%(s)s, %(p)s)", PREFIX + "small",
                                              rng, small),
                 "lookup_fork_ms": _latency(conn, "select memori.page_lookup(%(s)s, %(p)s)", untouched, rng, small),
-                "manifest_source_ms": _latency(conn, "select memori.vm_manifest(%(s)s, 200) where %(p)s::text is not null",
-                                               PREFIX + "large", rng, large, 20),
-                "manifest_fork_ms": _latency(conn, "select memori.vm_manifest(%(s)s, 200) where %(p)s::text is not null",
-                                             PREFIX + "large_f", rng, large, 20),
+                "manifest_source_ms": _latency(conn, MANIFEST, PREFIX + "large", rng, large, 20),
+                "manifest_fork_ms": _latency(conn, MANIFEST, PREFIX + "large_f", rng, large, 20),
             }
         finally:
             conn.execute("delete from memori.vm_sessions where session_id like 'bench\\_fork\\_%%'")
