@@ -54,7 +54,10 @@ union all
 select f.session_id, f.depth, p.*
   from memori.vm_forks f
   join memori.pages p on p.session_id = f.ancestor_session_id and p.id <= f.max_page_id
- where not exists (select 1 from memori.pages o where o.session_id = f.session_id and o.page_id = p.page_id)
+ -- both checks stay correlated subplans (an index probe per shared row): OFFSET 0 keeps the
+ -- planner from turning the first into an anti join, which it plans with a linear inner scan
+ -- when the fork's statistics are stale (a fork's own rows grow with every write)
+ where not exists (select 1 from memori.pages o where o.session_id = f.session_id and o.page_id = p.page_id offset 0)
    and not exists (select 1 from memori.vm_forks c
                      join memori.pages q on q.session_id = c.ancestor_session_id and q.page_id = p.page_id
                                         and q.id <= c.max_page_id

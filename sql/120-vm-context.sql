@@ -37,20 +37,23 @@ begin
       select jsonb_agg(jsonb_build_object('page_id', a.page_id, 'modality', a.modality, 'tier', a.tier,
                                           'levels', a.levels, 'hint', a.hint)
                        order by a.importance desc, a.last_accessed desc, a.page_id)
-        from (select p.page_id, p.modality, p.tier, p.importance, p.last_accessed,
+        from (select t.page_id, t.modality, t.tier, t.importance, t.last_accessed,
                      (select jsonb_agg(l order by l desc)
                         from (select 0 as l
                               union all
                               select r.level from memori.page_representations r
-                               where r.session_id = p.session_id and r.page_id = p.page_id and r.level < 3) x) as levels,
-                     coalesce(p.hint, (select r.content from memori.page_representations r
-                                        where r.session_id = p.session_id and r.page_id = p.page_id and r.level = 3),
+                               where r.session_id = t.session_id and r.page_id = t.page_id and r.level < 3) x) as levels,
+                     coalesce(t.hint, (select r.content from memori.page_representations r
+                                        where r.session_id = t.session_id and r.page_id = t.page_id and r.level = 3),
                               '') as hint
-                from memori.vm_visible_pages p
-               where p.viewer_session_id = v_s.session_id and p.tier <> 'L0'
-                 and (p.expires_at is null or p.expires_at > p_now)
-               order by p.importance desc, p.last_accessed desc, p.page_id
-               limit p_available_limit) a), '[]'::jsonb),
+                -- the limit first, then levels and hints for those pages only (a fork's
+                -- shared pages come from no ordered index: the subqueries would run for each)
+                from (select p.session_id, p.page_id, p.modality, p.tier, p.importance, p.last_accessed, p.hint
+                        from memori.vm_visible_pages p
+                       where p.viewer_session_id = v_s.session_id and p.tier <> 'L0'
+                         and (p.expires_at is null or p.expires_at > p_now)
+                       order by p.importance desc, p.last_accessed desc, p.page_id
+                       limit p_available_limit) t) a), '[]'::jsonb),
     'total_available', (select count(*) from memori.vm_visible_pages p
                          where p.viewer_session_id = v_s.session_id and p.tier <> 'L0'
                            and (p.expires_at is null or p.expires_at > p_now)),

@@ -10,6 +10,8 @@
 2. Writes: ``page_update`` in the fork of the large session on N distinct
    shared pages, N = rows/100 then rows/10 (each write copies one page row,
    its representations and a version row): bytes per write stay flat, O(N).
+   The baseline is the same number of writes on pages a session owns and
+   shares with nobody (the full copy's).
 3. Reads: ``page_lookup`` and ``vm_manifest`` in the fork (resolved through
    its ancestor) against the same calls in the source.
 
@@ -161,6 +163,8 @@ def run(dsn: str, rows: int = 10_000, *, seed: int = 1, progress: Progress | Non
             few, many = max(large // 100, 10), max(large // 10, 100)
             writes_few = _writes(conn, PREFIX + "large_f", shared[:few], now)
             writes_many = _writes(conn, PREFIX + "large_f", shared[few:few + many], now)
+            # baseline: the same writes on pages a session owns and shares with nobody (the full copy)
+            writes_own = _writes(conn, PREFIX + "large_copy", shared[few:few + many], now)
             # reads: the fork resolves the rest through its ancestor
             untouched = PREFIX + "small_f"
             reads = {
@@ -178,7 +182,7 @@ def run(dsn: str, rows: int = 10_000, *, seed: int = 1, progress: Progress | Non
             "fork_small": fork_small, "fork_large": fork_large, "full_copy_large": copy_large,
             "fork_vs_copy_bytes": ratio(fork_large["bytes"], copy_large["bytes"]),
             "fork_large_vs_small_bytes": ratio(fork_large["bytes"], fork_small["bytes"]),
-            "writes_few": writes_few, "writes_many": writes_many,
+            "writes_few": writes_few, "writes_many": writes_many, "writes_own_baseline": writes_own,
             "bytes_per_write_many_vs_few": ratio(writes_many["bytes_per_write"], writes_few["bytes_per_write"]),
             "reads": reads,
             "reads_ratio": {"lookup": ratio(reads["lookup_fork_ms"], reads["lookup_source_ms"]),
@@ -198,13 +202,14 @@ def render(result: dict[str, Any]) -> list[Table]:
               fmt(result["full_copy_large"]["ms"]), fmt(result["large_pages"]))
     t.add_row("ratio fork / full copy", "", fmt(result["fork_vs_copy_bytes"], "x"), "", "")
     t.add_row("ratio fork large / small", "", fmt(result["fork_large_vs_small_bytes"], "x"), "", "")
-    w = Table(title="writes in the fork (page_update of distinct shared pages): O(N)")
-    for col in ("writes", "bytes added", "bytes per write", "ms per write"):
-        w.add_column(col, justify="right")
-    for key in ("writes_few", "writes_many"):
+    w = Table(title="writes (page_update of distinct pages): O(N)")
+    for col in ("what", "writes", "bytes added", "bytes per write", "ms per write"):
+        w.add_column(col, justify="left" if col == "what" else "right")
+    for key, name in (("writes_few", "in the fork (copy first)"), ("writes_many", "in the fork (copy first)"),
+                      ("writes_own_baseline", "baseline: own unshared pages")):
         r = result[key]
-        w.add_row(fmt(r["writes"]), fmt(r["bytes"]), fmt(r["bytes_per_write"]), fmt(r["ms_per_write"]))
-    w.add_row("ratio per write", "", fmt(result["bytes_per_write_many_vs_few"], "x"), "")
+        w.add_row(name, fmt(r["writes"]), fmt(r["bytes"]), fmt(r["bytes_per_write"]), fmt(r["ms_per_write"]))
+    w.add_row("ratio per write, fork many / few", "", "", fmt(result["bytes_per_write_many_vs_few"], "x"), "")
     r = Table(title="reads in a fork (resolved through its ancestor) vs. the source, p50")
     for col in ("call", "source ms", "fork ms", "ratio"):
         r.add_column(col, justify="left" if col == "call" else "right")
