@@ -75,6 +75,22 @@ def storage(conn: psycopg.Connection[Any]) -> dict[str, int]:
     return {str(r[0]): int(r[1]) for r in conn.execute("select table_name, bytes from memori.vm_storage()")}
 
 
+ROW_BYTES: LiteralString = """
+select (select coalesce(sum(pg_column_size(t.*)), 0) from memori.pages t where t.session_id = %(s)s)
+     + (select coalesce(sum(pg_column_size(t.*)), 0) from memori.page_representations t where t.session_id = %(s)s)
+     + (select coalesce(sum(pg_column_size(t.*)), 0) from memori.page_versions t where t.session_id = %(s)s)
+     + (select coalesce(sum(pg_column_size(t.*)), 0) from memori.working_set t where t.session_id = %(s)s)
+     + (select coalesce(sum(pg_column_size(t.*)), 0) from memori.page_mutations t where t.session_id = %(s)s)
+     + (select coalesce(sum(pg_column_size(t.*)), 0) from memori.vm_forks t where t.session_id = %(s)s)
+     + (select coalesce(sum(pg_column_size(t.*)), 0) from memori.vm_sessions t where t.session_id = %(s)s)
+"""
+
+
+def row_bytes(conn: psycopg.Connection[Any], session: str) -> int:
+    """Bytes of the rows a session owns in every VM table (pg_column_size: exact, free space does not hide it)."""
+    return int(one(conn, ROW_BYTES, {"s": session}))
+
+
 def growth(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
     return {t: after[t] - before.get(t, 0) for t in after if after[t] != before.get(t, 0)}
 
@@ -96,6 +112,7 @@ def _fork(conn: psycopg.Connection[Any], source: str, target: str, now: Any) -> 
         conn.execute("select memori.session_fork(%s, %s, %s)", (source, target, now))
     grown = growth(before, storage(conn))
     return {"ms": round(elapsed() * 1000, 2), "bytes": sum(grown.values()), "by_table": grown,
+            "row_bytes": row_bytes(conn, target),
             "own_rows": one(conn, "select count(*) from memori.pages where session_id = %s", (target,))}
 
 
@@ -106,18 +123,21 @@ def _full_copy(conn: psycopg.Connection[Any], source: str, target: str, now: Any
         conn.execute(FULL_COPY_PAGES, {"s": source, "t": target})
         conn.execute(FULL_COPY_REPS, {"s": source, "t": target})
     grown = growth(before, storage(conn))
-    return {"ms": round(elapsed() * 1000, 2), "bytes": sum(grown.values()), "by_table": grown}
+    return {"ms": round(elapsed() * 1000, 2), "bytes": sum(grown.values()), "by_table": grown,
+            "row_bytes": row_bytes(conn, target)}
 
 
 def _writes(conn: psycopg.Connection[Any], fork: str, ids: list[int], now: Any) -> dict[str, Any]:
-    before = storage(conn)
+    before, rows_before = storage(conn), row_bytes(conn, fork)
     with stopwatch() as elapsed:
         for g in ids:
             conn.execute("select memori.page_update(%s, %s, %s, p_now => %s)",
                          (fork, f"msg_{g:07d}", f"rewritten in the fork: {g}", now))
     grown = growth(before, storage(conn))
     total = sum(grown.values())
+    added = row_bytes(conn, fork) - rows_before
     return {"writes": len(ids), "bytes": total, "bytes_per_write": round(total / len(ids)), "by_table": grown,
+            "row_bytes": added, "row_bytes_per_write": round(added / len(ids)),
             "ms_per_write": round(elapsed() * 1000 / len(ids), 3)}
 
 
@@ -181,35 +201,40 @@ def run(dsn: str, rows: int = 10_000, *, seed: int = 1, progress: Progress | Non
             "mapped": MAPPED, "vm_bytes_after_generation": source_bytes,
             "fork_small": fork_small, "fork_large": fork_large, "full_copy_large": copy_large,
             "fork_vs_copy_bytes": ratio(fork_large["bytes"], copy_large["bytes"]),
-            "fork_large_vs_small_bytes": ratio(fork_large["bytes"], fork_small["bytes"]),
+            "fork_vs_copy_row_bytes": ratio(fork_large["row_bytes"], copy_large["row_bytes"]),
+            "fork_large_vs_small_row_bytes": ratio(fork_large["row_bytes"], fork_small["row_bytes"]),
             "writes_few": writes_few, "writes_many": writes_many, "writes_own_baseline": writes_own,
-            "bytes_per_write_many_vs_few": ratio(writes_many["bytes_per_write"], writes_few["bytes_per_write"]),
+            "row_bytes_per_write_many_vs_few": ratio(writes_many["row_bytes_per_write"],
+                                                     writes_few["row_bytes_per_write"]),
             "reads": reads,
             "reads_ratio": {"lookup": ratio(reads["lookup_fork_ms"], reads["lookup_source_ms"]),
                             "manifest": ratio(reads["manifest_fork_ms"], reads["manifest_source_ms"])}}
 
 
 def render(result: dict[str, Any]) -> list[Table]:
-    t = Table(title=f"session_fork: storage added (pg_total_relation_size of every VM table), "
-                    f"{result['mapped']} mapped pages")
-    for col in ("what", "pages in source", "bytes added", "ms", "own page rows"):
+    t = Table(title=f"session_fork: storage added, {result['mapped']} mapped pages (relation growth: "
+                    "pg_total_relation_size of every VM table; row bytes: pg_column_size of the new rows)")
+    for col in ("what", "pages in source", "relation growth", "row bytes", "ms", "own page rows"):
         t.add_column(col, justify="left" if col == "what" else "right")
-    t.add_row("fork (copy-on-write)", fmt(result["small_pages"]), fmt(result["fork_small"]["bytes"]),
-              fmt(result["fork_small"]["ms"]), fmt(result["fork_small"]["own_rows"]))
-    t.add_row("fork (copy-on-write)", fmt(result["large_pages"]), fmt(result["fork_large"]["bytes"]),
-              fmt(result["fork_large"]["ms"]), fmt(result["fork_large"]["own_rows"]))
-    t.add_row("baseline: full copy", fmt(result["large_pages"]), fmt(result["full_copy_large"]["bytes"]),
-              fmt(result["full_copy_large"]["ms"]), fmt(result["large_pages"]))
-    t.add_row("ratio fork / full copy", "", fmt(result["fork_vs_copy_bytes"], "x"), "", "")
-    t.add_row("ratio fork large / small", "", fmt(result["fork_large_vs_small_bytes"], "x"), "", "")
+    for key, name, pages in (("fork_small", "fork (copy-on-write)", result["small_pages"]),
+                             ("fork_large", "fork (copy-on-write)", result["large_pages"]),
+                             ("full_copy_large", "baseline: full copy", result["large_pages"])):
+        r = result[key]
+        t.add_row(name, fmt(pages), fmt(r["bytes"]), fmt(r["row_bytes"]), fmt(r["ms"]),
+                  fmt(r.get("own_rows", pages)))
+    t.add_row("ratio fork / full copy", "", fmt(result["fork_vs_copy_bytes"], "x"),
+              fmt(result["fork_vs_copy_row_bytes"], "x"), "", "")
+    t.add_row("ratio fork large / small", "", "", fmt(result["fork_large_vs_small_row_bytes"], "x"), "", "")
     w = Table(title="writes (page_update of distinct pages): O(N)")
-    for col in ("what", "writes", "bytes added", "bytes per write", "ms per write"):
+    for col in ("what", "writes", "relation growth", "row bytes", "row bytes per write", "ms per write"):
         w.add_column(col, justify="left" if col == "what" else "right")
     for key, name in (("writes_few", "in the fork (copy first)"), ("writes_many", "in the fork (copy first)"),
                       ("writes_own_baseline", "baseline: own unshared pages")):
         r = result[key]
-        w.add_row(name, fmt(r["writes"]), fmt(r["bytes"]), fmt(r["bytes_per_write"]), fmt(r["ms_per_write"]))
-    w.add_row("ratio per write, fork many / few", "", "", fmt(result["bytes_per_write_many_vs_few"], "x"), "")
+        w.add_row(name, fmt(r["writes"]), fmt(r["bytes"]), fmt(r["row_bytes"]), fmt(r["row_bytes_per_write"]),
+                  fmt(r["ms_per_write"]))
+    w.add_row("ratio per write, fork many / few", "", "", "", fmt(result["row_bytes_per_write_many_vs_few"], "x"),
+              "")
     r = Table(title="reads in a fork (resolved through its ancestor) vs. the source, p50")
     for col in ("call", "source ms", "fork ms", "ratio"):
         r.add_column(col, justify="left" if col == "call" else "right")
