@@ -201,3 +201,21 @@ def test_gc_never_removes_a_reachable_page_and_removes_every_unreachable_one(
         now_seen = {r["page_id"]: r["content"] for r in rows(
             conn, "select page_id, content from memori.vm_visible_pages where viewer_session_id = %s", (s,))}
         assert {k: v for k, v in now_seen.items() if k in view} == view
+
+
+def test_the_cleaner_deleting_a_dead_parent_copies_what_its_live_fork_shares(conn: psycopg.Connection) -> None:
+    for pid in ("a", "b"):
+        page(conn, "parent", pid)
+    conn.execute("select memori.session_fork('parent', 'child', %s)", (T0,))
+    kill(conn, "parent")
+    assert gc(conn, T0 + timedelta(seconds=1))["marked"] == 0  # the child still sees both
+    conn.execute("set role memori_cleaner")
+    try:
+        summary = one(conn, "select * from memori.cleanup_execute(%s)", (T0 + timedelta(days=1),))
+    finally:
+        conn.execute("reset role")
+    assert summary is not None and summary["deleted_by_table"].get("vm_sessions") == 1
+    assert {r["page_id"]: r["content"] for r in rows(
+        conn, "select page_id, content from memori.vm_visible_pages where viewer_session_id = 'child'")} == {
+        "a": "parent/a", "b": "parent/b"}
+    assert value(conn, "select count(*) from memori.pages where session_id = 'child'") == 2
