@@ -130,3 +130,27 @@ def test_the_cleaner_cannot_share_or_read(shared: psycopg.Connection) -> None:
                       "select memori.region_grant('r_pages', 'cleaner')"):
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
             conn.execute(statement)
+
+
+def test_fork_and_gc_under_row_level_security(conn: psycopg.Connection) -> None:
+    """As memori_app: alice forks and writes both ways; bob can neither fork nor see her forks; GC is per user."""
+    act_as(conn, "alice")
+    for pid in ("p1", "p2"):
+        conn.execute("select memori.page_create('a1', %s, %s, p_add_to_working_set => %s, p_now => %s)",
+                     (pid, f"alice {pid}", pid == "p1", T0))
+    assert value(conn, "select (memori.session_fork('a1', 'a1_fork', %s)).shared_pages", (T0,)) == 1
+    conn.execute("select memori.page_update('a1', 'p2', 'changed in the source', p_now => %s)", (T0,))
+    conn.execute("select memori.page_update('a1_fork', 'p1', 'changed in the fork', p_now => %s)", (T0,))
+    seen = {r["page_id"]: r["content"] for r in rows(
+        conn, "select page_id, content from memori.vm_visible_pages where viewer_session_id = 'a1_fork'")}
+    assert seen == {"p1": "changed in the fork", "p2": "alice p2"}
+    act_as(conn, "bob")
+    assert_sqlstate(conn, "PM005", "select memori.session_fork('a1', 'b_fork', %s)", (T0,))
+    assert value(conn, "select memori.turn_begin('b0', p_now => %s)", (T0,)) == 1
+    # forking into alice's fork id: her session is invisible, the id is taken (one session namespace)
+    assert_sqlstate(conn, "PM041", "select memori.session_fork('b0', 'a1_fork', %s)", (T0,))
+    assert rows(conn, "select * from memori.vm_forks") == []
+    assert rows(conn, "select * from memori.vm_visible_pages where viewer_session_id = 'a1_fork'") == []
+    result = rows(conn, "select * from memori.vm_gc(%s)", (T0,))[0]
+    assert (result["live_sessions"], result["reachable"], result["marked"]) == (1, 0, 0)  # bob's own, empty
+    conn.execute("reset role")
