@@ -24,6 +24,7 @@ from pymemdb.cli.checkpoint import app as checkpoint_app
 from pymemdb.cli.context import app as context_app
 from pymemdb.cli.pages import app as pages_app
 from pymemdb.cli.session import app as session_app
+from pymemdb.cli.vm_fork import register as register_vm_fork
 from pymemdb.db import resolve_dsn
 from pymemdb.errors import InvalidArgument
 
@@ -44,6 +45,7 @@ app.add_typer(context_app, name="context")
 app.add_typer(session_app, name="session")
 app.add_typer(budget_app, name="budget")
 app.add_typer(pages_app, name="pages")
+register_vm_fork(pages_app)  # pages fork | fork-chain | storage | gc | region ... (issue 7)
 app.add_typer(memory_app, name="memory")
 app.add_typer(bench_app, name="bench")
 
@@ -306,6 +308,15 @@ def bench_search(
 ) -> None:
     """search_pages p95 and recall@10 vs. exact ranking: session scope, user scope (HNSW), a 1 % filter."""
     _bench("search", dsn, rows, seed, as_json)
+
+
+@bench_app.command("fork")
+@handle_errors
+def bench_fork(
+    rows: RowsOption = 10_000, dsn: DsnOption = None, as_json: JsonOption = False, seed: SeedOption = 1
+) -> None:
+    """session_fork's storage growth (O(1) until writes, O(N) for N writes) vs. a full copy; reads in a fork."""
+    _bench("fork", dsn, rows, seed, as_json)
 
 
 @bench_app.command("ttl")

@@ -201,6 +201,36 @@ class EmbeddingsPresent(VmError):
     sqlstate = "PM099"
 
 
+class SessionExists(VmError):
+    """PM094: session_fork into a session id that already exists."""
+
+    sqlstate = "PM094"
+
+
+class RegionAccessDenied(VmError):
+    """PM095: the region is another user's (to change it) or not shared with the acting user (to read it)."""
+
+    sqlstate = "PM095"
+
+
+class RegionExists(VmError):
+    """PM096: a region with this id already exists (region ids are unique across users)."""
+
+    sqlstate = "PM096"
+
+
+class RegionScopeMismatch(VmError):
+    """PM097: a page put in a region of scope session, or a whole session in a region of scope pages."""
+
+    sqlstate = "PM097"
+
+
+class ForkTooDeep(VmError):
+    """PM098: forking would make an ancestor chain longer than vm.max_fork_depth."""
+
+    sqlstate = "PM098"
+
+
 class ServerError(PymemdbError):
     """The embedded server could not be started, stopped or reached."""
 
@@ -235,6 +265,11 @@ _BY_SQLSTATE: dict[str, type[PymemdbError]] = {
         PageExists,
         StaleRepresentation,
         EmbeddingsPresent,
+        SessionExists,
+        RegionAccessDenied,
+        RegionExists,
+        RegionScopeMismatch,
+        ForkTooDeep,
     )
     if cls.sqlstate
 }

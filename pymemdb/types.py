@@ -694,6 +694,7 @@ class Page:
     expires_at: datetime | None
     embedding: str | None  # pgvector text form '[0.1,...]' (issue 7); NULL: full-text search only
     search_tsv: str | None  # generated tsvector over hint and content (issue 7)
+    gc_marked_at: datetime | None = None  # when memori.vm_gc found the page unreachable (issue 7)
 
 
 @dataclass(frozen=True)
@@ -866,3 +867,104 @@ class PageIndexEntry:
     hint: str
     provenance: list[str]
     depth: int | None  # steps from the start page in a provenance chain, else None
+
+
+# -- AI virtual memory fork, GC and shared regions (issue 7) ---------------------------
+
+
+@dataclass(frozen=True)
+class SessionForkResult:
+    """memori.session_fork: the new session, its source, and what it shares and copied."""
+
+    session_id: str
+    source_session_id: str
+    depth: int  # ancestors of the new session (1: a fork of an unforked session)
+    shared_pages: int  # pages seen through ancestors, not copied
+    working_set_pages: int  # mapped pages copied with the working set
+    forked_at: datetime
+
+
+@dataclass(frozen=True)
+class VmForkLink:
+    """A row of memori.vm_forks: one ancestor of a forked session."""
+
+    session_id: str
+    ancestor_session_id: str
+    user_id: str
+    depth: int  # 1 = the parent
+    max_page_id: int  # the ancestor's page rows with id <= this are visible
+    forked_at: datetime
+
+
+@dataclass(frozen=True)
+class VmStorage:
+    """memori.vm_storage: one VM table's total size (table, indexes, TOAST)."""
+
+    table_name: str
+    bytes: int
+    row_estimate: int
+
+
+@dataclass(frozen=True)
+class VmGcReachable:
+    """memori.vm_gc_reachable: a page row reachable from a live session, with the first reason found."""
+
+    id: int
+    session_id: str  # the session that stores the row (a fork may see it)
+    page_id: str
+    via: str  # live_session, working_set or provenance
+
+
+@dataclass(frozen=True)
+class VmGcResult:
+    """memori.vm_gc: what one mark pass did."""
+
+    live_sessions: int
+    reachable: int
+    marked: int
+    unmarked: int
+    already_marked: int
+    expires_at: datetime  # when this run's marks expire (the retention engine deletes them then)
+
+
+@dataclass(frozen=True)
+class VmRegion:
+    """A row of memori.vm_regions: a shared region."""
+
+    region_id: str
+    user_id: str  # the owner
+    scope: str  # 'pages' or 'session'
+    description: str | None
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class RegionPage:
+    """memori.region_pages: a page shared through a region, with its content."""
+
+    region_id: str
+    owner: str
+    session_id: str
+    page_id: str
+    page_type: str
+    modality: str
+    content: str | None
+    data: Any
+    tokens: int
+    importance: float
+    hint: str | None
+    version: int
+    updated_at: datetime
+
+
+@dataclass(frozen=True)
+class RegionListEntry:
+    """memori.region_list: a region the acting user owns (members listed) or may read (members None)."""
+
+    region_id: str
+    owner: str
+    scope: str
+    description: str | None
+    members: list[str] | None
+    entries: int
+    created_at: datetime

@@ -36,10 +36,40 @@ comment on table memori.page_mutations is 'Append-only log of page operations (c
 comment on table memori.vm_pack_cache is 'Packed VM:CONTEXT blocks keyed by session, model, budget and working-set hash.';
 
 -------------------------------------------------------------------------------
+-- vm_visible_pages: the pages each session sees (copy-on-write forks, issue 7)
+-- The one place fork resolution lives (sql/160-vm-fork.sql writes the forks).
+-- A session sees its own rows (depth 0) and, when it is a fork, each
+-- ancestor's rows with id <= the ancestor's max page id at the fork that no
+-- closer session (itself or a nearer ancestor) has a row for. A plain view, so
+-- the planner inlines it: "where viewer_session_id = $1" is an index scan of
+-- the session's own pages plus an empty probe of memori.vm_forks for an
+-- unforked session. Every page reader goes through it (or _page_resolve /
+-- _page_get); every writer of a page another session may see goes through
+-- _page_get(..., true) or _page_copy first (the triggers of sql/160 copy a
+-- shared row down to the forks before its own session changes it).
+create or replace view memori.vm_visible_pages with (security_invoker = true) as
+select p.session_id as viewer_session_id, 0 as depth, p.*
+  from memori.pages p
+union all
+select f.session_id, f.depth, p.*
+  from memori.vm_forks f
+  join memori.pages p on p.session_id = f.ancestor_session_id and p.id <= f.max_page_id
+ -- both checks stay correlated subplans (an index probe per shared row): OFFSET 0 keeps the
+ -- planner from turning the first into an anti join, which it plans with a linear inner scan
+ -- when the fork's statistics are stale (a fork's own rows grow with every write)
+ where not exists (select 1 from memori.pages o where o.session_id = f.session_id and o.page_id = p.page_id offset 0)
+   and not exists (select 1 from memori.vm_forks c
+                     join memori.pages q on q.session_id = c.ancestor_session_id and q.page_id = p.page_id
+                                        and q.id <= c.max_page_id
+                    where c.session_id = f.session_id and c.depth < f.depth);
+comment on view memori.vm_visible_pages is 'Every page row each session sees (viewer_session_id): its own (depth 0) and, for a fork, its ancestors'' rows as of the fork that nothing closer overrides (depth = ancestor distance).';
+
+-------------------------------------------------------------------------------
 -- retention: pages, faults, mutations and sessions in the engine's shape
 create or replace view memori._retention_pages with (security_invoker = true) as
 select p.id, p.user_id as owner, p.session_id as category, p.page_type as kind, p.expires_at,
-       (p.page_type in ('claim', 'procedure')) as important
+       -- claims and procedures are kept, unless vm_gc found them unreachable
+       (p.page_type in ('claim', 'procedure') and p.gc_marked_at is null) as important
   from memori.pages p;
 comment on view memori._retention_pages is 'memori.pages as retention candidates: page type as kind, claims and procedures important.';
 
@@ -284,24 +314,25 @@ as $func$
 declare
   v_p memori.pages;
 begin
-  if p_lock then
-    select * into v_p from memori.pages
-     where session_id = p_session_id and page_id = p_page_id and (expires_at is null or expires_at > p_now)
-       for update;
-  else
-    select * into v_p from memori.pages
-     where session_id = p_session_id and page_id = p_page_id and (expires_at is null or expires_at > p_now);
-  end if;
+  -- resolved through the session's forks; a writer (p_lock) gets its own copy of a shared page
+  select * into v_p from memori.pages
+   where id = memori._page_resolve(p_session_id, p_page_id) and (expires_at is null or expires_at > p_now);
   if not found then
     raise exception 'no page % in session %', coalesce(quote_literal(p_page_id), 'NULL'), quote_literal(p_session_id)
       using errcode = 'PM005',
             hint = 'Page ids are unique within a session; list them with memori.vm_manifest or memori.working_set_list.';
   end if;
+  if p_lock then
+    if v_p.session_id <> p_session_id then
+      v_p := memori._page_copy(v_p.id, p_session_id);
+    end if;
+    select * into v_p from memori.pages where id = v_p.id for update;
+  end if;
   return v_p;
 end
 $func$ language plpgsql volatile security invoker
 set search_path = pg_catalog, memori, pg_temp;
-comment on function memori._page_get(text, text, timestamptz, boolean) is 'An unexpired page of a session, optionally locked; PM005 when missing.';
+comment on function memori._page_get(text, text, timestamptz, boolean) is 'An unexpired page a session sees (forks resolved); with p_lock the session''s own row, copied from the fork''s ancestor first, locked; PM005 when missing.';
 
 -------------------------------------------------------------------------------
 -- _page_check_content: the size limit of page content
@@ -489,7 +520,7 @@ begin
                             'Pass p_content (text, caption, transcript), p_data (structured) or p_artifact_ref.');
   end if;
   v_bytes := memori._page_check_content(p_content, p_data);
-  if exists (select 1 from memori.pages where session_id = p_session_id and page_id = p_page_id) then
+  if exists (select 1 from memori.vm_visible_pages where viewer_session_id = p_session_id and page_id = p_page_id) then
     raise exception 'page % already exists in session %', quote_literal(p_page_id), quote_literal(p_session_id)
       using errcode = 'PM063', hint = 'Change its content with memori.page_update, or use a new page id.';
   end if;
@@ -585,6 +616,11 @@ declare
   v_n integer;
 begin
   perform memori._vm_session(p_session_id, null, false, p_now);
+  -- dirty pages shared with an ancestor are copied first (flushing is a write)
+  perform memori._page_copy(v.id, p_session_id)
+     from memori.vm_visible_pages v
+    where v.viewer_session_id = p_session_id and v.depth > 0 and v.dirty
+      and (p_page_ids is null or v.page_id = any (p_page_ids));
   update memori.pages set dirty = false, last_flushed = p_now
    where session_id = p_session_id and dirty and (p_page_ids is null or page_id = any (p_page_ids));
   get diagnostics v_n = row_count;
@@ -601,9 +637,9 @@ returns memori.page_table_entry
 as $func$
   select row(p.page_id, p.tier, p.compression_level, p.version, p.dirty, p.last_flushed, p.last_accessed,
              p.access_count, w.page_id is not null, w.level, coalesce(w.pinned, false))::memori.page_table_entry
-    from memori.pages p
-    left join memori.working_set w on w.session_id = p.session_id and w.page_id = p.page_id
-   where p.session_id = p_session_id and p.page_id = p_page_id and (p.expires_at is null or p.expires_at > p_now)
+    from memori.vm_visible_pages p
+    left join memori.working_set w on w.session_id = p.viewer_session_id and w.page_id = p.page_id
+   where p.viewer_session_id = p_session_id and p.page_id = p_page_id and (p.expires_at is null or p.expires_at > p_now)
 $func$ language sql stable security invoker
 set search_path = pg_catalog, memori, pg_temp;
 comment on function memori.page_lookup(text, text, timestamptz) is 'The page-table entry of a page (tier, level, version, dirty, access, mapping); NULL when missing.';
@@ -670,9 +706,9 @@ create or replace function memori.page_compress_todo(
 ) returns setof memori.page_compress_item
 as $func$
   select p.page_id, p.modality, p.page_type, l.level, p.content, p.data, p.tokens, p.version
-    from memori.pages p
+    from memori.vm_visible_pages p
    cross join (values (1), (2)) l(level)
-   where p.session_id = p_session_id
+   where p.viewer_session_id = p_session_id
      and (p.expires_at is null or p.expires_at > p_now)
      and p.page_type not in ('index', 'claim', 'procedure')  -- never or rarely compressed (seed 1.1)
      and p.tokens > 8

@@ -210,12 +210,18 @@ create or replace function memori._vm_map(
 ) returns text[]
 as $func$
 declare
-  v_tokens  integer := memori._vm_level_tokens(p_page.session_id, p_page.page_id, p_page.tokens, p_level);
+  v_tokens  integer;
   v_old     memori.working_set;
   v_pin     boolean;
   v_reason  text;
   v_evicted text[];
 begin
+  -- a mapped page is always the session's own row: a page shared with an
+  -- ancestor (copy-on-write fork) is copied before it is mapped
+  if p_page.session_id <> p_s.session_id then
+    p_page := memori._page_copy(p_page.id, p_s.session_id);
+  end if;
+  v_tokens := memori._vm_level_tokens(p_page.session_id, p_page.page_id, p_page.tokens, p_level);
   if v_tokens is null then
     raise exception 'page % has no level % representation', quote_literal(p_page.page_id), p_level
       using errcode = 'PM005', hint = 'Map it at level 0 or 3, or write the level with a Compressor first.';

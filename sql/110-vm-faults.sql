@@ -105,8 +105,9 @@ begin
                             '0 = full, 1 = reduced, 2 = abstract/summary, 3 = reference only; prefer 2.')
   end;
   if v_refusal is null then
+    -- resolved through the session's forks (a shared page is copied below, before it changes)
     select * into v_p from memori.pages
-     where session_id = v_s.session_id and page_id = p_page_id and (expires_at is null or expires_at > p_now)
+     where id = memori._page_resolve(v_s.session_id, p_page_id) and (expires_at is null or expires_at > p_now)
        for update;
     if not found then
       v_refusal := memori._fault_refusal(p_page_id, 'unknown_page', format('no page %s in this session', coalesce(quote_literal(p_page_id), 'null')),
@@ -145,6 +146,10 @@ begin
   end if;
 
   v_source := v_p.tier;
+  -- faulting updates access tracking: a write, so a shared page becomes the session's own
+  if v_p.session_id <> v_s.session_id then
+    v_p := memori._page_copy(v_p.id, v_s.session_id);
+  end if;
   select * into v_w from memori.working_set where session_id = v_s.session_id and page_id = p_page_id;
   if found and v_w.level <= p_target_level then
     -- already mapped with at least the detail asked for: nothing to load

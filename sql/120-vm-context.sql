@@ -37,22 +37,25 @@ begin
       select jsonb_agg(jsonb_build_object('page_id', a.page_id, 'modality', a.modality, 'tier', a.tier,
                                           'levels', a.levels, 'hint', a.hint)
                        order by a.importance desc, a.last_accessed desc, a.page_id)
-        from (select p.page_id, p.modality, p.tier, p.importance, p.last_accessed,
+        from (select t.page_id, t.modality, t.tier, t.importance, t.last_accessed,
                      (select jsonb_agg(l order by l desc)
                         from (select 0 as l
                               union all
                               select r.level from memori.page_representations r
-                               where r.session_id = p.session_id and r.page_id = p.page_id and r.level < 3) x) as levels,
-                     coalesce(p.hint, (select r.content from memori.page_representations r
-                                        where r.session_id = p.session_id and r.page_id = p.page_id and r.level = 3),
+                               where r.session_id = t.session_id and r.page_id = t.page_id and r.level < 3) x) as levels,
+                     coalesce(t.hint, (select r.content from memori.page_representations r
+                                        where r.session_id = t.session_id and r.page_id = t.page_id and r.level = 3),
                               '') as hint
-                from memori.pages p
-               where p.session_id = v_s.session_id and p.tier <> 'L0'
-                 and (p.expires_at is null or p.expires_at > p_now)
-               order by p.importance desc, p.last_accessed desc, p.page_id
-               limit p_available_limit) a), '[]'::jsonb),
-    'total_available', (select count(*) from memori.pages p
-                         where p.session_id = v_s.session_id and p.tier <> 'L0'
+                -- the limit first, then levels and hints for those pages only (a fork's
+                -- shared pages come from no ordered index: the subqueries would run for each)
+                from (select p.session_id, p.page_id, p.modality, p.tier, p.importance, p.last_accessed, p.hint
+                        from memori.vm_visible_pages p
+                       where p.viewer_session_id = v_s.session_id and p.tier <> 'L0'
+                         and (p.expires_at is null or p.expires_at > p_now)
+                       order by p.importance desc, p.last_accessed desc, p.page_id
+                       limit p_available_limit) t) a), '[]'::jsonb),
+    'total_available', (select count(*) from memori.vm_visible_pages p
+                         where p.viewer_session_id = v_s.session_id and p.tier <> 'L0'
                            and (p.expires_at is null or p.expires_at > p_now)),
     'policies', jsonb_build_object(
       'faults_allowed', coalesce(p_faults_allowed, v_s.faults_allowed) and v_s.faults_allowed,
@@ -160,8 +163,8 @@ begin
     ), summaries as (
       -- the newest summary page of each segment, looked up once
       select distinct on (sp.segment) sp.segment, sp.id
-        from memori.pages sp
-       where sp.session_id = v_s.session_id and sp.page_type = 'summary' and sp.segment is not null
+        from memori.vm_visible_pages sp
+       where sp.viewer_session_id = v_s.session_id and sp.page_type = 'summary' and sp.segment is not null
          and (sp.expires_at is null or sp.expires_at > p_now)
        order by sp.segment, sp.id desc
     ), folded as (
@@ -341,9 +344,9 @@ begin
     'working_set_pages', (select count(*) from memori.working_set where session_id = v_s.session_id),
     'pinned_pages', (select count(*) from memori.working_set where session_id = v_s.session_id and pinned),
     'pages_by_tier', coalesce((select jsonb_object_agg(tier, n) from (
-                                 select tier, count(*) as n from memori.pages where session_id = v_s.session_id
-                                  group by tier) t), '{}'::jsonb),
-    'dirty_pages', (select count(*) from memori.pages where session_id = v_s.session_id and dirty),
+                                 select tier, count(*) as n from memori.vm_visible_pages
+                                  where viewer_session_id = v_s.session_id group by tier) t), '{}'::jsonb),
+    'dirty_pages', (select count(*) from memori.vm_visible_pages where viewer_session_id = v_s.session_id and dirty),
     'faults', (select jsonb_build_object(
                  'total', count(*),
                  'served', count(*) filter (where outcome = 'served'),

@@ -13,7 +13,7 @@ as $func$
   select jsonb_build_object(
            'pages', coalesce((select jsonb_agg(jsonb_build_object('page_id', p.page_id, 'version', p.version)
                                                order by p.page_id)
-                                from memori.pages p where p.session_id = p_session_id), '[]'),
+                                from memori.vm_visible_pages p where p.viewer_session_id = p_session_id), '[]'),
            'working_set', coalesce((select jsonb_agg(jsonb_build_object('page_id', w.page_id, 'level', w.level,
                                                                         'pinned', w.pinned) order by w.page_id)
                                       from memori.working_set w where w.session_id = p_session_id), '[]'))
@@ -47,7 +47,7 @@ begin
   for v_item in select x.page_id, x.version
                   from jsonb_to_recordset(p_state->'pages') as x(page_id text, version integer)
                  order by x.page_id loop
-    select * into v_page from memori.pages where session_id = p_session_id and page_id = v_item.page_id;
+    select * into v_page from memori.pages where id = memori._page_resolve(p_session_id, v_item.page_id);
     if not found then
       v_missing := v_missing || v_item.page_id;
       continue;
@@ -79,7 +79,7 @@ begin
   for v_item in select x.page_id, x.level, x.pinned
                   from jsonb_to_recordset(p_state->'working_set') as x(page_id text, level integer, pinned boolean)
                  order by x.pinned desc, x.page_id loop
-    select * into v_page from memori.pages where session_id = p_session_id and page_id = v_item.page_id;
+    select * into v_page from memori.pages where id = memori._page_resolve(p_session_id, v_item.page_id);
     continue when not found;
     perform memori._vm_map(v_s, v_page, v_item.level, case when v_item.pinned then true end, 'fault_in', 'system',
                            'snapshot_restore', p_now);

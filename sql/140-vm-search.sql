@@ -230,8 +230,8 @@ begin
              case when numnode(v_tsq) > 0 and p.search_tsv @@ v_tsq then ts_rank_cd(p.search_tsv, v_tsq) end as r,
              case when p_query_embedding is not null
                   then p.embedding operator(public.<=>) p_query_embedding end as d
-        from memori.pages p
-       where p.session_id = p_session_id
+        from memori.vm_visible_pages p   -- a fork sees its source's pages (sql/160)
+       where p.viewer_session_id = p_session_id
          and (p.expires_at is null or p.expires_at > p_now)
          and (p_modality is null or p.modality = p_modality)
          and (p_page_types is null or p.page_type = any (p_page_types)))
@@ -311,7 +311,9 @@ begin
         from ranked r group by r.id
        order by score desc, best, r.id
        limit p_limit)
-    select p.page_id, p.session_id, p.modality, p.tier, memori._page_levels(p.session_id, p.page_id),
+    -- a fork's shared page is reported in the fork (page_fault takes it there)
+    select p.page_id, case when p_scope = 'session' then p_session_id else p.session_id end, p.modality, p.tier,
+           memori._page_levels(p.session_id, p.page_id),
            memori._page_hint(p.session_id, p.page_id, p.hint),
            round((f.score / (greatest(v_lists, 1) / 61.0))::numeric, 4)::double precision,
            v_total, v_mode
@@ -337,10 +339,10 @@ begin
                             'Ask for 1 to 10,000 pages.');
   end if;
   return query
-    select p.session_id, p.page_id, p.page_type, p.modality, p.tier, p.importance, p.tokens, p.access_count,
+    select p.viewer_session_id, p.page_id, p.page_type, p.modality, p.tier, p.importance, p.tokens, p.access_count,
            p.last_accessed, memori._page_hint(p.session_id, p.page_id, p.hint), p.provenance, null::integer
-      from memori.pages p
-     where p.session_id = p_session_id and p.page_type = p_page_type
+      from memori.vm_visible_pages p
+     where p.viewer_session_id = p_session_id and p.page_type = p_page_type
        and (p.expires_at is null or p.expires_at > p_now)
      order by p.id
      limit p_limit;
@@ -375,18 +377,18 @@ begin
         from walk w
         cross join lateral (
           select unnest(src.provenance) as page_id
-            from memori.pages src
-           where p_direction = 'up' and src.session_id = p_session_id and src.page_id = w.page_id
+            from memori.vm_visible_pages src
+           where p_direction = 'up' and src.viewer_session_id = p_session_id and src.page_id = w.page_id
           union
           select d.page_id
-            from memori.pages d
-           where p_direction = 'down' and d.session_id = p_session_id and d.provenance @> array[w.page_id]) nxt
+            from memori.vm_visible_pages d
+           where p_direction = 'down' and d.viewer_session_id = p_session_id and d.provenance @> array[w.page_id]) nxt
        where w.depth < p_max_depth and not nxt.page_id = any (w.seen)),
     firsts as (select w.page_id, min(w.depth) as depth from walk w where w.depth > 0 group by w.page_id)
-    select p.session_id, p.page_id, p.page_type, p.modality, p.tier, p.importance, p.tokens, p.access_count,
+    select p.viewer_session_id, p.page_id, p.page_type, p.modality, p.tier, p.importance, p.tokens, p.access_count,
            p.last_accessed, memori._page_hint(p.session_id, p.page_id, p.hint), p.provenance, f.depth
       from firsts f
-      join memori.pages p on p.session_id = p_session_id and p.page_id = f.page_id
+      join memori.vm_visible_pages p on p.viewer_session_id = p_session_id and p.page_id = f.page_id
      where p.expires_at is null or p.expires_at > p_now
      order by f.depth, p.page_id;
 end
@@ -404,10 +406,10 @@ begin
   perform memori._vm_session_read(p_session_id);
   perform memori._vm_check_filters(null, case when p_type is null then null else array[p_type] end, p_n);
   return query
-    select p.session_id, p.page_id, p.page_type, p.modality, p.tier, p.importance, p.tokens, p.access_count,
+    select p.viewer_session_id, p.page_id, p.page_type, p.modality, p.tier, p.importance, p.tokens, p.access_count,
            p.last_accessed, memori._page_hint(p.session_id, p.page_id, p.hint), p.provenance, null::integer
-      from memori.pages p
-     where p.session_id = p_session_id
+      from memori.vm_visible_pages p
+     where p.viewer_session_id = p_session_id
        and (p_type is null or p.page_type = p_type)
        and (p.expires_at is null or p.expires_at > p_now)
      order by p.importance desc, p.access_count desc, p.last_accessed desc, p.page_id

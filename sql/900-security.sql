@@ -246,6 +246,23 @@ begin
   revoke execute on function memori.page_embedding_set(text, text, public.vector, timestamptz) from memori_cleaner;
   -- choosing the embedding dimension retypes a column: the installer's job (pymemdb init --embedding-dim)
   revoke execute on function memori.vm_embedding_dim_set(integer) from memori_app, memori_cleaner;
+
+  -- AI virtual memory fork, GC and shared regions (issue 7)
+  grant select, insert, delete on memori.vm_forks to memori_app;
+  grant select, insert, update, delete on memori.vm_regions, memori.vm_region_members, memori.vm_region_pages
+    to memori_app;
+  grant select on memori.vm_visible_pages to memori_app;
+  -- deleting an expired page runs the copy-on-write trigger, which looks for forks (the cleaner sees none)
+  grant select on memori.vm_forks to memori_cleaner;
+  revoke execute on function memori.session_fork(text, text, timestamptz),
+                             memori.vm_gc(timestamptz),
+                             memori.region_create(text, text, text, text, timestamptz),
+                             memori.region_grant(text, text, text, timestamptz),
+                             memori.region_revoke(text, text, text, timestamptz),
+                             memori.region_page_put(text, text, text, text, timestamptz),
+                             memori.region_page_remove(text, text, text, text),
+                             memori.region_drop(text, text, timestamptz)
+    from memori_cleaner;
 end
 $grants$;
 
@@ -275,7 +292,8 @@ begin
     select c.relname as tbl,
            case when c.relname = 'memories' then 'owner_id' else 'user_id' end as col,
            c.relname = any (array['checkpoint_versions', 'events', 'projects', 'project_members', 'sessions',
-                                  'context_entries']) as specific,
+                                  'context_entries', 'vm_regions', 'vm_region_members', 'vm_region_pages'])
+             as specific,
            exists (select 1 from pg_catalog.pg_attribute a
                     where a.attrelid = c.oid and a.attname = 'expires_at' and not a.attisdropped) as expires
       from pg_catalog.pg_class c
@@ -362,6 +380,38 @@ begin
     execute format('create policy admin_global on memori.context_entries for all to memori_admin '
                    'using (scope = ''global'') with check (scope = ''global'' and user_id = %s)', v_cur);
   end if;
+
+  -- shared regions (issue 7): the owner manages a region, its access list and
+  -- its entries; a listed user reads the region and its pages, never writes.
+  -- Every check binds the member row's region_owner to the owner of the
+  -- region or the entry, so rows a user forges in their own name (a member
+  -- row naming someone else's region) grant nothing. (No policy here reads
+  -- memori.vm_regions from vm_region_members: the two would recurse.)
+  execute format('create policy member_read on memori.vm_regions for select to %I using (user_id = %s or exists ('
+                 'select 1 from memori.vm_region_members m where m.region_id = vm_regions.region_id '
+                 'and m.region_owner = vm_regions.user_id and m.user_id = %s))', v_app, v_cur, v_cur);
+  execute format('create policy owner_insert on memori.vm_regions for insert to %I with check (user_id = %s)', v_app, v_cur);
+  execute format('create policy owner_update on memori.vm_regions for update to %I using (user_id = %s) '
+                 'with check (user_id = %s)', v_app, v_cur, v_cur);
+  execute format('create policy owner_delete on memori.vm_regions for delete to %I using (user_id = %s)', v_app, v_cur);
+  execute format('create policy member_rows on memori.vm_region_members for select to %I '
+                 'using (user_id = %s or region_owner = %s)', v_app, v_cur, v_cur);
+  execute format('create policy owner_write on memori.vm_region_members for all to %I '
+                 'using (region_owner = %s) with check (region_owner = %s)', v_app, v_cur, v_cur);
+  execute format('create policy member_read on memori.vm_region_pages for select to %I using (user_id = %s or exists ('
+                 'select 1 from memori.vm_region_members m where m.region_id = vm_region_pages.region_id '
+                 'and m.region_owner = vm_region_pages.user_id and m.user_id = %s))', v_app, v_cur, v_cur);
+  execute format('create policy owner_write on memori.vm_region_pages for all to %I '
+                 'using (user_id = %s) with check (user_id = %s)', v_app, v_cur, v_cur);
+  -- pages (and their representations) of a region: readable by its listed users
+  execute format('create policy region_read on memori.pages for select to %I using (exists ('
+                 'select 1 from memori.vm_region_pages rp join memori.vm_region_members m '
+                 'on m.region_id = rp.region_id and m.region_owner = rp.user_id '
+                 'where rp.session_id = pages.session_id and (rp.page_id = '''' or rp.page_id = pages.page_id) '
+                 'and rp.user_id = pages.user_id and m.user_id = %s))', v_app, v_cur);
+  execute format('create policy region_read on memori.page_representations for select to %I using (exists ('
+                 'select 1 from memori.pages p where p.session_id = page_representations.session_id '
+                 'and p.page_id = page_representations.page_id and p.user_id = page_representations.user_id))', v_app);
 
   -- context windows: on the user's own sessions
   execute format('create policy session_owner on memori.context_windows as restrictive for insert to %I '

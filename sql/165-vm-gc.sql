@@ -1,0 +1,111 @@
+-- pymemdb SQL API, part 17: garbage collection of pages (seed 03, 10.4).
+--
+-- memori.vm_gc is the mark phase of a mark and sweep; the sweep is the
+-- retention engine (memori-cleanup preview|execute, pg_cron), which deletes a
+-- page once its expires_at has passed.
+--
+-- Roots are the live sessions: a VM session whose row (and memori.sessions
+-- row) has not expired. A page row is reachable when a live session sees it
+-- (memori.vm_visible_pages: its own rows and, for a fork, its ancestors'
+-- shared rows) and it is live (not expired), when it is mapped in a live
+-- session's working set, or when the provenance of a reachable page names it
+-- (resolved in the same session, so an expired source page a claim cites is
+-- kept). Everything else is unreachable: the pages of dead sessions, and the
+-- rows of a dead fork parent that every live fork has overridden.
+--
+-- Mark: an unreachable page without an expiry gets expires_at = p_now +
+-- vm.gc_grace and gc_marked_at = p_now. Unmark: a page vm_gc marked that is
+-- reachable again (a session revived, a new fork) loses both. Pages with an
+-- expiry of their own are left to it. Under row-level security vm_gc sees,
+-- and collects, the acting user's pages only (forks never cross users).
+
+-------------------------------------------------------------------------------
+-- configuration
+insert into memori.settings (key, value, description) values
+  ('vm.gc_grace', '"7 days"', 'How long a page vm_gc found unreachable is kept (its expires_at = mark time + this) before the retention engine deletes it.')
+on conflict (key) do nothing;
+
+-------------------------------------------------------------------------------
+-- vm_gc_reachable: the page rows reachable from a live session, and why
+create or replace function memori.vm_gc_reachable(p_now timestamptz default now())
+returns table (id bigint, session_id text, page_id text, via text)
+as $func$
+  with recursive live as (
+    select s.session_id from memori.vm_sessions s
+     where (s.expires_at is null or s.expires_at > p_now)
+       and not exists (select 1 from memori.sessions c
+                        where c.session_id = s.session_id and c.expires_at <= p_now)
+  ), seen as materialized (
+    select v.viewer_session_id as viewer, v.id, v.session_id, v.page_id, v.provenance,
+           (v.expires_at is null or v.expires_at > p_now or v.gc_marked_at is not null) as alive
+      from memori.vm_visible_pages v
+      join live l on l.session_id = v.viewer_session_id
+  ), reach (viewer, page_id, via) as (
+    select s.viewer, s.page_id, 'live_session'::text from seen s where s.alive
+    union
+    select w.session_id, w.page_id, 'working_set'::text
+      from memori.working_set w join live l on l.session_id = w.session_id
+    union
+    select s.viewer, src.page_id, 'provenance'::text
+      from reach r
+      join seen s on s.viewer = r.viewer and s.page_id = r.page_id
+     cross join lateral unnest(s.provenance) as src(page_id)
+  )
+  select distinct on (s.id) s.id, s.session_id, s.page_id, r.via
+    from reach r
+    join seen s on s.viewer = r.viewer and s.page_id = r.page_id
+   order by s.id, case r.via when 'live_session' then 0 when 'working_set' then 1 else 2 end
+$func$ language sql stable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori.vm_gc_reachable(timestamptz) is 'Page rows reachable from a live session (seen and unexpired, mapped, or named by a reachable page''s provenance), each once with the first reason: live_session, working_set, provenance.';
+
+-------------------------------------------------------------------------------
+-- vm_gc: mark unreachable pages for the retention engine, unmark reachable ones
+create or replace function memori.vm_gc(p_now timestamptz default now()) returns memori.vm_gc_result
+as $func$
+declare
+  v_grace     interval;
+  v_reachable bigint[];
+  v_live      bigint;
+  v_marked    bigint;
+  v_unmarked  bigint;
+  v_already   bigint;
+begin
+  if p_now is null then
+    perform memori._invalid('p_now must not be NULL', 'Omit p_now to use the current time.');
+  end if;
+  begin
+    v_grace := coalesce((memori._setting('vm.gc_grace') #>> '{}')::interval, interval '7 days');
+  exception when others then
+    raise exception 'memori.settings vm.gc_grace is not an interval: %', memori._setting('vm.gc_grace')
+      using errcode = 'PM004', hint = 'Set it to an interval such as "7 days" (a JSON string).';
+  end;
+  if v_grace < interval '0' then
+    perform memori._invalid('vm.gc_grace is negative', 'Set memori.settings vm.gc_grace to "0 seconds" or more.');
+  end if;
+  select count(*) into v_live from memori.vm_sessions s
+   where (s.expires_at is null or s.expires_at > p_now)
+     and not exists (select 1 from memori.sessions c where c.session_id = s.session_id and c.expires_at <= p_now);
+  select coalesce(array_agg(r.id order by r.id), '{}') into v_reachable from memori.vm_gc_reachable(p_now) r;
+
+  -- reachable again: a mark of ours is taken back
+  update memori.pages p set expires_at = null, gc_marked_at = null
+   where p.gc_marked_at is not null and p.id in (select r.id from unnest(v_reachable) r(id));
+  get diagnostics v_unmarked = row_count;
+  -- still unreachable, already marked
+  select count(*) into v_already from memori.pages p
+   where p.gc_marked_at is not null and not exists (select 1 from unnest(v_reachable) r(id) where r.id = p.id);
+  -- newly unreachable: expire after the grace period (the retention engine deletes them then)
+  update memori.pages p set expires_at = p_now + v_grace, gc_marked_at = p_now
+   where p.gc_marked_at is null and p.expires_at is null
+     and not exists (select 1 from unnest(v_reachable) r(id) where r.id = p.id);
+  get diagnostics v_marked = row_count;
+
+  perform memori._event_emit('vm.gc', jsonb_build_object('marked', v_marked, 'unmarked', v_unmarked,
+                                                         'reachable', cardinality(v_reachable)), p_now);
+  return row(v_live, cardinality(v_reachable)::bigint, v_marked, v_unmarked, v_already,
+             p_now + v_grace)::memori.vm_gc_result;
+end
+$func$ language plpgsql volatile security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori.vm_gc(timestamptz) is 'Mark and sweep: pages unreachable from every live session expire after vm.gc_grace (the retention engine deletes them); pages it marked that are reachable again are kept. Returns the counts.';

@@ -1,0 +1,268 @@
+-- pymemdb SQL API, part 18: shared memory regions (seed 03, 10.5 memory isolation).
+--
+-- Pages follow the per-user row-level isolation of every user-scoped table
+-- (sql/900-security.sql): a user sees and writes only their own pages. A
+-- shared region is the one way a page crosses users: its owner gives it a
+-- scope ('pages': exactly the pages put in it; 'session': every page of the
+-- sessions put in it, later ones included) and an access list of user ids.
+-- A listed user may read (never write) the region's pages and their
+-- representations: the policies region_read on memori.pages and
+-- memori.page_representations say so. Revoking a user, removing a page or
+-- dropping the region takes the access away at once.
+
+comment on table memori.vm_regions is 'Shared regions: an owner''s named set of pages (scope pages) or sessions (scope session) that listed users may read.';
+comment on table memori.vm_region_members is 'The access list of a shared region: users who may read its pages.';
+comment on table memori.vm_region_pages is 'What a shared region holds: pages (page_id) or whole sessions (page_id = '''').';
+
+-------------------------------------------------------------------------------
+-- _region_owned: a region of the acting user, locked
+create or replace function memori._region_owned(p_region_id text, p_user_id text) returns memori.vm_regions
+as $func$
+declare
+  v_user text := memori._vm_user(p_user_id);
+  v_r    memori.vm_regions;
+begin
+  perform memori._check_identifier('region id', p_region_id);
+  -- read first, lock after the owner check: FOR UPDATE would hide a region the user only reads
+  select * into v_r from memori.vm_regions where region_id = p_region_id;
+  if not found then
+    raise exception 'no region %', quote_literal(p_region_id)
+      using errcode = 'PM005', hint = 'Create it with memori.region_create (region ids are unique across users).';
+  end if;
+  if v_r.user_id <> v_user then
+    raise exception 'region % belongs to another user', quote_literal(p_region_id)
+      using errcode = 'PM095', hint = 'Only the owner of a region changes it; ask them to share with you.';
+  end if;
+  perform 1 from memori.vm_regions where region_id = p_region_id for update;
+  return v_r;
+end
+$func$ language plpgsql volatile security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._region_owned(text, text) is 'A region of the acting user, locked; PM005 when missing (or invisible), PM095 when another user''s.';
+
+-------------------------------------------------------------------------------
+-- region_create: a new shared region
+create or replace function memori.region_create(
+  p_region_id   text,
+  p_scope       text default 'pages',
+  p_description text default null,
+  p_user_id     text default null,
+  p_now         timestamptz default now()
+) returns memori.vm_regions
+as $func$
+declare
+  v_user text := memori._vm_user(p_user_id);
+  v_r    memori.vm_regions;
+begin
+  perform memori._check_identifier('region id', p_region_id);
+  if p_scope is null or p_scope not in ('pages', 'session') then
+    raise exception 'unknown region scope %', coalesce(quote_literal(p_scope), 'NULL')
+      using errcode = 'PM004', hint = 'Use ''pages'' (the pages put in it) or ''session'' (whole sessions).';
+  end if;
+  begin
+    insert into memori.vm_regions (region_id, user_id, scope, description, created_at)
+    values (p_region_id, v_user, p_scope, p_description, p_now)
+    returning * into v_r;
+  exception when unique_violation then
+    raise exception 'region % already exists', quote_literal(p_region_id)
+      using errcode = 'PM096', hint = 'Region ids are unique across users: pick another one.';
+  end;
+  perform memori._event_emit('region.created', jsonb_build_object('region_id', p_region_id, 'scope', p_scope), p_now);
+  return v_r;
+end
+$func$ language plpgsql volatile security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori.region_create(text, text, text, text, timestamptz) is 'Create a shared region owned by the acting user, scope pages or session; PM096 when the id is taken.';
+
+-------------------------------------------------------------------------------
+-- region_grant: let a user read a region
+create or replace function memori.region_grant(
+  p_region_id text, p_member_id text, p_user_id text default null, p_now timestamptz default now()
+) returns boolean
+as $func$
+declare
+  v_r memori.vm_regions := memori._region_owned(p_region_id, p_user_id);
+  v_n integer;
+begin
+  perform memori._check_identifier('member id', p_member_id);
+  if p_member_id = v_r.user_id then
+    perform memori._invalid('the owner reads a region without being listed', 'Grant it to another user.');
+  end if;
+  insert into memori.vm_region_members (region_id, user_id, region_owner, granted_at)
+  values (v_r.region_id, p_member_id, v_r.user_id, p_now)
+  on conflict do nothing;
+  get diagnostics v_n = row_count;
+  if v_n > 0 then
+    perform memori._event_emit('region.granted', jsonb_build_object('region_id', v_r.region_id, 'member', p_member_id), p_now);
+  end if;
+  return v_n > 0;
+end
+$func$ language plpgsql volatile security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori.region_grant(text, text, text, timestamptz) is 'Add a user to a region''s access list (read only); true when added, false when already listed. Owner only (PM095).';
+
+-------------------------------------------------------------------------------
+-- region_revoke: take a user off a region's access list
+create or replace function memori.region_revoke(
+  p_region_id text, p_member_id text, p_user_id text default null, p_now timestamptz default now()
+) returns boolean
+as $func$
+declare
+  v_r memori.vm_regions := memori._region_owned(p_region_id, p_user_id);
+  v_n integer;
+begin
+  delete from memori.vm_region_members where region_id = v_r.region_id and user_id = p_member_id;
+  get diagnostics v_n = row_count;
+  if v_n > 0 then
+    perform memori._event_emit('region.revoked', jsonb_build_object('region_id', v_r.region_id, 'member', p_member_id), p_now);
+  end if;
+  return v_n > 0;
+end
+$func$ language plpgsql volatile security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori.region_revoke(text, text, text, timestamptz) is 'Remove a user from a region''s access list; true when they were listed. Owner only (PM095).';
+
+-------------------------------------------------------------------------------
+-- region_page_put: put a page (scope pages) or a session (scope session) in a region
+create or replace function memori.region_page_put(
+  p_region_id  text,
+  p_session_id text,
+  p_page_id    text default null,
+  p_user_id    text default null,
+  p_now        timestamptz default now()
+) returns boolean
+as $func$
+declare
+  v_r memori.vm_regions := memori._region_owned(p_region_id, p_user_id);
+  v_s memori.vm_sessions := memori._vm_session_read(p_session_id);
+  v_p memori.pages;
+  v_n integer;
+begin
+  if v_s.user_id <> v_r.user_id then
+    raise exception 'session % belongs to another user', quote_literal(p_session_id)
+      using errcode = 'PM041', hint = 'Share only your own sessions and pages.';
+  end if;
+  if v_r.scope = 'pages' and p_page_id is null then
+    raise exception 'region % shares pages: name one', quote_literal(p_region_id)
+      using errcode = 'PM097', hint = 'Pass p_page_id, or share whole sessions through a region of scope ''session''.';
+  end if;
+  if v_r.scope = 'session' and p_page_id is not null then
+    raise exception 'region % shares whole sessions, not pages', quote_literal(p_region_id)
+      using errcode = 'PM097', hint = 'Omit p_page_id, or put the page in a region of scope ''pages''.';
+  end if;
+  if p_page_id is not null then
+    -- a fork's shared page is stored in its ancestor: the region names the row readers will find
+    v_p := memori._page_get(p_session_id, p_page_id, p_now, false);
+  end if;
+  insert into memori.vm_region_pages (region_id, user_id, session_id, page_id, added_at)
+  values (v_r.region_id, v_r.user_id, coalesce(v_p.session_id, p_session_id), coalesce(p_page_id, ''), p_now)
+  on conflict do nothing;
+  get diagnostics v_n = row_count;
+  return v_n > 0;
+end
+$func$ language plpgsql volatile security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori.region_page_put(text, text, text, text, timestamptz) is 'Put one of the owner''s pages (scope pages) or sessions (scope session, p_page_id NULL) in a region; PM097 on a scope mismatch.';
+
+-------------------------------------------------------------------------------
+-- region_page_remove: take a page or session out of a region
+create or replace function memori.region_page_remove(
+  p_region_id text, p_session_id text, p_page_id text default null, p_user_id text default null
+) returns boolean
+as $func$
+declare
+  v_r memori.vm_regions := memori._region_owned(p_region_id, p_user_id);
+  v_n integer;
+begin
+  delete from memori.vm_region_pages
+   where region_id = v_r.region_id and page_id = coalesce(p_page_id, '')
+     and session_id in (p_session_id,
+                        (select v.session_id from memori.vm_visible_pages v
+                          where v.viewer_session_id = p_session_id and v.page_id = p_page_id));
+  get diagnostics v_n = row_count;
+  return v_n > 0;
+end
+$func$ language plpgsql volatile security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori.region_page_remove(text, text, text, text) is 'Take a page (or a whole session, p_page_id NULL) out of a region; true when it was in. Owner only (PM095).';
+
+-------------------------------------------------------------------------------
+-- region_pages: read a region's pages (owner or listed user)
+create or replace function memori.region_pages(
+  p_region_id text,
+  p_user_id   text default null,
+  p_limit     integer default 100,
+  p_now       timestamptz default now()
+) returns setof memori.region_page
+as $func$
+declare
+  v_user text := memori._vm_user(p_user_id);
+  v_r    memori.vm_regions;
+begin
+  if p_limit is null or p_limit < 1 or p_limit > 10000 then
+    perform memori._invalid(format('limit %s is outside 1..10000', coalesce(p_limit::text, 'NULL')),
+                            'Ask for 1 to 10,000 pages.');
+  end if;
+  select * into v_r from memori.vm_regions where region_id = p_region_id;
+  -- the same answer for a missing region and one the user is not on: nothing to learn by probing
+  if not found or (v_r.user_id <> v_user
+                   and not exists (select 1 from memori.vm_region_members m
+                                    where m.region_id = p_region_id and m.user_id = v_user)) then
+    raise exception 'no region % shared with %', quote_literal(p_region_id), quote_literal(v_user)
+      using errcode = 'PM095', hint = 'Ask the region''s owner to grant you access (memori.region_grant).';
+  end if;
+  return query
+    select v_r.region_id, p.user_id, p.session_id, p.page_id, p.page_type, p.modality, p.content, p.data,
+           p.tokens, p.importance, p.hint, p.version, p.updated_at
+      from memori.vm_region_pages rp
+      join memori.pages p on p.session_id = rp.session_id and (rp.page_id = '' or p.page_id = rp.page_id)
+     where rp.region_id = v_r.region_id
+       and (p.expires_at is null or p.expires_at > p_now)
+     order by p.session_id, p.id
+     limit p_limit;
+end
+$func$ language plpgsql stable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori.region_pages(text, text, integer, timestamptz) is 'The unexpired pages of a region with their content, for its owner or a listed user; PM095 otherwise.';
+
+-------------------------------------------------------------------------------
+-- region_list: the regions the acting user owns or is listed on
+create or replace function memori.region_list(p_user_id text default null)
+returns table (region_id text, owner text, scope text, description text, members text[], entries bigint,
+               created_at timestamptz)
+as $func$
+declare
+  v_user text := memori._vm_user(p_user_id);
+begin
+  return query
+    select r.region_id, r.user_id, r.scope, r.description,
+           case when r.user_id = v_user
+                then coalesce((select array_agg(m.user_id order by m.user_id) from memori.vm_region_members m
+                                where m.region_id = r.region_id), '{}') end,
+           (select count(*) from memori.vm_region_pages rp where rp.region_id = r.region_id),
+           r.created_at
+      from memori.vm_regions r
+     where r.user_id = v_user
+        or exists (select 1 from memori.vm_region_members m where m.region_id = r.region_id and m.user_id = v_user)
+     order by r.region_id;
+end
+$func$ language plpgsql stable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori.region_list(text) is 'Regions the acting user owns (with the access list) or may read (members NULL), with how many entries each holds.';
+
+-------------------------------------------------------------------------------
+-- region_drop: delete a region (its access list and entries go with it)
+create or replace function memori.region_drop(p_region_id text, p_user_id text default null,
+                                              p_now timestamptz default now())
+returns boolean
+as $func$
+declare
+  v_r memori.vm_regions := memori._region_owned(p_region_id, p_user_id);
+begin
+  delete from memori.vm_regions where region_id = v_r.region_id;
+  perform memori._event_emit('region.dropped', jsonb_build_object('region_id', v_r.region_id), p_now);
+  return true;
+end
+$func$ language plpgsql volatile security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori.region_drop(text, text, timestamptz) is 'Delete a region with its access list and entries; owner only (PM095).';
