@@ -127,6 +127,84 @@ set search_path = pg_catalog, memori, pg_temp;
 comment on function memori.vm_embedding_dim() is 'Dimension of memori.pages.embedding as declared (pgvector''s typmod); vm.embedding_dim in memori.settings mirrors it.';
 
 -------------------------------------------------------------------------------
+-- _views_drop_saved / _views_restore: retype a column that views read
+-- PostgreSQL refuses ALTER COLUMN TYPE while a view reads the column
+-- (memori.vm_visible_pages selects p.*), so the views that depend on it, and
+-- the views on those, are dropped with their definition, options, comment and
+-- grants saved, and re-created afterwards, in the same transaction.
+create or replace function memori._views_drop_saved(p_table regclass, p_column name) returns jsonb
+as $func$
+declare
+  v_saved jsonb;
+  v_view  jsonb;
+begin
+  with recursive dep(oid, lvl) as (
+    select r.ev_class, 1
+      from pg_catalog.pg_depend d
+      join pg_catalog.pg_rewrite r on r.oid = d.objid
+      join pg_catalog.pg_attribute a on a.attrelid = d.refobjid and a.attnum = d.refobjsubid
+     where d.classid = 'pg_catalog.pg_rewrite'::regclass and d.refobjid = p_table and a.attname = p_column
+       and r.ev_class <> p_table
+    union
+    select r.ev_class, dep.lvl + 1
+      from dep
+      join pg_catalog.pg_depend d on d.refobjid = dep.oid and d.classid = 'pg_catalog.pg_rewrite'::regclass
+      join pg_catalog.pg_rewrite r on r.oid = d.objid
+     where r.ev_class <> dep.oid and dep.lvl < 20),
+  views as (select oid, max(lvl) as lvl from dep group by oid)
+  select coalesce(jsonb_agg(jsonb_build_object(
+           'name', format('%I.%I', n.nspname, c.relname), 'kind', c.relkind, 'lvl', v.lvl,
+           'definition', pg_catalog.pg_get_viewdef(c.oid),
+           'options', coalesce(array_to_string(c.reloptions, ', '), ''),
+           'comment', pg_catalog.obj_description(c.oid, 'pg_class'),
+           'grants', coalesce((select jsonb_agg(jsonb_build_object(
+                                  'privilege', g.privilege_type,
+                                  'grantee', case when g.grantee = 0 then 'public'
+                                                  else quote_ident(pg_catalog.pg_get_userbyid(g.grantee)) end))
+                                 from pg_catalog.aclexplode(c.relacl) g
+                                where g.grantee <> c.relowner), '[]'::jsonb))
+         order by v.lvl desc), '[]'::jsonb)
+    into v_saved
+    from views v
+    join pg_catalog.pg_class c on c.oid = v.oid
+    join pg_catalog.pg_namespace n on n.oid = c.relnamespace;
+  -- definitions are rendered and re-created under the same pinned search_path
+  for v_view in select * from jsonb_array_elements(v_saved) loop
+    if v_view ->> 'kind' <> 'v' then
+      raise exception '% reads %.% and is not a plain view', v_view ->> 'name', p_table, p_column
+        using errcode = 'PM001', hint = 'Drop it, retype the column, then create it again.';
+    end if;
+    execute format('drop view %s', v_view ->> 'name');  -- deepest first
+  end loop;
+  return v_saved;
+end
+$func$ language plpgsql volatile security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._views_drop_saved(regclass, name) is 'Drop the views that read a column (and the views on them), returning what _views_restore needs to re-create them: definition, options, comment, grants.';
+
+create or replace function memori._views_restore(p_saved jsonb) returns void
+as $func$
+declare
+  v_view  jsonb;
+  v_grant jsonb;
+begin
+  for v_view in select e from jsonb_array_elements(p_saved) e order by (e ->> 'lvl')::integer loop
+    execute format('create view %s%s as %s', v_view ->> 'name',
+                   case when v_view ->> 'options' <> '' then format(' with (%s)', v_view ->> 'options') else '' end,
+                   v_view ->> 'definition');
+    if v_view ->> 'comment' is not null then
+      execute format('comment on view %s is %L', v_view ->> 'name', v_view ->> 'comment');
+    end if;
+    for v_grant in select * from jsonb_array_elements(v_view -> 'grants') loop
+      execute format('grant %s on %s to %s', v_grant ->> 'privilege', v_view ->> 'name', v_grant ->> 'grantee');
+    end loop;
+  end loop;
+end
+$func$ language plpgsql volatile security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._views_restore(jsonb) is 'Re-create the views _views_drop_saved dropped, shallowest first, with their options, comments and grants.';
+
+-------------------------------------------------------------------------------
 -- vm_embedding_dim_set: choose the dimension (pymemdb init --embedding-dim N)
 -- Changing it retypes the column and rebuilds the HNSW index, so it is refused
 -- while any page has an embedding: vectors of two models cannot be compared.
@@ -134,6 +212,7 @@ create or replace function memori.vm_embedding_dim_set(p_dim integer) returns in
 as $func$
 declare
   v_before integer := memori.vm_embedding_dim();
+  v_views  jsonb;
 begin
   if p_dim is null or p_dim < 1 or p_dim > 2000 then
     perform memori._invalid(format('embedding dimension %s is out of range', coalesce(p_dim::text, 'NULL')),
@@ -148,9 +227,11 @@ begin
               detail = format('%s pages have an embedding.', (select count(*) from memori.pages where embedding is not null)),
               hint = format('Keep %s, or clear them first (UPDATE memori.pages SET embedding = NULL) and re-embed every page with the new model after the change.', v_before);
     end if;
+    v_views := memori._views_drop_saved('memori.pages'::regclass, 'embedding');
     drop index if exists memori.idx_pages_embedding_hnsw;
     execute format('alter table memori.pages alter column embedding type public.vector(%s)', p_dim);
     create index idx_pages_embedding_hnsw on memori.pages using hnsw (embedding public.vector_cosine_ops);
+    perform memori._views_restore(v_views);
   end if;
   insert into memori.settings (key, value, description)
   values ('vm.embedding_dim', to_jsonb(p_dim), 'Dimension of memori.pages.embedding, chosen at install (pymemdb init --embedding-dim N, memori.vm_embedding_dim_set).')

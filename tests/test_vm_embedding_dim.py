@@ -26,13 +26,26 @@ def test_a_new_install_has_384_dimensions(conn: psycopg.Connection) -> None:
     assert column_type(conn) == "vector(384)"
 
 
+def view_state(conn: psycopg.Connection) -> dict[str, object]:
+    return dict(rows(conn, """select c.reloptions, obj_description(c.oid, 'pg_class') as comment,
+                                     has_table_privilege('memori_app', c.oid, 'select') as app_select,
+                                     format_type(a.atttypid, a.atttypmod) as embedding
+                                from pg_class c join pg_attribute a on a.attrelid = c.oid and a.attname = 'embedding'
+                               where c.oid = 'memori.vm_visible_pages'::regclass""")[0])
+
+
 def test_set_retypes_the_column_rebuilds_the_index_and_records_the_setting(conn: psycopg.Connection) -> None:
+    before = view_state(conn)
+    assert before["app_select"] is True and before["embedding"] == "vector(384)"
+    before["embedding"] = "vector(8)"
     assert value(conn, "select memori.vm_embedding_dim_set(8)") == 384  # the previous dimension
     assert column_type(conn) == "vector(8)"
     assert value(conn, "select memori.vm_embedding_dim()") == 8
     assert value(conn, "select value from memori.settings where key = 'vm.embedding_dim'") == 8
     idx = value(conn, "select indexdef from pg_indexes where indexname = 'idx_pages_embedding_hnsw'")
     assert "hnsw" in idx and "vector_cosine_ops" in idx
+    # the views that read the column were re-created as they were
+    assert view_state(conn) == before
     # search works at the new size, and the old size is refused with the new one named
     page(conn, "msg_1", "we chose postgres", embedding=unit(1, 8))
     page(conn, "msg_2", "the frontend is react", embedding=unit(2, 8))
