@@ -82,6 +82,7 @@ class Database:
         from pymemdb.memories import Memories
         from pymemdb.pages import Pages
         from pymemdb.snapshots import Snapshots
+        from pymemdb.vm_lifecycle import VmLifecycle
 
         self.memories = Memories(self)
         self.cleanup = Cleanup(self)
@@ -96,6 +97,7 @@ class Database:
         self.snapshots = Snapshots(self)
         self.budget = Budget(self)
         self.pages = Pages(self)
+        self.vm = VmLifecycle(self)
 
     def as_user(self, user_id: str) -> Database:
         """The same database and pool, acting for ``user_id`` (closing it leaves the pool open)."""
