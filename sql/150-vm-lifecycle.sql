@@ -105,7 +105,8 @@ create or replace function memori.claim_create(
 ) returns memori.pages
 as $func$
 declare
-  v_s       memori.vm_sessions := memori._vm_session(p_session_id, p_user_id, true, p_now);
+  -- no creating: a claim cites pages, so its session exists already
+  v_s       memori.vm_sessions := memori._vm_session(p_session_id, p_user_id, false, p_now);
   v_missing text[];
   v_tokens  integer := memori._tokens_estimate(p_content);
   v_max     integer := memori._vm_setting_int('vm.claim_max_tokens', 200);
