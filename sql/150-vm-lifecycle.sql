@@ -150,7 +150,8 @@ begin
   end if;
   v_p := memori.page_create(p_session_id => p_session_id, p_page_id => v_id, p_content => p_content,
                             p_page_type => 'claim', p_importance => p_importance,
-                            p_provenance => array(select distinct x from unnest(p_provenance) x order by x),
+                            p_provenance => array(select x from unnest(p_provenance) with ordinality u(x, o)
+                                                   group by x order by min(o)),
                             p_hint => p_topic, p_segment => memori._vm_segment_label(v_s.segment_seq),
                             p_add_to_working_set => true, p_pin => p_pin, p_actor => p_actor,
                             p_user_id => v_s.user_id, p_now => p_now);
@@ -496,9 +497,24 @@ begin
       v_seen := v_seen || v_p.page_id;
     end loop;
   end if;
-  -- 2. the best matches of each topic of the message
+  -- 2. the best matches of each topic of the message; on a recall signal, the
+  -- sources of the topic's best claim first, newest first (where it was decided)
   foreach v_topic in array memori.vm_prepass_topics(p_user_message) loop
     v_n := 0;
+    for v_r in select src.page_id
+                 from (select c.page_id from memori.search_pages(p_session_id, v_topic, p_page_types => array['claim'],
+                                                                 p_limit => 1, p_now => p_now) c
+                        where v_signal) best
+                cross join lateral memori.page_provenance_chain(p_session_id, best.page_id, 'up', 1, p_now) ch
+                cross join lateral memori._page_get(p_session_id, ch.page_id, p_now, false) src
+                order by src.turn desc, src.id desc loop
+      exit when v_n >= p_per_topic;
+      continue when v_r.page_id = any (v_seen);
+      v_p := memori._page_get(p_session_id, v_r.page_id, p_now, false);
+      v_items := v_items || memori._vm_prefetch_item(v_p, 'user_requested_recall', 'topic:' || v_topic);
+      v_seen := v_seen || v_p.page_id;
+      v_n := v_n + 1;
+    end loop;
     for v_r in select * from memori.search_pages(p_session_id, v_topic, p_limit => 20, p_now => p_now) loop
       exit when v_n >= p_per_topic;
       continue when v_r.page_id = any (v_seen);
@@ -525,7 +541,7 @@ begin
 end
 $func$ language plpgsql volatile security invoker
 set search_path = pg_catalog, memori, pg_temp;
-comment on function memori.vm_prepass(text, text, boolean, integer, integer, integer, timestamptz) is 'The runtime pre-pass: top claims when a recall signal matches, the best matches of each topic (search_pages), the last segment summary; with p_apply, faults the unmapped ones in (user_requested_recall or speculative) within the turn''s fault budget, one per topic.';
+comment on function memori.vm_prepass(text, text, boolean, integer, integer, integer, timestamptz) is 'The runtime pre-pass: top claims when a recall signal matches, the best matches of each topic (on a recall, the sources of its best claim first; then search_pages), the last segment summary; with p_apply, faults the unmapped ones in (user_requested_recall or speculative) within the turn''s fault budget, one per topic.';
 
 -------------------------------------------------------------------------------
 -- vm_prefetch: the seed's simple prefetcher (2.6)

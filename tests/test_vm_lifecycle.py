@@ -206,8 +206,9 @@ def test_prepass_proposes_claims_topic_matches_and_the_last_summary(conn: psycop
                  p_now=T0)
     assert [(i["page_id"], i["why"], i["reason"], i["outcome"]) for i in items] == [
         ("claim_database_choice_001", "recall_signal", "user_requested_recall", "in_context"),
+        # on a recall: the claim's sources first, newest first
+        ("msg_003", "topic:database_choice", "user_requested_recall", None),
         ("msg_001", "topic:database_choice", "user_requested_recall", None),
-        ("msg_002", "topic:database_choice", "user_requested_recall", None),
         ("summary_seg_0001", "last_segment_summary", "user_requested_recall", "in_context"),
     ]
     assert not any(i["applied"] for i in items)
@@ -225,12 +226,12 @@ def test_prepass_applies_one_fault_per_topic_within_the_budget(conn: psycopg.Con
     items = call(conn, "vm_prepass", p_session_id=S, p_user_message="As we decided earlier, what's our database_choice?",
                  p_apply=True, p_now=T0)
     by_id = {i["page_id"]: i for i in items}
-    assert by_id["msg_001"]["outcome"] == "served" and by_id["msg_001"]["applied"] and by_id["msg_001"]["tier"] == "L0"
-    assert by_id["msg_002"]["outcome"] == "skipped:topic_has_fault" and not by_id["msg_002"]["applied"]
+    assert by_id["msg_003"]["outcome"] == "served" and by_id["msg_003"]["applied"] and by_id["msg_003"]["tier"] == "L0"
+    assert by_id["msg_001"]["outcome"] == "skipped:topic_has_fault" and not by_id["msg_001"]["applied"]
     faults = rows(conn, "select page_id, reason, outcome, turn from memori.page_faults")
-    assert faults == [{"page_id": "msg_001", "reason": "user_requested_recall", "outcome": "served", "turn": now_turn}]
+    assert faults == [{"page_id": "msg_003", "reason": "user_requested_recall", "outcome": "served", "turn": now_turn}]
     pre = rows(conn, "select page_id, source, why, used_turn from memori.vm_prefetches")
-    assert pre == [{"page_id": "msg_001", "source": "prepass", "why": "topic:database_choice", "used_turn": None}]
+    assert pre == [{"page_id": "msg_003", "source": "prepass", "why": "topic:database_choice", "used_turn": None}]
     # the fault budget: one fault left this turn (max 2), asked for none
     again = call(conn, "vm_prepass", p_session_id=S, p_user_message="go back to Redis caching", p_apply=True,
                  p_max_faults=0, p_now=T0)
@@ -268,10 +269,10 @@ def test_turn_start_runs_the_prepass_by_paging_mode(conn: psycopg.Connection) ->
     out = scalar(conn, "vm_turn_start", p_session_id=S, p_user_message="As we decided earlier, what's our database_choice?",
                  p_page_id="q2", p_now=T0)
     served = [i["page_id"] for i in out["prefetch"] if i["outcome"] == "served"]
-    assert served == ["msg_001"]
+    assert served == ["msg_003"]
     # the model cites it: a prefetch hit
-    assert scalar(conn, "vm_cite", p_session_id=S, p_page_ids=["msg_001", "claim_database_choice_001"], p_now=T0) == 1
-    assert scalar(conn, "vm_cite", p_session_id=S, p_page_ids=["msg_001"], p_now=T0) == 0
+    assert scalar(conn, "vm_cite", p_session_id=S, p_page_ids=["msg_003", "claim_database_choice_001"], p_now=T0) == 1
+    assert scalar(conn, "vm_cite", p_session_id=S, p_page_ids=["msg_003"], p_now=T0) == 0
     m = metrics(conn)
     assert m["prefetch"] == {"prefetched": 1, "used": 1, "hit_rate": 1.0, "by_source": {"prepass": 1}}
 
