@@ -248,15 +248,15 @@ declare
   v_evicted integer := 0;
   v_seg     memori.vm_segments;
 begin
-  if nullif(btrim(coalesce(p_summary, '')), '') is null then
-    perform memori._invalid('the segment summary is empty', 'Summarize memori.segment_pages with a Summarizer (db.vm.segment_close does).');
-  end if;
   select coalesce(array_agg(p order by p.id), '{}') into v_pages
     from memori._vm_segment_open(v_s, p_now) p;
   if cardinality(v_pages) = 0 then
     raise exception 'segment % of session % has no transcript pages', v_label, quote_literal(p_session_id)
       using errcode = 'PM091', detail = format('open since turn %s', v_s.segment_first_turn),
             hint = 'Close a segment after its turns were written (pages with p_segment => memori.segment_current(...)).';
+  end if;
+  if nullif(btrim(coalesce(p_summary, '')), '') is null then
+    perform memori._invalid('the segment summary is empty', 'Summarize memori.segment_pages with a Summarizer (db.vm.segment_close does).');
   end if;
   select sum(x.tokens) into v_source from unnest(v_pages) x;
   if memori._tokens_estimate(p_summary) >= v_source then

@@ -150,6 +150,7 @@ def test_segment_close_swaps_the_transcript_out_behind_a_summary(conn: psycopg.C
 def test_segment_close_refuses_empty_segments_and_long_summaries(conn: psycopg.Connection) -> None:
     turn(conn)
     assert_sqlstate(conn, "PM091", "select memori.segment_close(%s, 'nothing')", (S,))
+    assert_sqlstate(conn, "PM091", "select memori.segment_close(%s, '')", (S,))  # emptiness first
     page(conn, "u1", "short", p_role="user")  # unlabelled pages written since the segment opened count
     assert_sqlstate(conn, "PM092", "select memori.segment_close(%s, 'a summary longer than it')", (S,))
     assert_sqlstate(conn, "PM001", "select memori.segment_close(%s, '')", (S,))
