@@ -40,7 +40,8 @@ DECISIONS: dict[str, str] = {
     "testing_approach": "Pytest with 80% coverage",
 }
 CODENAMES = ("kestrel", "juniper", "marlin", "quartz", "saffron", "tundra", "walnut", "zephyr", "beacon", "copper")
-VM_CONFIG = {"max_l0_tokens": 32_000, "max_faults_per_turn": 2, "paging_mode": "hybrid"}
+MAX_L0_TOKENS = 32_000
+VM_CONFIG: dict[str, object] = {"max_l0_tokens": MAX_L0_TOKENS, "max_faults_per_turn": 2, "paging_mode": "hybrid"}
 
 _LINE = re.compile(r"^([UATSIDV]) \(([^)]+)\): (.*)$")
 
@@ -86,7 +87,7 @@ class NorthStarResult:
     @property
     def passed(self) -> bool:
         return (self.turns >= 200 and self.recalled == len(DECISIONS) and self.max_recall_faults <= 2
-                and self.max_l0_tokens <= VM_CONFIG["max_l0_tokens"]
+                and self.max_l0_tokens <= MAX_L0_TOKENS
                 and self.metrics.get("thrash_index_max", 1) < 0.5)
 
 
@@ -133,9 +134,9 @@ class ScriptedModel:
                                         now=now):
             envelope = self.db.pages.fault(self.session_id, hit.page_id, 0, "user_requested_recall", now=now)
             page = envelope.get("page") or {}
-            found = _decision(str((page.get("content") or {}).get("text", "")), topic)
-            if found is not None:
-                return self._answer(topic, found, [hit.page_id], "fault")
+            faulted = _decision(str((page.get("content") or {}).get("text", "")), topic)
+            if faulted is not None:
+                return self._answer(topic, faulted, [hit.page_id], "fault")
         return Answer("I don't have that in the mapped context.", None, (), "none")
 
     @staticmethod
@@ -254,9 +255,10 @@ def render(result: NorthStarResult) -> list[Table]:
         ("decisions recalled with a citation", f"{result.recalled}/{len(DECISIONS)}", "5/5"),
         ("most faults on a recall turn", str(result.max_recall_faults), "<= 2"),
         ("largest L0 (tokens)", f"{result.max_l0_tokens:,}", "<= 32,000"),
-        ("thrash index (last window / worst window)", f"{m.get('thrash_index')} / {m.get('thrash_index_max')}", "< 0.5"),
-        ("faults per turn (mean / max)", f"{m['faults_per_turn']['per_turn']} / {m['faults_per_turn']['max_per_turn']}",
-         ""),
+        ("thrash index (last window / worst window)",
+         f"{m.get('thrash_index')} / {m.get('thrash_index_max')}", "< 0.5"),
+        ("faults per turn (mean / max)",
+         f"{m['faults_per_turn']['per_turn']} / {m['faults_per_turn']['max_per_turn']}", ""),
         ("faults by reason", json.dumps(m["faults"]["by_reason"]), ""),
         ("evictions from L0 / to L2", f"{m['evictions']['from_l0']} / {m['evictions']['to_l2']}", ""),
         ("tokens available in L0", f"{m['tokens_available']:,}", ""),

@@ -10,6 +10,7 @@ import psycopg
 from tests.helpers import T0, assert_sqlstate, one, rows, value
 
 S = "sess_1"
+RECALL = "As we decided earlier, what's our database_choice?"
 
 
 def call(conn: psycopg.Connection, function: str, **kw: Any) -> list[dict[str, Any]]:
@@ -76,7 +77,8 @@ def test_claim_is_a_cheap_mapped_high_importance_page_with_provenance(conn: psyc
 
 def test_claim_refuses_missing_provenance_empty_content_and_long_text(conn: psycopg.Connection) -> None:
     decide(conn)
-    err = assert_sqlstate(conn, "PM090", "select memori.claim_create(%s, 'x', array['msg_001', 'msg_999', 'nope'])", (S,))
+    err = assert_sqlstate(conn, "PM090",
+                          "select memori.claim_create(%s, 'x', array['msg_001', 'msg_999', 'nope'])", (S,))
     assert "msg_999, nope" in str(err) and err.diag.message_detail == "missing: msg_999, nope"
     assert_sqlstate(conn, "PM001", "select memori.claim_create(%s, 'x', array[]::text[])", (S,))
     assert_sqlstate(conn, "PM001", "select memori.claim_create(%s, '  ', array['msg_001'])", (S,))
@@ -86,7 +88,8 @@ def test_claim_refuses_missing_provenance_empty_content_and_long_text(conn: psyc
     # another session's page does not count as provenance
     page(conn, "other_msg", "elsewhere", session="sess_2")
     assert_sqlstate(conn, "PM090", "select memori.claim_create(%s, 'x', array['other_msg'])", (S,))
-    assert_sqlstate(conn, "PM005", "select memori.claim_create('no_such_session', 'x', array['m'], p_user_id => 'alice')")
+    assert_sqlstate(conn, "PM005",
+                    "select memori.claim_create('no_such_session', 'x', array['m'], p_user_id => 'alice')")
 
 
 def test_claims_are_evicted_last_whatever_their_score(conn: psycopg.Connection) -> None:
@@ -102,7 +105,8 @@ def test_claims_are_evicted_last_whatever_their_score(conn: psycopg.Connection) 
     order = [r["page_id"] for r in call(conn, "vm_eviction_candidates", p_session_id=S)]
     assert order[-1] == "claim_old"
     for policy in ("lru", "importance_weighted_lru", "modality_aware_lru"):
-        assert [r["page_id"] for r in call(conn, "vm_eviction_candidates", p_session_id=S, p_policy=policy)][-1] == "claim_old"
+        ranked = call(conn, "vm_eviction_candidates", p_session_id=S, p_policy=policy)
+        assert [r["page_id"] for r in ranked][-1] == "claim_old"
     # pressure: the claim stays while non-claim pages can go
     page(conn, "big", "z" * 1600)
     assert tiers(conn)["claim_old"] == "L0"
@@ -203,7 +207,7 @@ def closed_decision(conn: psycopg.Connection) -> None:
 
 def test_prepass_proposes_claims_topic_matches_and_the_last_summary(conn: psycopg.Connection) -> None:
     closed_decision(conn)
-    items = call(conn, "vm_prepass", p_session_id=S, p_user_message="As we decided earlier, what's our database_choice?",
+    items = call(conn, "vm_prepass", p_session_id=S, p_user_message=RECALL,
                  p_now=T0)
     assert [(i["page_id"], i["why"], i["reason"], i["outcome"]) for i in items] == [
         ("claim_database_choice_001", "recall_signal", "user_requested_recall", "in_context"),
@@ -224,7 +228,7 @@ def test_prepass_proposes_claims_topic_matches_and_the_last_summary(conn: psycop
 def test_prepass_applies_one_fault_per_topic_within_the_budget(conn: psycopg.Connection) -> None:
     closed_decision(conn)
     now_turn = turn(conn)
-    items = call(conn, "vm_prepass", p_session_id=S, p_user_message="As we decided earlier, what's our database_choice?",
+    items = call(conn, "vm_prepass", p_session_id=S, p_user_message=RECALL,
                  p_apply=True, p_now=T0)
     by_id = {i["page_id"]: i for i in items}
     assert by_id["msg_003"]["outcome"] == "served" and by_id["msg_003"]["applied"] and by_id["msg_003"]["tier"] == "L0"
@@ -236,7 +240,8 @@ def test_prepass_applies_one_fault_per_topic_within_the_budget(conn: psycopg.Con
     # the fault budget: one fault left this turn (max 2), asked for none
     again = call(conn, "vm_prepass", p_session_id=S, p_user_message="go back to Redis caching", p_apply=True,
                  p_max_faults=0, p_now=T0)
-    assert {i["outcome"] for i in again if i["tier"] != "L0"} <= {"skipped:fault_budget", "skipped:confidence_threshold"}
+    skipped = {"skipped:fault_budget", "skipped:confidence_threshold"}
+    assert {i["outcome"] for i in again if i["tier"] != "L0"} <= skipped
 
 
 def test_prepass_respects_the_confidence_threshold_and_disabled_faults(conn: psycopg.Connection) -> None:
@@ -260,14 +265,14 @@ def test_prepass_respects_the_confidence_threshold_and_disabled_faults(conn: psy
 def test_turn_start_runs_the_prepass_by_paging_mode(conn: psycopg.Connection) -> None:
     closed_decision(conn)
     configure(conn, {"paging_mode": "model"})
-    out = scalar(conn, "vm_turn_start", p_session_id=S, p_user_message="As we decided earlier, what's our database_choice?",
+    out = scalar(conn, "vm_turn_start", p_session_id=S, p_user_message=RECALL,
                  p_now=T0)
     assert out["paging_mode"] == "model" and out["prefetch"] == [] and out["segment"] == "seg_0002"
     assert out["page_id"] == f"msg_{out['turn']:04d}_user"
     assert one(conn, "select role, segment, page_type from memori.pages where page_id = %s", (out["page_id"],)) == {
         "role": "user", "segment": "seg_0002", "page_type": "transcript"}
     configure(conn, {"paging_mode": "hybrid"})
-    out = scalar(conn, "vm_turn_start", p_session_id=S, p_user_message="As we decided earlier, what's our database_choice?",
+    out = scalar(conn, "vm_turn_start", p_session_id=S, p_user_message=RECALL,
                  p_page_id="q2", p_now=T0)
     served = [i["page_id"] for i in out["prefetch"] if i["outcome"] == "served"]
     assert served == ["msg_003"]
@@ -284,8 +289,10 @@ def test_recall_signals_are_data_and_validated(conn: psycopg.Connection) -> None
     assert_sqlstate(conn, "PM093", "insert into memori.vm_recall_signals (pattern) values ('  ')")
     closed_decision(conn)
     msg = "Per our agreement, the database_choice?"
-    assert all(i["reason"] == "speculative" for i in call(conn, "vm_prepass", p_session_id=S, p_user_message=msg, p_now=T0))
-    conn.execute("insert into memori.vm_recall_signals (pattern, description) values ('per our agreement', 'house style')")
+    proposed = call(conn, "vm_prepass", p_session_id=S, p_user_message=msg, p_now=T0)
+    assert all(i["reason"] == "speculative" for i in proposed)
+    conn.execute("insert into memori.vm_recall_signals (pattern, description)"
+                 " values ('per our agreement', 'house style')")
     assert call(conn, "vm_prepass", p_session_id=S, p_user_message=msg, p_now=T0)[0]["why"] == "recall_signal"
 
 
