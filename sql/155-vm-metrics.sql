@@ -46,20 +46,26 @@ begin
            where session_id = p_s.session_id and outcome = 'served' group by turn) t;
   -- the seed's thrash index: in a window of N turns, every served fault after
   -- the first of its topic counts; divided by N. Now (the window ending at this
-  -- turn) and the worst window of the session.
-  with f as materialized (
-    select pf.turn, memori._vm_page_topic(pf.session_id, pf.page_id) as topic
-      from memori.page_faults pf
+  -- turn) and the worst window of the session. Adding a fault to a window never
+  -- lowers its count, so the worst window ends at a turn with a fault: only
+  -- those windows are counted (each fault falls in at most N of them).
+  with ends as (
+    select distinct pf.turn as t from memori.page_faults pf
      where pf.session_id = p_s.session_id and pf.outcome = 'served'
+    union
+    select greatest(p_s.turn, 1)
   ), w as (
-    select t.t, count(f.turn) - count(distinct f.topic) as thrash
-      from generate_series(1, greatest(p_s.turn, 1)) t(t)
-      left join f on f.turn > t.t - v_window and f.turn <= t.t
-     group by t.t
+    select e.t, x.thrash
+      from ends e
+     cross join lateral (
+       select count(*) - count(distinct memori._vm_page_topic(f.session_id, f.page_id)) as thrash
+         from memori.page_faults f
+        where f.session_id = p_s.session_id and f.outcome = 'served'
+          and f.turn > e.t - v_window and f.turn <= e.t) x
   )
   select coalesce(max(thrash) filter (where w.t = greatest(p_s.turn, 1)), 0) as now,
          coalesce(max(thrash), 0) as worst,
-         (select w2.t from w w2 order by w2.thrash desc, w2.t limit 1) as worst_turn
+         case when max(thrash) > 0 then (select w2.t from w w2 order by w2.thrash desc, w2.t limit 1) end as worst_turn
     into v_thrash from w;
   return jsonb_build_object(
     'paging_mode', p_s.paging_mode,
