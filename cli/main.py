@@ -325,6 +325,15 @@ def bench_search(
     _bench("search", dsn, rows, seed, as_json)
 
 
+@bench_app.command("lifecycle")
+@handle_errors
+def bench_lifecycle(
+    rows: RowsOption = 10_000, dsn: DsnOption = None, as_json: JsonOption = False, seed: SeedOption = 1
+) -> None:
+    """vm_turn_start with the pre-pass vs. a plain turn; vm_prepass vs. search_pages; vm_metrics; segment_close."""
+    _bench("lifecycle", dsn, rows, seed, as_json)
+
+
 @bench_app.command("ttl")
 @handle_errors
 def bench_ttl(
