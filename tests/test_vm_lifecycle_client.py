@@ -125,3 +125,12 @@ def test_demo_vm_cli_passes_and_prints_the_metrics(env: str) -> None:
     found = json.loads(run("demo", "vm", "--json"))
     assert found["passed"] and found["recalled"] == 5 and found["turns"] >= 200
     assert found["metrics"]["thrash_index_max"] < 0.5
+
+
+def test_bench_lifecycle_small(dsn: str) -> None:
+    from pymemdb.bench import lifecycle as bench
+
+    result = bench.run(dsn, 300)
+    assert result["turns"] == 10 and result["turn"]["subject"]["n"] == 10
+    assert result["segment_close"]["pages"] == 20
+    assert bench.render(result)

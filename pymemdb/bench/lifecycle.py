@@ -31,7 +31,7 @@ from pymemdb.bench import Progress, connect, fmt, percentile, ratio
 
 SESSION = "bench_lifecycle"
 USER = "bench"
-TURNS = 200
+TURNS = 200  # at --rows 10,000; fewer for small runs (rows / 50, at least 10)
 
 GENERATE_PAGES: LiteralString = """
 insert into memori.pages (session_id, user_id, page_id, page_type, modality, role, tier, content, tokens, size_bytes,
@@ -84,22 +84,22 @@ def run(dsn: str, rows: int = 10_000, *, seed: int = 1, progress: Progress | Non
         conn.execute("analyze memori.pages")
         for k in range(50):
             conn.execute("select memori.claim_create(%s, %s, array[%s, %s], p_topic => %s, p_now => %s)",
-                         (SESSION, f"Decision: use option {k} for topic{k}", f"old_{k + 1:07d}", f"old_{k + 201:07d}",
-                          f"topic{k}", now))
-        turn = {"t": 0}
+                         (SESSION, f"Decision: use option {k} for topic{k}", f"old_{k % rows + 1:07d}",
+                          f"old_{(k + 200) % rows + 1:07d}", f"topic{k}", now))
+        turns = min(TURNS, max(10, rows // 50))
 
         def message(i: int) -> str:
             topic = rng.randrange(200)
             return (f"As we decided earlier, what's our topic{topic}?" if i % 2 == 0
                     else f"Tell me more about service{rng.randrange(37)} please")
 
-        say(f"{TURNS} turns: vm_turn_start (hybrid) vs turn_begin + page_create, interleaved")
+        say(f"{turns} turns: vm_turn_start (hybrid) vs turn_begin + page_create, interleaved")
         subject: list[float] = []
         baseline: list[float] = []
         prepass: list[float] = []
         search: list[float] = []
         served = 0
-        for i in range(TURNS):
+        for i in range(turns):
             msg = message(i)
             start = time.perf_counter()
             with conn.transaction():
@@ -110,7 +110,6 @@ def run(dsn: str, rows: int = 10_000, *, seed: int = 1, progress: Progress | Non
             served += sum(1 for x in out[0]["prefetch"] if x["outcome"] == "served")
             baseline.append(_time(conn, "select memori.turn_begin(%(s)s), memori.page_create(%(s)s, %(p)s, %(m)s,"
                                         " p_role => 'user')", {"s": SESSION, "m": msg, "p": f"t{i}_b"}))
-            turn["t"] += 2
             msg = message(i)
             prepass.append(_time(conn, "select * from memori.vm_prepass(%(s)s, %(m)s)", {"s": SESSION, "m": msg}))
             topics = conn.execute("select memori.vm_prepass_topics(%s)", (msg,)).fetchone()
@@ -126,7 +125,7 @@ def run(dsn: str, rows: int = 10_000, *, seed: int = 1, progress: Progress | Non
         m = conn.execute("select memori.vm_metrics(%s)", (SESSION,)).fetchone()
         assert m is not None and pages is not None
         result = {
-            "pages": rows, "turns": TURNS, "prefetched_pages": served,
+            "pages": rows, "turns": turns, "prefetched_pages": served,
             "turn": _pair(subject, baseline),
             "prepass": _pair(prepass, search),
             "metrics": _pair(metrics, session),
