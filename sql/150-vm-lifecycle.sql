@@ -519,6 +519,8 @@ begin
       exit when v_n >= p_per_topic;
       continue when v_r.page_id = any (v_seen);
       v_p := memori._page_get(p_session_id, v_r.page_id, p_now, false);
+      -- this turn's transcript is the message itself (vm_turn_start stored it): not a match
+      continue when v_p.page_type = 'transcript' and v_p.turn = v_s.turn;
       v_items := v_items || memori._vm_prefetch_item(v_p, case when v_signal then 'user_requested_recall' else 'speculative' end,
                                                      'topic:' || v_topic);
       v_seen := v_seen || v_p.page_id;

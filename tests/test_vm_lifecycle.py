@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 import psycopg
+import pytest
 
 from tests.helpers import T0, assert_sqlstate, one, rows, value
 
@@ -362,3 +363,26 @@ def test_thrash_index_is_the_seeds_formula(conn: psycopg.Connection) -> None:
         turn(conn)
     m = metrics(conn)
     assert m["thrash_index"] == 0 and m["thrash_index_max"] == 0.4 and m["thrash_index_max_turn"] == 3
+
+
+# -- isolation: the app role under row-level security --------------------------------------------------
+def test_lifecycle_works_as_memori_app_and_stays_per_user(conn: psycopg.Connection) -> None:
+    conn.execute("set role memori_app")
+    conn.execute("select set_config('memori.user_id', 'alice', false)")
+    closed_decision(conn)
+    out = scalar(conn, "vm_turn_start", p_session_id=S, p_user_message=RECALL, p_now=T0)
+    assert [i["page_id"] for i in out["prefetch"] if i["outcome"] == "served"] == ["msg_003"]
+    assert scalar(conn, "vm_cite", p_session_id=S, p_page_ids=["msg_003"], p_now=T0) == 1
+    assert metrics(conn)["prefetch"]["used"] == 1
+    conn.execute("select set_config('memori.user_id', 'bob', false)")
+    # bob sees none of alice's segments, prefetches or claims, and cannot act on her session
+    assert value(conn, "select count(*) from memori.vm_segments") == 0
+    assert value(conn, "select count(*) from memori.vm_prefetches") == 0
+    assert call(conn, "segment_list", p_session_id=S) == []
+    assert value(conn, "select count(*) from memori.vm_recall_signals") == 3  # configuration is shared
+    assert_sqlstate(conn, "PM005", "select memori.segment_close(%s, 'x')", (S,))
+    assert_sqlstate(conn, "PM005", "select * from memori.vm_prepass(%s, 'earlier?')", (S,))
+    assert_sqlstate(conn, "PM041", "select memori.vm_turn_start(%s, 'hi')", (S,))
+    with pytest.raises(psycopg.errors.InsufficientPrivilege):
+        conn.execute("insert into memori.vm_recall_signals (pattern) values ('mine')")
+    conn.execute("reset role")
