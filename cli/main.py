@@ -62,20 +62,27 @@ def init(
         str | None, typer.Option("--from", help="With --sql: upgrade from this alembic revision.", show_default=False)
     ] = None,
     force: Annotated[bool, typer.Option("--force", help="Re-apply sql/ even when nothing changed.")] = False,
+    embedding_dim: Annotated[
+        int | None,
+        typer.Option("--embedding-dim", help="Dimension of page embeddings (1-2000; 384 on a new install). "
+                     "Refused once pages have embeddings.", show_default=False),
+    ] = None,
 ) -> None:
     """Install or upgrade the memori schema (alembic revisions, then every sql/ file)."""
     from pymemdb.install import install, install_script
 
     if sql:
-        typer.echo(install_script(from_revision), nl=False)
+        typer.echo(install_script(from_revision, embedding_dim=embedding_dim), nl=False)
         return
     target = resolve_dsn(dsn) or embedded.start()
-    result = install(target, force=force)
+    result = install(target, force=force, embedding_dim=embedding_dim)
+    dim = f", embeddings {result.embedding_dim}-d" if result.embedding_dim else ""
     if result.changed:
         console.print(f"installed: schema memori at revision {result.to_revision} "
-                      f"(was {result.from_revision or 'not installed'}), sql {result.sql_sha256[:12]}")
+                      f"(was {result.from_revision or 'not installed'}), sql {result.sql_sha256[:12]}{dim}")
     else:
-        console.print(f"up to date: schema memori at revision {result.to_revision}, sql {result.sql_sha256[:12]}")
+        console.print(f"up to date: schema memori at revision {result.to_revision}, "
+                      f"sql {result.sql_sha256[:12]}{dim}")
 
 
 # -- db -----------------------------------------------------------------------

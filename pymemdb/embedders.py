@@ -5,8 +5,9 @@ The database stores one embedding per page (memori.pages.embedding, dimension
 that makes the vectors lives in Python. ``HashingEmbedder`` is the local,
 deterministic default: hashed character n-grams (the "hashing trick"), so
 texts sharing words and word pieces land near each other without any download.
-It is a lexical embedder, not a semantic one: plug a real model in through the
-``Embedder`` protocol for paraphrase recall.
+It is a lexical embedder, not a semantic one. ``SentenceTransformerEmbedder``
+(extra ``pymemdb[embeddings]``) runs a local sentence-transformers model for
+paraphrase recall; anything else plugs in through the ``Embedder`` protocol.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import hashlib
 import math
 import re
 from collections.abc import Sequence
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 _TOKEN = re.compile(r"\w+", re.UNICODE)
 
@@ -62,6 +63,39 @@ class HashingEmbedder:
 
     def embed(self, texts: Sequence[str]) -> list[list[float]]:
         return [self.embed_one(t) for t in texts]
+
+
+class SentenceTransformerEmbedder:
+    """A local sentence-transformers model (``pip install 'pymemdb[embeddings]'``), L2-normalised.
+
+    The default ``all-MiniLM-L6-v2`` gives 384 dimensions, the installed
+    default; for another model install with ``pymemdb init --embedding-dim N``
+    where N is ``embedder.dim``. The model is downloaded once by
+    sentence-transformers (Hugging Face cache) and runs on the CPU unless
+    ``device`` says otherwise. ``model`` takes an already loaded model (or
+    anything with ``encode`` and ``get_sentence_embedding_dimension``).
+    """
+
+    def __init__(self, model_name: str = "all-MiniLM-L6-v2", *, device: str | None = None,
+                 batch_size: int = 64, model: Any = None) -> None:
+        if model is None:
+            try:
+                from sentence_transformers import SentenceTransformer
+            except ImportError as exc:  # the optional extra is not installed
+                raise ImportError(
+                    "SentenceTransformerEmbedder needs sentence-transformers: pip install 'pymemdb[embeddings]'"
+                ) from exc
+            model = SentenceTransformer(model_name, device=device)
+        self._model = model
+        self._batch_size = batch_size
+        self.dim = int(model.get_sentence_embedding_dimension())
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        if not texts:
+            return []
+        vectors = self._model.encode(list(texts), batch_size=self._batch_size, normalize_embeddings=True,
+                                     convert_to_numpy=True, show_progress_bar=False)
+        return [[float(x) for x in row] for row in vectors]
 
 
 def to_pgvector(vector: Sequence[float]) -> str:

@@ -219,6 +219,12 @@ class InvalidRecallSignal(VmError):
     sqlstate = "PM093"
 
 
+class EmbeddingsPresent(VmError):
+    """PM099: the embedding dimension cannot change while pages have embeddings."""
+
+    sqlstate = "PM099"
+
+
 class ServerError(PymemdbError):
     """The embedded server could not be started, stopped or reached."""
 
@@ -256,6 +262,7 @@ _BY_SQLSTATE: dict[str, type[PymemdbError]] = {
         SegmentEmpty,
         SegmentSummaryTooLong,
         InvalidRecallSignal,
+        EmbeddingsPresent,
     )
     if cls.sqlstate
 }

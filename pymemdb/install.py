@@ -79,6 +79,7 @@ class InstallResult:
     from_revision: str | None
     to_revision: str
     sql_sha256: str
+    embedding_dim: int | None = None  # memori.pages.embedding's dimension after the install
 
 
 def current_revision(cur: psycopg.Cursor[Any]) -> str | None:
@@ -96,11 +97,16 @@ def _installed_sql_sha(cur: psycopg.Cursor[Any]) -> str | None:
     return row[0] if row else None
 
 
-def install(dsn: str, *, target: str = "head", force: bool = False, apply_sql: bool = True) -> InstallResult:
+def install(
+    dsn: str, *, target: str = "head", force: bool = False, apply_sql: bool = True,
+    embedding_dim: int | None = None,
+) -> InstallResult:
     """Install or upgrade the schema at ``dsn``; a no-op when already current (unless ``force``).
 
-    ``target``/``apply_sql`` exist for the migration tests, which stop at an
-    older revision to upgrade from it.
+    ``embedding_dim`` chooses the dimension of page embeddings
+    (``memori.vm_embedding_dim_set``, in the same transaction); left out, the
+    installed dimension stays (384 on a new install). ``target``/``apply_sql``
+    exist for the migration tests, which stop at an older revision to upgrade from it.
     """
     engine = create_engine(
         "postgresql+psycopg://", creator=lambda: psycopg.connect(dsn), poolclass=NullPool
@@ -115,7 +121,8 @@ def install(dsn: str, *, target: str = "head", force: bool = False, apply_sql: b
             before = current_revision(cur)
             wanted = head_revision() if target == "head" else target
             if not force and before == wanted and (not apply_sql or _installed_sql_sha(cur) == digest):
-                return InstallResult(False, before, wanted, digest)
+                changed = embedding_dim is not None and _set_embedding_dim(cur, embedding_dim) != embedding_dim
+                return InstallResult(changed, before, wanted, digest, _embedding_dim(cur))
             cur.execute("create schema if not exists memori")
         cfg = alembic_config()
         cfg.attributes["connection"] = conn
@@ -129,15 +136,32 @@ def install(dsn: str, *, target: str = "head", force: bool = False, apply_sql: b
                     " values (%s, %s, %s)",
                     (package_version(), wanted, digest),
                 )
+                if embedding_dim is not None:
+                    _set_embedding_dim(cur, embedding_dim)
+            dim = _embedding_dim(cur) if apply_sql else None
             after = MigrationContext.configure(conn).get_current_revision()
-    return InstallResult(True, before, after or wanted, digest)
+    return InstallResult(True, before, after or wanted, digest, dim)
 
 
-def install_script(from_revision: str | None = None) -> str:
+def _set_embedding_dim(cur: psycopg.Cursor[Any], dim: int) -> int | None:
+    """memori.vm_embedding_dim_set: returns the dimension before."""
+    row = cur.execute("select memori.vm_embedding_dim_set(%s)", (dim,)).fetchone()
+    return row[0] if row else None
+
+
+def _embedding_dim(cur: psycopg.Cursor[Any]) -> int | None:
+    if cur.execute("select to_regprocedure('memori.vm_embedding_dim()')").fetchone() == (None,):
+        return None  # stopped at a revision before search (migration tests)
+    row = cur.execute("select memori.vm_embedding_dim()").fetchone()
+    return row[0] if row else None
+
+
+def install_script(from_revision: str | None = None, *, embedding_dim: int | None = None) -> str:
     """One SQL script a DBA can run with ``psql -v ON_ERROR_STOP=1 -f``: alembic offline mode plus sql/.
 
     Without ``from_revision`` it installs into a database that has no memori
-    schema; with it, it upgrades from that revision.
+    schema; with it, it upgrades from that revision. ``embedding_dim`` adds the
+    call that chooses the page embedding dimension.
     """
     buffer = io.StringIO()
     cfg = alembic_config(output_buffer=buffer)
@@ -158,5 +182,7 @@ def install_script(from_revision: str | None = None) -> str:
         "insert into memori.installs (pymemdb_version, alembic_revision, sql_sha256) "
         f"values ('{package_version()}', '{head_revision()}', '{sql_sha256()}');"
     )
+    if embedding_dim is not None:
+        parts.append(f"select memori.vm_embedding_dim_set({int(embedding_dim)});")
     parts.append("commit;")
     return "\n".join(parts) + "\n"

@@ -111,6 +111,8 @@ SEARCH_PAGES = fn(
     ("p_modality", "text"), ("p_page_types", "text[]"), ("p_limit", "integer"), ("p_scope", "text"),
     ("p_user_id", "text"), ("p_now", "timestamptz"), result=PageSearchResult, returns="many",
 )
+VM_EMBEDDING_DIM = fn("vm_embedding_dim", returns="scalar")
+VM_EMBEDDING_DIM_SET = fn("vm_embedding_dim_set", ("p_dim", "integer"), returns="scalar")
 PAGES_BY_TYPE = fn("pages_by_type", ("p_session_id", "text"), ("p_page_type", "text"), ("p_limit", "integer"),
                    ("p_now", "timestamptz"), result=PageIndexEntry, returns="many")
 PAGE_PROVENANCE_CHAIN = fn(
@@ -363,6 +365,17 @@ class Pages:
         return bool(self._db.call(PAGE_EMBEDDING_SET, p_session_id=session_id, p_page_id=page_id,
                                   p_embedding=None if embedding is None else to_pgvector(embedding),
                                   **given(p_now=now)))
+
+    def embedding_dim(self) -> int:
+        """memori.vm_embedding_dim: the dimension page and query embeddings must have."""
+        return int(self._db.call(VM_EMBEDDING_DIM))
+
+    def embedding_dim_set(self, dim: int) -> int:
+        """memori.vm_embedding_dim_set (schema owner only): choose the dimension; returns the previous one.
+
+        Raises EmbeddingsPresent (PM099) while pages have embeddings of another dimension.
+        """
+        return int(self._db.call(VM_EMBEDDING_DIM_SET, p_dim=dim))
 
     def embed(self, session_id: str, page_id: str, text: str, embedder: Embedder, *,
               now: datetime | None = None) -> bool:

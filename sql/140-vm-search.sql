@@ -100,11 +100,11 @@ comment on function memori._vm_check_filters(text, text[], integer) is 'Validate
 create or replace function memori._vm_check_embedding(p_embedding public.vector) returns void
 as $func$
 declare
-  v_dim integer := coalesce((select (value #>> '{}')::integer from memori.settings where key = 'vm.embedding_dim'), 384);
+  v_dim integer := memori.vm_embedding_dim();
 begin
   if p_embedding is not null and public.vector_dims(p_embedding) <> v_dim then
     perform memori._invalid(format('embedding has %s dimensions, pages have %s', public.vector_dims(p_embedding), v_dim),
-                            format('Embed with a %s-dimensional model (memori.settings vm.embedding_dim).', v_dim));
+                            format('Embed with a %s-dimensional model (memori.vm_embedding_dim(); chosen with pymemdb init --embedding-dim).', v_dim));
   end if;
   if p_embedding is not null and public.vector_norm(p_embedding) = 0 then
     -- the cosine distance to a zero vector is NaN: it would rank arbitrarily
@@ -114,6 +114,52 @@ end
 $func$ language plpgsql stable security invoker
 set search_path = pg_catalog, memori, pg_temp;
 comment on function memori._vm_check_embedding(public.vector) is 'Raise PM001 when an embedding''s dimension is not vm.embedding_dim or it is the zero vector.';
+
+-------------------------------------------------------------------------------
+-- vm_embedding_dim: the dimension of page embeddings (the column's declared type is the truth)
+create or replace function memori.vm_embedding_dim() returns integer
+as $func$
+  select nullif(a.atttypmod, -1)
+    from pg_catalog.pg_attribute a
+   where a.attrelid = 'memori.pages'::regclass and a.attname = 'embedding' and not a.attisdropped
+$func$ language sql stable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori.vm_embedding_dim() is 'Dimension of memori.pages.embedding as declared (pgvector''s typmod); vm.embedding_dim in memori.settings mirrors it.';
+
+-------------------------------------------------------------------------------
+-- vm_embedding_dim_set: choose the dimension (pymemdb init --embedding-dim N)
+-- Changing it retypes the column and rebuilds the HNSW index, so it is refused
+-- while any page has an embedding: vectors of two models cannot be compared.
+create or replace function memori.vm_embedding_dim_set(p_dim integer) returns integer
+as $func$
+declare
+  v_before integer := memori.vm_embedding_dim();
+begin
+  if p_dim is null or p_dim < 1 or p_dim > 2000 then
+    perform memori._invalid(format('embedding dimension %s is out of range', coalesce(p_dim::text, 'NULL')),
+                            'Choose 1 to 2000 dimensions (the most an HNSW index on pgvector''s vector type takes); 384 is the default.');
+  end if;
+  if p_dim is distinct from v_before then
+    -- the lock first, so no page gets an embedding between the check and the retype
+    lock table memori.pages in share row exclusive mode;
+    if exists (select 1 from memori.pages where embedding is not null) then
+      raise exception 'pages already have % -dimensional embeddings', v_before
+        using errcode = 'PM099',
+              detail = format('%s pages have an embedding.', (select count(*) from memori.pages where embedding is not null)),
+              hint = format('Keep %s, or clear them first (UPDATE memori.pages SET embedding = NULL) and re-embed every page with the new model after the change.', v_before);
+    end if;
+    drop index if exists memori.idx_pages_embedding_hnsw;
+    execute format('alter table memori.pages alter column embedding type public.vector(%s)', p_dim);
+    create index idx_pages_embedding_hnsw on memori.pages using hnsw (embedding public.vector_cosine_ops);
+  end if;
+  insert into memori.settings (key, value, description)
+  values ('vm.embedding_dim', to_jsonb(p_dim), 'Dimension of memori.pages.embedding, chosen at install (pymemdb init --embedding-dim N, memori.vm_embedding_dim_set).')
+  on conflict (key) do update set value = excluded.value, description = excluded.description;
+  return v_before;
+end
+$func$ language plpgsql volatile security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori.vm_embedding_dim_set(integer) is 'Set the page embedding dimension (1..2000): retypes memori.pages.embedding and rebuilds its HNSW index; PM099 while pages have embeddings. Returns the previous dimension. Owner only.';
 
 -------------------------------------------------------------------------------
 -- page_embedding_set: store the embedding of a page (written by the client's Embedder)
@@ -174,60 +220,83 @@ begin
   v_exact := coalesce((select (value #>> '{}')::integer from memori.settings where key = 'vm.search_exact_max'), 5000);
   v_tsq := websearch_to_tsquery('english'::regconfig, coalesce(p_query, ''));
 
-  -- ranking 1: full text (weights: hint A, content B), best v_k
-  if numnode(v_tsq) > 0 then
-    select coalesce(array_agg(id order by r desc, id), '{}') into v_ft
-      from (select p.id, ts_rank_cd(p.search_tsv, v_tsq) as r
-              from memori.pages p
-             where p.search_tsv @@ v_tsq
-               and case when p_scope = 'session' then p.session_id = p_session_id else p.user_id = v_user end
-               and (p.expires_at is null or p.expires_at > p_now)
-               and (p_modality is null or p.modality = p_modality)
-               and (p_page_types is null or p.page_type = any (p_page_types))
-             order by r desc, p.id
-             limit v_k) ft;
-  end if;
-
-  -- how many pages match in all (full-text matches and, in hybrid mode, every embedded page);
-  -- also the size of the scope the vector ranking below works on
-  select count(*) into v_total
-    from memori.pages p
-   where case when p_scope = 'session' then p.session_id = p_session_id else p.user_id = v_user end
-     and (p.expires_at is null or p.expires_at > p_now)
-     and (p_modality is null or p.modality = p_modality)
-     and (p_page_types is null or p.page_type = any (p_page_types))
-     and ((numnode(v_tsq) > 0 and p.search_tsv @@ v_tsq)
-          or (p_query_embedding is not null and p.embedding is not null));
-
-  -- ranking 2: cosine distance, best v_k. A session's pages (and a user's up to
-  -- vm.search_exact_max matches) are ranked exactly; a larger scope goes through
-  -- the HNSW index with iterative scans (relaxed order, re-sorted here), which
-  -- keep scanning until the filters have let v_k rows through.
-  if p_query_embedding is not null then
-    if p_scope = 'user' and v_total > v_exact then
-      select coalesce(array_agg(id order by d, id), '{}') into v_vec
-        from (select p.id, p.embedding operator(public.<=>) p_query_embedding as d
+  if p_scope = 'session' then
+    -- A session is small (thousands of pages): one pass over its rows yields
+    -- the count and both rankings, exactly. Its rows are spread over the heap
+    -- (sessions interleave as they write), so a second pass would read every
+    -- block again.
+    with c as materialized (
+      select p.id,
+             case when numnode(v_tsq) > 0 and p.search_tsv @@ v_tsq then ts_rank_cd(p.search_tsv, v_tsq) end as r,
+             case when p_query_embedding is not null
+                  then p.embedding operator(public.<=>) p_query_embedding end as d
+        from memori.pages p
+       where p.session_id = p_session_id
+         and (p.expires_at is null or p.expires_at > p_now)
+         and (p_modality is null or p.modality = p_modality)
+         and (p_page_types is null or p.page_type = any (p_page_types)))
+    select (select count(*) from c where c.r is not null or c.d is not null),
+           coalesce((select array_agg(id order by r desc, id)
+                       from (select id, r from c where r is not null order by r desc, id limit v_k) ft), '{}'),
+           coalesce((select array_agg(id order by d, id)
+                       from (select id, d from c where d is not null order by d, id limit v_k) vr), '{}')
+      into v_total, v_ft, v_vec;
+  else
+    -- ranking 1: full text (weights: hint A, content B), best v_k, through the GIN index
+    if numnode(v_tsq) > 0 then
+      select coalesce(array_agg(id order by r desc, id), '{}') into v_ft
+        from (select p.id, ts_rank_cd(p.search_tsv, v_tsq) as r
                 from memori.pages p
-               where p.user_id = v_user and p.embedding is not null
+               where p.search_tsv @@ v_tsq
+                 and p.user_id = v_user
                  and (p.expires_at is null or p.expires_at > p_now)
                  and (p_modality is null or p.modality = p_modality)
                  and (p_page_types is null or p.page_type = any (p_page_types))
-               order by p.embedding operator(public.<=>) p_query_embedding
-               limit v_k) a;
+               order by r desc, p.id
+               limit v_k) ft;
     end if;
-    -- exact ranking: small scopes, and the fallback when the index scan came back
-    -- short (hnsw.max_scan_tuples reached, or fewer embedded pages than v_k)
-    if cardinality(v_vec) < v_k then
-      with c as materialized (
-        select p.id, p.embedding operator(public.<=>) p_query_embedding as d
-          from memori.pages p
-         where p.embedding is not null
-           and case when p_scope = 'session' then p.session_id = p_session_id else p.user_id = v_user end
-           and (p.expires_at is null or p.expires_at > p_now)
-           and (p_modality is null or p.modality = p_modality)
-           and (p_page_types is null or p.page_type = any (p_page_types)))
-      select coalesce(array_agg(id order by d, id), '{}') into v_vec
-        from (select id, d from c order by d, id limit v_k) e;
+
+    -- how many pages match in all (full-text matches and, in hybrid mode, every
+    -- embedded page); also the size the choice of vector ranking below goes by
+    select count(*) into v_total
+      from memori.pages p
+     where p.user_id = v_user
+       and (p.expires_at is null or p.expires_at > p_now)
+       and (p_modality is null or p.modality = p_modality)
+       and (p_page_types is null or p.page_type = any (p_page_types))
+       and ((numnode(v_tsq) > 0 and p.search_tsv @@ v_tsq)
+            or (p_query_embedding is not null and p.embedding is not null));
+
+    -- ranking 2: cosine distance, best v_k. Up to vm.search_exact_max matches
+    -- exactly; above, through the HNSW index with iterative scans (relaxed
+    -- order, re-sorted here), which keep scanning until the filters have let
+    -- v_k rows through.
+    if p_query_embedding is not null then
+      if v_total > v_exact then
+        select coalesce(array_agg(id order by d, id), '{}') into v_vec
+          from (select p.id, p.embedding operator(public.<=>) p_query_embedding as d
+                  from memori.pages p
+                 where p.user_id = v_user and p.embedding is not null
+                   and (p.expires_at is null or p.expires_at > p_now)
+                   and (p_modality is null or p.modality = p_modality)
+                   and (p_page_types is null or p.page_type = any (p_page_types))
+                 order by p.embedding operator(public.<=>) p_query_embedding
+                 limit v_k) a;
+      end if;
+      -- exact ranking: small scopes, and the fallback when the index scan came back
+      -- short (hnsw.max_scan_tuples reached, or fewer embedded pages than v_k)
+      if cardinality(v_vec) < v_k then
+        with c as materialized (
+          select p.id, p.embedding operator(public.<=>) p_query_embedding as d
+            from memori.pages p
+           where p.embedding is not null
+             and p.user_id = v_user
+             and (p.expires_at is null or p.expires_at > p_now)
+             and (p_modality is null or p.modality = p_modality)
+             and (p_page_types is null or p.page_type = any (p_page_types)))
+        select coalesce(array_agg(id order by d, id), '{}') into v_vec
+          from (select id, d from c order by d, id limit v_k) e;
+      end if;
     end if;
   end if;
 

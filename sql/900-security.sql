@@ -244,6 +244,8 @@ begin
                             memori.page_embedding_set(text, text, public.vector, timestamptz)
     to memori_app;
   revoke execute on function memori.page_embedding_set(text, text, public.vector, timestamptz) from memori_cleaner;
+  -- choosing the embedding dimension retypes a column: the installer's job (pymemdb init --embedding-dim)
+  revoke execute on function memori.vm_embedding_dim_set(integer) from memori_app, memori_cleaner;
 
   -- AI virtual memory lifecycle (issue 7): segments, claims, pre-pass and prefetch records; recall signals are DBA config
   grant select, insert, update, delete on memori.vm_segments to memori_app;

@@ -79,3 +79,44 @@ def test_a_configured_embedder_embeds_new_pages_and_queries(db: pymemdb.Database
     found = db.pages.search(S, "kubernetes", now=T0)
     assert found[0].mode == "hybrid" and found[0].page_id == "msg_1"
     assert db.pages.search(S, "?!", now=T0) == []  # a zero query vector falls back to full text
+
+
+class _StubModel:
+    """Stands in for a sentence-transformers model: the wrapper's contract, not the model's quality."""
+
+    def __init__(self) -> None:
+        self.calls: list[dict[str, object]] = []
+
+    def get_sentence_embedding_dimension(self) -> int:
+        return 384
+
+    def encode(self, texts: list[str], **kwargs: object) -> list[list[float]]:
+        self.calls.append(kwargs)
+        return [HashingEmbedder().embed_one(t) for t in texts]
+
+
+def test_sentence_transformer_embedder_wraps_a_model(db: pymemdb.Database) -> None:
+    from pymemdb.embedders import SentenceTransformerEmbedder
+
+    model = _StubModel()
+    e = SentenceTransformerEmbedder(model=model, batch_size=8)
+    assert isinstance(e, Embedder) and e.dim == 384 == db.pages.embedding_dim()
+    assert e.embed([]) == []
+    [v] = e.embed(["PostgreSQL"])
+    assert isinstance(v[0], float) and model.calls[0]["normalize_embeddings"] is True
+    assert model.calls[0]["batch_size"] == 8
+    alice = db.as_user("alice")
+    alice.pages.create("s_st", "msg_1", "We chose PostgreSQL.", now=T0)
+    assert alice.pages.embed("s_st", "msg_1", "We chose PostgreSQL.", e, now=T0)
+    assert alice.pages.search("s_st", "postgres", embedder=e, now=T0)[0].mode == "hybrid"
+
+
+def test_sentence_transformer_embedder_without_the_extra_says_how_to_install(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    from pymemdb.embedders import SentenceTransformerEmbedder
+
+    monkeypatch.setitem(sys.modules, "sentence_transformers", None)  # import fails as if not installed
+    with pytest.raises(ImportError, match=r"pymemdb\[embeddings\]"):
+        SentenceTransformerEmbedder()
