@@ -24,6 +24,7 @@ from pymemdb.cli.checkpoint import app as checkpoint_app
 from pymemdb.cli.context import app as context_app
 from pymemdb.cli.pages import app as pages_app
 from pymemdb.cli.session import app as session_app
+from pymemdb.cli.vm import app as vm_app
 from pymemdb.cli.vm_fork import register as register_vm_fork
 from pymemdb.db import resolve_dsn
 from pymemdb.errors import InvalidArgument
@@ -46,6 +47,7 @@ app.add_typer(session_app, name="session")
 app.add_typer(budget_app, name="budget")
 app.add_typer(pages_app, name="pages")
 register_vm_fork(pages_app)  # pages fork | fork-chain | storage | gc | region ... (issue 7)
+app.add_typer(vm_app, name="vm")
 app.add_typer(memory_app, name="memory")
 app.add_typer(bench_app, name="bench")
 
@@ -220,16 +222,38 @@ def memory_ttl_status(dsn: DsnOption = None, as_json: JsonOption = False) -> Non
 
 
 # -- demo and bench -------------------------------------------------------------
-@app.command()
+# `pymemdb demo` alone runs the seed 05 walk-through as before; `pymemdb demo vm` the North Star run
+demo_app = typer.Typer(invoke_without_command=True)
+app.add_typer(demo_app, name="demo")
+
+
+@demo_app.callback()
 @handle_errors
 def demo(
+    ctx: typer.Context,
     dsn: DsnOption = None,
     keep: Annotated[bool, typer.Option("--keep", help="Keep the pymemdb_demo database afterwards.")] = False,
 ) -> None:
     """A scripted walk through seed 05 in a scratch database (pymemdb_demo): your data is untouched."""
+    if ctx.invoked_subcommand is not None:
+        return
     from pymemdb.demo import run_demo
 
     run_demo(dsn, keep=keep, console=console)
+
+
+@demo_app.command("vm")
+@handle_errors
+def demo_vm(
+    dsn: DsnOption = None,
+    keep: Annotated[bool, typer.Option("--keep", help="Keep the pymemdb_demo_vm database afterwards.")] = False,
+    as_json: JsonOption = False,
+) -> None:
+    """The seed 03 North Star run: 200+ turns, 5 decisions recalled with citations, metrics (scratch database)."""
+    from pymemdb.demo_vm import run_demo_vm
+
+    if not run_demo_vm(dsn, keep=keep, as_json=as_json, console=console):
+        raise typer.Exit(1)
 
 
 def _bench(suite: str, dsn: str | None, rows: int, seed: int, as_json: bool) -> None:
@@ -317,6 +341,13 @@ def bench_fork(
 ) -> None:
     """session_fork's storage growth (O(1) until writes, O(N) for N writes) vs. a full copy; reads in a fork."""
     _bench("fork", dsn, rows, seed, as_json)
+@bench_app.command("lifecycle")
+@handle_errors
+def bench_lifecycle(
+    rows: RowsOption = 10_000, dsn: DsnOption = None, as_json: JsonOption = False, seed: SeedOption = 1
+) -> None:
+    """vm_turn_start with the pre-pass vs. a plain turn; vm_prepass vs. search_pages; vm_metrics; segment_close."""
+    _bench("lifecycle", dsn, rows, seed, as_json)
 
 
 @bench_app.command("ttl")

@@ -83,6 +83,7 @@ class Database:
         from pymemdb.pages import Pages
         from pymemdb.snapshots import Snapshots
         from pymemdb.vm_fork import VmFork
+        from pymemdb.vm_lifecycle import VmLifecycle
 
         self.memories = Memories(self)
         self.cleanup = Cleanup(self)
@@ -98,6 +99,7 @@ class Database:
         self.budget = Budget(self)
         self.pages = Pages(self)
         self.vm_fork = VmFork(self)
+        self.vm = VmLifecycle(self)
 
     def as_user(self, user_id: str) -> Database:
         """The same database and pool, acting for ``user_id`` (closing it leaves the pool open)."""

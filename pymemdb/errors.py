@@ -195,6 +195,30 @@ class StaleRepresentation(VmError):
     sqlstate = "PM064"
 
 
+class ProvenanceNotFound(VmError):
+    """PM090: a claim cites a page that is not in the session."""
+
+    sqlstate = "PM090"
+
+
+class SegmentEmpty(VmError):
+    """PM091: segment_close on a segment without transcript pages."""
+
+    sqlstate = "PM091"
+
+
+class SegmentSummaryTooLong(VmError):
+    """PM092: a segment summary is not shorter than the segment it replaces."""
+
+    sqlstate = "PM092"
+
+
+class InvalidRecallSignal(VmError):
+    """PM093: a recall signal pattern is empty or not a valid regular expression."""
+
+    sqlstate = "PM093"
+
+
 class EmbeddingsPresent(VmError):
     """PM099: the embedding dimension cannot change while pages have embeddings."""
 
@@ -264,6 +288,10 @@ _BY_SQLSTATE: dict[str, type[PymemdbError]] = {
         MutationLogAppendOnly,
         PageExists,
         StaleRepresentation,
+        ProvenanceNotFound,
+        SegmentEmpty,
+        SegmentSummaryTooLong,
+        InvalidRecallSignal,
         EmbeddingsPresent,
         SessionExists,
         RegionAccessDenied,

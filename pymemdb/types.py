@@ -653,6 +653,9 @@ class VmSession:
     created_at: datetime
     updated_at: datetime
     expires_at: datetime | None
+    paging_mode: str  # model | runtime | hybrid (issue 7: who initiates paging)
+    segment_seq: int  # the open segment's number (seg_0001 is 1)
+    segment_first_turn: int  # the turn the open segment started at
 
 
 @dataclass(frozen=True)
@@ -968,3 +971,49 @@ class RegionListEntry:
     members: list[str] | None
     entries: int
     created_at: datetime
+# -- AI virtual memory lifecycle (issue 7): segments, claims, pre-pass, prefetch ------
+
+
+@dataclass(frozen=True)
+class VmSegment:
+    """A row of memori.vm_segments: a closed segment, its summary page and the compression it achieved."""
+
+    session_id: str
+    seq: int
+    user_id: str
+    segment: str
+    first_turn: int
+    last_turn: int
+    summary_page_id: str
+    pages: int
+    evicted: int
+    source_tokens: int
+    summary_tokens: int
+    closed_at: datetime
+
+
+@dataclass(frozen=True)
+class SegmentPage:
+    """A row of memori.segment_pages: a transcript page of the open segment (what a Summarizer reads)."""
+
+    page_id: str
+    role: str | None
+    turn: int
+    tokens: int
+    tier: str
+    pinned: bool
+    content: str | None
+
+
+@dataclass(frozen=True)
+class VmPrefetchItem:
+    """A page vm_prepass or vm_prefetch proposes: why, with which fault reason, and what applying it did."""
+
+    page_id: str
+    page_type: str
+    tier: str
+    reason: str  # the fault reason: user_requested_recall, speculative, tool_prereq
+    why: str  # recall_signal, topic:<word>, last_segment_summary, top_claim, procedure:<tool>
+    applied: bool
+    outcome: str | None  # served, already_mapped, in_context, refused:<reason>, skipped:<why>; None: proposed only
+    tokens: int

@@ -399,7 +399,7 @@ declare
   v_allowed text[] := array['max_l0_tokens', 'max_l1_pages', 'eviction_policy', 'eviction_threshold',
                             'pinned_last_turns', 'fault_protection_turns', 'eviction_cooldown_turns',
                             'faults_allowed', 'max_faults_per_turn', 'max_fault_tokens_per_turn',
-                            'fault_confidence_threshold'];
+                            'fault_confidence_threshold', 'paging_mode'];
   v_bad     text;
 begin
   if p_config is null or jsonb_typeof(p_config) <> 'object' then
@@ -419,6 +419,10 @@ begin
     raise exception 'unknown fault confidence threshold %', quote_literal(p_config->>'fault_confidence_threshold')
       using errcode = 'PM004', hint = 'Use one of: explicit, referenced, speculative.';
   end if;
+  if p_config ? 'paging_mode' and not coalesce((p_config->>'paging_mode') in ('model', 'runtime', 'hybrid'), false) then
+    raise exception 'unknown paging mode %', coalesce(quote_literal(p_config->>'paging_mode'), 'NULL')
+      using errcode = 'PM004', hint = 'Use one of: model (the model faults), runtime (a pre-pass prefetches), hybrid (both).';
+  end if;
   begin
     update memori.vm_sessions set
       max_l0_tokens = coalesce((p_config->>'max_l0_tokens')::integer, max_l0_tokens),
@@ -432,6 +436,7 @@ begin
       max_faults_per_turn = coalesce((p_config->>'max_faults_per_turn')::integer, max_faults_per_turn),
       max_fault_tokens_per_turn = coalesce((p_config->>'max_fault_tokens_per_turn')::integer, max_fault_tokens_per_turn),
       fault_confidence_threshold = coalesce(p_config->>'fault_confidence_threshold', fault_confidence_threshold),
+      paging_mode = coalesce(p_config->>'paging_mode', paging_mode),
       updated_at = p_now
      where session_id = v_s.session_id
     returning * into v_s;

@@ -54,11 +54,13 @@ as $func$
              and (not p_compressible or p.page_type not in ('index', 'claim', 'procedure'))
              -- anti-thrash: pages faulted in during the last fault_protection_turns stay
              and not (p.last_fault_turn is not null and p_s.turn - p.last_fault_turn < p_s.fault_protection_turns)) c
-   order by case when p_policy = 'modality_aware_lru' and c.modality in ('image', 'audio', 'video') then 0 else 1 end,
+   -- claims last whatever their score (issue 7): decisions stay available while anything else can go
+   order by c.page_type = 'claim',
+            case when p_policy = 'modality_aware_lru' and c.modality in ('image', 'audio', 'video') then 0 else 1 end,
             c.keep_score, c.last_access_turn, c.turn_added, c.page_id
 $func$ language sql stable security invoker
 set search_path = pg_catalog, memori, pg_temp;
-comment on function memori._vm_candidates(memori.vm_sessions, text, text, boolean) is 'Unpinned, unprotected pages of a working set in eviction order for a policy (modality_aware_lru: media first, then keep score); only compressible ones when asked.';
+comment on function memori._vm_candidates(memori.vm_sessions, text, text, boolean) is 'Unpinned, unprotected pages of a working set in eviction order for a policy (claims last; modality_aware_lru: media first; then keep score); only compressible ones when asked.';
 
 -------------------------------------------------------------------------------
 -- vm_eviction_candidates: which pages a policy would evict first, and why

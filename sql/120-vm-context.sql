@@ -155,7 +155,7 @@ begin
   for v_item in
     with mapped as (
       select p.id, p.page_id, p.page_type, p.modality, p.role, p.segment, p.turn, p.dimensions,
-             p.duration_seconds, p.hint, w.level, w.pinned, l.content, l.data
+             p.duration_seconds, p.hint, w.level, w.pinned, w.turn_added, l.content, l.data
         from memori.working_set w
         join memori.pages p on p.session_id = w.session_id and p.page_id = w.page_id
        cross join lateral memori._page_at_level(p, w.level) l
@@ -173,6 +173,8 @@ begin
         left join summaries s
                on s.segment = m.segment and m.page_type = 'transcript' and not m.pinned
                   and m.turn <= v_s.turn - greatest(v_s.pinned_last_turns, 1)
+                  -- a page mapped again after it was written (faulted in, prefetched) was asked for: shown as itself
+                  and m.turn_added <= m.turn
     ), shown as (
       -- pages shown as themselves
       select f.id, f.pinned, f.turn,
@@ -363,7 +365,9 @@ begin
                               where session_id = v_s.session_id group by mutation_type) m), '{}'::jsonb),
     'pack_cache', jsonb_build_object('hits', v_s.pack_hits, 'misses', v_s.pack_misses,
                                      'hit_rate', case when v_s.pack_hits + v_s.pack_misses > 0
-                                                      then round(v_s.pack_hits::numeric / (v_s.pack_hits + v_s.pack_misses), 3) end));
+                                                      then round(v_s.pack_hits::numeric / (v_s.pack_hits + v_s.pack_misses), 3) end))
+    -- lifecycle metrics (sql/155-vm-metrics.sql): per-turn faults, evictions, thrash index, prefetch hit rate
+    || memori._vm_metrics_lifecycle(v_s, p_now);
 end
 $func$ language plpgsql volatile security invoker
 set search_path = pg_catalog, memori, pg_temp;

@@ -263,6 +263,20 @@ begin
                              memori.region_page_remove(text, text, text, text),
                              memori.region_drop(text, text, timestamptz)
     from memori_cleaner;
+
+  -- AI virtual memory lifecycle (issue 7): segments, claims, pre-pass and prefetch records; recall signals are DBA config
+  grant select, insert, update, delete on memori.vm_segments to memori_app;
+  grant select, insert, update on memori.vm_prefetches to memori_app;
+  grant select on memori.vm_recall_signals to memori_app, memori_cleaner;
+  grant select on memori._retention_vm_prefetches to memori_app, memori_cleaner;
+  grant select, delete on memori.vm_prefetches to memori_cleaner;
+  revoke execute on function memori.claim_create(text, text, text[], double precision, text, text, boolean, text, text, timestamptz),
+                             memori.segment_close(text, text, text, double precision, text, timestamptz),
+                             memori.vm_prepass(text, text, boolean, integer, integer, integer, timestamptz),
+                             memori.vm_prefetch(text, boolean, integer, text[], integer, integer, integer, timestamptz),
+                             memori.vm_turn_start(text, text, text, text, timestamptz),
+                             memori.vm_cite(text, text[], timestamptz)
+    from memori_cleaner;
 end
 $grants$;
 

@@ -233,3 +233,20 @@ def test_storage_of_a_fork_is_constant_until_writes_and_linear_in_them(conn: psy
     assert abs(many["row_bytes_per_write"] / few["row_bytes_per_write"] - 1) < 0.05
     assert many["bytes"] > few["bytes"]
     assert own_rows(conn, "large") == 2000
+
+
+def test_segment_close_in_a_fork_leaves_the_source_alone(conn: psycopg.Connection) -> None:
+    # the source's transcript is mapped in L0; the fork gets its working set as own rows
+    for i in range(4):
+        page(conn, f"u{i}", f"user turn {i} about databases and deployment plans", p_role="user")
+    before = {r["page_id"]: r["tier"] for r in rows(
+        conn, "select page_id, tier from memori.pages where session_id = %s", (S,))}
+    fork(conn, S, "f1")
+    closed = one(conn, "select * from memori.segment_close('f1', 'the four turns', p_now => %s)", (T0,))
+    assert closed is not None and closed["pages"] == 4
+    after = {r["page_id"]: r["tier"] for r in rows(
+        conn, "select page_id, tier from memori.pages where session_id = %s", (S,))}
+    assert after == before  # the source's pages and tiers are untouched
+    summary = one(conn, "select provenance from memori.pages where session_id = 'f1' and page_type = 'summary'")
+    assert summary is not None and sorted(summary["provenance"]) == ["u0", "u1", "u2", "u3"]
+    assert value(conn, "select count(*) from memori.vm_segments where session_id = %s", (S,)) == 0

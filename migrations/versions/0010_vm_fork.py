@@ -1,7 +1,7 @@
 """AI virtual memory copy-on-write fork, garbage collection and shared regions (issue 7, seed 03 phase 10).
 
 Revision ID: 0010
-Revises: 0008
+Revises: 0009
 Create Date: 2026-11-22
 
 Run-once DDL only; the API is sql/160-vm-fork.sql, sql/165-vm-gc.sql and
@@ -13,7 +13,7 @@ recursive walk: memori.vm_visible_pages (sql/100) is the only place that reads i
 from alembic import op
 
 revision = "0010"
-down_revision = "0008"
+down_revision = "0009"
 branch_labels = None
 depends_on = None
 

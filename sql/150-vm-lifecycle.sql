@@ -1,0 +1,689 @@
+-- pymemdb SQL API, part 15: AI virtual memory lifecycle (seed 03, phases 2.6, 10, 11; issue 7).
+--
+-- Claims are token-cheap, high-importance decision pages with provenance; the
+-- working set evicts them last (sql/105 orders candidates claims-last).
+-- segment_close is the infinite-conversation hook: the open segment's
+-- transcript leaves L0 for L2 (the swap file), a summary page written by the
+-- client's Summarizer stands in for it, and the next segment starts.
+-- vm_prepass is the seed's runtime pre-pass (recall signals, topics, the last
+-- segment summary) and vm_prefetch its simple prefetcher; both only propose
+-- pages unless told to apply, and then fault them in through page_fault, so
+-- the fault policy (per-turn limits, confidence threshold) holds for them as
+-- for the model. A session's paging mode (model | runtime | hybrid) decides
+-- whether vm_turn_start runs the pre-pass.
+--
+-- Pages are read through the VM's accessors (_page_get, page_lookup,
+-- pages_by_type, pages_top_importance, search_pages, page_fault) wherever one
+-- fits, so a change in how pages resolve (forks) reaches this file too.
+
+-------------------------------------------------------------------------------
+-- configuration
+insert into memori.settings (key, value, description) values
+  ('vm.claim_max_tokens', '200', 'Largest claim page accepted, in tokens: claims are token-cheap by design.'),
+  ('vm.prepass_max_faults', '2', 'Faults the runtime pre-pass and the prefetcher may use per call (never more than the session''s max_faults_per_turn left this turn).'),
+  ('vm.prepass_topics', '3', 'Topics the pre-pass extracts from a user message.'),
+  ('vm.prepass_stopwords', '["about", "again", "before", "choice", "could", "decided", "decision", "earlier", "remember", "previously", "regarding", "return", "revisit", "should", "their", "there", "these", "thing", "those", "what", "whats", "where", "which", "would"]', 'Words of 5+ letters the pre-pass never takes as a topic (recall phrasing, not subject matter).'),
+  ('vm.thrash_window_turns', '5', 'Window of the seed''s thrash index, in turns.')
+on conflict (key) do nothing;
+
+-- the seed's three recall signals (11.2); DBAs add or disable rows
+insert into memori.vm_recall_signals (pattern, description) values
+  ('(as we|what did we|earlier|previously|remember when)', 'Explicit recall: "as we decided", "what did we say", "earlier".'),
+  ('(that (decision|choice|plan|approach) (about|for|regarding))', 'A reference to an earlier decision, choice, plan or approach.'),
+  ('(go back to|revisit|return to)', 'Returning to an earlier topic.')
+on conflict (pattern) do nothing;
+
+comment on table memori.vm_segments is 'Closed segments of a VM session: turns, transcript pages, summary page, source and summary tokens.';
+comment on table memori.vm_recall_signals is 'Recall signal patterns (case-insensitive regular expressions) of the runtime pre-pass; seeded with the seed''s three.';
+comment on table memori.vm_prefetches is 'Pages the runtime pre-pass or the prefetcher faulted in, and the turn the model cited them (prefetch hit rate).';
+
+-------------------------------------------------------------------------------
+-- retention: prefetch records expire like the fault record
+create or replace view memori._retention_vm_prefetches with (security_invoker = true) as
+select f.id, f.user_id as owner, f.session_id as category, f.source as kind, f.expires_at, false as important
+  from memori.vm_prefetches f;
+comment on view memori._retention_vm_prefetches is 'memori.vm_prefetches as retention candidates: source (prepass, prefetch) as kind.';
+
+select memori.retention_register('vm_prefetches', 'memori.vm_prefetches', 'memori._retention_vm_prefetches', 'id',
+                                 'Pages prefetched by the VM pre-pass and prefetcher (seed 03)', 1, interval '30 days');
+
+-------------------------------------------------------------------------------
+-- _vm_recall_signal_check: a recall signal must be a valid regular expression
+create or replace function memori._vm_recall_signal_check() returns trigger
+as $func$
+begin
+  begin
+    perform '' ~* new.pattern;
+  exception when invalid_regular_expression then
+    raise exception 'recall signal % is not a valid regular expression: %', quote_literal(new.pattern), sqlerrm
+      using errcode = 'PM093', hint = 'Use a PostgreSQL regular expression (matched case-insensitively), e.g. ''(as we|earlier)''.';
+  end;
+  if btrim(coalesce(new.pattern, '')) = '' then
+    raise exception 'recall signal pattern is empty'
+      using errcode = 'PM093', hint = 'An empty pattern matches every message; disable the pre-pass with paging_mode = model instead.';
+  end if;
+  return new;
+end
+$func$ language plpgsql volatile security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._vm_recall_signal_check() is 'Trigger: refuse a recall signal that is empty or not a valid regular expression (PM093).';
+
+create or replace trigger vm_recall_signals_check before insert or update on memori.vm_recall_signals
+  for each row execute function memori._vm_recall_signal_check();
+
+-------------------------------------------------------------------------------
+-- _vm_segment_label: the label of a session's n-th segment
+create or replace function memori._vm_segment_label(p_seq integer) returns text
+as $func$
+  select 'seg_' || lpad(p_seq::text, 4, '0')
+$func$ language sql immutable parallel safe security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._vm_segment_label(integer) is 'Label of the n-th segment of a session: seg_0001, seg_0002, ...';
+
+-------------------------------------------------------------------------------
+-- _vm_setting_int: an integer vm.* setting with a default
+create or replace function memori._vm_setting_int(p_key text, p_default integer) returns integer
+as $func$
+  select coalesce((memori._setting(p_key) #>> '{}')::integer, p_default)
+$func$ language sql stable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._vm_setting_int(text, integer) is 'An integer memori.settings value, or the default when absent.';
+
+-------------------------------------------------------------------------------
+-- claim_create: a token-cheap, high-importance decision page with provenance
+create or replace function memori.claim_create(
+  p_session_id text,
+  p_content    text,
+  p_provenance text[],
+  p_importance double precision default 0.95,
+  p_topic      text default null,
+  p_claim_id   text default null,
+  p_pin        boolean default null,
+  p_actor      text default 'system',
+  p_user_id    text default null,
+  p_now        timestamptz default now()
+) returns memori.pages
+as $func$
+declare
+  -- no creating: a claim cites pages, so its session exists already
+  v_s       memori.vm_sessions := memori._vm_session(p_session_id, p_user_id, false, p_now);
+  v_missing text[];
+  v_tokens  integer := memori._tokens_estimate(p_content);
+  v_max     integer := memori._vm_setting_int('vm.claim_max_tokens', 200);
+  v_id      text := p_claim_id;
+  v_stem    text;
+  v_n       integer := 0;
+  v_p       memori.pages;
+begin
+  if nullif(btrim(coalesce(p_content, '')), '') is null then
+    perform memori._invalid('a claim needs content', 'State the decision, e.g. ''Decision: use PostgreSQL for the database''.');
+  end if;
+  if v_tokens > v_max then
+    raise exception 'a claim is % tokens; claims are at most % tokens', v_tokens, v_max
+      using errcode = 'PM003', detail = format('session %s', p_session_id),
+            hint = 'State the decision in one sentence and keep the discussion in its provenance pages (or raise memori.settings vm.claim_max_tokens).';
+  end if;
+  if p_provenance is null or cardinality(p_provenance) = 0 then
+    perform memori._invalid('a claim needs provenance: the page ids it was decided in',
+                            'Pass p_provenance => ARRAY[''msg_042'', ''msg_043''].');
+  end if;
+  if p_topic is not null then
+    perform memori._check_identifier('topic', p_topic, 200);
+  end if;
+  -- every source must be a live page of this session (through the page-table accessor)
+  select array_agg(x order by o) into v_missing
+    from unnest(p_provenance) with ordinality as u(x, o)
+   where x is null or (memori.page_lookup(p_session_id, x, p_now)).page_id is null;
+  if v_missing is not null then
+    raise exception 'provenance page(s) % not in session %', array_to_string(v_missing, ', ', 'NULL'), quote_literal(p_session_id)
+      using errcode = 'PM090', detail = format('missing: %s', array_to_string(v_missing, ', ', 'NULL')),
+            hint = 'Cite pages of this session (memori.vm_manifest or memori.search_pages lists them); create the source pages first.';
+  end if;
+  if v_id is null then
+    -- claim_<topic>_001: the seed's id shape, numbered within the session
+    v_stem := 'claim_' || coalesce(lower(regexp_replace(p_topic, '[^[:alnum:]_]+', '_', 'g')), left(md5(p_content), 8)) || '_';
+    loop
+      v_n := v_n + 1;
+      v_id := v_stem || lpad(v_n::text, 3, '0');
+      exit when (memori.page_lookup(p_session_id, v_id, p_now)).page_id is null;
+    end loop;
+  end if;
+  v_p := memori.page_create(p_session_id => p_session_id, p_page_id => v_id, p_content => p_content,
+                            p_page_type => 'claim', p_importance => p_importance,
+                            p_provenance => array(select x from unnest(p_provenance) with ordinality u(x, o)
+                                                   group by x order by min(o)),
+                            p_hint => p_topic, p_segment => memori._vm_segment_label(v_s.segment_seq),
+                            p_add_to_working_set => true, p_pin => p_pin, p_actor => p_actor,
+                            p_user_id => v_s.user_id, p_now => p_now);
+  perform memori._event_emit('claim.created', jsonb_build_object('session_id', p_session_id, 'page_id', v_p.page_id,
+                                                                  'topic', p_topic, 'provenance', to_jsonb(v_p.provenance)),
+                             p_now);
+  return v_p;
+end
+$func$ language plpgsql volatile security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori.claim_create(text, text, text[], double precision, text, text, boolean, text, text, timestamptz) is 'Record a decision as a claim page (at most vm.claim_max_tokens, importance 0.95 by default) citing pages of the session (PM090 when one is missing), mapped into L0 where eviction takes it last.';
+
+-------------------------------------------------------------------------------
+-- _vm_segment_open: the transcript pages of a session's open segment
+create or replace function memori._vm_segment_open(p_s memori.vm_sessions, p_now timestamptz)
+returns setof memori.pages
+as $func$
+  -- labelled with the open segment, or unlabelled and written since it opened;
+  -- through vm_visible_pages, so a fork's shared pages are included (sql/160)
+  select q.* from memori.vm_visible_pages p join memori.pages q on q.id = p.id
+   where p.viewer_session_id = p_s.session_id and p.page_type = 'transcript'
+     and (p.expires_at is null or p.expires_at > p_now)
+     and (p.segment = memori._vm_segment_label(p_s.segment_seq)
+          or (p.segment is null and p.turn >= p_s.segment_first_turn))
+   order by p.id
+$func$ language sql stable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._vm_segment_open(memori.vm_sessions, timestamptz) is 'Transcript pages of the open segment: labelled with it, or unlabelled and written since it opened; in creation order.';
+
+-------------------------------------------------------------------------------
+-- segment_current: the label of a session's open segment
+create or replace function memori.segment_current(p_session_id text) returns text
+as $func$
+  select memori._vm_segment_label((memori._vm_session_read(p_session_id)).segment_seq)
+$func$ language sql stable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori.segment_current(text) is 'The label of the open segment of a VM session (seg_0001, ...): pass it as p_segment when creating pages; PM005 when the session is missing.';
+
+-------------------------------------------------------------------------------
+-- segment_pages: what a Summarizer needs to summarize the open segment
+create or replace function memori.segment_pages(p_session_id text, p_now timestamptz default now())
+returns table (page_id text, role text, turn integer, tokens integer, tier text, pinned boolean, content text)
+as $func$
+  select p.page_id, p.role, p.turn, p.tokens, p.tier, coalesce(w.pinned, false), coalesce(p.content, p.data::text, p.artifact_ref)
+    from memori._vm_segment_open(memori._vm_session_read(p_session_id), p_now) p
+    left join memori.working_set w on w.session_id = p.session_id and w.page_id = p.page_id
+   order by p.id
+$func$ language sql stable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori.segment_pages(text, timestamptz) is 'The transcript pages of the open segment (role, turn, tokens, tier, pinned, content) in order: the source a Summarizer summarizes before segment_close.';
+
+-------------------------------------------------------------------------------
+-- _vm_swap_out: move one page out of L0/L1 to a lower tier (logged)
+create or replace function memori._vm_swap_out(p_s memori.vm_sessions, p_page memori.pages, p_tier text, p_actor text,
+                                               p_cause text, p_now timestamptz)
+returns boolean
+as $func$
+declare
+  v_level integer;
+begin
+  -- a fork's shared row belongs to its ancestor: never mapped in the fork (only
+  -- own rows are), and changing its tier here would change the ancestor's page
+  if p_page.tier >= p_tier or p_page.session_id <> p_s.session_id then
+    return false;
+  end if;
+  delete from memori.working_set where session_id = p_s.session_id and page_id = p_page.page_id
+  returning level into v_level;
+  update memori.pages set tier = p_tier, compression_level = 0,
+                          last_evict_turn = case when p_page.tier = 'L0' then p_s.turn else last_evict_turn end
+   where id = p_page.id;
+  perform memori._page_mutation(p_s, p_page.page_id, 'evict', p_page.tier, p_tier, v_level, null, null, p_actor,
+                                p_cause, p_now);
+  return true;
+end
+$func$ language plpgsql volatile security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._vm_swap_out(memori.vm_sessions, memori.pages, text, text, text, timestamptz) is 'Unmap a page and move it down to a tier (L0/L1 -> L2), logged as an evict mutation; false when it already is that low.';
+
+-------------------------------------------------------------------------------
+-- segment_close: summarize the open segment, swap its transcript out, open the next
+create or replace function memori.segment_close(
+  p_session_id      text,
+  p_summary         text,
+  p_summary_page_id text default null,
+  p_importance      double precision default 0.6,
+  p_actor           text default 'system',
+  p_now             timestamptz default now()
+) returns memori.vm_segments
+as $func$
+declare
+  v_s       memori.vm_sessions := memori._vm_session(p_session_id, null, false, p_now);
+  v_label   text := memori._vm_segment_label(v_s.segment_seq);
+  v_pages   memori.pages[];
+  v_p       memori.pages;
+  v_source  integer;
+  v_sum     memori.pages;
+  v_evicted integer := 0;
+  v_seg     memori.vm_segments;
+begin
+  select coalesce(array_agg(p order by p.id), '{}') into v_pages
+    from memori._vm_segment_open(v_s, p_now) p;
+  if cardinality(v_pages) = 0 then
+    raise exception 'segment % of session % has no transcript pages', v_label, quote_literal(p_session_id)
+      using errcode = 'PM091', detail = format('open since turn %s', v_s.segment_first_turn),
+            hint = 'Close a segment after its turns were written (pages with p_segment => memori.segment_current(...)).';
+  end if;
+  if nullif(btrim(coalesce(p_summary, '')), '') is null then
+    perform memori._invalid('the segment summary is empty', 'Summarize memori.segment_pages with a Summarizer (db.vm.segment_close does).');
+  end if;
+  select sum(x.tokens) into v_source from unnest(v_pages) x;
+  if memori._tokens_estimate(p_summary) >= v_source then
+    raise exception 'the summary is % tokens; the segment it replaces is % tokens', memori._tokens_estimate(p_summary), v_source
+      using errcode = 'PM092', detail = format('segment %s of session %s', v_label, p_session_id),
+            hint = 'Summarize to well under the segment''s tokens (a tenth is the seed''s 10:1 target).';
+  end if;
+
+  -- the summary stands in for the segment: provenance to every transcript page of it
+  v_sum := memori.page_create(p_session_id => p_session_id,
+                              p_page_id => coalesce(p_summary_page_id, 'summary_' || v_label),
+                              p_content => p_summary, p_page_type => 'summary', p_importance => p_importance,
+                              p_provenance => array(select x.page_id from unnest(v_pages) x order by x.id),
+                              p_hint => format('summary of %s (turns %s-%s)', v_label,
+                                               (select min(x.turn) from unnest(v_pages) x), v_s.turn)
+                                        || coalesce(': ' || memori._page_topics(p_summary, 5), ''),
+                              p_segment => v_label, p_add_to_working_set => true, p_actor => p_actor,
+                              p_user_id => v_s.user_id, p_now => p_now);
+  -- the swap file: every unpinned transcript page of the segment goes to L2
+  foreach v_p in array v_pages loop
+    continue when exists (select 1 from memori.working_set w
+                           where w.session_id = v_s.session_id and w.page_id = v_p.page_id and w.pinned);
+    select * into v_p from memori.pages where id = v_p.id;  -- its tier now (mapping the summary may have evicted it)
+    if memori._vm_swap_out(v_s, v_p, 'L2', p_actor, 'segment_close', p_now) then
+      v_evicted := v_evicted + 1;
+    end if;
+  end loop;
+
+  insert into memori.vm_segments (session_id, seq, user_id, segment, first_turn, last_turn, summary_page_id, pages,
+                                  evicted, source_tokens, summary_tokens, closed_at)
+  values (v_s.session_id, v_s.segment_seq, v_s.user_id, v_label,
+          least(v_s.segment_first_turn, (select min(x.turn) from unnest(v_pages) x)), v_s.turn, v_sum.page_id,
+          cardinality(v_pages), v_evicted, v_source, v_sum.tokens, p_now)
+  returning * into v_seg;
+  update memori.vm_sessions set segment_seq = segment_seq + 1, segment_first_turn = turn + 1, updated_at = p_now
+   where session_id = v_s.session_id;
+  perform memori._event_emit('segment.closed', jsonb_build_object('session_id', p_session_id, 'segment', v_label,
+                                                                   'summary_page_id', v_sum.page_id, 'pages', v_seg.pages,
+                                                                   'evicted', v_evicted), p_now);
+  return v_seg;
+end
+$func$ language plpgsql volatile security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori.segment_close(text, text, text, double precision, text, timestamptz) is 'Infinite-conversation hook: a summary page (provenance: the open segment''s transcript) enters L0, the segment''s unpinned transcript pages go to L2, the next segment opens; PM091 when empty, PM092 when the summary is not shorter.';
+
+-------------------------------------------------------------------------------
+-- segment_list: the closed segments of a session, oldest first
+create or replace function memori.segment_list(p_session_id text) returns setof memori.vm_segments
+as $func$
+  select * from memori.vm_segments where session_id = p_session_id order by seq
+$func$ language sql stable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori.segment_list(text) is 'Closed segments of a VM session, oldest first: turns, pages, summary page, source and summary tokens.';
+
+-------------------------------------------------------------------------------
+-- _vm_last_summary: the summary page of a session's last closed segment
+create or replace function memori._vm_last_summary(p_session_id text, p_now timestamptz) returns memori.pages
+as $func$
+declare
+  v_id text;
+  v_p  memori.pages;
+begin
+  select summary_page_id into v_id from memori.vm_segments where session_id = p_session_id order by seq desc limit 1;
+  if v_id is null then
+    return null;
+  end if;
+  begin
+    v_p := memori._page_get(p_session_id, v_id, p_now, false);
+  exception when sqlstate 'PM005' then
+    return null;  -- expired or removed since
+  end;
+  return v_p;
+end
+$func$ language plpgsql stable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._vm_last_summary(text, timestamptz) is 'The summary page of the last closed segment of a session (NULL when none, or gone).';
+
+-------------------------------------------------------------------------------
+-- _vm_prefetch_item: one proposed page
+create or replace function memori._vm_prefetch_item(p_page memori.pages, p_reason text, p_why text)
+returns memori.vm_prefetch_item
+as $func$
+  select row(p_page.page_id, p_page.page_type, p_page.tier, p_reason, p_why, false, null, 0)::memori.vm_prefetch_item
+$func$ language sql immutable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._vm_prefetch_item(memori.pages, text, text) is 'A vm_prefetch_item for a page: not applied yet.';
+
+-------------------------------------------------------------------------------
+-- _vm_prefetch_apply: fault proposed pages in through page_fault, within the turn's budget
+-- One fault per topic: the seed's thrash index counts every fault after the
+-- first in a topic window, so further matches of a topic are only proposed.
+create or replace function memori._vm_prefetch_apply(
+  p_s memori.vm_sessions, p_items memori.vm_prefetch_item[], p_source text, p_max_faults integer,
+  p_target_level integer, p_now timestamptz
+) returns memori.vm_prefetch_item[]
+as $func$
+declare
+  v_out    memori.vm_prefetch_item[] := '{}';
+  v_item   memori.vm_prefetch_item;
+  v_served integer;
+  v_budget integer;
+  v_groups text[] := '{}';
+  v_group  text;
+  v_env    jsonb;
+begin
+  select count(*) into v_served from memori.page_faults
+   where session_id = p_s.session_id and turn = p_s.turn and outcome = 'served';
+  v_budget := least(coalesce(p_max_faults, memori._vm_setting_int('vm.prepass_max_faults', 2)),
+                    p_s.max_faults_per_turn - v_served);
+  foreach v_item in array p_items loop
+    v_group := case when v_item.why like 'topic:%' then v_item.why else v_item.page_id end;
+    if v_item.tier = 'L0' then
+      v_item.outcome := 'in_context';
+    elsif not p_s.faults_allowed then
+      v_item.outcome := 'skipped:faults_disabled';
+    elsif (p_s.fault_confidence_threshold = 'explicit' and v_item.reason <> 'user_requested_recall')
+          or (p_s.fault_confidence_threshold = 'referenced' and v_item.reason = 'speculative') then
+      v_item.outcome := 'skipped:confidence_threshold';
+    elsif v_group = any (v_groups) then
+      v_item.outcome := 'skipped:topic_has_fault';
+    elsif v_budget <= 0 then
+      v_item.outcome := 'skipped:fault_budget';
+    else
+      v_env := memori.page_fault(p_s.session_id, v_item.page_id, p_target_level, v_item.reason, 'system', p_now);
+      v_item.applied := true;
+      if v_env->'error' is not null and v_env->'error' <> 'null'::jsonb then
+        v_item.outcome := 'refused:' || (v_env->'error'->>'reason');
+      elsif (v_env->'effects'->>'promoted_to_working_set')::boolean then
+        v_item.outcome := 'served';
+        v_item.tier := 'L0';
+        v_item.tokens := coalesce((v_env->'effects'->>'tokens_est')::integer, 0);
+        v_budget := v_budget - 1;
+        v_groups := v_groups || v_group;
+        insert into memori.vm_prefetches (session_id, user_id, page_id, turn, source, reason, why, tokens, at, expires_at)
+        values (p_s.session_id, p_s.user_id, v_item.page_id, p_s.turn, p_source, v_item.reason, v_item.why,
+                v_item.tokens, p_now, memori._vm_retention('vm_prefetches', p_now));
+      else
+        v_item.outcome := 'already_mapped';
+      end if;
+    end if;
+    v_out := v_out || v_item;
+  end loop;
+  return v_out;
+end
+$func$ language plpgsql volatile security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._vm_prefetch_apply(memori.vm_sessions, memori.vm_prefetch_item[], text, integer, integer, timestamptz) is 'Fault proposed pages in through page_fault (actor system) in order: unmapped only, within the confidence threshold, one per topic, at most the pre-pass budget and the turn''s remaining faults; records served ones in vm_prefetches.';
+
+-------------------------------------------------------------------------------
+-- _vm_check_prefetch_args: shared argument checks of vm_prepass and vm_prefetch
+create or replace function memori._vm_check_prefetch_args(p_max_faults integer, p_target_level integer) returns void
+as $func$
+begin
+  if p_max_faults is not null and p_max_faults < 0 then
+    perform memori._invalid(format('max faults must be >= 0, got %s', p_max_faults), 'Omit it to use vm.prepass_max_faults.');
+  end if;
+  if p_target_level is null or p_target_level not between 0 and 3 then
+    perform memori._invalid(format('target level must be 0..3, got %s', coalesce(p_target_level::text, 'NULL')),
+                            '2 (abstract) is the seed''s default; 0 is the full page.');
+  end if;
+end
+$func$ language plpgsql immutable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._vm_check_prefetch_args(integer, integer) is 'PM001 unless max faults >= 0 (or NULL) and the target level is 0..3.';
+
+-------------------------------------------------------------------------------
+-- _vm_prefetch_proposed: proposals left unapplied (mapped ones marked in_context)
+create or replace function memori._vm_prefetch_proposed(p_items memori.vm_prefetch_item[])
+returns memori.vm_prefetch_item[]
+as $func$
+declare
+  v_out  memori.vm_prefetch_item[] := '{}';
+  v_item memori.vm_prefetch_item;
+begin
+  foreach v_item in array p_items loop
+    v_item.outcome := case when v_item.tier = 'L0' then 'in_context' end;
+    v_out := v_out || v_item;
+  end loop;
+  return v_out;
+end
+$func$ language plpgsql immutable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._vm_prefetch_proposed(memori.vm_prefetch_item[]) is 'Proposals without applying them: pages already in L0 are marked in_context.';
+
+-------------------------------------------------------------------------------
+-- vm_prepass_topics: the topics the pre-pass takes from a user message
+create or replace function memori.vm_prepass_topics(p_user_message text, p_limit integer default null) returns text[]
+as $func$
+  select coalesce(string_to_array(memori._page_topics(
+           array_to_string(array(
+             select w from regexp_split_to_table(left(coalesce(p_user_message, ''), 10000), '[^[:alnum:]_]+') w
+              where lower(w) <> all (array(select jsonb_array_elements_text(
+                                             coalesce(memori._setting('vm.prepass_stopwords'), '[]'::jsonb))))), ' '),
+           coalesce(p_limit, memori._vm_setting_int('vm.prepass_topics', 3))), ', '), '{}')
+$func$ language sql stable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori.vm_prepass_topics(text, integer) is 'Topics of a user message for the pre-pass: memori._page_topics of its words minus vm.prepass_stopwords (most frequent 5+ letter words).';
+
+-------------------------------------------------------------------------------
+-- vm_prepass: the runtime pre-pass (seed 11.2): which pages to prefetch for a user message
+create or replace function memori.vm_prepass(
+  p_session_id   text,
+  p_user_message text,
+  p_apply        boolean default false,
+  p_per_topic    integer default 2,
+  p_max_faults   integer default null,
+  p_target_level integer default 2,
+  p_now          timestamptz default now()
+) returns setof memori.vm_prefetch_item
+as $func$
+declare
+  v_s      memori.vm_sessions;
+  v_signal boolean;
+  v_items  memori.vm_prefetch_item[] := '{}';
+  v_seen   text[] := '{}';
+  v_topic  text;
+  v_n      integer;
+  v_r      record;
+  v_p      memori.pages;
+begin
+  if p_user_message is null or length(p_user_message) > 100000 then
+    perform memori._invalid('the user message is missing or longer than 100,000 characters', 'Pass the user''s message as text.');
+  end if;
+  if p_per_topic is null or p_per_topic not between 1 and 10 then
+    perform memori._invalid(format('per-topic matches must be 1..10, got %s', coalesce(p_per_topic::text, 'NULL')),
+                            'The seed takes the best 2 matches per topic.');
+  end if;
+  perform memori._vm_check_prefetch_args(p_max_faults, p_target_level);
+  v_s := case when coalesce(p_apply, false) then memori._vm_session(p_session_id, null, false, p_now)
+              else memori._vm_session_read(p_session_id) end;
+  v_signal := exists (select 1 from memori.vm_recall_signals where enabled and p_user_message ~* pattern);
+
+  -- 1. a recall signal: the top claims (decisions are what users recall most)
+  if v_signal then
+    for v_r in select * from memori.pages_top_importance(p_session_id, 5, 'claim', p_now) loop
+      v_p := memori._page_get(p_session_id, v_r.page_id, p_now, false);
+      v_items := v_items || memori._vm_prefetch_item(v_p, 'user_requested_recall', 'recall_signal');
+      v_seen := v_seen || v_p.page_id;
+    end loop;
+  end if;
+  -- 2. the best matches of each topic of the message; on a recall signal, the
+  -- sources of the topic's best claim first, newest first (where it was decided)
+  foreach v_topic in array memori.vm_prepass_topics(p_user_message) loop
+    v_n := 0;
+    for v_r in select src.page_id
+                 from (select c.page_id from memori.search_pages(p_session_id, v_topic, p_page_types => array['claim'],
+                                                                 p_limit => 1, p_now => p_now) c
+                        where v_signal) best
+                cross join lateral memori.page_provenance_chain(p_session_id, best.page_id, 'up', 1, p_now) ch
+                cross join lateral memori._page_get(p_session_id, ch.page_id, p_now, false) src
+                order by src.turn desc, src.id desc loop
+      exit when v_n >= p_per_topic;
+      continue when v_r.page_id = any (v_seen);
+      v_p := memori._page_get(p_session_id, v_r.page_id, p_now, false);
+      v_items := v_items || memori._vm_prefetch_item(v_p, 'user_requested_recall', 'topic:' || v_topic);
+      v_seen := v_seen || v_p.page_id;
+      v_n := v_n + 1;
+    end loop;
+    for v_r in select * from memori.search_pages(p_session_id, v_topic, p_limit => 20, p_now => p_now) loop
+      exit when v_n >= p_per_topic;
+      continue when v_r.page_id = any (v_seen);
+      v_p := memori._page_get(p_session_id, v_r.page_id, p_now, false);
+      -- this turn's transcript is the message itself (vm_turn_start stored it): not a match
+      continue when v_p.page_type = 'transcript' and v_p.turn = v_s.turn;
+      v_items := v_items || memori._vm_prefetch_item(v_p, case when v_signal then 'user_requested_recall' else 'speculative' end,
+                                                     'topic:' || v_topic);
+      v_seen := v_seen || v_p.page_id;
+      v_n := v_n + 1;
+    end loop;
+  end loop;
+  -- 3. always the last segment summary
+  v_p := memori._vm_last_summary(p_session_id, p_now);
+  if v_p.page_id is not null and not v_p.page_id = any (v_seen) then
+    v_items := v_items || memori._vm_prefetch_item(v_p, case when v_signal then 'user_requested_recall' else 'speculative' end,
+                                                   'last_segment_summary');
+  end if;
+
+  if coalesce(p_apply, false) then
+    v_items := memori._vm_prefetch_apply(v_s, v_items, 'prepass', p_max_faults, p_target_level, p_now);
+  else
+    v_items := memori._vm_prefetch_proposed(v_items);
+  end if;
+  return query select * from unnest(v_items);
+end
+$func$ language plpgsql volatile security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori.vm_prepass(text, text, boolean, integer, integer, integer, timestamptz) is 'The runtime pre-pass: top claims when a recall signal matches, the best matches of each topic (on a recall, the sources of its best claim first; then search_pages), the last segment summary; with p_apply, faults the unmapped ones in (user_requested_recall or speculative) within the turn''s fault budget, one per topic.';
+
+-------------------------------------------------------------------------------
+-- vm_prefetch: the seed's simple prefetcher (2.6)
+create or replace function memori.vm_prefetch(
+  p_session_id   text,
+  p_apply        boolean default false,
+  p_claims       integer default 3,
+  p_tools        text[] default null,
+  p_recent_turns integer default 3,
+  p_max_faults   integer default null,
+  p_target_level integer default 2,
+  p_now          timestamptz default now()
+) returns setof memori.vm_prefetch_item
+as $func$
+declare
+  v_s     memori.vm_sessions;
+  v_items memori.vm_prefetch_item[] := '{}';
+  v_seen  text[] := '{}';
+  v_tools text[];
+  v_r     record;
+  v_m     record;
+  v_p     memori.pages;
+  v_proc  memori.pages;
+  v_pat   text;
+begin
+  if p_claims is null or p_claims not between 0 and 100 then
+    perform memori._invalid(format('claims must be 0..100, got %s', coalesce(p_claims::text, 'NULL')), 'The seed prefetches 3.');
+  end if;
+  if p_recent_turns is null or p_recent_turns < 1 then
+    perform memori._invalid('recent turns must be >= 1', 'Likely tools are the ones used in the last 3 turns by default.');
+  end if;
+  perform memori._vm_check_prefetch_args(p_max_faults, p_target_level);
+  v_s := case when coalesce(p_apply, false) then memori._vm_session(p_session_id, null, false, p_now)
+              else memori._vm_session_read(p_session_id) end;
+
+  -- 1. the last segment summary ("what did we discuss")
+  v_p := memori._vm_last_summary(p_session_id, p_now);
+  if v_p.page_id is not null then
+    v_items := v_items || memori._vm_prefetch_item(v_p, 'speculative', 'last_segment_summary');
+    v_seen := v_seen || v_p.page_id;
+  end if;
+  -- 2. the most referenced claims
+  for v_r in select c.page_id from memori.pages_by_type(p_session_id, 'claim', 10000, p_now) c
+              order by c.access_count desc, c.importance desc, c.last_accessed desc, c.page_id
+              limit p_claims loop
+    v_p := memori._page_get(p_session_id, v_r.page_id, p_now, false);
+    v_items := v_items || memori._vm_prefetch_item(v_p, 'speculative', 'top_claim');
+    v_seen := v_seen || v_p.page_id;
+  end loop;
+  -- 3. prerequisite pages of likely tools: the tools named, else those used in the last turns
+  v_tools := coalesce(p_tools, array(
+    select distinct coalesce(p.data->>'tool', p.hint) from memori.vm_visible_pages p
+     where p.viewer_session_id = p_session_id and p.role = 'tool' and p.turn > v_s.turn - p_recent_turns
+       and coalesce(p.data->>'tool', p.hint) is not null and (p.expires_at is null or p.expires_at > p_now)));
+  for v_r in select c.page_id from memori.pages_by_type(p_session_id, 'procedure', 10000, p_now) c loop
+    v_proc := memori._page_get(p_session_id, v_r.page_id, p_now, false);
+    continue when v_proc.data is null or jsonb_typeof(v_proc.data) <> 'object'
+               or not (v_proc.data->>'tool') = any (v_tools);
+    -- prereqs and typical_pages_read are page ids or globs (claim_location_*)
+    for v_pat in select jsonb_array_elements_text(x) from (
+                   select case when jsonb_typeof(v_proc.data->'prereqs') = 'array' then v_proc.data->'prereqs' else '[]' end
+                   union all
+                   select case when jsonb_typeof(v_proc.data->'typical_pages_read') = 'array'
+                               then v_proc.data->'typical_pages_read' else '[]' end) t(x) loop
+      for v_m in select p.page_id from memori.vm_visible_pages p
+                  where p.viewer_session_id = p_session_id and (p.expires_at is null or p.expires_at > p_now)
+                    and p.page_id like replace(replace(replace(v_pat, '\', '\\'), '%', '\%'), '*', '%')
+                  order by p.importance desc, p.page_id limit 5 loop
+        continue when v_m.page_id = any (v_seen);
+        v_p := memori._page_get(p_session_id, v_m.page_id, p_now, false);
+        v_items := v_items || memori._vm_prefetch_item(v_p, 'tool_prereq', 'procedure:' || (v_proc.data->>'tool'));
+        v_seen := v_seen || v_p.page_id;
+      end loop;
+    end loop;
+  end loop;
+
+  if coalesce(p_apply, false) then
+    v_items := memori._vm_prefetch_apply(v_s, v_items, 'prefetch', p_max_faults, p_target_level, p_now);
+  else
+    v_items := memori._vm_prefetch_proposed(v_items);
+  end if;
+  return query select * from unnest(v_items);
+end
+$func$ language plpgsql volatile security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori.vm_prefetch(text, boolean, integer, text[], integer, integer, integer, timestamptz) is 'The simple prefetcher: last segment summary, most accessed claims (speculative), prerequisite pages of likely tools from procedure pages (tool_prereq); with p_apply, faults the unmapped ones in within the turn''s budget.';
+
+-------------------------------------------------------------------------------
+-- vm_turn_start: start a turn with the user's message; runtime and hybrid sessions run the pre-pass
+create or replace function memori.vm_turn_start(
+  p_session_id   text,
+  p_user_message text,
+  p_page_id      text default null,
+  p_user_id      text default null,
+  p_now          timestamptz default now()
+) returns jsonb
+as $func$
+declare
+  v_turn  integer := memori.turn_begin(p_session_id, p_user_id, p_now);
+  v_s     memori.vm_sessions := memori._vm_session_read(p_session_id);
+  v_label text := memori._vm_segment_label(v_s.segment_seq);
+  v_p     memori.pages;
+  v_items jsonb := '[]';
+begin
+  v_p := memori.page_create(p_session_id => p_session_id,
+                            p_page_id => coalesce(p_page_id, format('msg_%s_user', lpad(v_turn::text, 4, '0'))),
+                            p_content => p_user_message, p_page_type => 'transcript', p_role => 'user',
+                            p_segment => v_label, p_actor => 'user', p_user_id => v_s.user_id, p_now => p_now);
+  if v_s.paging_mode in ('runtime', 'hybrid') then
+    select coalesce(jsonb_agg(to_jsonb(i)), '[]') into v_items
+      from memori.vm_prepass(p_session_id, p_user_message, true, p_now => p_now) i;
+  end if;
+  return jsonb_build_object('turn', v_turn, 'page_id', v_p.page_id, 'segment', v_label,
+                            'paging_mode', v_s.paging_mode, 'prefetch', v_items);
+end
+$func$ language plpgsql volatile security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori.vm_turn_start(text, text, text, text, timestamptz) is 'Begin a turn and record the user''s message as a transcript page of the open segment; in paging mode runtime or hybrid, run the pre-pass and fault its pages in. Returns {turn, page_id, segment, paging_mode, prefetch}.';
+
+-------------------------------------------------------------------------------
+-- vm_cite: the pages the model's answer cited this turn (prefetch hit rate)
+create or replace function memori.vm_cite(p_session_id text, p_page_ids text[], p_now timestamptz default now())
+returns integer
+as $func$
+declare
+  v_s memori.vm_sessions := memori._vm_session(p_session_id, null, false, p_now);
+  v_n integer;
+begin
+  if p_page_ids is null then
+    perform memori._invalid('no page ids', 'Pass the page ids the answer cited, e.g. ARRAY[''claim_db_choice_001''].');
+  end if;
+  update memori.vm_prefetches set used_turn = v_s.turn
+   where session_id = v_s.session_id and page_id = any (p_page_ids) and used_turn is null and turn <= v_s.turn
+     and (expires_at is null or expires_at > p_now);
+  get diagnostics v_n = row_count;
+  return v_n;
+end
+$func$ language plpgsql volatile security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori.vm_cite(text, text[], timestamptz) is 'Record that the answer of this turn cited these pages: prefetches of them not yet used count as hits; returns how many.';

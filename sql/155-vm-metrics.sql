@@ -1,0 +1,110 @@
+-- pymemdb SQL API, part 16: AI virtual memory lifecycle metrics (seed 03, phase 7 and success metrics; issue 7).
+--
+-- memori.vm_metrics (sql/120) merges these keys into its result: faults per
+-- turn, evictions, tokens available, the compression ratio of closed
+-- segments, the seed's thrash index and the prefetch hit rate. The page-table
+-- cache (the seed's TLB) lives in the client, so its hit rate is added by the
+-- client (db.pages.metrics()["tlb"]), not here.
+
+-------------------------------------------------------------------------------
+-- _vm_page_topic: the topic a page belongs to, for the thrash index
+create or replace function memori._vm_page_topic(p_session_id text, p_page_id text) returns text
+as $func$
+  -- a claim's topic; else the topic of the newest claim citing the page (its
+  -- decision's discussion); else its hint; else its first topic tag
+  select coalesce(case when p.page_type = 'claim' then p.hint end,
+                  (select c.hint from memori.vm_visible_pages c
+                    where c.viewer_session_id = p.viewer_session_id and c.page_type = 'claim' and c.hint is not null
+                      and c.provenance @> array[p.page_id]
+                    order by c.id desc limit 1),
+                  p.hint,
+                  nullif(split_part(coalesce(memori._page_topics(p.content, 1), ''), ',', 1), ''),
+                  p.page_id)
+    from memori.vm_visible_pages p   -- a fork's shared pages too (sql/160)
+   where p.viewer_session_id = p_session_id and p.page_id = p_page_id
+$func$ language sql stable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._vm_page_topic(text, text) is 'Topic of a page for the thrash index: a claim''s topic, else that of the newest claim citing it, else its hint, else its first topic tag, else its id.';
+
+-------------------------------------------------------------------------------
+-- _vm_metrics_lifecycle: the lifecycle part of vm_metrics
+create or replace function memori._vm_metrics_lifecycle(p_s memori.vm_sessions, p_now timestamptz) returns jsonb
+as $func$
+declare
+  v_window integer := greatest(memori._vm_setting_int('vm.thrash_window_turns', 5), 1);
+  v_l0     bigint;
+  v_faults jsonb;
+  v_thrash record;
+begin
+  select coalesce(sum(tokens), 0) into v_l0 from memori.working_set where session_id = p_s.session_id;
+  select jsonb_build_object(
+           'per_turn', round(coalesce(sum(n), 0)::numeric / greatest(p_s.turn, 1), 3),
+           'max_per_turn', coalesce(max(n), 0),
+           'this_turn', coalesce(max(n) filter (where turn = p_s.turn), 0))
+    into v_faults
+    from (select turn, count(*) as n from memori.page_faults
+           where session_id = p_s.session_id and outcome = 'served' group by turn) t;
+  -- the seed's thrash index: in a window of N turns, every served fault after
+  -- the first of its topic counts; divided by N. Now (the window ending at this
+  -- turn) and the worst window of the session. Adding a fault to a window never
+  -- lowers its count, so the worst window ends at a turn with a fault: only
+  -- those windows are counted (each fault falls in at most N of them).
+  with ends as (
+    select distinct pf.turn as t from memori.page_faults pf
+     where pf.session_id = p_s.session_id and pf.outcome = 'served'
+    union
+    select greatest(p_s.turn, 1)
+  ), w as (
+    select e.t, x.thrash
+      from ends e
+     cross join lateral (
+       select count(*) - count(distinct memori._vm_page_topic(f.session_id, f.page_id)) as thrash
+         from memori.page_faults f
+        where f.session_id = p_s.session_id and f.outcome = 'served'
+          and f.turn > e.t - v_window and f.turn <= e.t) x
+  )
+  select coalesce(max(thrash) filter (where w.t = greatest(p_s.turn, 1)), 0) as now,
+         coalesce(max(thrash), 0) as worst,
+         case when max(thrash) > 0 then (select w2.t from w w2 order by w2.thrash desc, w2.t limit 1) end as worst_turn
+    into v_thrash from w;
+  return jsonb_build_object(
+    'paging_mode', p_s.paging_mode,
+    'faults_per_turn', v_faults,
+    'tokens_available', greatest(p_s.max_l0_tokens - v_l0, 0),
+    'l0_utilization', round(v_l0::numeric / p_s.max_l0_tokens, 3),
+    'evictions', (select jsonb_build_object(
+                    'from_l0', count(*) filter (where tier_before = 'L0'),
+                    'to_l2', count(*) filter (where tier_after in ('L2', 'L3', 'L4')),
+                    'by_cause', coalesce(jsonb_object_agg(cause, n) filter (where cause is not null), '{}'::jsonb))
+                    from (select tier_before, tier_after, cause, count(*) over (partition by cause) as n
+                            from memori.page_mutations
+                           where session_id = p_s.session_id and mutation_type = 'evict') e),
+    'segments', (select jsonb_build_object(
+                   'closed', count(*),
+                   'open', memori._vm_segment_label(p_s.segment_seq),
+                   'source_tokens', coalesce(sum(source_tokens), 0),
+                   'summary_tokens', coalesce(sum(summary_tokens), 0))
+                   from memori.vm_segments where session_id = p_s.session_id),
+    -- the seed's "average reduction from L0 to L2": transcript tokens of closed segments per summary token
+    'compression_ratio', (select round(sum(source_tokens)::numeric / nullif(sum(summary_tokens), 0), 2)
+                            from memori.vm_segments where session_id = p_s.session_id),
+    'claims', (select jsonb_build_object('total', count(*), 'in_l0', count(*) filter (where p.tier = 'L0'))
+                 from memori.vm_visible_pages p
+                where p.viewer_session_id = p_s.session_id and p.page_type = 'claim'
+                  and (p.expires_at is null or p.expires_at > p_now)),
+    'thrash_index', round(v_thrash.now::numeric / v_window, 3),
+    'thrash_index_max', round(v_thrash.worst::numeric / v_window, 3),
+    'thrash_index_max_turn', v_thrash.worst_turn,
+    'thrash_window_turns', v_window,
+    'prefetch', (select jsonb_build_object(
+                   'prefetched', count(*),
+                   'used', count(*) filter (where used_turn is not null),
+                   'by_source', coalesce(jsonb_object_agg(source, n) filter (where source is not null), '{}'::jsonb),
+                   'hit_rate', round((count(*) filter (where used_turn is not null))::numeric / nullif(count(*), 0), 3))
+                   from (select used_turn, source, count(*) over (partition by source) as n
+                           from memori.vm_prefetches
+                          where session_id = p_s.session_id and (expires_at is null or expires_at > p_now)) x));
+end
+$func$ language plpgsql stable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._vm_metrics_lifecycle(memori.vm_sessions, timestamptz) is 'Lifecycle metrics merged into vm_metrics: paging mode, faults per turn, tokens available, evictions, segments and compression ratio, claims, thrash index (now and worst window), prefetch hit rate.';
