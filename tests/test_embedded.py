@@ -25,6 +25,9 @@ def test_start_reuse_status_stop(base: Path) -> None:
         assert embedded.status(base).pid == first.pid
         with psycopg.connect(first.url or url) as conn:
             assert conn.execute("select current_database()").fetchone() == ("pymemdb",)
+            # a new data directory is sized to the machine once
+            assert conn.execute("select pg_size_bytes(current_setting('shared_buffers')) / 1048576"
+                                ).fetchone() == (embedded.shared_buffers_mb(),)
             assert conn.execute("select default_version from pg_available_extensions where name = 'vector'"
                                 ).fetchone() is not None
     finally:
@@ -46,3 +49,11 @@ def test_stale_pid_file_after_a_crash(base: Path) -> None:
         assert embedded.status(base).running
     finally:
         embedded.stop(base)
+
+
+def test_shared_buffers_is_a_quarter_of_memory_within_bounds(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PYMEMDB_SHARED_BUFFERS_MB", raising=False)
+    mb = embedded.shared_buffers_mb()
+    assert 128 <= mb <= 1024
+    monkeypatch.setenv("PYMEMDB_SHARED_BUFFERS_MB", "256")
+    assert embedded.shared_buffers_mb() == 256
