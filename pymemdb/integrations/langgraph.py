@@ -17,9 +17,11 @@ different connections, and PostgreSQL orders writes to the same thread.
 from __future__ import annotations
 
 import asyncio
+import json
 import random
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, cast
 from uuid import UUID
@@ -47,7 +49,15 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from pymemdb._sql import SqlFunction, fn
 from pymemdb.db import Database, resolve_dsn
-from pymemdb.errors import InvalidArgument, wrap_exceptions
+from pymemdb.errors import DeltaBaseMissing, InvalidArgument, wrap_exceptions
+from pymemdb.integrations._langgraph_cache import (
+    CACHE_BYTES,
+    DELTA_MAX_CHAIN,
+    DeltaBase,
+    SaverMemory,
+    Stamped,
+    msgpack_array,
+)
 from pymemdb.types import LangGraphPruneResult, LangGraphTuple
 
 __all__ = ["AsyncMemoriSaver", "MemoriSaver", "set_policy"]
@@ -57,7 +67,7 @@ LG_CHECKPOINT_PUT = fn(
     ("p_thread_id", "text"), ("p_checkpoint_ns", "text"), ("p_checkpoint_id", "uuid"), ("p_parent_id", "uuid"),
     ("p_checkpoint", "jsonb"), ("p_metadata", "jsonb"), ("p_blob_channels", "text[]"), ("p_blob_versions", "text[]"),
     ("p_blob_types", "text[]"), ("p_blob_values", "bytea[]"), ("p_policy", "text"), ("p_user_id", "text"),
-    ("p_now", "timestamptz"),
+    ("p_now", "timestamptz"), ("p_blob_bases", "text[]"), ("p_blob_items", "integer[]"),
     returns="scalar",
 )
 LG_WRITES_PUT = fn(
@@ -70,8 +80,14 @@ LG_WRITES_PUT = fn(
 LG_CHECKPOINT_GET = fn(
     "lg_checkpoint_get",
     ("p_thread_id", "text"), ("p_checkpoint_ns", "text"), ("p_checkpoint_id", "uuid"), ("p_user_id", "text"),
-    ("p_now", "timestamptz"),
+    ("p_now", "timestamptz"), ("p_known_stamp", "text"),
     result=LangGraphTuple,
+)
+LG_BLOB_VALUE = fn(
+    "lg_blob_value",
+    ("p_thread_id", "text"), ("p_channel", "text"), ("p_version", "text"), ("p_checkpoint_ns", "text"),
+    ("p_user_id", "text"), ("p_now", "timestamptz"),
+    returns="scalar",
 )
 LG_CHECKPOINT_LIST = fn(
     "lg_checkpoint_list",
@@ -127,9 +143,11 @@ class _MemoriSaverBase(BaseCheckpointSaver[str]):
     user_id: str
     policy: str
 
-    def __init__(self, *, user_id: str, policy: str = "default", serde: SerializerProtocol | None = None) -> None:
+    def __init__(self, *, user_id: str, policy: str = "default", serde: SerializerProtocol | None = None,
+                 cache_bytes: int = CACHE_BYTES) -> None:
         super().__init__(serde=serde)
         self._queries: dict[tuple[str, frozenset[str]], str] = {}
+        self._memory = SaverMemory(cache_bytes)
         if not user_id:
             raise InvalidArgument("MemoriSaver needs a user_id", sqlstate="PM001",
                                   hint="LangGraph state belongs to a user: MemoriSaver(db, user_id='alice').")
@@ -180,7 +198,9 @@ class _MemoriSaverBase(BaseCheckpointSaver[str]):
         checkpoint: Checkpoint,
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
-    ) -> tuple[Call, RunnableConfig]:
+        *,
+        deltas: bool = True,
+    ) -> tuple[Call, RunnableConfig, _PutPlan]:
         conf = config["configurable"]
         thread_id = str(conf["thread_id"])
         ns = conf.get("checkpoint_ns", "") or ""
@@ -198,21 +218,31 @@ class _MemoriSaverBase(BaseCheckpointSaver[str]):
         stored: dict[str, Any] = {**checkpoint, "channel_values": inline}
         if _canonical_uuid(checkpoint["id"]):
             del stored["id"]  # the checkpoint_id column holds it
-        channels, versions, types, values = [], [], [], []
+        checkpoint_json = json.dumps(stored)
+        metadata_json = json.dumps(get_serializable_checkpoint_metadata(config, metadata))
+        channels, versions, types, values, bases, items = [], [], [], [], [], []
+        plan = _PutPlan(thread_id, ns, str(checkpoint["id"]), conf.get("checkpoint_id"), checkpoint_json,
+                        metadata_json, {})
         for key, version in new_versions.items():
             if key in blobs:
                 type_, data = self.serde.dumps_typed(blobs[key])
+                plan.full[key] = (str(version), type_, data)
+                base, tail, appended = self._delta(thread_id, ns, key, type_, data) if deltas else (None, data, None)
                 channels.append(key)
                 versions.append(str(version))
                 types.append(type_)
-                values.append(data)
+                values.append(tail)
+                bases.append(base)
+                items.append(appended)
+        plan.blob_versions = {key: str(checkpoint["channel_versions"][key]) for key in blobs
+                              if key in checkpoint.get("channel_versions", {})}
         args = {
             "p_thread_id": thread_id,
             "p_checkpoint_ns": ns,
             "p_checkpoint_id": checkpoint["id"],
             "p_parent_id": conf.get("checkpoint_id"),
-            "p_checkpoint": Jsonb(stored),
-            "p_metadata": Jsonb(get_serializable_checkpoint_metadata(config, metadata)),
+            "p_checkpoint": Jsonb(stored, dumps=lambda _: checkpoint_json),
+            "p_metadata": Jsonb(None, dumps=lambda _: metadata_json),
             "p_blob_channels": channels,
             "p_blob_versions": versions,
             "p_blob_types": types,
@@ -220,10 +250,64 @@ class _MemoriSaverBase(BaseCheckpointSaver[str]):
             "p_policy": self.policy,
             "p_user_id": self.user_id,
         }
+        if any(b is not None for b in bases):
+            args["p_blob_bases"] = bases
+            args["p_blob_items"] = items
         next_config: RunnableConfig = {
             "configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint["id"]}
         }
-        return (LG_CHECKPOINT_PUT, args), next_config
+        return (LG_CHECKPOINT_PUT, args), next_config, plan
+
+    def _delta(self, thread_id: str, ns: str, channel: str, type_: str, data: bytes
+               ) -> tuple[str | None, bytes, int | None]:
+        """(base version, appended items' bytes, their count) when ``data`` extends the channel's last value.
+
+        Only msgpack arrays (LangGraph's serialisation of a list) whose items
+        start with the items of the version this saver stored last; else the
+        full value, (None, data, None). A chain is cut by a full value every
+        ``DELTA_MAX_CHAIN`` versions, which bounds what a cold read joins.
+        """
+        base = self._memory.get(("base", thread_id, ns, channel)) if type_ == "msgpack" else None
+        if not isinstance(base, DeltaBase) or base.depth >= DELTA_MAX_CHAIN:
+            return None, data, None
+        parsed = msgpack_array(data)
+        if parsed is None or parsed[0] < base.items or not data.startswith(base.body, parsed[1]):
+            return None, data, None
+        return base.version, data[parsed[1] + len(base.body):], parsed[0] - base.items
+
+    def _after_put(self, plan: _PutPlan, stamp: str | None, args: dict[str, Any]) -> None:
+        """Remember what the server now holds: delta bases, and the checkpoint under its stamp."""
+        key = (plan.thread_id, plan.ns)
+        if stamp is None:  # a blob version existed already, or an older checkpoint: our bytes may not be theirs
+            self._memory.drop(("tuple", *key))
+            for channel in plan.full:
+                self._memory.drop(("base", *key, channel))
+            return
+        bases = args.get("p_blob_bases") or [None] * len(plan.full)
+        for (channel, (version, type_, data)), base in zip(plan.full.items(), bases, strict=True):
+            parsed = msgpack_array(data) if type_ == "msgpack" else None
+            if parsed is None:
+                self._memory.drop(("base", *key, channel))
+                continue
+            previous = self._memory.get(("base", *key, channel)) if base is not None else None
+            depth = previous.depth + 1 if isinstance(previous, DeltaBase) else 0
+            self._memory.put(("base", *key, channel), DeltaBase(version, parsed[0], data[parsed[1]:], depth))
+        # the stamped copy: the blobs of every blob channel at its current version
+        previous_copy = self._memory.get(("tuple", *key))
+        carried = {b[0]: b for b in previous_copy.blobs} if isinstance(previous_copy, Stamped) else {}
+        blobs = []
+        for channel, version in plan.blob_versions.items():
+            if channel in plan.full and plan.full[channel][0] == version:
+                blobs.append((channel, version, plan.full[channel][1], plan.full[channel][2]))
+            elif channel in carried and carried[channel][1] == version:
+                blobs.append(carried[channel])
+            else:  # a value this saver never held as bytes: read it from the server next time
+                self._memory.drop(("tuple", *key))
+                return
+        parent = plan.parent_id
+        self._memory.put(("tuple", *key), Stamped(
+            stamp, str(UUID(plan.checkpoint_id)), str(UUID(str(parent))) if parent is not None else None,
+            plan.checkpoint_json, plan.metadata_json, tuple(blobs)))
 
     def _writes_call(
         self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str
@@ -245,14 +329,41 @@ class _MemoriSaverBase(BaseCheckpointSaver[str]):
             "p_user_id": self.user_id,
         }
 
-    def _get_call(self, config: RunnableConfig) -> Call:
+    def _get_call(self, config: RunnableConfig) -> tuple[Call, Stamped | None]:
+        """The read, with the stamp of the copy this saver holds of that checkpoint (if any)."""
         conf = config["configurable"]
-        return LG_CHECKPOINT_GET, {
-            "p_thread_id": str(conf["thread_id"]),
-            "p_checkpoint_ns": conf.get("checkpoint_ns", "") or "",
-            "p_checkpoint_id": get_checkpoint_id(config),
+        thread_id, ns = str(conf["thread_id"]), conf.get("checkpoint_ns", "") or ""
+        wanted = get_checkpoint_id(config)
+        copy = self._memory.get(("tuple", thread_id, ns))
+        if not isinstance(copy, Stamped) or (wanted is not None and _uuid_text(wanted) != copy.checkpoint_id):
+            copy = None
+        args = {
+            "p_thread_id": thread_id,
+            "p_checkpoint_ns": ns,
+            "p_checkpoint_id": wanted,
             "p_user_id": self.user_id,
         }
+        if copy is not None:
+            args["p_known_stamp"] = copy.stamp
+        return (LG_CHECKPOINT_GET, args), copy
+
+    def _got(self, row: LangGraphTuple | None, copy: Stamped | None, latest: bool) -> CheckpointTuple | bool | None:
+        """The tuple of a read; False when the server vouched for a copy this saver no longer has (read again)."""
+        key = ("tuple", row.thread_id, row.checkpoint_ns) if row is not None else None
+        if row is None:
+            return None
+        if row.checkpoint is None:  # our copy is current: only the writes came
+            if copy is None or row.stamp != copy.stamp:
+                return False
+            return self._tuple(row, copy)
+        if latest and row.stamp is not None and key is not None:
+            self._memory.put(key, Stamped(
+                row.stamp, str(row.checkpoint_id), str(row.parent_id) if row.parent_id is not None else None,
+                json.dumps(row.checkpoint), json.dumps(row.metadata),
+                tuple((c, str(row.checkpoint["channel_versions"].get(c)), t, bytes(v))
+                      for c, t, v in zip(row.blob_channels or [], row.blob_types or [], row.blob_values or [],
+                                         strict=True) if v is not None)))
+        return self._tuple(row)
 
     def _list_call(
         self,
@@ -280,12 +391,22 @@ class _MemoriSaverBase(BaseCheckpointSaver[str]):
         }
 
     # -- rows back into LangGraph's tuple ---------------------------------------
-    def _tuple(self, row: LangGraphTuple) -> CheckpointTuple:
-        checkpoint = dict(row.checkpoint)
-        checkpoint.setdefault("id", str(row.checkpoint_id))
+    def _tuple(self, row: LangGraphTuple, copy: Stamped | None = None) -> CheckpointTuple:
+        """LangGraph's tuple from a row, or from a stamped copy and the row's fresh writes (new objects each time)."""
+        if copy is not None:
+            checkpoint = json.loads(copy.checkpoint_json)
+            metadata = json.loads(copy.metadata_json)
+            blobs: Iterable[tuple[str, str, bytes | None]] = ((c, t, v) for c, _, t, v in copy.blobs)
+            checkpoint_id, parent_id = copy.checkpoint_id, copy.parent_id
+        else:
+            checkpoint = dict(row.checkpoint or {})
+            metadata = row.metadata
+            blobs = zip(row.blob_channels or [], row.blob_types or [], row.blob_values or [], strict=True)
+            checkpoint_id = str(row.checkpoint_id)
+            parent_id = str(row.parent_id) if row.parent_id is not None else None
+        checkpoint.setdefault("id", checkpoint_id)
         values = dict(checkpoint.get("channel_values") or {})
-        for channel, type_, data in zip(row.blob_channels or [], row.blob_types or [], row.blob_values or [],
-                                        strict=True):
+        for channel, type_, data in blobs:
             if type_ != "empty":
                 values[channel] = self.serde.loads_typed((type_, cast(bytes, data)))
         checkpoint["channel_values"] = values
@@ -298,12 +419,32 @@ class _MemoriSaverBase(BaseCheckpointSaver[str]):
         return CheckpointTuple(
             config={"configurable": {**ids, "checkpoint_id": checkpoint["id"]}},
             checkpoint=cast(Checkpoint, checkpoint),
-            metadata=cast(CheckpointMetadata, row.metadata),
-            parent_config=({"configurable": {**ids, "checkpoint_id": str(row.parent_id)}}
-                           if row.parent_id is not None else None),
+            metadata=cast(CheckpointMetadata, metadata),
+            parent_config=({"configurable": {**ids, "checkpoint_id": parent_id}} if parent_id is not None else None),
             pending_writes=[(task_id, channel, self.serde.loads_typed((type_, data)))
                             for task_id, channel, type_, data, _, _ in writes],
         )
+
+
+def _uuid_text(value: str) -> str:
+    try:
+        return str(UUID(value))
+    except ValueError:
+        return value
+
+
+@dataclass
+class _PutPlan:
+    """What a put sent, to remember once the server has stored it."""
+
+    thread_id: str
+    ns: str
+    checkpoint_id: str
+    parent_id: str | None
+    checkpoint_json: str
+    metadata_json: str
+    full: dict[str, tuple[str, str, bytes]]  # channel -> (version, type, full serialised value)
+    blob_versions: dict[str, str] = field(default_factory=dict)  # every blob channel's current version
 
 
 def _canonical_uuid(value: str) -> bool:
@@ -354,8 +495,9 @@ class MemoriSaver(_MemoriSaverBase):
         serde: SerializerProtocol | None = None,
         max_size: int = 8,
         durable: bool = True,
+        cache_bytes: int = CACHE_BYTES,
     ) -> None:
-        super().__init__(user_id=user_id, policy=policy, serde=serde)
+        super().__init__(user_id=user_id, policy=policy, serde=serde, cache_bytes=cache_bytes)
         dsn = _dsn_of(db)
         self.pool = ConnectionPool(dsn, min_size=1, max_size=max_size, kwargs=_pool_kwargs(user_id, durable),
                                    open=False, name="pymemdb-langgraph")
@@ -389,8 +531,12 @@ class MemoriSaver(_MemoriSaverBase):
 
     # -- BaseCheckpointSaver -----------------------------------------------------
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        row = self._call(self._get_call(config))
-        return None if row is None else self._tuple(row)
+        call, copy = self._get_call(config)
+        found = self._got(self._call(call), copy, get_checkpoint_id(config) is None)
+        if found is False:  # our copy went meanwhile: read it whole
+            call[1].pop("p_known_stamp", None)
+            found = self._got(self._call(call), None, get_checkpoint_id(config) is None)
+        return cast("CheckpointTuple | None", found)
 
     def list(
         self,
@@ -410,8 +556,14 @@ class MemoriSaver(_MemoriSaverBase):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        call, next_config = self._put_call(config, checkpoint, metadata, new_versions)
-        self._call(call)
+        call, next_config, plan = self._put_call(config, checkpoint, metadata, new_versions)
+        try:
+            stamp = self._call(call)
+        except DeltaBaseMissing:  # a base this saver remembered is gone: send full values
+            self._memory.drop_thread(plan.thread_id)
+            call, next_config, plan = self._put_call(config, checkpoint, metadata, new_versions, deltas=False)
+            stamp = self._call(call)
+        self._after_put(plan, stamp, call[1])
         return next_config
 
     def put_writes(
@@ -420,6 +572,7 @@ class MemoriSaver(_MemoriSaverBase):
         self._call(self._writes_call(config, writes, task_id, task_path))
 
     def delete_thread(self, thread_id: str) -> None:
+        self._memory.drop_thread(str(thread_id))
         self._call((LG_THREAD_DELETE, {"p_thread_id": str(thread_id), "p_user_id": self.user_id}))
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
@@ -490,8 +643,9 @@ class AsyncMemoriSaver(_MemoriSaverBase):
         user_id: str,
         policy: str = "default",
         serde: SerializerProtocol | None = None,
+        cache_bytes: int = CACHE_BYTES,
     ) -> None:
-        super().__init__(user_id=user_id, policy=policy, serde=serde)
+        super().__init__(user_id=user_id, policy=policy, serde=serde, cache_bytes=cache_bytes)
         self.pool = pool
         self.loop = asyncio.get_running_loop()
 
@@ -506,6 +660,7 @@ class AsyncMemoriSaver(_MemoriSaverBase):
         serde: SerializerProtocol | None = None,
         max_size: int = 8,
         durable: bool = True,
+        cache_bytes: int = CACHE_BYTES,
     ) -> AsyncIterator[AsyncMemoriSaver]:
         """A saver with its own pool, closed on exit."""
         dsn = _dsn_of(db)
@@ -515,7 +670,7 @@ class AsyncMemoriSaver(_MemoriSaverBase):
             await (await psycopg.AsyncConnection.connect(dsn, connect_timeout=10)).close()
             await pool.open(wait=True, timeout=30)
         try:
-            yield cls(pool, user_id=user_id, policy=policy, serde=serde)
+            yield cls(pool, user_id=user_id, policy=policy, serde=serde, cache_bytes=cache_bytes)
         finally:
             await pool.close()
 
@@ -537,8 +692,12 @@ class AsyncMemoriSaver(_MemoriSaverBase):
 
     # -- BaseCheckpointSaver, async ------------------------------------------------
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        row = await self._call(self._get_call(config))
-        return None if row is None else self._tuple(row)
+        call, copy = self._get_call(config)
+        found = self._got(await self._call(call), copy, get_checkpoint_id(config) is None)
+        if found is False:  # our copy went meanwhile: read it whole
+            call[1].pop("p_known_stamp", None)
+            found = self._got(await self._call(call), None, get_checkpoint_id(config) is None)
+        return cast("CheckpointTuple | None", found)
 
     async def alist(
         self,
@@ -558,8 +717,14 @@ class AsyncMemoriSaver(_MemoriSaverBase):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        call, next_config = self._put_call(config, checkpoint, metadata, new_versions)
-        await self._call(call)
+        call, next_config, plan = self._put_call(config, checkpoint, metadata, new_versions)
+        try:
+            stamp = await self._call(call)
+        except DeltaBaseMissing:  # a base this saver remembered is gone: send full values
+            self._memory.drop_thread(plan.thread_id)
+            call, next_config, plan = self._put_call(config, checkpoint, metadata, new_versions, deltas=False)
+            stamp = await self._call(call)
+        self._after_put(plan, stamp, call[1])
         return next_config
 
     async def aput_writes(
@@ -568,6 +733,7 @@ class AsyncMemoriSaver(_MemoriSaverBase):
         await self._call(self._writes_call(config, writes, task_id, task_path))
 
     async def adelete_thread(self, thread_id: str) -> None:
+        self._memory.drop_thread(str(thread_id))
         await self._call((LG_THREAD_DELETE, {"p_thread_id": str(thread_id), "p_user_id": self.user_id}))
 
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
