@@ -652,15 +652,14 @@ begin
                                  and (x.expires_at is null or x.expires_at > p_now)
                                limit 1) bl) b
        cross join lateral (
-         select array_agg(wr.task_id order by wr.task_path, wr.task_id, wr.idx) as task_ids,
-                array_agg(wr.channel order by wr.task_path, wr.task_id, wr.idx) as channels,
-                array_agg(wr.type order by wr.task_path, wr.task_id, wr.idx) as types,
-                array_agg(wr.blob order by wr.task_path, wr.task_id, wr.idx) as vals,
-                array_agg(wr.task_path order by wr.task_path, wr.task_id, wr.idx) as paths,
-                array_agg(wr.idx order by wr.task_path, wr.task_id, wr.idx) as idx
-           from memori.lg_writes wr
-          where wr.thread = c.thread and wr.checkpoint_ns = c.checkpoint_ns
-            and wr.checkpoint_id = c.checkpoint_id and (wr.expires_at is null or wr.expires_at > p_now)) w
+         -- pending writes in (task_path, task_id, idx) order: sorted once, aggregated in that order
+         select array_agg(wr.task_id) as task_ids, array_agg(wr.channel) as channels, array_agg(wr.type) as types,
+                array_agg(wr.blob) as vals, array_agg(wr.task_path) as paths, array_agg(wr.idx) as idx
+           from (select wr.task_id, wr.channel, wr.type, wr.blob, wr.task_path, wr.idx
+                   from memori.lg_writes wr
+                  where wr.thread = c.thread and wr.checkpoint_ns = c.checkpoint_ns
+                    and wr.checkpoint_id = c.checkpoint_id and (wr.expires_at is null or wr.expires_at > p_now)
+                  order by wr.task_path, wr.task_id, wr.idx) wr) w
        where t.user_id = v_user and t.thread_id = p_thread_id and (t.expires_at is null or t.expires_at > p_now);
   else
     return query
@@ -689,15 +688,14 @@ begin
                                  and (x.expires_at is null or x.expires_at > p_now)
                                limit 1) bl) b
        cross join lateral (
-         select array_agg(wr.task_id order by wr.task_path, wr.task_id, wr.idx) as task_ids,
-                array_agg(wr.channel order by wr.task_path, wr.task_id, wr.idx) as channels,
-                array_agg(wr.type order by wr.task_path, wr.task_id, wr.idx) as types,
-                array_agg(wr.blob order by wr.task_path, wr.task_id, wr.idx) as vals,
-                array_agg(wr.task_path order by wr.task_path, wr.task_id, wr.idx) as paths,
-                array_agg(wr.idx order by wr.task_path, wr.task_id, wr.idx) as idx
-           from memori.lg_writes wr
-          where wr.thread = c.thread and wr.checkpoint_ns = c.checkpoint_ns
-            and wr.checkpoint_id = c.checkpoint_id and (wr.expires_at is null or wr.expires_at > p_now)) w
+         -- pending writes in (task_path, task_id, idx) order: sorted once, aggregated in that order
+         select array_agg(wr.task_id) as task_ids, array_agg(wr.channel) as channels, array_agg(wr.type) as types,
+                array_agg(wr.blob) as vals, array_agg(wr.task_path) as paths, array_agg(wr.idx) as idx
+           from (select wr.task_id, wr.channel, wr.type, wr.blob, wr.task_path, wr.idx
+                   from memori.lg_writes wr
+                  where wr.thread = c.thread and wr.checkpoint_ns = c.checkpoint_ns
+                    and wr.checkpoint_id = c.checkpoint_id and (wr.expires_at is null or wr.expires_at > p_now)
+                  order by wr.task_path, wr.task_id, wr.idx) wr) w
        where t.user_id = v_user and t.thread_id = p_thread_id and (t.expires_at is null or t.expires_at > p_now);
   end if;
 end
