@@ -537,6 +537,7 @@ class LangGraphTuple:
     write_task_paths: list[str] | None
     write_idx: list[int] | None
     stamp: str | None = None  # what a cached copy is checked against (lg_checkpoint_get only)
+    writes_stamp: str | None = None  # the same for the pending writes
 
 
 @dataclass(frozen=True)

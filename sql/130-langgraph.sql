@@ -573,7 +573,7 @@ returns memori.lg_tuple
 as $func$
   select p_thread_id, (p_c).checkpoint_ns, (p_c).checkpoint_id, (p_c).parent_id, (p_c).checkpoint, (p_c).metadata,
          b.channels, b.types, b.vals,
-         w.task_ids, w.channels, w.types, w.vals, w.paths, w.idx, null::text
+         w.task_ids, w.channels, w.types, w.vals, w.paths, w.idx, null::text, null::text
     -- one primary-key probe per channel (LATERAL ... LIMIT 1): a join would be
     -- planned for the namespace's whole blob history, which grows with every step
     from (select array_agg(v.key) as channels, array_agg(bl.type) as types, array_agg(bl.blob) as vals
@@ -609,13 +609,15 @@ comment on function memori._lg_tuple(text, memori.lg_checkpoints, timestamptz) i
 -- stamp of that checkpoint, the row carries the stamp and the pending writes
 -- only (checkpoint, metadata and blobs NULL): the caller's copy is current.
 drop function if exists memori.lg_checkpoint_get(text, text, uuid, text, timestamptz);
+drop function if exists memori.lg_checkpoint_get(text, text, uuid, text, timestamptz, text);
 create or replace function memori.lg_checkpoint_get(
   p_thread_id     text,
   p_checkpoint_ns text default '',
   p_checkpoint_id uuid default null,
   p_user_id       text default null,
   p_now           timestamptz default now(),
-  p_known_stamp   text default null
+  p_known_stamp   text default null,
+  p_known_writes  text default null
 ) returns setof memori.lg_tuple
 as $func$
 declare
@@ -629,7 +631,7 @@ begin
     return query
       select t.thread_id, c.checkpoint_ns, c.checkpoint_id, c.parent_id,
              case when c.changed then c.checkpoint end, case when c.changed then c.metadata end,
-             b.channels, b.types, b.vals, w.task_ids, w.channels, w.types, w.vals, w.paths, w.idx, c.stamp
+             b.channels, b.types, b.vals, w.task_ids, w.channels, w.types, w.vals, w.paths, w.idx, c.stamp, ws.stamp
         from memori.lg_threads t
        cross join lateral (select s.*, s.stamp is distinct from p_known_stamp as changed
                              from (select c.thread, c.checkpoint_ns, c.checkpoint_id, c.parent_id, c.checkpoint,
@@ -652,20 +654,27 @@ begin
                                  and (x.expires_at is null or x.expires_at > p_now)
                                limit 1) bl) b
        cross join lateral (
-         -- pending writes in (task_path, task_id, idx) order: sorted once, aggregated in that order
+         -- the row versions of the pending writes: what a cached copy of them is checked against
+         select coalesce(string_agg(wr.xmin::text, '.' order by wr.task_path, wr.task_id, wr.idx), '') as stamp
+           from memori.lg_writes wr
+          where wr.thread = c.thread and wr.checkpoint_ns = c.checkpoint_ns
+            and wr.checkpoint_id = c.checkpoint_id and (wr.expires_at is null or wr.expires_at > p_now)) ws
+       cross join lateral (
+         -- pending writes in (task_path, task_id, idx) order (sorted once), unless the caller's copy is current
          select array_agg(wr.task_id) as task_ids, array_agg(wr.channel) as channels, array_agg(wr.type) as types,
                 array_agg(wr.blob) as vals, array_agg(wr.task_path) as paths, array_agg(wr.idx) as idx
            from (select wr.task_id, wr.channel, wr.type, wr.blob, wr.task_path, wr.idx
                    from memori.lg_writes wr
                   where wr.thread = c.thread and wr.checkpoint_ns = c.checkpoint_ns
                     and wr.checkpoint_id = c.checkpoint_id and (wr.expires_at is null or wr.expires_at > p_now)
+                    and (c.changed or ws.stamp is distinct from p_known_writes)
                   order by wr.task_path, wr.task_id, wr.idx) wr) w
        where t.user_id = v_user and t.thread_id = p_thread_id and (t.expires_at is null or t.expires_at > p_now);
   else
     return query
       select t.thread_id, c.checkpoint_ns, c.checkpoint_id, c.parent_id,
              case when c.changed then c.checkpoint end, case when c.changed then c.metadata end,
-             b.channels, b.types, b.vals, w.task_ids, w.channels, w.types, w.vals, w.paths, w.idx, c.stamp
+             b.channels, b.types, b.vals, w.task_ids, w.channels, w.types, w.vals, w.paths, w.idx, c.stamp, ws.stamp
         from memori.lg_threads t
        cross join lateral (select s.*, s.stamp is distinct from p_known_stamp as changed
                              from (select c.thread, c.checkpoint_ns, c.checkpoint_id, c.parent_id, c.checkpoint,
@@ -688,13 +697,20 @@ begin
                                  and (x.expires_at is null or x.expires_at > p_now)
                                limit 1) bl) b
        cross join lateral (
-         -- pending writes in (task_path, task_id, idx) order: sorted once, aggregated in that order
+         -- the row versions of the pending writes: what a cached copy of them is checked against
+         select coalesce(string_agg(wr.xmin::text, '.' order by wr.task_path, wr.task_id, wr.idx), '') as stamp
+           from memori.lg_writes wr
+          where wr.thread = c.thread and wr.checkpoint_ns = c.checkpoint_ns
+            and wr.checkpoint_id = c.checkpoint_id and (wr.expires_at is null or wr.expires_at > p_now)) ws
+       cross join lateral (
+         -- pending writes in (task_path, task_id, idx) order (sorted once), unless the caller's copy is current
          select array_agg(wr.task_id) as task_ids, array_agg(wr.channel) as channels, array_agg(wr.type) as types,
                 array_agg(wr.blob) as vals, array_agg(wr.task_path) as paths, array_agg(wr.idx) as idx
            from (select wr.task_id, wr.channel, wr.type, wr.blob, wr.task_path, wr.idx
                    from memori.lg_writes wr
                   where wr.thread = c.thread and wr.checkpoint_ns = c.checkpoint_ns
                     and wr.checkpoint_id = c.checkpoint_id and (wr.expires_at is null or wr.expires_at > p_now)
+                    and (c.changed or ws.stamp is distinct from p_known_writes)
                   order by wr.task_path, wr.task_id, wr.idx) wr) w
        where t.user_id = v_user and t.thread_id = p_thread_id and (t.expires_at is null or t.expires_at > p_now);
   end if;
@@ -702,7 +718,7 @@ end
 $func$ language plpgsql stable security invoker
 set search_path = pg_catalog, memori, pg_temp
 set plan_cache_mode = force_generic_plan;  -- key probes: replanning them on every call cost more than running them
-comment on function memori.lg_checkpoint_get(text, text, uuid, text, timestamptz, text) is 'A LangGraph checkpoint tuple (checkpoint, blobs, pending writes, stamp): the given id, else the latest of the namespace; no row when absent or expired; only stamp and writes when p_known_stamp is current.';
+comment on function memori.lg_checkpoint_get(text, text, uuid, text, timestamptz, text, text) is 'A LangGraph checkpoint tuple (checkpoint, blobs, pending writes, stamps): the given id, else the latest of the namespace; no row when absent or expired; the parts whose known stamp is current come back NULL.';
 
 -------------------------------------------------------------------------------
 -- lg_blob_value: the full serialised value of a channel version, as LangGraph's serde wrote it

@@ -233,6 +233,15 @@ def test_a_cached_copy_never_hides_another_process_write(dsn: str) -> None:
                      [("messages", ["w"])], "task-1")
         found = a.get_tuple(latest)
         assert found is not None and [w[2] for w in found.pending_writes] == [["w"]]  # type: ignore[union-attr]
+        # ... replaces a special write (an upsert of the same row) after a cached both
+        two = {"configurable": {"thread_id": "chat", "checkpoint_ns": "", "checkpoint_id": str(UUID(int=2))}}
+        b.put_writes(two, [("__error__", "first")], "task-2")  # type: ignore[arg-type]
+        assert [w[2] for w in a.get_tuple(latest).pending_writes] == [["w"], "first"]  # type: ignore[union-attr]
+        b.put_writes(two, [("__error__", "second")], "task-2")  # type: ignore[arg-type]
+        assert [w[2] for w in a.get_tuple(latest).pending_writes] == [["w"], "second"]  # type: ignore[union-attr]
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("delete from memori.lg_writes where task_id = 'task-2'")
+        assert [w[2] for w in a.get_tuple(latest).pending_writes] == [["w"]]  # type: ignore[union-attr]
         # ... rewrites the same checkpoint id with other values
         _put(b, "chat", 2, ["rewritten"], b_state | {"config": {"configurable": {"thread_id": "chat",
                                                                                 "checkpoint_ns": ""}}})

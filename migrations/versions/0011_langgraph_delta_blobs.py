@@ -31,8 +31,9 @@ def upgrade() -> None:
         alter table memori.lg_blobs add constraint lg_blobs_delta_check
           check ((base is null) = (items is null) and (base is null or (items >= 0 and cardinality(base) >= 1)));
 
-        -- what a reader checks its cached copy against: thread key, row version, checkpoint id
-        alter type memori.lg_tuple add attribute stamp text;
+        -- what a reader checks its cached copy against: thread key, row version and id of
+        -- the checkpoint; the row versions of its pending writes
+        alter type memori.lg_tuple add attribute stamp text, add attribute writes_stamp text;
         """
     )
 

@@ -18,10 +18,15 @@ operations only (never across a database call).
 
 from __future__ import annotations
 
+import struct
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
+
+from psycopg.abc import Buffer
+from psycopg.adapt import AdaptersMap, Dumper
+from psycopg.pq import Format
 
 CACHE_BYTES = 64 * 2**20  # default budget of a saver's delta bases and stamped copies
 DELTA_MAX_CHAIN = 16  # a delta chain longer than this is cut by a full value (bounds a cold read)
@@ -62,6 +67,8 @@ class Stamped:
     checkpoint_json: str
     metadata_json: str
     blobs: tuple[tuple[str, str, str, bytes], ...]  # (channel, version, type, serialised value)
+    writes_stamp: str | None = None  # None: the writes are not held (always read)
+    writes: tuple[tuple[str, str, str, bytes, str, int], ...] = ()  # (task, channel, type, value, path, idx)
 
 
 def _size(value: Any) -> int:
@@ -69,7 +76,7 @@ def _size(value: Any) -> int:
         return _ENTRY_OVERHEAD + len(value.body)
     assert isinstance(value, Stamped)
     return (_ENTRY_OVERHEAD + len(value.checkpoint_json) + len(value.metadata_json)
-            + sum(len(b[3]) + 64 for b in value.blobs))
+            + sum(len(b[3]) + 64 for b in value.blobs) + sum(len(w[3]) + 96 for w in value.writes))
 
 
 class SaverMemory:
@@ -117,3 +124,78 @@ class SaverMemory:
 
     def __len__(self) -> int:
         return len(self._entries)
+
+
+# -- arrays as binary parameters ------------------------------------------------------
+# psycopg finds a list's dumper by looking at its elements (in Python) on every
+# call: for a put's six arrays that is most of the client's time. The savers
+# wrap their arrays in these types, whose dumpers write PostgreSQL's binary
+# array format directly (a list subclass: without the dumpers registered,
+# psycopg's own list dumper still applies).
+_ARRAY_HEADER = struct.Struct("!iiiii")  # ndim, has nulls, element oid, length, lower bound
+_NULL = b"\xff\xff\xff\xff"
+
+
+class TextArray(list[str | None]):
+    """A text[] parameter."""
+
+
+class ByteaArray(list[bytes | None]):
+    """A bytea[] parameter."""
+
+
+class IntArray(list[int | None]):
+    """An integer[] parameter."""
+
+
+class _ArrayDumper(Dumper):
+    format = Format.BINARY
+    element_oid = 0
+
+    def _element(self, value: Any) -> bytes:
+        raise NotImplementedError
+
+    def dump(self, obj: Any) -> Buffer:
+        if not obj:
+            return struct.pack("!iii", 0, 0, self.element_oid)
+        parts = []
+        nulls = 0
+        for value in obj:
+            if value is None:
+                parts.append(_NULL)
+                nulls = 1
+            else:
+                data = self._element(value)
+                parts.append(len(data).to_bytes(4, "big"))
+                parts.append(data)
+        return _ARRAY_HEADER.pack(1, nulls, self.element_oid, len(obj), 1) + b"".join(parts)
+
+
+class _TextArrayDumper(_ArrayDumper):
+    oid = 1009
+    element_oid = 25
+
+    def _element(self, value: Any) -> bytes:
+        return str(value).encode()
+
+
+class _ByteaArrayDumper(_ArrayDumper):
+    oid = 1001
+    element_oid = 17
+
+    def _element(self, value: Any) -> bytes:
+        return bytes(value)
+
+
+class _IntArrayDumper(_ArrayDumper):
+    oid = 1007
+    element_oid = 23
+
+    def _element(self, value: Any) -> bytes:
+        return int(value).to_bytes(4, "big", signed=True)
+
+
+def register_array_dumpers(adapters: AdaptersMap) -> None:
+    adapters.register_dumper(TextArray, _TextArrayDumper)
+    adapters.register_dumper(ByteaArray, _ByteaArrayDumper)
+    adapters.register_dumper(IntArray, _IntArrayDumper)

@@ -21,7 +21,7 @@ import json
 import random
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Any, cast
 from uuid import UUID
@@ -53,14 +53,20 @@ from pymemdb.errors import DeltaBaseMissing, InvalidArgument, wrap_exceptions
 from pymemdb.integrations._langgraph_cache import (
     CACHE_BYTES,
     DELTA_MAX_CHAIN,
+    ByteaArray,
     DeltaBase,
+    IntArray,
     SaverMemory,
     Stamped,
+    TextArray,
     msgpack_array,
+    register_array_dumpers,
 )
 from pymemdb.types import LangGraphPruneResult, LangGraphTuple
 
 __all__ = ["AsyncMemoriSaver", "MemoriSaver", "blob_value", "set_policy"]
+
+register_array_dumpers(psycopg.adapters)  # connections made from now on write our arrays fast
 
 _loads: Callable[[str], Any]
 try:  # a cached copy is parsed on every read: orjson (LangChain installs it) parses JSON ~3x faster
@@ -86,7 +92,7 @@ LG_WRITES_PUT = fn(
 LG_CHECKPOINT_GET = fn(
     "lg_checkpoint_get",
     ("p_thread_id", "text"), ("p_checkpoint_ns", "text"), ("p_checkpoint_id", "uuid"), ("p_user_id", "text"),
-    ("p_now", "timestamptz"), ("p_known_stamp", "text"),
+    ("p_now", "timestamptz"), ("p_known_stamp", "text"), ("p_known_writes", "text"),
     result=LangGraphTuple,
 )
 LG_BLOB_VALUE = fn(
@@ -260,16 +266,16 @@ class _MemoriSaverBase(BaseCheckpointSaver[str]):
             "p_parent_id": conf.get("checkpoint_id"),
             "p_checkpoint": Jsonb(stored, dumps=lambda _: checkpoint_json),
             "p_metadata": Jsonb(None, dumps=lambda _: metadata_json),
-            "p_blob_channels": channels,
-            "p_blob_versions": versions,
-            "p_blob_types": types,
-            "p_blob_values": values,
+            "p_blob_channels": TextArray(channels),
+            "p_blob_versions": TextArray(versions),
+            "p_blob_types": TextArray(types),
+            "p_blob_values": ByteaArray(values),
             "p_policy": self.policy,
             "p_user_id": self.user_id,
         }
         if any(b is not None for b in bases):
-            args["p_blob_bases"] = bases
-            args["p_blob_items"] = items
+            args["p_blob_bases"] = TextArray(bases)
+            args["p_blob_items"] = IntArray(items)
         next_config: RunnableConfig = {
             "configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint["id"]}
         }
@@ -324,7 +330,7 @@ class _MemoriSaverBase(BaseCheckpointSaver[str]):
         parent = plan.parent_id
         self._memory.put(("tuple", *key), Stamped(
             stamp, str(UUID(plan.checkpoint_id)), str(UUID(str(parent))) if parent is not None else None,
-            plan.checkpoint_json, plan.metadata_json, tuple(blobs)))
+            plan.checkpoint_json, plan.metadata_json, tuple(blobs), "", ()))  # a new checkpoint: no writes yet
 
     def _writes_call(
         self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str
@@ -338,10 +344,10 @@ class _MemoriSaverBase(BaseCheckpointSaver[str]):
             "p_task_id": task_id,
             "p_task_path": task_path,
             # LangGraph's published index of special writes (error, interrupt, ...) is negative
-            "p_idx": [WRITES_IDX_MAP.get(channel, idx) for idx, (channel, _) in enumerate(writes)],
-            "p_channels": [channel for channel, _ in writes],
-            "p_types": [type_ for type_, _ in dumped],
-            "p_values": [data for _, data in dumped],
+            "p_idx": IntArray(WRITES_IDX_MAP.get(channel, idx) for idx, (channel, _) in enumerate(writes)),
+            "p_channels": TextArray(channel for channel, _ in writes),
+            "p_types": TextArray(type_ for type_, _ in dumped),
+            "p_values": ByteaArray(data for _, data in dumped),
             "p_policy": self.policy,
             "p_user_id": self.user_id,
         }
@@ -362,24 +368,30 @@ class _MemoriSaverBase(BaseCheckpointSaver[str]):
         }
         if copy is not None:
             args["p_known_stamp"] = copy.stamp
+            if copy.writes_stamp is not None:
+                args["p_known_writes"] = copy.writes_stamp
         return (LG_CHECKPOINT_GET, args), copy
 
     def _got(self, row: LangGraphTuple | None, copy: Stamped | None, latest: bool) -> CheckpointTuple | bool | None:
         """The tuple of a read; False when the server vouched for a copy this saver no longer has (read again)."""
-        key = ("tuple", row.thread_id, row.checkpoint_ns) if row is not None else None
         if row is None:
             return None
-        if row.checkpoint is None:  # our copy is current: only the writes came
+        key = ("tuple", row.thread_id, row.checkpoint_ns)
+        if row.checkpoint is None:  # our copy of the checkpoint is current
             if copy is None or row.stamp != copy.stamp:
                 return False
+            if row.writes_stamp != copy.writes_stamp:  # the writes changed: they came, keep them with the copy
+                copy = replace(copy, writes_stamp=row.writes_stamp, writes=_writes(row))
+                self._memory.put(key, copy)
             return self._tuple(row, copy)
-        if latest and row.stamp is not None and key is not None:
+        if latest and row.stamp is not None:
             self._memory.put(key, Stamped(
                 row.stamp, str(row.checkpoint_id), str(row.parent_id) if row.parent_id is not None else None,
                 json.dumps(row.checkpoint), json.dumps(row.metadata),
                 tuple((c, str(row.checkpoint["channel_versions"].get(c)), t, bytes(v))
                       for c, t, v in zip(row.blob_channels or [], row.blob_types or [], row.blob_values or [],
-                                         strict=True) if v is not None)))
+                                         strict=True) if v is not None),
+                row.writes_stamp, _writes(row)))
         return self._tuple(row)
 
     def _list_call(
@@ -427,11 +439,8 @@ class _MemoriSaverBase(BaseCheckpointSaver[str]):
             if type_ != "empty":
                 values[channel] = self.serde.loads_typed((type_, cast(bytes, data)))
         checkpoint["channel_values"] = values
-        writes = sorted(
-            zip(row.write_task_ids or [], row.write_channels or [], row.write_types or [], row.write_values or [],
-                row.write_task_paths or [], row.write_idx or [], strict=True),
-            key=lambda w: writes_sort_key(w[4], w[0], w[5]),
-        )
+        held = copy.writes if copy is not None and copy.writes_stamp is not None else _writes(row)
+        writes = sorted(held, key=lambda w: writes_sort_key(w[4], w[0], w[5])) if len(held) > 1 else held
         ids = {"thread_id": row.thread_id, "checkpoint_ns": row.checkpoint_ns}
         return CheckpointTuple(
             config={"configurable": {**ids, "checkpoint_id": checkpoint["id"]}},
@@ -441,6 +450,12 @@ class _MemoriSaverBase(BaseCheckpointSaver[str]):
             pending_writes=[(task_id, channel, self.serde.loads_typed((type_, data)))
                             for task_id, channel, type_, data, _, _ in writes],
         )
+
+
+def _writes(row: LangGraphTuple) -> tuple[tuple[str, str, str, bytes, str, int], ...]:
+    return tuple(zip(row.write_task_ids or [], row.write_channels or [], row.write_types or [],
+                     [bytes(v) for v in row.write_values or []], row.write_task_paths or [], row.write_idx or [],
+                     strict=True))
 
 
 def _uuid_text(value: str) -> str:
