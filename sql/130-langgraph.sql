@@ -229,17 +229,25 @@ create or replace function memori._lg_blob_join(
   p_thread bigint, p_ns text, p_channel text, p_base text[], p_items integer, p_tail bytea
 ) returns bytea
 as $func$
-  select memori._lg_msgpack_header((r.a).items + coalesce(d.items, 0) + p_items)
-         || substring(r.blob from (r.a).header + 1) || coalesce(d.body, ''::bytea) || p_tail
-    from (select x.blob, memori._lg_msgpack_array(x.blob) as a from memori.lg_blobs x
-           where x.thread = p_thread and x.checkpoint_ns = p_ns and x.channel = p_channel and x.version = p_base[1]
-           limit 1) r,
-         (select sum(x.items)::integer as items, string_agg(x.blob, ''::bytea order by a.ord) as body
-            from unnest(p_base[2:]) with ordinality a(version, ord)
-            cross join lateral (select x.blob, x.items from memori.lg_blobs x
-                                 where x.thread = p_thread and x.checkpoint_ns = p_ns and x.channel = p_channel
-                                   and x.version = a.version
-                                 limit 1) x) d
+  -- one index scan for the whole chain (= ANY), put in chain order by array_position;
+  -- the root's array header parsed inline (a nested function call costs more than the scan)
+  select case when n < 16 then set_byte('\x00'::bytea, 0, 144 + n)
+              when n < 65536 then '\xdc'::bytea || substring(int4send(n) from 3 for 2)
+              else '\xdd'::bytea || int4send(n) end
+         || body || p_tail
+    from (select (sum(coalesce(x.items, r.items)) + p_items)::integer as n,
+                 string_agg(case when x.items is null then substring(x.blob from r.header + 1) else x.blob end,
+                            ''::bytea order by array_position(p_base, x.version)) as body
+            from memori.lg_blobs x
+            left join lateral (
+              select case when b.b between 144 and 159 then b.b - 144
+                          when b.b = 220 then (get_byte(x.blob, 1) << 8) | get_byte(x.blob, 2)
+                          when b.b = 221 then (get_byte(x.blob, 1)::bigint << 24) | (get_byte(x.blob, 2) << 16)
+                                              | (get_byte(x.blob, 3) << 8) | get_byte(x.blob, 4) end as items,
+                     case when b.b between 144 and 159 then 1 when b.b = 220 then 3 else 5 end as header
+                from (select case when x.items is null then get_byte(x.blob, 0) end as b) b) r on x.items is null
+           where x.thread = p_thread and x.checkpoint_ns = p_ns and x.channel = p_channel
+             and x.version = any (p_base)) j
 $func$ language sql stable security invoker
 set search_path = pg_catalog, memori, pg_temp;
 comment on function memori._lg_blob_join(bigint, text, text, text[], integer, bytea) is 'The full msgpack value of a delta-encoded LangGraph blob: its chain''s items (root first) and its own tail under one array header.';
