@@ -159,8 +159,9 @@ def _explain_cached_and_put(admin: psycopg.Connection[Any], ours: Any, rng: rand
     """Plans of a read whose cached copy is current (stamp and writes only) and of the next put (rolled back)."""
     config: Any = {"configurable": {"thread_id": "bench-0", "checkpoint_ns": ""}}
     _, copy = ours._get_call(config)
-    cached = explain_nested(admin, "select * from memori.lg_checkpoint_get('bench-0', '', null, %s, now(), %s)",
-                            (USER, copy.stamp if copy is not None else None))
+    cached = explain_nested(admin, "select * from memori.lg_checkpoint_get('bench-0', '', null, %s, now(), %s, %s)",
+                            (USER, copy.stamp if copy is not None else None,
+                             copy.writes_stamp if copy is not None else None))
     found = ours.get_tuple(config)
     assert found is not None
     state = {"values": dict(found.checkpoint["channel_values"]), "versions": dict(found.checkpoint["channel_versions"]),
