@@ -166,6 +166,12 @@ class DeltaPruneRefused(PymemdbError, NotImplementedError):
     sqlstate = "PM080"
 
 
+class DeltaBaseMissing(PymemdbError):
+    """PM081: a LangGraph delta blob names a base version its thread does not have unexpired."""
+
+    sqlstate = "PM081"
+
+
 class VmError(PymemdbError):
     """Base of AI virtual memory errors (pages, working set, faults)."""
 
@@ -284,6 +290,7 @@ _BY_SQLSTATE: dict[str, type[PymemdbError]] = {
         CompressionPlanFinished,
         InvalidSummary,
         DeltaPruneRefused,
+        DeltaBaseMissing,
         WorkingSetFull,
         MutationLogAppendOnly,
         PageExists,

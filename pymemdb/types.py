@@ -525,8 +525,8 @@ class LangGraphTuple:
     checkpoint_ns: str
     checkpoint_id: UUID
     parent_id: UUID | None
-    checkpoint: dict[str, Any]
-    metadata: dict[str, Any]
+    checkpoint: dict[str, Any] | None  # NULL (with metadata and blobs) when p_known_stamp was current
+    metadata: dict[str, Any] | None
     blob_channels: list[str] | None
     blob_types: list[str] | None
     blob_values: list[bytes | None] | None
@@ -536,6 +536,8 @@ class LangGraphTuple:
     write_values: list[bytes] | None
     write_task_paths: list[str] | None
     write_idx: list[int] | None
+    stamp: str | None = None  # what a cached copy is checked against (lg_checkpoint_get only)
+    writes_stamp: str | None = None  # the same for the pending writes
 
 
 @dataclass(frozen=True)

@@ -194,35 +194,90 @@ create or replace trigger lg_checkpoints_writes_gone after delete on memori.lg_c
   for each statement execute function memori._lg_writes_gone();
 
 -------------------------------------------------------------------------------
+-- _lg_blob_join: the full value of a delta blob, from its chain (root first)
+-- A delta stores only the items appended to its base version; the msgpack
+-- array of the whole list is a header for the total count, then the root's
+-- items, then every delta's items in chain order (msgpack arrays are their
+-- items back to back).
+create or replace function memori._lg_blob_join(
+  p_thread bigint, p_ns text, p_channel text, p_base text[], p_items integer, p_tail bytea
+) returns bytea
+as $func$
+  -- one index scan for the whole chain (= ANY), put in chain order by array_position;
+  -- the root's array header parsed inline (a nested function call costs more than the scan)
+  select case when n < 16 then set_byte('\x00'::bytea, 0, 144 + n)
+              when n < 65536 then '\xdc'::bytea || substring(int4send(n) from 3 for 2)
+              else '\xdd'::bytea || int4send(n) end
+         || body || p_tail
+    from (select (sum(coalesce(x.items, r.items)) + p_items)::integer as n,
+                 string_agg(case when x.items is null then substring(x.blob from r.header + 1) else x.blob end,
+                            ''::bytea order by array_position(p_base, x.version)) as body
+            from memori.lg_blobs x
+            left join lateral (
+              select case when b.b between 144 and 159 then b.b - 144
+                          when b.b = 220 then (get_byte(x.blob, 1) << 8) | get_byte(x.blob, 2)
+                          when b.b = 221 then (get_byte(x.blob, 1)::bigint << 24) | (get_byte(x.blob, 2) << 16)
+                                              | (get_byte(x.blob, 3) << 8) | get_byte(x.blob, 4) end as items,
+                     case when b.b between 144 and 159 then 1 when b.b = 220 then 3 else 5 end as header
+                from (select case when x.items is null then get_byte(x.blob, 0) end as b) b) r on x.items is null
+           where x.thread = p_thread and x.checkpoint_ns = p_ns and x.channel = p_channel
+             and x.version = any (p_base)) j
+$func$ language sql stable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._lg_blob_join(bigint, text, text, text[], integer, bytea) is 'The full msgpack value of a delta-encoded LangGraph blob: its chain''s items (root first) and its own tail under one array header.';
+
+-------------------------------------------------------------------------------
+-- _lg_versions_closure: channel versions and every version their blobs are built on
+create or replace function memori._lg_versions_closure(p_thread bigint, p_ns text, p_versions jsonb)
+returns table (channel text, version text)
+as $func$
+  select v.key, v.value from jsonb_each_text(p_versions) v
+  union
+  select v.key, a.version
+    from jsonb_each_text(p_versions) v
+   cross join lateral (select x.base from memori.lg_blobs x
+                        where x.thread = p_thread and x.checkpoint_ns = p_ns and x.channel = v.key
+                          and x.version = v.value and x.base is not null
+                        limit 1) x
+   cross join unnest(x.base) a(version)
+$func$ language sql stable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._lg_versions_closure(bigint, text, jsonb) is 'The (channel, version) pairs a checkpoint''s channel_versions need: each version and, for delta blobs, the versions their chain is built on.';
+
+-------------------------------------------------------------------------------
 -- _lg_namespace_settle: after deletions, the latest checkpoint is kept and unused blobs go
 create or replace function memori._lg_namespace_settle(p_thread bigint, p_ns text, p_now timestamptz)
 returns integer
 as $func$
 declare
-  v_blobs integer;
+  v_blobs    integer;
+  v_versions jsonb;
 begin
-  with latest as (
-    update memori.lg_checkpoints c set expires_at = null
-     where c.id = (select l.id from memori.lg_checkpoints l
-                    where l.thread = p_thread and l.checkpoint_ns = p_ns
-                      and (l.expires_at is null or l.expires_at > p_now)  -- an expired one stays expired
-                    order by l.checkpoint_id desc limit 1)
-       and c.expires_at is not null
-    returning c.checkpoint -> 'channel_versions' as versions
-  )
-  update memori.lg_blobs b set expires_at = null
-    from latest, jsonb_each_text(latest.versions) v
-   where b.thread = p_thread and b.checkpoint_ns = p_ns and b.channel = v.key and b.version = v.value;
+  update memori.lg_checkpoints c set expires_at = null
+   where c.id = (select l.id from memori.lg_checkpoints l
+                  where l.thread = p_thread and l.checkpoint_ns = p_ns
+                    and (l.expires_at is null or l.expires_at > p_now)  -- an expired one stays expired
+                  order by l.checkpoint_id desc limit 1)
+     and c.expires_at is not null
+  returning c.checkpoint -> 'channel_versions' into v_versions;
+  if v_versions is not null then
+    -- its blobs and the chains of its delta blobs are in use again
+    update memori.lg_blobs b set expires_at = null
+      from memori._lg_versions_closure(p_thread, p_ns, v_versions) v
+     where b.thread = p_thread and b.checkpoint_ns = p_ns and b.channel = v.channel and b.version = v.version
+       and b.expires_at is not null;
+  end if;
   update memori.lg_writes w set expires_at = null
     from memori.lg_checkpoints c
    where c.thread = p_thread and c.checkpoint_ns = p_ns and c.expires_at is null
      and w.thread = c.thread and w.checkpoint_ns = c.checkpoint_ns and w.checkpoint_id = c.checkpoint_id
      and w.expires_at is not null;
 
-  -- the versions still in use, gathered once (a probe per blob would rescan the namespace)
+  -- the versions still in use (with the chains they are built on), gathered once
   with used as materialized (
-    select distinct v.key as channel, v.value as version
-      from memori.lg_checkpoints c, jsonb_each_text(c.checkpoint -> 'channel_versions') v
+    select distinct v.channel, v.version
+      from memori.lg_checkpoints c
+     cross join lateral memori._lg_versions_closure(p_thread, p_ns, c.checkpoint -> 'channel_versions') v
      where c.thread = p_thread and c.checkpoint_ns = p_ns
   )
   delete from memori.lg_blobs b
@@ -233,10 +288,13 @@ begin
 end
 $func$ language plpgsql volatile security invoker
 set search_path = pg_catalog, memori, pg_temp;
-comment on function memori._lg_namespace_settle(bigint, text, timestamptz) is 'After checkpoints of a namespace were deleted: its latest checkpoint (and blobs) never expire, blobs no checkpoint uses are deleted; returns how many.';
+comment on function memori._lg_namespace_settle(bigint, text, timestamptz) is 'After checkpoints of a namespace were deleted: its latest checkpoint (and blobs) never expire, blobs no checkpoint uses (directly or as a delta''s base) are deleted; returns how many.';
 
 -------------------------------------------------------------------------------
 -- lg_checkpoint_put: store a checkpoint, its new blobs, and supersede the older ones
+-- (0011 added the delta arguments and the stamp result: the old signature goes)
+drop function if exists memori.lg_checkpoint_put(text, text, uuid, uuid, jsonb, jsonb, text[], text[], text[], bytea[],
+                                                 text, text, timestamptz);
 create or replace function memori.lg_checkpoint_put(
   p_thread_id     text,
   p_checkpoint_ns text,
@@ -250,8 +308,10 @@ create or replace function memori.lg_checkpoint_put(
   p_blob_values   bytea[] default '{}',
   p_policy        text default 'default',
   p_user_id       text default null,
-  p_now           timestamptz default now()
-) returns void
+  p_now           timestamptz default now(),
+  p_blob_bases    text[] default null,
+  p_blob_items    integer[] default null
+) returns text
 as $func$
 declare
   v_user       text := coalesce(p_user_id, nullif(current_setting('memori.user_id', true), ''));
@@ -265,6 +325,11 @@ declare
   v_expires    timestamptz;
   v_previous   uuid;
   v_newer      boolean;
+  v_missing    text;
+  v_revive     boolean := false;
+  v_fresh      boolean;
+  v_count      integer;
+  v_xmin       text;
 begin
   if v_user is null then
     perform memori._lg_user(null);  -- raises PM001 with its hint
@@ -276,9 +341,12 @@ begin
   end if;
   if cardinality(p_blob_channels) is distinct from cardinality(p_blob_versions)
      or cardinality(p_blob_channels) is distinct from cardinality(p_blob_types)
-     or cardinality(p_blob_channels) is distinct from cardinality(p_blob_values) then
-    perform memori._invalid('blob channels, versions, types and values differ in length',
-                            'Pass one entry per blob in each of the four arrays.');
+     or cardinality(p_blob_channels) is distinct from cardinality(p_blob_values)
+     or (p_blob_bases is not null and cardinality(p_blob_channels) is distinct from cardinality(p_blob_bases))
+     or (p_blob_bases is not null and cardinality(p_blob_bases) is distinct from cardinality(p_blob_items))
+     or ((p_blob_bases is null) <> (p_blob_items is null)) then
+    perform memori._invalid('blob channels, versions, types, values, bases and item counts differ in length',
+                            'Pass one entry per blob in each array (bases and items: both or neither).');
   end if;
   -- the saver's policy (inline: this runs on every step of every graph)
   select max(p.retention) filter (where p.table_name = 'lg_checkpoints'),
@@ -295,10 +363,43 @@ begin
   -- a DeltaChannel graph rebuilds values from older checkpoints: none of them expires alone
   v_expires := case when v_row.uses_delta then null else p_now + v_superseded end;
 
-  insert into memori.lg_blobs (thread, checkpoint_ns, channel, version, user_id, policy, type, blob)
-  select v_thread, v_ns, u.channel, u.version, v_user, p_policy, u.type, u.value
-    from unnest(p_blob_channels, p_blob_versions, p_blob_types, p_blob_values) as u(channel, version, type, value)
-  on conflict (thread, checkpoint_ns, channel, version) do nothing;
+  -- blobs: full values, or deltas (the items appended to a base version of the
+  -- same channel and type, which must exist unexpired: PM081 otherwise, and the
+  -- saver sends the full value). One statement: the base probe gives the chain.
+  with incoming as (
+    select u.channel, u.version, u.type, u.value, u.base, u.items, x.id as base_id, x.chain, x.expires_at as base_expires
+      from unnest(p_blob_channels, p_blob_versions, p_blob_types, p_blob_values,
+                  coalesce(p_blob_bases, array_fill(null::text, array[cardinality(p_blob_channels)])),
+                  coalesce(p_blob_items, array_fill(null::integer, array[cardinality(p_blob_channels)])))
+             as u(channel, version, type, value, base, items)
+      left join lateral (select x.id, coalesce(x.base, '{}') || x.version as chain, x.expires_at
+                           from memori.lg_blobs x
+                          where x.thread = v_thread and x.checkpoint_ns = v_ns and x.channel = u.channel
+                            and x.version = u.base and x.type = u.type
+                            and (x.expires_at is null or x.expires_at > p_now)
+                          limit 1) x on u.base is not null
+  ), written as (
+    insert into memori.lg_blobs (thread, checkpoint_ns, channel, version, user_id, policy, type, blob, base, items)
+    select v_thread, v_ns, i.channel, i.version, v_user, p_policy, i.type, i.value, i.chain,
+           case when i.base is not null then coalesce(i.items, 0) end
+      from incoming i
+     where i.base is null or i.base_id is not null
+    on conflict (thread, checkpoint_ns, channel, version) do nothing
+    returning 1
+  )
+  select (select count(*) from written),
+         string_agg(i.channel || '@' || i.base, ', ') filter (where i.base is not null and i.base_id is null),
+         coalesce(bool_or(i.base_expires is not null), false)
+    into v_count, v_missing, v_revive
+    from incoming i;
+  if v_missing is not null then
+    raise exception 'delta blob without its base version: %', v_missing
+      using errcode = 'PM081',
+            detail = 'A delta blob extends a base version of its channel that this thread does not have unexpired.',
+            hint = 'Send the full value (MemoriSaver does so by itself when it gets this error).';
+  end if;
+  -- every blob written now: the caller's copy of them is the stored one
+  v_fresh := v_count = coalesce(cardinality(p_blob_channels), 0);
 
   -- a put below the latest (copying, or racing a newer put) is superseded at once
   v_newer := exists (select 1 from memori.lg_checkpoints c
@@ -308,14 +409,16 @@ begin
   values (v_thread, v_ns, p_checkpoint_id, p_parent_id, v_user, p_policy, p_checkpoint, p_metadata,
           case when v_newer then v_expires end)
   on conflict (thread, checkpoint_ns, checkpoint_id) do update
-     set checkpoint = excluded.checkpoint, metadata = excluded.metadata;
+     set checkpoint = excluded.checkpoint, metadata = excluded.metadata
+  returning xmin::text into v_xmin;
 
   if v_newer then
     update memori.lg_writes w set expires_at = v_expires  -- writes that came first expire with it
      where w.thread = v_thread and w.checkpoint_ns = v_ns and w.checkpoint_id = p_checkpoint_id;
-    return;
+    return null;
   end if;
   -- the checkpoints this one supersedes start expiring, with the blobs only they use
+  -- (a delta blob uses its chain: those versions stay while it is in use)
   if v_expires is not null then
     with superseded as (
       update memori.lg_checkpoints c set expires_at = v_expires
@@ -323,9 +426,26 @@ begin
          and c.checkpoint_id < p_checkpoint_id
       returning c.checkpoint_id, c.checkpoint -> 'channel_versions' as versions
     ), unused as (
-      select distinct v.key, v.value
-        from superseded s, jsonb_each_text(s.versions) v
-       where (p_checkpoint -> 'channel_versions' ->> v.key) is distinct from v.value
+      -- per channel whose version changed: the old version and its chain, less
+      -- the new version and its chain (a delta on the old one keeps it all)
+      select distinct d.key as channel, o.version
+        from superseded s
+       cross join lateral jsonb_each_text(s.versions) d
+       cross join lateral (select array_remove(coalesce(x.base, '{}') || (p_checkpoint -> 'channel_versions' ->> d.key),
+                                               null) as kept
+                             from (select 1) one
+                             left join lateral (select x.base from memori.lg_blobs x
+                                                 where x.thread = v_thread and x.checkpoint_ns = v_ns
+                                                   and x.channel = d.key
+                                                   and x.version = p_checkpoint -> 'channel_versions' ->> d.key
+                                                 limit 1) x on true) n
+       cross join lateral (select d.value as version
+                           union all
+                           select unnest(x.base) from memori.lg_blobs x
+                            where x.thread = v_thread and x.checkpoint_ns = v_ns and x.channel = d.key
+                              and x.version = d.value and x.base is not null) o
+       where (p_checkpoint -> 'channel_versions' ->> d.key) is distinct from d.value
+         and o.version <> all (n.kept)
     ), blobs as (
       -- one key probe per blob (LATERAL ... LIMIT 1) and per checkpoint (= ANY): the
       -- planner, sizing these from few rows, would otherwise scan the namespace's history
@@ -333,7 +453,7 @@ begin
        where b.id in (select x.id from unused u
                        cross join lateral (select x.id from memori.lg_blobs x
                                             where x.thread = v_thread and x.checkpoint_ns = v_ns
-                                              and x.channel = u.key and x.version = u.value
+                                              and x.channel = u.channel and x.version = u.version
                                               and x.expires_at is null
                                             limit 1) x)
     ), writes as (
@@ -343,20 +463,23 @@ begin
     )
     select (array_agg(s.checkpoint_id order by s.checkpoint_id desc))[1] into v_previous from superseded s;
   end if;
-  -- forking from an older checkpoint: the blobs it carries over are in use again
-  if p_parent_id is not null and p_parent_id is distinct from v_previous then
+  -- forking from an older checkpoint (or extending a superseded base): the blobs it
+  -- carries, and the chains they are built on, are in use again
+  if (p_parent_id is not null and p_parent_id is distinct from v_previous) or v_revive then
     update memori.lg_blobs b set expires_at = null
-     where b.id in (select x.id from jsonb_each_text(p_checkpoint -> 'channel_versions') v
+     where b.id in (select x.id from memori._lg_versions_closure(v_thread, v_ns, p_checkpoint -> 'channel_versions') v
                      cross join lateral (select x.id from memori.lg_blobs x
                                           where x.thread = v_thread and x.checkpoint_ns = v_ns
-                                            and x.channel = v.key and x.version = v.value
+                                            and x.channel = v.channel and x.version = v.version
                                             and x.expires_at is not null
                                           limit 1) x);
   end if;
+  return case when v_fresh then v_thread::text || '.' || v_xmin || '.' || p_checkpoint_id::text end;
 end
 $func$ language plpgsql volatile security invoker
-set search_path = pg_catalog, memori, pg_temp;
-comment on function memori.lg_checkpoint_put(text, text, uuid, uuid, jsonb, jsonb, text[], text[], text[], bytea[], text, text, timestamptz) is 'Store a LangGraph checkpoint and its new channel blobs for a user; older checkpoints of the namespace start expiring per the saver policy.';
+set search_path = pg_catalog, memori, pg_temp
+set plan_cache_mode = force_generic_plan;  -- key probes: replanning them on every call cost more than running them
+comment on function memori.lg_checkpoint_put(text, text, uuid, uuid, jsonb, jsonb, text[], text[], text[], bytea[], text, text, timestamptz, text[], integer[]) is 'Store a LangGraph checkpoint and its new channel blobs (full, or delta on a base version) for a user; older checkpoints start expiring per the saver policy. Returns the read stamp when every blob was new.';
 
 -------------------------------------------------------------------------------
 -- lg_writes_put: store the pending writes of a task
@@ -421,7 +544,8 @@ begin
   return v_count;
 end
 $func$ language plpgsql volatile security invoker
-set search_path = pg_catalog, memori, pg_temp;
+set search_path = pg_catalog, memori, pg_temp
+set plan_cache_mode = force_generic_plan;  -- key probes: replanning them on every call cost more than running them
 comment on function memori.lg_writes_put(text, text, uuid, text, text, integer[], text[], text[], bytea[], text, text, timestamptz) is 'Store a task''s pending writes for a LangGraph checkpoint (special writes upsert, regular ones are written once); returns rows written.';
 
 -------------------------------------------------------------------------------
@@ -431,13 +555,17 @@ returns memori.lg_tuple
 as $func$
   select p_thread_id, (p_c).checkpoint_ns, (p_c).checkpoint_id, (p_c).parent_id, (p_c).checkpoint, (p_c).metadata,
          b.channels, b.types, b.vals,
-         w.task_ids, w.channels, w.types, w.vals, w.paths, w.idx
+         w.task_ids, w.channels, w.types, w.vals, w.paths, w.idx, null::text, null::text
     -- one primary-key probe per channel (LATERAL ... LIMIT 1): a join would be
     -- planned for the namespace's whole blob history, which grows with every step
     from (select array_agg(v.key) as channels, array_agg(bl.type) as types, array_agg(bl.blob) as vals
             from jsonb_each_text((p_c).checkpoint -> 'channel_versions') v
            cross join lateral (
-             select x.type, x.blob from memori.lg_blobs x
+             select x.type,
+                    case when x.base is null then x.blob
+                         else memori._lg_blob_join(x.thread, x.checkpoint_ns, x.channel, x.base, x.items, x.blob) end
+                      as blob
+               from memori.lg_blobs x
               where x.thread = (p_c).thread and x.checkpoint_ns = (p_c).checkpoint_ns
                 and x.channel = v.key and x.version = v.value
                 and (x.expires_at is null or x.expires_at > p_now)
@@ -453,18 +581,25 @@ as $func$
              and wr.checkpoint_id = (p_c).checkpoint_id and (wr.expires_at is null or wr.expires_at > p_now)) w
 $func$ language sql stable security invoker
 set search_path = pg_catalog, memori, pg_temp;
-comment on function memori._lg_tuple(text, memori.lg_checkpoints, timestamptz) is 'A LangGraph checkpoint as a tuple: its unexpired blobs and its pending writes in (task_path, task_id, idx) order.';
+comment on function memori._lg_tuple(text, memori.lg_checkpoints, timestamptz) is 'A LangGraph checkpoint as a tuple: its unexpired blobs (delta blobs joined to full values) and its pending writes in (task_path, task_id, idx) order.';
 
 -------------------------------------------------------------------------------
 -- lg_checkpoint_get: one checkpoint (the latest of the namespace without an id)
 -- The hot read of every graph step: one statement per case, no nested calls
 -- (each costs a plan and a search_path switch); _lg_tuple is inlined here.
+-- p_known_stamp: the stamp of a copy the caller holds; when it is still the
+-- stamp of that checkpoint, the row carries the stamp and the pending writes
+-- only (checkpoint, metadata and blobs NULL): the caller's copy is current.
+drop function if exists memori.lg_checkpoint_get(text, text, uuid, text, timestamptz);
+drop function if exists memori.lg_checkpoint_get(text, text, uuid, text, timestamptz, text);
 create or replace function memori.lg_checkpoint_get(
   p_thread_id     text,
   p_checkpoint_ns text default '',
   p_checkpoint_id uuid default null,
   p_user_id       text default null,
-  p_now           timestamptz default now()
+  p_now           timestamptz default now(),
+  p_known_stamp   text default null,
+  p_known_writes  text default null
 ) returns setof memori.lg_tuple
 as $func$
 declare
@@ -476,46 +611,122 @@ begin
   end if;
   if p_checkpoint_id is null then
     return query
-      select t.thread_id, c.checkpoint_ns, c.checkpoint_id, c.parent_id, c.checkpoint, c.metadata,
-             b.channels, b.types, b.vals, w.task_ids, w.channels, w.types, w.vals, w.paths, w.idx
+      select t.thread_id, c.checkpoint_ns, c.checkpoint_id, c.parent_id,
+             case when c.changed then c.checkpoint end, case when c.changed then c.metadata end,
+             b.channels, b.types, b.vals, w.task_ids, w.channels, w.types, w.vals, w.paths, w.idx, c.stamp, ws.stamp
         from memori.lg_threads t
-       cross join lateral (select * from memori.lg_checkpoints c
-                            where c.thread = t.id and c.checkpoint_ns = v_ns
-                              and (c.expires_at is null or c.expires_at > p_now)
-                            order by c.checkpoint_id desc limit 1) c
+       cross join lateral (select s.*, s.stamp is distinct from p_known_stamp as changed
+                             from (select c.thread, c.checkpoint_ns, c.checkpoint_id, c.parent_id, c.checkpoint,
+                                          c.metadata, t.id::text || '.' || c.xmin::text || '.' || c.checkpoint_id::text
+                                            as stamp
+                                     from memori.lg_checkpoints c
+                                    where c.thread = t.id and c.checkpoint_ns = v_ns
+                                      and (c.expires_at is null or c.expires_at > p_now)
+                                    order by c.checkpoint_id desc limit 1) s) c
        cross join lateral (
          select array_agg(v.key) as channels, array_agg(bl.type) as types, array_agg(bl.blob) as vals
-           from jsonb_each_text(c.checkpoint -> 'channel_versions') v
-          cross join lateral (select x.type, x.blob from memori.lg_blobs x
+           from jsonb_each_text(case when c.changed then c.checkpoint -> 'channel_versions' end) v
+          cross join lateral (select x.type,
+                                     case when x.base is null then x.blob
+                                          else memori._lg_blob_join(x.thread, x.checkpoint_ns, x.channel, x.base,
+                                                                    x.items, x.blob) end as blob
+                                from memori.lg_blobs x
                                where x.thread = c.thread and x.checkpoint_ns = c.checkpoint_ns
                                  and x.channel = v.key and x.version = v.value
                                  and (x.expires_at is null or x.expires_at > p_now)
                                limit 1) bl) b
        cross join lateral (
-         select array_agg(wr.task_id order by wr.task_path, wr.task_id, wr.idx) as task_ids,
-                array_agg(wr.channel order by wr.task_path, wr.task_id, wr.idx) as channels,
-                array_agg(wr.type order by wr.task_path, wr.task_id, wr.idx) as types,
-                array_agg(wr.blob order by wr.task_path, wr.task_id, wr.idx) as vals,
-                array_agg(wr.task_path order by wr.task_path, wr.task_id, wr.idx) as paths,
-                array_agg(wr.idx order by wr.task_path, wr.task_id, wr.idx) as idx
+         -- the row versions of the pending writes: what a cached copy of them is checked against
+         select coalesce(string_agg(wr.xmin::text, '.' order by wr.task_path, wr.task_id, wr.idx), '') as stamp
            from memori.lg_writes wr
           where wr.thread = c.thread and wr.checkpoint_ns = c.checkpoint_ns
-            and wr.checkpoint_id = c.checkpoint_id and (wr.expires_at is null or wr.expires_at > p_now)) w
+            and wr.checkpoint_id = c.checkpoint_id and (wr.expires_at is null or wr.expires_at > p_now)) ws
+       cross join lateral (
+         -- pending writes in (task_path, task_id, idx) order (sorted once), unless the caller's copy is current
+         select array_agg(wr.task_id) as task_ids, array_agg(wr.channel) as channels, array_agg(wr.type) as types,
+                array_agg(wr.blob) as vals, array_agg(wr.task_path) as paths, array_agg(wr.idx) as idx
+           from (select wr.task_id, wr.channel, wr.type, wr.blob, wr.task_path, wr.idx
+                   from memori.lg_writes wr
+                  where wr.thread = c.thread and wr.checkpoint_ns = c.checkpoint_ns
+                    and wr.checkpoint_id = c.checkpoint_id and (wr.expires_at is null or wr.expires_at > p_now)
+                    and (c.changed or ws.stamp is distinct from p_known_writes)
+                  order by wr.task_path, wr.task_id, wr.idx) wr) w
        where t.user_id = v_user and t.thread_id = p_thread_id and (t.expires_at is null or t.expires_at > p_now);
   else
     return query
-      select x.*
+      select t.thread_id, c.checkpoint_ns, c.checkpoint_id, c.parent_id,
+             case when c.changed then c.checkpoint end, case when c.changed then c.metadata end,
+             b.channels, b.types, b.vals, w.task_ids, w.channels, w.types, w.vals, w.paths, w.idx, c.stamp, ws.stamp
         from memori.lg_threads t
-        join memori.lg_checkpoints c on c.thread = t.id
-       cross join lateral memori._lg_tuple(t.thread_id, c, p_now) x
-       where t.user_id = v_user and t.thread_id = p_thread_id and (t.expires_at is null or t.expires_at > p_now)
-         and c.checkpoint_ns = v_ns and c.checkpoint_id = p_checkpoint_id
-         and (c.expires_at is null or c.expires_at > p_now);
+       cross join lateral (select s.*, s.stamp is distinct from p_known_stamp as changed
+                             from (select c.thread, c.checkpoint_ns, c.checkpoint_id, c.parent_id, c.checkpoint,
+                                          c.metadata, t.id::text || '.' || c.xmin::text || '.' || c.checkpoint_id::text
+                                            as stamp
+                                     from memori.lg_checkpoints c
+                                    where c.thread = t.id and c.checkpoint_ns = v_ns
+                                      and c.checkpoint_id = p_checkpoint_id
+                                      and (c.expires_at is null or c.expires_at > p_now)) s) c
+       cross join lateral (
+         select array_agg(v.key) as channels, array_agg(bl.type) as types, array_agg(bl.blob) as vals
+           from jsonb_each_text(case when c.changed then c.checkpoint -> 'channel_versions' end) v
+          cross join lateral (select x.type,
+                                     case when x.base is null then x.blob
+                                          else memori._lg_blob_join(x.thread, x.checkpoint_ns, x.channel, x.base,
+                                                                    x.items, x.blob) end as blob
+                                from memori.lg_blobs x
+                               where x.thread = c.thread and x.checkpoint_ns = c.checkpoint_ns
+                                 and x.channel = v.key and x.version = v.value
+                                 and (x.expires_at is null or x.expires_at > p_now)
+                               limit 1) bl) b
+       cross join lateral (
+         -- the row versions of the pending writes: what a cached copy of them is checked against
+         select coalesce(string_agg(wr.xmin::text, '.' order by wr.task_path, wr.task_id, wr.idx), '') as stamp
+           from memori.lg_writes wr
+          where wr.thread = c.thread and wr.checkpoint_ns = c.checkpoint_ns
+            and wr.checkpoint_id = c.checkpoint_id and (wr.expires_at is null or wr.expires_at > p_now)) ws
+       cross join lateral (
+         -- pending writes in (task_path, task_id, idx) order (sorted once), unless the caller's copy is current
+         select array_agg(wr.task_id) as task_ids, array_agg(wr.channel) as channels, array_agg(wr.type) as types,
+                array_agg(wr.blob) as vals, array_agg(wr.task_path) as paths, array_agg(wr.idx) as idx
+           from (select wr.task_id, wr.channel, wr.type, wr.blob, wr.task_path, wr.idx
+                   from memori.lg_writes wr
+                  where wr.thread = c.thread and wr.checkpoint_ns = c.checkpoint_ns
+                    and wr.checkpoint_id = c.checkpoint_id and (wr.expires_at is null or wr.expires_at > p_now)
+                    and (c.changed or ws.stamp is distinct from p_known_writes)
+                  order by wr.task_path, wr.task_id, wr.idx) wr) w
+       where t.user_id = v_user and t.thread_id = p_thread_id and (t.expires_at is null or t.expires_at > p_now);
   end if;
 end
 $func$ language plpgsql stable security invoker
+set search_path = pg_catalog, memori, pg_temp
+set plan_cache_mode = force_generic_plan;  -- key probes: replanning them on every call cost more than running them
+comment on function memori.lg_checkpoint_get(text, text, uuid, text, timestamptz, text, text) is 'A LangGraph checkpoint tuple (checkpoint, blobs, pending writes, stamps): the given id, else the latest of the namespace; no row when absent or expired; the parts whose known stamp is current come back NULL.';
+
+-------------------------------------------------------------------------------
+-- lg_blob_value: the full serialised value of a channel version, as LangGraph's serde wrote it
+create or replace function memori.lg_blob_value(
+  p_thread_id     text,
+  p_channel       text,
+  p_version       text,
+  p_checkpoint_ns text default '',
+  p_user_id       text default null,
+  p_now           timestamptz default now()
+) returns bytea
+as $func$
+declare
+  v_user text := memori._lg_user(p_user_id);
+begin
+  return (select case when x.base is null then x.blob
+                      else memori._lg_blob_join(x.thread, x.checkpoint_ns, x.channel, x.base, x.items, x.blob) end
+            from memori.lg_threads t
+            join memori.lg_blobs x on x.thread = t.id
+           where t.user_id = v_user and t.thread_id = p_thread_id and (t.expires_at is null or t.expires_at > p_now)
+             and x.checkpoint_ns = coalesce(p_checkpoint_ns, '') and x.channel = p_channel and x.version = p_version
+             and (x.expires_at is null or x.expires_at > p_now));
+end
+$func$ language plpgsql stable security invoker
 set search_path = pg_catalog, memori, pg_temp;
-comment on function memori.lg_checkpoint_get(text, text, uuid, text, timestamptz) is 'A LangGraph checkpoint tuple (checkpoint, blobs, pending writes): the given id, else the latest of the namespace; no row when absent or expired.';
+comment on function memori.lg_blob_value(text, text, text, text, text, timestamptz) is 'The full serialised value of a LangGraph channel version (a delta blob joined to its chain); NULL when absent or expired.';
 
 -------------------------------------------------------------------------------
 -- lg_checkpoint_list: checkpoints by thread, namespace, metadata, before, newest first
@@ -610,8 +821,10 @@ begin
   if v_target = v_source.id then
     return 0;
   end if;
-  insert into memori.lg_blobs (thread, checkpoint_ns, channel, version, user_id, policy, type, blob, expires_at)
-  select v_target, b.checkpoint_ns, b.channel, b.version, v_user, p_policy, b.type, b.blob, b.expires_at
+  insert into memori.lg_blobs (thread, checkpoint_ns, channel, version, user_id, policy, type, blob, expires_at,
+                               base, items)
+  select v_target, b.checkpoint_ns, b.channel, b.version, v_user, p_policy, b.type, b.blob, b.expires_at,
+         b.base, b.items
     from memori.lg_blobs b
    where b.thread = v_source.id and (b.expires_at is null or b.expires_at > p_now)
   on conflict (thread, checkpoint_ns, channel, version) do nothing;

@@ -192,7 +192,8 @@ begin
   grant select, delete on memori.lg_threads, memori.lg_checkpoints, memori.lg_blobs, memori.lg_writes
     to memori_cleaner;
   revoke execute on function
-    memori.lg_checkpoint_put(text, text, uuid, uuid, jsonb, jsonb, text[], text[], text[], bytea[], text, text, timestamptz),
+    memori.lg_checkpoint_put(text, text, uuid, uuid, jsonb, jsonb, text[], text[], text[], bytea[], text, text, timestamptz,
+                             text[], integer[]),
     memori.lg_writes_put(text, text, uuid, text, text, integer[], text[], text[], bytea[], text, text, timestamptz),
     memori.lg_thread_copy(text, text, text, text, timestamptz),
     memori.lg_policy_set(text, interval, interval, integer)

@@ -155,6 +155,22 @@ def _reads(upstream: Any, ours: Any, threads: int, ids: dict[str, Any], rng: ran
     return out
 
 
+def _explain_cached_and_put(admin: psycopg.Connection[Any], ours: Any, rng: random.Random) -> tuple[str, str]:
+    """Plans of a read whose cached copy is current (stamp and writes only) and of the next put (rolled back)."""
+    config: Any = {"configurable": {"thread_id": "bench-0", "checkpoint_ns": ""}}
+    _, copy = ours._get_call(config)
+    cached = explain_nested(admin, "select * from memori.lg_checkpoint_get('bench-0', '', null, %s, now(), %s, %s)",
+                            (USER, copy.stamp if copy is not None else None,
+                             copy.writes_stamp if copy is not None else None))
+    found = ours.get_tuple(config)
+    assert found is not None
+    state = {"values": dict(found.checkpoint["channel_values"]), "versions": dict(found.checkpoint["channel_versions"]),
+             "run_id": found.metadata.get("run_id")}
+    checkpoint, metadata, new_versions = _checkpoint(ours, state, STEPS + 1, rng)
+    (function, args), _, _ = ours._put_call(found.config, checkpoint, metadata, new_versions)
+    return cached, explain_nested(admin, ours._query(function, args), args)
+
+
 def run(dsn: str, rows: int = 20_000, *, seed: int = 1, progress: Progress | None = None) -> dict[str, Any]:
     if rows < STEPS:
         raise InvalidArgument(f"--rows must be at least {STEPS}, got {rows}", sqlstate="PM001",
@@ -187,6 +203,7 @@ def run(dsn: str, rows: int = 20_000, *, seed: int = 1, progress: Progress | Non
         result["reads"] = _reads(upstream, ours, threads, ids, rng, iterations=min(2000, threads * 4))
         result["explain_get"] = explain_nested(
             admin, "select * from memori.lg_checkpoint_get('bench-0', '', null, %s)", (USER,))
+        result["explain_get_cached"], result["explain_put"] = _explain_cached_and_put(admin, ours, rng)
 
         _vacuum_full(admin, "public", UPSTREAM_TABLES)
         _vacuum_full(admin, "memori", OUR_TABLES)
@@ -276,5 +293,7 @@ def render(result: dict[str, Any]) -> list[Table]:
     plans = Table(title="Plans", show_lines=True)
     plans.add_column("query")
     plans.add_column("EXPLAIN (ANALYZE, BUFFERS)", overflow="fold")
-    plans.add_row("memori.lg_checkpoint_get (latest)", result["explain_get"])
+    plans.add_row("memori.lg_checkpoint_get (latest, cold: no cached copy)", result["explain_get"])
+    plans.add_row("memori.lg_checkpoint_get (latest, cached copy current)", result["explain_get_cached"])
+    plans.add_row("memori.lg_checkpoint_put (the next step, rolled back)", result["explain_put"])
     return [info, tables, plans]

@@ -17,9 +17,11 @@ different connections, and PostgreSQL orders writes to the same thread.
 from __future__ import annotations
 
 import asyncio
+import json
 import random
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from contextlib import asynccontextmanager
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Any, cast
 from uuid import UUID
@@ -47,17 +49,37 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from pymemdb._sql import SqlFunction, fn
 from pymemdb.db import Database, resolve_dsn
-from pymemdb.errors import InvalidArgument, wrap_exceptions
+from pymemdb.errors import DeltaBaseMissing, InvalidArgument, wrap_exceptions
+from pymemdb.integrations._langgraph_cache import (
+    CACHE_BYTES,
+    DELTA_MAX_CHAIN,
+    ByteaArray,
+    DeltaBase,
+    IntArray,
+    SaverMemory,
+    Stamped,
+    TextArray,
+    msgpack_array,
+    register_array_dumpers,
+)
 from pymemdb.types import LangGraphPruneResult, LangGraphTuple
 
-__all__ = ["AsyncMemoriSaver", "MemoriSaver", "set_policy"]
+__all__ = ["AsyncMemoriSaver", "MemoriSaver", "blob_value", "set_policy"]
+
+register_array_dumpers(psycopg.adapters)  # connections made from now on write our arrays fast
+
+_loads: Callable[[str], Any]
+try:  # a cached copy is parsed on every read: orjson (LangChain installs it) parses JSON ~3x faster
+    from orjson import loads as _loads
+except ImportError:  # pragma: no cover - depends on the environment
+    _loads = json.loads
 
 LG_CHECKPOINT_PUT = fn(
     "lg_checkpoint_put",
     ("p_thread_id", "text"), ("p_checkpoint_ns", "text"), ("p_checkpoint_id", "uuid"), ("p_parent_id", "uuid"),
     ("p_checkpoint", "jsonb"), ("p_metadata", "jsonb"), ("p_blob_channels", "text[]"), ("p_blob_versions", "text[]"),
     ("p_blob_types", "text[]"), ("p_blob_values", "bytea[]"), ("p_policy", "text"), ("p_user_id", "text"),
-    ("p_now", "timestamptz"),
+    ("p_now", "timestamptz"), ("p_blob_bases", "text[]"), ("p_blob_items", "integer[]"),
     returns="scalar",
 )
 LG_WRITES_PUT = fn(
@@ -70,8 +92,14 @@ LG_WRITES_PUT = fn(
 LG_CHECKPOINT_GET = fn(
     "lg_checkpoint_get",
     ("p_thread_id", "text"), ("p_checkpoint_ns", "text"), ("p_checkpoint_id", "uuid"), ("p_user_id", "text"),
-    ("p_now", "timestamptz"),
+    ("p_now", "timestamptz"), ("p_known_stamp", "text"), ("p_known_writes", "text"),
     result=LangGraphTuple,
+)
+LG_BLOB_VALUE = fn(
+    "lg_blob_value",
+    ("p_thread_id", "text"), ("p_channel", "text"), ("p_version", "text"), ("p_checkpoint_ns", "text"),
+    ("p_user_id", "text"), ("p_now", "timestamptz"),
+    returns="scalar",
 )
 LG_CHECKPOINT_LIST = fn(
     "lg_checkpoint_list",
@@ -121,15 +149,28 @@ def set_policy(
             p_priority=priority)
 
 
+def blob_value(db: Database, user_id: str, thread_id: str, channel: str, version: str,
+               checkpoint_ns: str = "") -> bytes | None:
+    """``memori.lg_blob_value``: a channel version's full serialised value (delta blobs joined), None when gone.
+
+    ``saver.serde.loads_typed((type, value))`` turns it back into the channel's value.
+    """
+    value = db.call(LG_BLOB_VALUE, p_thread_id=thread_id, p_channel=channel, p_version=version,
+                    p_checkpoint_ns=checkpoint_ns, p_user_id=user_id)
+    return None if value is None else bytes(value)
+
+
 class _MemoriSaverBase(BaseCheckpointSaver[str]):
     """What both savers share: turning LangGraph's arguments into SQL calls and rows back into tuples."""
 
     user_id: str
     policy: str
 
-    def __init__(self, *, user_id: str, policy: str = "default", serde: SerializerProtocol | None = None) -> None:
+    def __init__(self, *, user_id: str, policy: str = "default", serde: SerializerProtocol | None = None,
+                 cache_bytes: int = CACHE_BYTES) -> None:
         super().__init__(serde=serde)
         self._queries: dict[tuple[str, frozenset[str]], str] = {}
+        self._memory = SaverMemory(cache_bytes)
         if not user_id:
             raise InvalidArgument("MemoriSaver needs a user_id", sqlstate="PM001",
                                   hint="LangGraph state belongs to a user: MemoriSaver(db, user_id='alice').")
@@ -180,7 +221,9 @@ class _MemoriSaverBase(BaseCheckpointSaver[str]):
         checkpoint: Checkpoint,
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
-    ) -> tuple[Call, RunnableConfig]:
+        *,
+        deltas: bool = True,
+    ) -> tuple[Call, RunnableConfig, _PutPlan]:
         conf = config["configurable"]
         thread_id = str(conf["thread_id"])
         ns = conf.get("checkpoint_ns", "") or ""
@@ -198,32 +241,96 @@ class _MemoriSaverBase(BaseCheckpointSaver[str]):
         stored: dict[str, Any] = {**checkpoint, "channel_values": inline}
         if _canonical_uuid(checkpoint["id"]):
             del stored["id"]  # the checkpoint_id column holds it
-        channels, versions, types, values = [], [], [], []
+        checkpoint_json = json.dumps(stored)
+        metadata_json = json.dumps(get_serializable_checkpoint_metadata(config, metadata))
+        channels, versions, types, values, bases, items = [], [], [], [], [], []
+        plan = _PutPlan(thread_id, ns, str(checkpoint["id"]), conf.get("checkpoint_id"), checkpoint_json,
+                        metadata_json, {})
         for key, version in new_versions.items():
             if key in blobs:
                 type_, data = self.serde.dumps_typed(blobs[key])
+                plan.full[key] = (str(version), type_, data)
+                base, tail, appended = self._delta(thread_id, ns, key, type_, data) if deltas else (None, data, None)
                 channels.append(key)
                 versions.append(str(version))
                 types.append(type_)
-                values.append(data)
+                values.append(tail)
+                bases.append(base)
+                items.append(appended)
+        plan.blob_versions = {key: str(checkpoint["channel_versions"][key]) for key in blobs
+                              if key in checkpoint.get("channel_versions", {})}
         args = {
             "p_thread_id": thread_id,
             "p_checkpoint_ns": ns,
             "p_checkpoint_id": checkpoint["id"],
             "p_parent_id": conf.get("checkpoint_id"),
-            "p_checkpoint": Jsonb(stored),
-            "p_metadata": Jsonb(get_serializable_checkpoint_metadata(config, metadata)),
-            "p_blob_channels": channels,
-            "p_blob_versions": versions,
-            "p_blob_types": types,
-            "p_blob_values": values,
+            "p_checkpoint": Jsonb(stored, dumps=lambda _: checkpoint_json),
+            "p_metadata": Jsonb(None, dumps=lambda _: metadata_json),
+            "p_blob_channels": TextArray(channels),
+            "p_blob_versions": TextArray(versions),
+            "p_blob_types": TextArray(types),
+            "p_blob_values": ByteaArray(values),
             "p_policy": self.policy,
             "p_user_id": self.user_id,
         }
+        if any(b is not None for b in bases):
+            args["p_blob_bases"] = TextArray(bases)
+            args["p_blob_items"] = IntArray(items)
         next_config: RunnableConfig = {
             "configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint["id"]}
         }
-        return (LG_CHECKPOINT_PUT, args), next_config
+        return (LG_CHECKPOINT_PUT, args), next_config, plan
+
+    def _delta(self, thread_id: str, ns: str, channel: str, type_: str, data: bytes
+               ) -> tuple[str | None, bytes, int | None]:
+        """(base version, appended items' bytes, their count) when ``data`` extends the channel's last value.
+
+        Only msgpack arrays (LangGraph's serialisation of a list) whose items
+        start with the items of the version this saver stored last; else the
+        full value, (None, data, None). A chain is cut by a full value every
+        ``DELTA_MAX_CHAIN`` versions, which bounds what a cold read joins.
+        """
+        base = self._memory.get(("base", thread_id, ns, channel)) if type_ == "msgpack" else None
+        if not isinstance(base, DeltaBase) or base.depth >= DELTA_MAX_CHAIN:
+            return None, data, None
+        parsed = msgpack_array(data)
+        if parsed is None or parsed[0] < base.items or not data.startswith(base.body, parsed[1]):
+            return None, data, None
+        return base.version, data[parsed[1] + len(base.body):], parsed[0] - base.items
+
+    def _after_put(self, plan: _PutPlan, stamp: str | None, args: dict[str, Any]) -> None:
+        """Remember what the server now holds: delta bases, and the checkpoint under its stamp."""
+        key = (plan.thread_id, plan.ns)
+        if stamp is None:  # a blob version existed already, or an older checkpoint: our bytes may not be theirs
+            self._memory.drop(("tuple", *key))
+            for channel in plan.full:
+                self._memory.drop(("base", *key, channel))
+            return
+        bases = args.get("p_blob_bases") or [None] * len(plan.full)
+        for (channel, (version, type_, data)), base in zip(plan.full.items(), bases, strict=True):
+            parsed = msgpack_array(data) if type_ == "msgpack" else None
+            if parsed is None:
+                self._memory.drop(("base", *key, channel))
+                continue
+            previous = self._memory.get(("base", *key, channel)) if base is not None else None
+            depth = previous.depth + 1 if isinstance(previous, DeltaBase) else 0
+            self._memory.put(("base", *key, channel), DeltaBase(version, parsed[0], data[parsed[1]:], depth))
+        # the stamped copy: the blobs of every blob channel at its current version
+        previous_copy = self._memory.get(("tuple", *key))
+        carried = {b[0]: b for b in previous_copy.blobs} if isinstance(previous_copy, Stamped) else {}
+        blobs = []
+        for channel, version in plan.blob_versions.items():
+            if channel in plan.full and plan.full[channel][0] == version:
+                blobs.append((channel, version, plan.full[channel][1], plan.full[channel][2]))
+            elif channel in carried and carried[channel][1] == version:
+                blobs.append(carried[channel])
+            else:  # a value this saver never held as bytes: read it from the server next time
+                self._memory.drop(("tuple", *key))
+                return
+        parent = plan.parent_id
+        self._memory.put(("tuple", *key), Stamped(
+            stamp, str(UUID(plan.checkpoint_id)), str(UUID(str(parent))) if parent is not None else None,
+            plan.checkpoint_json, plan.metadata_json, tuple(blobs), "", ()))  # a new checkpoint: no writes yet
 
     def _writes_call(
         self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str
@@ -237,22 +344,55 @@ class _MemoriSaverBase(BaseCheckpointSaver[str]):
             "p_task_id": task_id,
             "p_task_path": task_path,
             # LangGraph's published index of special writes (error, interrupt, ...) is negative
-            "p_idx": [WRITES_IDX_MAP.get(channel, idx) for idx, (channel, _) in enumerate(writes)],
-            "p_channels": [channel for channel, _ in writes],
-            "p_types": [type_ for type_, _ in dumped],
-            "p_values": [data for _, data in dumped],
+            "p_idx": IntArray(WRITES_IDX_MAP.get(channel, idx) for idx, (channel, _) in enumerate(writes)),
+            "p_channels": TextArray(channel for channel, _ in writes),
+            "p_types": TextArray(type_ for type_, _ in dumped),
+            "p_values": ByteaArray(data for _, data in dumped),
             "p_policy": self.policy,
             "p_user_id": self.user_id,
         }
 
-    def _get_call(self, config: RunnableConfig) -> Call:
+    def _get_call(self, config: RunnableConfig) -> tuple[Call, Stamped | None]:
+        """The read, with the stamp of the copy this saver holds of that checkpoint (if any)."""
         conf = config["configurable"]
-        return LG_CHECKPOINT_GET, {
-            "p_thread_id": str(conf["thread_id"]),
-            "p_checkpoint_ns": conf.get("checkpoint_ns", "") or "",
-            "p_checkpoint_id": get_checkpoint_id(config),
+        thread_id, ns = str(conf["thread_id"]), conf.get("checkpoint_ns", "") or ""
+        wanted = get_checkpoint_id(config)
+        copy = self._memory.get(("tuple", thread_id, ns))
+        if not isinstance(copy, Stamped) or (wanted is not None and _uuid_text(wanted) != copy.checkpoint_id):
+            copy = None
+        args = {
+            "p_thread_id": thread_id,
+            "p_checkpoint_ns": ns,
+            "p_checkpoint_id": wanted,
             "p_user_id": self.user_id,
         }
+        if copy is not None:
+            args["p_known_stamp"] = copy.stamp
+            if copy.writes_stamp is not None:
+                args["p_known_writes"] = copy.writes_stamp
+        return (LG_CHECKPOINT_GET, args), copy
+
+    def _got(self, row: LangGraphTuple | None, copy: Stamped | None, latest: bool) -> CheckpointTuple | bool | None:
+        """The tuple of a read; False when the server vouched for a copy this saver no longer has (read again)."""
+        if row is None:
+            return None
+        key = ("tuple", row.thread_id, row.checkpoint_ns)
+        if row.checkpoint is None:  # our copy of the checkpoint is current
+            if copy is None or row.stamp != copy.stamp:
+                return False
+            if row.writes_stamp != copy.writes_stamp:  # the writes changed: they came, keep them with the copy
+                copy = replace(copy, writes_stamp=row.writes_stamp, writes=_writes(row))
+                self._memory.put(key, copy)
+            return self._tuple(row, copy)
+        if latest and row.stamp is not None:
+            self._memory.put(key, Stamped(
+                row.stamp, str(row.checkpoint_id), str(row.parent_id) if row.parent_id is not None else None,
+                json.dumps(row.checkpoint), json.dumps(row.metadata),
+                tuple((c, str(row.checkpoint["channel_versions"].get(c)), t, bytes(v))
+                      for c, t, v in zip(row.blob_channels or [], row.blob_types or [], row.blob_values or [],
+                                         strict=True) if v is not None),
+                row.writes_stamp, _writes(row)))
+        return self._tuple(row)
 
     def _list_call(
         self,
@@ -280,30 +420,63 @@ class _MemoriSaverBase(BaseCheckpointSaver[str]):
         }
 
     # -- rows back into LangGraph's tuple ---------------------------------------
-    def _tuple(self, row: LangGraphTuple) -> CheckpointTuple:
-        checkpoint = dict(row.checkpoint)
-        checkpoint.setdefault("id", str(row.checkpoint_id))
+    def _tuple(self, row: LangGraphTuple, copy: Stamped | None = None) -> CheckpointTuple:
+        """LangGraph's tuple from a row, or from a stamped copy and the row's fresh writes (new objects each time)."""
+        if copy is not None:
+            checkpoint = _loads(copy.checkpoint_json)
+            metadata = _loads(copy.metadata_json)
+            blobs: Iterable[tuple[str, str, bytes | None]] = ((c, t, v) for c, _, t, v in copy.blobs)
+            checkpoint_id, parent_id = copy.checkpoint_id, copy.parent_id
+        else:
+            checkpoint = dict(row.checkpoint or {})
+            metadata = row.metadata
+            blobs = zip(row.blob_channels or [], row.blob_types or [], row.blob_values or [], strict=True)
+            checkpoint_id = str(row.checkpoint_id)
+            parent_id = str(row.parent_id) if row.parent_id is not None else None
+        checkpoint.setdefault("id", checkpoint_id)
         values = dict(checkpoint.get("channel_values") or {})
-        for channel, type_, data in zip(row.blob_channels or [], row.blob_types or [], row.blob_values or [],
-                                        strict=True):
+        for channel, type_, data in blobs:
             if type_ != "empty":
                 values[channel] = self.serde.loads_typed((type_, cast(bytes, data)))
         checkpoint["channel_values"] = values
-        writes = sorted(
-            zip(row.write_task_ids or [], row.write_channels or [], row.write_types or [], row.write_values or [],
-                row.write_task_paths or [], row.write_idx or [], strict=True),
-            key=lambda w: writes_sort_key(w[4], w[0], w[5]),
-        )
+        held = copy.writes if copy is not None and copy.writes_stamp is not None else _writes(row)
+        writes = sorted(held, key=lambda w: writes_sort_key(w[4], w[0], w[5])) if len(held) > 1 else held
         ids = {"thread_id": row.thread_id, "checkpoint_ns": row.checkpoint_ns}
         return CheckpointTuple(
             config={"configurable": {**ids, "checkpoint_id": checkpoint["id"]}},
             checkpoint=cast(Checkpoint, checkpoint),
-            metadata=cast(CheckpointMetadata, row.metadata),
-            parent_config=({"configurable": {**ids, "checkpoint_id": str(row.parent_id)}}
-                           if row.parent_id is not None else None),
+            metadata=cast(CheckpointMetadata, metadata),
+            parent_config=({"configurable": {**ids, "checkpoint_id": parent_id}} if parent_id is not None else None),
             pending_writes=[(task_id, channel, self.serde.loads_typed((type_, data)))
                             for task_id, channel, type_, data, _, _ in writes],
         )
+
+
+def _writes(row: LangGraphTuple) -> tuple[tuple[str, str, str, bytes, str, int], ...]:
+    return tuple(zip(row.write_task_ids or [], row.write_channels or [], row.write_types or [],
+                     [bytes(v) for v in row.write_values or []], row.write_task_paths or [], row.write_idx or [],
+                     strict=True))
+
+
+def _uuid_text(value: str) -> str:
+    try:
+        return str(UUID(value))
+    except ValueError:
+        return value
+
+
+@dataclass
+class _PutPlan:
+    """What a put sent, to remember once the server has stored it."""
+
+    thread_id: str
+    ns: str
+    checkpoint_id: str
+    parent_id: str | None
+    checkpoint_json: str
+    metadata_json: str
+    full: dict[str, tuple[str, str, bytes]]  # channel -> (version, type, full serialised value)
+    blob_versions: dict[str, str] = field(default_factory=dict)  # every blob channel's current version
 
 
 def _canonical_uuid(value: str) -> bool:
@@ -354,8 +527,9 @@ class MemoriSaver(_MemoriSaverBase):
         serde: SerializerProtocol | None = None,
         max_size: int = 8,
         durable: bool = True,
+        cache_bytes: int = CACHE_BYTES,
     ) -> None:
-        super().__init__(user_id=user_id, policy=policy, serde=serde)
+        super().__init__(user_id=user_id, policy=policy, serde=serde, cache_bytes=cache_bytes)
         dsn = _dsn_of(db)
         self.pool = ConnectionPool(dsn, min_size=1, max_size=max_size, kwargs=_pool_kwargs(user_id, durable),
                                    open=False, name="pymemdb-langgraph")
@@ -389,8 +563,12 @@ class MemoriSaver(_MemoriSaverBase):
 
     # -- BaseCheckpointSaver -----------------------------------------------------
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        row = self._call(self._get_call(config))
-        return None if row is None else self._tuple(row)
+        call, copy = self._get_call(config)
+        found = self._got(self._call(call), copy, get_checkpoint_id(config) is None)
+        if found is False:  # our copy went meanwhile: read it whole
+            call[1].pop("p_known_stamp", None)
+            found = self._got(self._call(call), None, get_checkpoint_id(config) is None)
+        return cast("CheckpointTuple | None", found)
 
     def list(
         self,
@@ -410,8 +588,14 @@ class MemoriSaver(_MemoriSaverBase):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        call, next_config = self._put_call(config, checkpoint, metadata, new_versions)
-        self._call(call)
+        call, next_config, plan = self._put_call(config, checkpoint, metadata, new_versions)
+        try:
+            stamp = self._call(call)
+        except DeltaBaseMissing:  # a base this saver remembered is gone: send full values
+            self._memory.drop_thread(plan.thread_id)
+            call, next_config, plan = self._put_call(config, checkpoint, metadata, new_versions, deltas=False)
+            stamp = self._call(call)
+        self._after_put(plan, stamp, call[1])
         return next_config
 
     def put_writes(
@@ -420,6 +604,7 @@ class MemoriSaver(_MemoriSaverBase):
         self._call(self._writes_call(config, writes, task_id, task_path))
 
     def delete_thread(self, thread_id: str) -> None:
+        self._memory.drop_thread(str(thread_id))
         self._call((LG_THREAD_DELETE, {"p_thread_id": str(thread_id), "p_user_id": self.user_id}))
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
@@ -490,8 +675,9 @@ class AsyncMemoriSaver(_MemoriSaverBase):
         user_id: str,
         policy: str = "default",
         serde: SerializerProtocol | None = None,
+        cache_bytes: int = CACHE_BYTES,
     ) -> None:
-        super().__init__(user_id=user_id, policy=policy, serde=serde)
+        super().__init__(user_id=user_id, policy=policy, serde=serde, cache_bytes=cache_bytes)
         self.pool = pool
         self.loop = asyncio.get_running_loop()
 
@@ -506,6 +692,7 @@ class AsyncMemoriSaver(_MemoriSaverBase):
         serde: SerializerProtocol | None = None,
         max_size: int = 8,
         durable: bool = True,
+        cache_bytes: int = CACHE_BYTES,
     ) -> AsyncIterator[AsyncMemoriSaver]:
         """A saver with its own pool, closed on exit."""
         dsn = _dsn_of(db)
@@ -515,7 +702,7 @@ class AsyncMemoriSaver(_MemoriSaverBase):
             await (await psycopg.AsyncConnection.connect(dsn, connect_timeout=10)).close()
             await pool.open(wait=True, timeout=30)
         try:
-            yield cls(pool, user_id=user_id, policy=policy, serde=serde)
+            yield cls(pool, user_id=user_id, policy=policy, serde=serde, cache_bytes=cache_bytes)
         finally:
             await pool.close()
 
@@ -537,8 +724,12 @@ class AsyncMemoriSaver(_MemoriSaverBase):
 
     # -- BaseCheckpointSaver, async ------------------------------------------------
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        row = await self._call(self._get_call(config))
-        return None if row is None else self._tuple(row)
+        call, copy = self._get_call(config)
+        found = self._got(await self._call(call), copy, get_checkpoint_id(config) is None)
+        if found is False:  # our copy went meanwhile: read it whole
+            call[1].pop("p_known_stamp", None)
+            found = self._got(await self._call(call), None, get_checkpoint_id(config) is None)
+        return cast("CheckpointTuple | None", found)
 
     async def alist(
         self,
@@ -558,8 +749,14 @@ class AsyncMemoriSaver(_MemoriSaverBase):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        call, next_config = self._put_call(config, checkpoint, metadata, new_versions)
-        await self._call(call)
+        call, next_config, plan = self._put_call(config, checkpoint, metadata, new_versions)
+        try:
+            stamp = await self._call(call)
+        except DeltaBaseMissing:  # a base this saver remembered is gone: send full values
+            self._memory.drop_thread(plan.thread_id)
+            call, next_config, plan = self._put_call(config, checkpoint, metadata, new_versions, deltas=False)
+            stamp = await self._call(call)
+        self._after_put(plan, stamp, call[1])
         return next_config
 
     async def aput_writes(
@@ -568,6 +765,7 @@ class AsyncMemoriSaver(_MemoriSaverBase):
         await self._call(self._writes_call(config, writes, task_id, task_path))
 
     async def adelete_thread(self, thread_id: str) -> None:
+        self._memory.drop_thread(str(thread_id))
         await self._call((LG_THREAD_DELETE, {"p_thread_id": str(thread_id), "p_user_id": self.user_id}))
 
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:

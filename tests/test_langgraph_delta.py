@@ -1,0 +1,303 @@
+"""LangGraph storage, issue 9 follow-up: delta-encoded list blobs, their retention, the stamped cache."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+import ormsgpack
+import psycopg
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from psycopg.types.json import Jsonb
+
+from pymemdb.integrations.langgraph import AsyncMemoriSaver, MemoriSaver
+from tests.helpers import T0, assert_sqlstate, one, rows, value
+from tests.test_langgraph import DAY, KEEP, cid, cleanup, get
+
+SEC = DAY / 86400
+
+
+def body(items: list[Any]) -> bytes:
+    """The msgpack encodings of ``items`` back to back (an array's items, without its header)."""
+    return b"".join(ormsgpack.packb(i) for i in items)
+
+
+def put_list(conn: psycopg.Connection, n: int, version: str, items: list[Any], *, base: str | None = None,
+             appended: list[Any] | None = None, parent: int | None = None, at: datetime = T0,
+             thread: str = "t", extra: dict[str, str] | None = None) -> Any:
+    """Checkpoint n whose channel m is at ``version``: the full list, or ``appended`` on ``base``."""
+    versions = {"m": version, **(extra or {})}
+    data = body(appended or []) if base is not None else ormsgpack.packb(items)
+    return value(
+        conn,
+        "select memori.lg_checkpoint_put(%s, '', %s, %s, %s, %s, '{m}', %s, '{msgpack}', %s::bytea[], 'default',"
+        " 'alice', %s, %s, %s)",
+        (thread, cid(n), cid(parent) if parent is not None else None,
+         Jsonb({"v": 4, "channel_values": {}, "channel_versions": versions, "versions_seen": {}}),
+         Jsonb({"step": n}), [version], [data], at, [base] if base is not None else None,
+         [len(appended or [])] if base is not None else None))
+
+
+def read_list(conn: psycopg.Connection, n: int | None = None, *, at: datetime = T0, thread: str = "t") -> Any:
+    found = get(conn, thread, n, at=at)
+    assert found is not None, n
+    blobs = dict(zip(found["blob_channels"], found["blob_values"], strict=True))
+    return ormsgpack.unpackb(bytes(blobs["m"]))
+
+
+def blob_expiries(conn: psycopg.Connection) -> dict[str, Any]:
+    return {r["version"]: r["expires_at"] for r in rows(conn, "select version, expires_at from memori.lg_blobs")}
+
+
+# -- encoding ------------------------------------------------------------------------------
+def test_a_delta_reads_as_the_full_list_across_msgpack_header_sizes(conn: psycopg.Connection) -> None:
+    items = [{"role": "user", "content": f"m{i}"} for i in range(20)]
+    put_list(conn, 1, "1", items[:14])
+    put_list(conn, 2, "2", items[:15], base="1", appended=items[14:15], parent=1)
+    put_list(conn, 3, "3", items[:20], base="2", appended=items[15:20], parent=2)  # fixarray -> array 16
+    assert read_list(conn) == items
+    assert read_list(conn, 2) == items[:15]
+    # psql: the documented decoder gives the bytes LangGraph's serde wrote for the whole list
+    assert bytes(value(conn, "select memori.lg_blob_value('t', 'm', '3', p_user_id => 'alice')")) == \
+        ormsgpack.packb(items)
+    assert value(conn, "select memori.lg_blob_value('t', 'm', 'nope', p_user_id => 'alice')") is None
+    chain = one(conn, "select base, items, length(blob) as n from memori.lg_blobs where version = '3'")
+    assert chain == {"base": ["1", "2"], "items": 5, "n": len(body(items[15:20]))}
+
+
+def test_big_lists_use_array_32_headers(conn: psycopg.Connection) -> None:
+    items = list(range(70_000))
+    put_list(conn, 1, "1", items[:65_530])
+    put_list(conn, 2, "2", items, base="1", appended=items[65_530:], parent=1)
+    assert read_list(conn) == items
+
+
+def test_a_delta_without_its_base_is_refused(conn: psycopg.Connection) -> None:
+    put_list(conn, 1, "1", [1])
+    call = ("select memori.lg_checkpoint_put('t', '', %s, null, '{\"channel_versions\": {}}', '{}', '{m}', '{2}',"
+            " %s, array['\\x02'::bytea], 'default', 'alice', %s, %s, '{1}')")
+    assert_sqlstate(conn, "PM081", call, (cid(2), ["msgpack"], T0, ["missing"]))
+    assert_sqlstate(conn, "PM081", call, (cid(2), ["json"], T0, ["1"]))  # another type is no base
+    assert_sqlstate(conn, "PM001", call.replace("'{1}')", "null)"), (cid(2), ["msgpack"], T0, ["1"]))
+    assert value(conn, "select count(*) from memori.lg_checkpoints") == 1  # nothing of the refused put
+
+
+# -- retention -----------------------------------------------------------------------------
+def test_a_chain_stays_while_in_use_and_expires_with_its_last_user(conn: psycopg.Connection) -> None:
+    put_list(conn, 1, "1", [1], at=T0)
+    put_list(conn, 2, "2", [1, 2], base="1", appended=[2], parent=1, at=T0 + DAY)
+    put_list(conn, 3, "3", [1, 2, 3], base="2", appended=[3], parent=2, at=T0 + 2 * DAY)
+    assert blob_expiries(conn) == {"1": None, "2": None, "3": None}  # 3 is built on 1 and 2
+    assert cleanup(conn, T0 + 2 * DAY + KEEP) == {"lg_checkpoints": 2}
+    assert read_list(conn, at=T0 + 2 * DAY + KEEP) == [1, 2, 3]
+    # a full value cuts the chain: 1, 2 and 3 go with the checkpoint that last used them
+    put_list(conn, 4, "4", [1, 2, 3, 4], parent=3, at=T0 + 3 * DAY)
+    assert blob_expiries(conn) == {"1": T0 + 3 * DAY + KEEP, "2": T0 + 3 * DAY + KEEP,
+                                   "3": T0 + 3 * DAY + KEEP, "4": None}
+    assert get(conn, "t", 3, at=T0 + 3 * DAY + KEEP - SEC) is not None
+    assert read_list(conn, 3, at=T0 + 3 * DAY + KEEP - SEC) == [1, 2, 3]
+    assert cleanup(conn, T0 + 3 * DAY + KEEP) == {"lg_checkpoints": 1, "lg_blobs": 3}
+    assert read_list(conn, at=T0 + 3 * DAY + KEEP) == [1, 2, 3, 4]
+
+
+def test_forking_from_a_delta_revives_its_chain(conn: psycopg.Connection) -> None:
+    put_list(conn, 1, "1", [1])
+    put_list(conn, 2, "2", [1, 2], base="1", appended=[2], parent=1)
+    put_list(conn, 3, "3", [9], parent=2, at=T0 + DAY)  # a full value: 1 and 2 start expiring
+    assert blob_expiries(conn)["1"] is not None
+    put_list(conn, 4, "4", [1, 2, 5], base="2", appended=[5], parent=2, at=T0 + 2 * DAY)  # a fork from 2
+    assert blob_expiries(conn) == {"1": None, "2": None, "3": T0 + 2 * DAY + KEEP, "4": None}
+    cleanup(conn, T0 + 100 * DAY)
+    assert read_list(conn, at=T0 + 100 * DAY) == [1, 2, 5]
+
+
+def test_prune_runs_delete_and_copy_keep_chains(conn: psycopg.Connection) -> None:
+    put_list(conn, 1, "1", [1])
+    put_list(conn, 2, "2", [1, 2], base="1", appended=[2], parent=1)
+    put_list(conn, 3, "3", [1, 2, 3], base="2", appended=[3], parent=2, extra={"x": "3"})
+    assert value(conn, "select memori.lg_thread_copy('t', 'copy', p_user_id => 'alice', p_now => %s)", (T0,)) == 3
+    assert read_list(conn, thread="copy") == [1, 2, 3]
+    pruned = one(conn, "select * from memori.lg_threads_prune('{t}', 'keep_latest', 'alice', %s)", (T0,))
+    assert pruned == {"threads": 0, "checkpoints": 2, "blobs": 0}  # 1 and 2 are the latest's chain
+    assert read_list(conn) == [1, 2, 3]
+    conn.execute("update memori.lg_checkpoints set metadata = '{\"run_id\": \"r\"}' where checkpoint_id = %s",
+                 (cid(3),))
+    put_list(conn, 4, "4", [7], parent=3, thread="copy")
+    conn.execute("update memori.lg_checkpoints c set metadata = '{\"run_id\": \"r2\"}' from memori.lg_threads t"
+                 " where t.id = c.thread and t.thread_id = 'copy' and c.checkpoint_id = %s", (cid(4),))
+    assert value(conn, "select memori.lg_runs_delete('{r2}', 'alice', %s)", (T0,)) == 1
+    assert read_list(conn, thread="copy") == [1, 2, 3]  # the copy's latest is 3 again, chain whole
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(steps=st.lists(st.tuples(st.integers(0, 3), st.booleans(), st.integers(0, 40)), min_size=1, max_size=10),
+       cleanup_day=st.integers(0, 90))
+def test_cleanup_never_breaks_a_delta_chain(conn: psycopg.Connection, steps: list[tuple[int, bool, int]],
+                                            cleanup_day: int) -> None:
+    """Appends and full values in any order, cleanup any day: every unexpired checkpoint reads its whole list."""
+    conn.execute("truncate memori.lg_threads cascade")
+    items: list[int] = []
+    lists: list[list[int]] = []
+    put_at: list[datetime] = []
+    day = 0
+    for n, (grow, full, gap) in enumerate(steps, start=1):
+        day += gap
+        appended = list(range(len(items), len(items) + grow))
+        items = items + appended
+        delta = n > 1 and not full
+        put_list(conn, n, str(n), items, base=str(n - 1) if delta else None, appended=appended if delta else None,
+                 parent=n - 1 if n > 1 else None, at=T0 + day * DAY)
+        lists.append(items)
+        put_at.append(T0 + day * DAY)
+    now = T0 + cleanup_day * DAY
+    cleanup(conn, now)
+    assert read_list(conn, at=now) == lists[-1]
+    for n in range(1, len(steps)):
+        if now < put_at[n] + KEEP:  # superseded when n + 1 was put, kept KEEP after
+            assert read_list(conn, n, at=now) == lists[n - 1]
+
+
+# -- the saver -------------------------------------------------------------------------------
+def _checkpoint(n: int, messages: list[str], versions: dict[str, str]) -> dict[str, Any]:
+    return {"v": 4, "id": str(UUID(int=n)), "ts": "2026-11-15T12:00:00+00:00",
+            "channel_values": {"messages": messages, "turns": n}, "channel_versions": versions,
+            "versions_seen": {}, "updated_channels": ["messages"]}
+
+
+def _put(saver: Any, thread: str, n: int, messages: list[str], state: dict[str, Any]) -> dict[str, Any]:
+    version = saver.get_next_version(state.get("version"), None)
+    state["version"] = version
+    config = state.get("config") or {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
+    state["config"] = saver.put(config, _checkpoint(n, messages, {"messages": version}), {"step": n},
+                                {"messages": version})
+    return state
+
+
+def test_the_saver_stores_a_growing_list_as_deltas_and_reads_it_anywhere(dsn: str) -> None:
+    state: dict[str, Any] = {}
+    messages: list[str] = []
+    with MemoriSaver(dsn, user_id="alice") as saver:
+        for n in range(1, 21):
+            messages = [*messages, f"message {n} " + "x" * 200]
+            _put(saver, "chat", n, messages, state)
+        assert saver.get_tuple({"configurable": {"thread_id": "chat"}}).checkpoint["channel_values"]["messages"] \
+            == messages  # type: ignore[union-attr]
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        chains = [r["depth"] for r in rows(conn, "select coalesce(cardinality(base), 0) as depth"
+                                                 " from memori.lg_blobs order by version")]
+        assert chains == [*range(17), *range(3)]  # a full value every 17th version bounds a cold read
+        stored = value(conn, "select sum(length(blob)) from memori.lg_blobs")
+        assert stored < len(ormsgpack.packb(messages)) * 3  # the 20 versions would be ~10x
+        data = value(conn, "select memori.lg_blob_value('chat', 'messages', %s, p_user_id => 'alice')",
+                     (state["version"],))
+        assert ormsgpack.unpackb(bytes(data)) == messages
+    with MemoriSaver(dsn, user_id="alice") as cold:  # another process: no cache, no bases
+        found = cold.get_tuple({"configurable": {"thread_id": "chat"}})
+        assert found is not None and found.checkpoint["channel_values"]["messages"] == messages
+        old = list(cold.list({"configurable": {"thread_id": "chat"}}, limit=20))
+        assert [len(t.checkpoint["channel_values"]["messages"]) for t in old] == list(range(20, 0, -1))
+
+
+def test_a_lost_base_makes_the_saver_send_the_full_value(dsn: str) -> None:
+    state: dict[str, Any] = {}
+    with MemoriSaver(dsn, user_id="alice") as saver, psycopg.connect(dsn, autocommit=True) as conn:
+        _put(saver, "chat", 1, ["a"], state)
+        conn.execute("delete from memori.lg_blobs")  # as if another process pruned it
+        _put(saver, "chat", 2, ["a", "b"], state)
+        assert value(conn, "select count(*) from memori.lg_blobs where base is null") == 1
+        found = saver.get_tuple({"configurable": {"thread_id": "chat"}})
+        assert found is not None and found.checkpoint["channel_values"]["messages"] == ["a", "b"]
+
+
+def test_a_cached_copy_never_hides_another_process_write(dsn: str) -> None:
+    latest = {"configurable": {"thread_id": "chat"}}
+    a_state: dict[str, Any] = {}
+    b_state: dict[str, Any] = {}
+
+    def messages(saver: MemoriSaver, config: dict[str, Any] = latest) -> Any:
+        found = saver.get_tuple(config)  # type: ignore[arg-type]
+        return None if found is None else found.checkpoint["channel_values"]["messages"]
+
+    with MemoriSaver(dsn, user_id="alice") as a, MemoriSaver(dsn, user_id="alice") as b:
+        _put(a, "chat", 1, ["a1"], a_state)
+        assert messages(a) == ["a1"] and len(a._memory) == 2  # a delta base and a stamped copy
+        # another process puts a newer checkpoint
+        _put(b, "chat", 2, ["a1", "b2"], {"config": a_state["config"]})
+        assert messages(a) == ["a1", "b2"]
+        # ... adds pending writes to the latest
+        b.put_writes({"configurable": {"thread_id": "chat", "checkpoint_ns": "", "checkpoint_id": str(UUID(int=2))}},
+                     [("messages", ["w"])], "task-1")
+        found = a.get_tuple(latest)
+        assert found is not None and [w[2] for w in found.pending_writes] == [["w"]]  # type: ignore[union-attr]
+        # ... replaces a special write (an upsert of the same row) after a cached both
+        two = {"configurable": {"thread_id": "chat", "checkpoint_ns": "", "checkpoint_id": str(UUID(int=2))}}
+        b.put_writes(two, [("__error__", "first")], "task-2")  # type: ignore[arg-type]
+        assert [w[2] for w in a.get_tuple(latest).pending_writes] == [["w"], "first"]  # type: ignore[union-attr]
+        b.put_writes(two, [("__error__", "second")], "task-2")  # type: ignore[arg-type]
+        assert [w[2] for w in a.get_tuple(latest).pending_writes] == [["w"], "second"]  # type: ignore[union-attr]
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("delete from memori.lg_writes where task_id = 'task-2'")
+        assert [w[2] for w in a.get_tuple(latest).pending_writes] == [["w"]]  # type: ignore[union-attr]
+        # ... rewrites the same checkpoint id with other values
+        _put(b, "chat", 2, ["rewritten"], b_state | {"config": {"configurable": {"thread_id": "chat",
+                                                                                "checkpoint_ns": ""}}})
+        assert messages(a) == ["rewritten"]
+        by_id = {"configurable": {"thread_id": "chat", "checkpoint_ns": "", "checkpoint_id": str(UUID(int=2))}}
+        assert messages(a, by_id) == ["rewritten"]
+        # ... deletes the thread, then starts it again with the same ids
+        b.delete_thread("chat")
+        assert messages(a) is None
+        _put(b, "chat", 2, ["again"], {})
+        assert messages(a) == ["again"]
+        # a put by a itself is read back from its copy, and still checked
+        _put(a, "chat", 3, ["again", "a3"], {"config": {"configurable": {"thread_id": "chat", "checkpoint_ns": "",
+                                                                          "checkpoint_id": str(UUID(int=2))}}})
+        assert messages(a) == ["again", "a3"] == messages(b)
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("update memori.lg_checkpoints set checkpoint = checkpoint where checkpoint_id = %s",
+                         (cid(3),))  # any change of the row (here by hand in psql) is a new stamp
+        assert messages(a) == ["again", "a3"]
+
+
+def test_async_saver_deltas_and_cache(dsn: str) -> None:
+    async def run() -> Any:
+        async with AsyncMemoriSaver.from_dsn(dsn, user_id="bob") as saver:
+            state: dict[str, Any] = {}
+            for n, msgs in enumerate((["x"], ["x", "y"], ["x", "y", "z"]), start=1):
+                version = saver.get_next_version(state.get("version"), None)
+                state["version"] = version
+                config = state.get("config") or {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+                state["config"] = await saver.aput(config, _checkpoint(n, msgs, {"messages": version}), {},
+                                                   {"messages": version})
+            first = await saver.aget_tuple({"configurable": {"thread_id": "t"}})
+            second = await saver.aget_tuple({"configurable": {"thread_id": "t"}})
+            assert first is not None and second is not None
+            assert first.checkpoint is not second.checkpoint  # fresh objects: LangGraph mutates them
+            return second.checkpoint["channel_values"]["messages"]
+
+    assert asyncio.run(run()) == ["x", "y", "z"]
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        assert value(conn, "select count(*) from memori.lg_blobs where base is not null") == 2
+
+
+def test_cache_off(dsn: str) -> None:
+    with MemoriSaver(dsn, user_id="alice", cache_bytes=0) as saver:
+        state: dict[str, Any] = {}
+        _put(saver, "chat", 1, ["a"], state)
+        _put(saver, "chat", 2, ["a", "b"], state)
+        assert len(saver._memory) == 0
+        found = saver.get_tuple({"configurable": {"thread_id": "chat"}})
+        assert found is not None and found.checkpoint["channel_values"]["messages"] == ["a", "b"]
+
+
+@pytest.mark.parametrize("raw", [b"", b"\x80", b"\xdc\x00", b"\xc0"])
+def test_non_arrays_are_no_delta_base(raw: bytes) -> None:
+    from pymemdb.integrations._langgraph_cache import msgpack_array
+
+    assert msgpack_array(raw) is None
+    assert msgpack_array(ormsgpack.packb(list(range(16)))) == (16, 3)
+    assert msgpack_array(ormsgpack.packb(list(range(70_000)))) == (70_000, 5)
