@@ -99,6 +99,13 @@ def db(dsn: str) -> Iterator[pymemdb.Database]:
 
 
 # -- the PostgreSQL 15 + pg_cron server (scripts/pgcron) -------------------------
+@pytest.fixture
+def env(dsn: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A fresh database as the CLI's default ($PYMEMDB_DSN), for CliRunner tests."""
+    monkeypatch.setenv("PYMEMDB_DSN", dsn)
+    return dsn
+
+
 @pytest.fixture(scope="session")
 def pgcron_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """DSN of the pg_cron test server's cron database, with the schema installed.

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
 from typer.testing import CliRunner
 
 from pymemdb.cli.main import app
@@ -14,12 +13,6 @@ runner = CliRunner()
 CHUNKS = [{"id": "sys", "type": "system_prompt", "content": "You are terse."},
           {"id": "doc", "type": "rag_document_chunk", "tokens": 900},
           {"id": "tool", "type": "tool_output", "tokens": 200}]
-
-
-@pytest.fixture
-def env(dsn: str, monkeypatch: pytest.MonkeyPatch) -> str:
-    monkeypatch.setenv("PYMEMDB_DSN", dsn)
-    return dsn
 
 
 def test_optimize_table_and_json(env: str, tmp_path: Path) -> None:

@@ -20,12 +20,6 @@ from tests.helpers import T0, memory
 runner = CliRunner()
 
 
-@pytest.fixture
-def env(dsn: str, monkeypatch: pytest.MonkeyPatch) -> str:
-    monkeypatch.setenv("PYMEMDB_DSN", dsn)
-    return dsn
-
-
 def _expired(dsn: str, n: int) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
         for i in range(n):

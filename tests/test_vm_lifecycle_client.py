@@ -94,12 +94,6 @@ def test_recall_signal_errors_map(db: pymemdb.Database) -> None:
         cur.execute("insert into memori.vm_recall_signals (pattern) values ('(')")
 
 
-@pytest.fixture
-def env(dsn: str, monkeypatch: pytest.MonkeyPatch) -> str:
-    monkeypatch.setenv("PYMEMDB_DSN", dsn)
-    return dsn
-
-
 def run(*args: str, code: int = 0) -> str:
     result = runner.invoke(app, list(args))
     assert result.exit_code == code, result.output

@@ -4,18 +4,11 @@ from __future__ import annotations
 
 import json
 
-import pytest
 from typer.testing import CliRunner
 
 from pymemdb.cli.main import app
 
 runner = CliRunner()
-
-
-@pytest.fixture
-def env(dsn: str, monkeypatch: pytest.MonkeyPatch) -> str:
-    monkeypatch.setenv("PYMEMDB_DSN", dsn)
-    return dsn
 
 
 def run(*args: str, code: int = 0) -> str:
