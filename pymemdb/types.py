@@ -541,6 +541,23 @@ class LangGraphTuple:
 
 
 @dataclass(frozen=True)
+class LangGraphStamp:
+    """memori.lg_checkpoint_stamp: what a cached copy of a LangGraph checkpoint is checked against."""
+
+    checkpoint_id: UUID
+    stamp: str
+    writes_stamp: str
+
+
+@dataclass(frozen=True)
+class LangGraphWritesPut:
+    """memori.lg_writes_put: rows written, and the writes' new stamp when the caller's copy plus them is all."""
+
+    written: int
+    writes_stamp: str | None
+
+
+@dataclass(frozen=True)
 class LangGraphPruneResult:
     """memori.lg_prune_result: what lg_threads_prune deleted."""
 

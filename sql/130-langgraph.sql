@@ -483,26 +483,31 @@ comment on function memori.lg_checkpoint_put(text, text, uuid, uuid, jsonb, json
 
 -------------------------------------------------------------------------------
 -- lg_writes_put: store the pending writes of a task
+-- (it gained p_known_writes and the writes' stamp in its result: the old signature goes)
+drop function if exists memori.lg_writes_put(text, text, uuid, text, text, integer[], text[], text[], bytea[], text,
+                                             text, timestamptz);
 create or replace function memori.lg_writes_put(
-  p_thread_id     text,
-  p_checkpoint_ns text,
-  p_checkpoint_id uuid,
-  p_task_id       text,
-  p_task_path     text,
-  p_idx           integer[],
-  p_channels      text[],
-  p_types         text[],
-  p_values        bytea[],
-  p_policy        text default 'default',
-  p_user_id       text default null,
-  p_now           timestamptz default now()
-) returns integer
+  p_thread_id      text,
+  p_checkpoint_ns  text,
+  p_checkpoint_id  uuid,
+  p_task_id        text,
+  p_task_path      text,
+  p_idx            integer[],
+  p_channels       text[],
+  p_types          text[],
+  p_values         bytea[],
+  p_policy         text default 'default',
+  p_user_id        text default null,
+  p_now            timestamptz default now(),
+  p_known_writes   text default null,
+  out written      integer,
+  out writes_stamp text
+)
 as $func$
 declare
   v_user    text := coalesce(p_user_id, nullif(current_setting('memori.user_id', true), ''));
   v_thread  bigint;
   v_expires timestamptz;
-  v_count   integer;
 begin
   if v_user is null then
     perform memori._lg_user(null);  -- raises PM001 with its hint (a new thread checks the id's form)
@@ -540,13 +545,70 @@ begin
       from unnest(p_idx, p_channels, p_types, p_values) as u(idx, channel, type, value)
     on conflict (thread, checkpoint_ns, checkpoint_id, task_id, idx) do nothing;
   end if;
-  get diagnostics v_count = row_count;
-  return v_count;
+  get diagnostics written = row_count;
+  if p_known_writes is not null then
+    -- A caller holding the checkpoint's writes under p_known_writes learns the
+    -- stamp they have now, if its copy plus these writes is all there is: the
+    -- rows this transaction did not write must be exactly the ones it knew (a
+    -- write of another process, or a row this call replaced, makes it NULL).
+    select case when coalesce(string_agg(w.xmin::text, '.' order by w.task_id, w.idx)
+                                filter (where w.xmin <> xid(pg_current_xact_id())), '') = p_known_writes
+                then coalesce(string_agg(w.xmin::text, '.' order by w.task_id, w.idx), '') end
+      into writes_stamp
+      from memori.lg_writes w
+     where w.thread = v_thread and w.checkpoint_ns = coalesce(p_checkpoint_ns, '')
+       and w.checkpoint_id = p_checkpoint_id and (w.expires_at is null or w.expires_at > p_now);
+  end if;
 end
 $func$ language plpgsql volatile security invoker
 set search_path = pg_catalog, memori, pg_temp
 set plan_cache_mode = force_generic_plan;  -- key probes: replanning them on every call cost more than running them
-comment on function memori.lg_writes_put(text, text, uuid, text, text, integer[], text[], text[], bytea[], text, text, timestamptz) is 'Store a task''s pending writes for a LangGraph checkpoint (special writes upsert, regular ones are written once); returns rows written.';
+comment on function memori.lg_writes_put(text, text, uuid, text, text, integer[], text[], text[], bytea[], text, text, timestamptz, text) is 'Store a task''s pending writes for a LangGraph checkpoint (special writes upsert, regular ones are written once): rows written, and with p_known_writes the stamp of all the checkpoint''s writes when the caller''s copy plus these is all of them (else NULL).';
+
+-------------------------------------------------------------------------------
+-- lg_checkpoint_stamp: what a cached copy of a checkpoint is checked against
+-- The stamp (thread key, row version, checkpoint id) changes with any put,
+-- update, delete or re-creation of the checkpoint or its thread; the writes'
+-- stamp (their row versions in key order: (task_id, idx), as the primary key
+-- index returns them, so no sort) with any change of its pending writes. A saver that holds a copy under both reads
+-- only these (a few key probes); lg_checkpoint_get returns the whole tuple.
+--
+-- The one function without a pinned search_path, on purpose: it is on every
+-- read a saver answers from its copy, and PostgreSQL inlines it into the
+-- caller's query only without a SET clause (a call costs ~15-20 µs more than
+-- the probes themselves). Its SQL-standard body (BEGIN ATOMIC) is parsed when
+-- it is created, so every name in it is resolved then, never at call time:
+-- the caller's search_path cannot change what it reads or calls.
+create or replace function memori.lg_checkpoint_stamp(
+  p_thread_id     text,
+  p_checkpoint_ns text default '',
+  p_checkpoint_id uuid default null,
+  p_user_id       text default null,
+  p_now           timestamptz default now()
+) returns table (checkpoint_id uuid, stamp text, writes_stamp text)
+language sql stable security invoker
+begin atomic
+  select c.checkpoint_id, t.id::text || '.' || c.xmin::text || '.' || c.checkpoint_id::text,
+         (select coalesce(string_agg(w.xmin::text, '.' order by w.task_id, w.idx), '')
+            from memori.lg_writes w
+           where w.thread = t.id and w.checkpoint_ns = c.checkpoint_ns and w.checkpoint_id = c.checkpoint_id
+             and (w.expires_at is null or w.expires_at > p_now))
+    from memori.lg_threads t
+   cross join lateral (
+     -- the latest of the namespace, or the given id: only one branch runs (one-time filters)
+     (select c.xmin, c.checkpoint_ns, c.checkpoint_id from memori.lg_checkpoints c
+       where p_checkpoint_id is null and c.thread = t.id and c.checkpoint_ns = coalesce(p_checkpoint_ns, '')
+         and (c.expires_at is null or c.expires_at > p_now)
+       order by c.checkpoint_id desc limit 1)
+     union all
+     (select c.xmin, c.checkpoint_ns, c.checkpoint_id from memori.lg_checkpoints c
+       where p_checkpoint_id is not null and c.thread = t.id and c.checkpoint_ns = coalesce(p_checkpoint_ns, '')
+         and c.checkpoint_id = p_checkpoint_id and (c.expires_at is null or c.expires_at > p_now))) c
+   where t.user_id = coalesce(p_user_id, nullif(current_setting('memori.user_id', true), ''),
+                              memori._lg_user(p_user_id))  -- PM001 without a user
+     and t.thread_id = p_thread_id and (t.expires_at is null or t.expires_at > p_now);
+end;
+comment on function memori.lg_checkpoint_stamp(text, text, uuid, text, timestamptz) is 'The read stamps of a LangGraph checkpoint (the given id, else the latest of the namespace): of the checkpoint and of its pending writes, what a cached copy is checked against. No row when absent or expired.';
 
 -------------------------------------------------------------------------------
 -- _lg_tuple: a checkpoint with its blobs and ordered pending writes
@@ -637,7 +699,7 @@ begin
                                limit 1) bl) b
        cross join lateral (
          -- the row versions of the pending writes: what a cached copy of them is checked against
-         select coalesce(string_agg(wr.xmin::text, '.' order by wr.task_path, wr.task_id, wr.idx), '') as stamp
+         select coalesce(string_agg(wr.xmin::text, '.' order by wr.task_id, wr.idx), '') as stamp
            from memori.lg_writes wr
           where wr.thread = c.thread and wr.checkpoint_ns = c.checkpoint_ns
             and wr.checkpoint_id = c.checkpoint_id and (wr.expires_at is null or wr.expires_at > p_now)) ws
@@ -680,7 +742,7 @@ begin
                                limit 1) bl) b
        cross join lateral (
          -- the row versions of the pending writes: what a cached copy of them is checked against
-         select coalesce(string_agg(wr.xmin::text, '.' order by wr.task_path, wr.task_id, wr.idx), '') as stamp
+         select coalesce(string_agg(wr.xmin::text, '.' order by wr.task_id, wr.idx), '') as stamp
            from memori.lg_writes wr
           where wr.thread = c.thread and wr.checkpoint_ns = c.checkpoint_ns
             and wr.checkpoint_id = c.checkpoint_id and (wr.expires_at is null or wr.expires_at > p_now)) ws

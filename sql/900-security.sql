@@ -194,7 +194,8 @@ begin
   revoke execute on function
     memori.lg_checkpoint_put(text, text, uuid, uuid, jsonb, jsonb, text[], text[], text[], bytea[], text, text, timestamptz,
                              text[], integer[]),
-    memori.lg_writes_put(text, text, uuid, text, text, integer[], text[], text[], bytea[], text, text, timestamptz),
+    memori.lg_writes_put(text, text, uuid, text, text, integer[], text[], text[], bytea[], text, text, timestamptz,
+                          text),
     memori.lg_thread_copy(text, text, text, text, timestamptz),
     memori.lg_policy_set(text, interval, interval, integer)
     from memori_cleaner;

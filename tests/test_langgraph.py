@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, cast
 from uuid import UUID
 
 import psycopg
@@ -292,9 +292,79 @@ def test_list_filters(conn: psycopg.Connection) -> None:
     assert_sqlstate(conn, "PM001", "select * from memori.lg_checkpoint_list(p_filter => '[]', p_user_id => 'a')")
 
 
+def stamp(conn: psycopg.Connection, thread: str, n: int | None = None, *, at: datetime = T0,
+          user: str | None = "alice") -> tuple[str, str] | None:
+    found = one(conn, "select * from memori.lg_checkpoint_stamp(%s, '', %s, %s, %s)",
+                (thread, cid(n) if n is not None else None, user, at))
+    return None if found is None else (found["stamp"], found["writes_stamp"])
+
+
+WRITE = ("select * from memori.lg_writes_put('t', '', %s, %s, '', %s, %s, %s, %s::bytea[], p_user_id => 'alice',"
+         " p_now => %s, p_known_writes => %s)")
+
+
+def test_stamps_change_with_every_change_and_agree_with_the_full_read(conn: psycopg.Connection) -> None:
+    put(conn, "t", 1, {"a": "1"}, blobs={"a": "1"})
+    first = stamp(conn, "t")
+    full = get(conn, "t")
+    assert first is not None and full is not None and first == (full["stamp"], full["writes_stamp"])
+    assert first[1] == "" and stamp(conn, "t", 1) == first  # by id: the same checkpoint
+    conn.execute(WRITE, (cid(1), "task", [0], ["ch"], ["bytes"], [b"x"], T0, None))
+    written = stamp(conn, "t")
+    assert written is not None and written[0] == first[0] and written[1] not in ("", first[1])
+    put(conn, "t", 2, {"a": "2"}, blobs={"a": "2"}, parent=1)
+    latest = stamp(conn, "t")
+    assert latest is not None and latest[0] != first[0] and latest[0].endswith(str(cid(2)))
+    assert stamp(conn, "t", 1) not in (None, written)  # superseded: its row changed
+    conn.execute("update memori.lg_checkpoints set metadata = '{}' where checkpoint_id = %s", (cid(2),))
+    assert stamp(conn, "t") != latest  # an update in psql
+    assert stamp(conn, "t", user="bob") is None and stamp(conn, "nope") is None
+    assert stamp(conn, "t", 1, at=T0 + KEEP + SEC) is None  # expired: as if gone
+    assert_sqlstate(conn, "PM001", "select * from memori.lg_checkpoint_stamp('t')")
+    conn.execute("select memori.lg_thread_delete('t', 'alice')")
+    put(conn, "t", 2, {"a": "2"}, blobs={"a": "2"})  # the same ids again, in a new thread
+    assert stamp(conn, "t") not in (None, latest)
+
+
+def test_writes_put_vouches_for_a_copy_only_when_it_plus_these_writes_is_all(conn: psycopg.Connection) -> None:
+    put(conn, "t", 1, {})
+
+    def write(task: str, idx: int, data: bytes, known: str | None) -> str | None:
+        row = one(conn, WRITE, (cid(1), task, [idx], ["ch"], ["bytes"], [data], T0, known))
+        assert row is not None
+        return cast(str | None, row["writes_stamp"])
+
+    assert write("a", 0, b"1", None) is None  # no copy, no stamp
+    known = stamp(conn, "t")
+    assert known is not None
+    mine = write("b", 0, b"2", known[1])
+    assert mine is not None and mine == stamp(conn, "t")[1]  # type: ignore[index]
+    assert write("b", 0, b"2", mine) == mine  # a retried regular write changes nothing
+    write("c", 0, b"3", None)  # another process
+    assert write("d", 0, b"4", mine) is None  # our copy misses c's write
+    current = stamp(conn, "t")[1]  # type: ignore[index]
+    assert write("e", -1, b"err", current) is not None
+    assert write("e", -1, b"err again", stamp(conn, "t")[1]) is None  # type: ignore[index]  # a replaced row
+
+
+def test_stamp_reads_ignore_the_callers_search_path(conn: psycopg.Connection) -> None:
+    """lg_checkpoint_stamp has no SET clause (it is inlined): its names were resolved when it was created."""
+    put(conn, "t", 1, {})
+    expected = stamp(conn, "t")
+    conn.execute("create function public.current_setting(text, boolean) returns text language sql "
+                 "as $$ select 'mallory' $$")
+    conn.execute("create function public.now() returns timestamptz language sql "
+                 "as $$ select '2000-01-01'::timestamptz $$")
+    conn.execute("create temp table lg_threads (id bigint, user_id text, thread_id text, expires_at timestamptz)")
+    conn.execute("set memori.user_id = 'alice'")
+    conn.execute("set search_path = pg_temp, public, pg_catalog")
+    found = rows(conn, "select * from memori.lg_checkpoint_stamp('t')")
+    assert [(r["stamp"], r["writes_stamp"]) for r in found] == [expected]
+
+
 def test_special_writes_replace_regular_writes_are_written_once(conn: psycopg.Connection) -> None:
     put(conn, "t", 1, {})
-    call = ("select memori.lg_writes_put('t', '', %s, 'task', '', %s, %s, '{bytes,bytes}', %s::bytea[],"
+    call = ("select written from memori.lg_writes_put('t', '', %s, 'task', '', %s, %s, '{bytes,bytes}', %s::bytea[],"
             " p_user_id => 'alice', p_now => %s)")
     assert value(conn, call, (cid(1), [0, 1], ["a", "b"], [b"1", b"2"], T0)) == 2
     assert value(conn, call, (cid(1), [0, 1], ["a", "b"], [b"3", b"4"], T0)) == 0

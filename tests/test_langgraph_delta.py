@@ -301,3 +301,83 @@ def test_non_arrays_are_no_delta_base(raw: bytes) -> None:
     assert msgpack_array(raw) is None
     assert msgpack_array(ormsgpack.packb(list(range(16)))) == (16, 3)
     assert msgpack_array(ormsgpack.packb(list(range(70_000)))) == (70_000, 5)
+
+
+# -- reads from the copy: one stamp probe ------------------------------------------------
+def _full_reads(saver: Any, monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """The calls of lg_checkpoint_get the saver makes from now on (a read its copy could not answer)."""
+    from pymemdb.integrations import langgraph as lg
+
+    seen: list[Any] = []
+    original = saver._call
+
+    def call(c: Any) -> Any:
+        if c[0] is lg.LG_CHECKPOINT_GET:
+            seen.append(c)
+        return original(c)
+
+    monkeypatch.setattr(saver, "_call", call)
+    return seen
+
+
+def test_own_writes_keep_the_copy_current(dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    latest = {"configurable": {"thread_id": "chat"}}
+    state: dict[str, Any] = {}
+    with MemoriSaver(dsn, user_id="alice") as a, MemoriSaver(dsn, user_id="alice") as b:
+        _put(a, "chat", 1, ["a1"], state)
+        a.put_writes(state["config"], [("messages", ["w1"])], "task-1")
+        a.put_writes(state["config"], [("messages", ["w2"]), ("__error__", "boom")], "task-2")
+        full = _full_reads(a, monkeypatch)
+        found = a.get_tuple(latest)  # type: ignore[arg-type]
+        assert found is not None and full == []  # the stamps alone: the copy holds the writes
+        assert sorted(str(w[2]) for w in found.pending_writes) == ["['w1']", "['w2']", "boom"]
+        a.put_writes(state["config"], [("messages", ["w1"])], "task-1")  # a retry changes nothing
+        assert len(a.get_tuple(latest).pending_writes) == 3 and full == []  # type: ignore[union-attr]
+        # another process's write: a's copy misses it, so a's next write gets no stamp
+        b.put_writes(state["config"], [("messages", ["b"])], "task-3")
+        a.put_writes(state["config"], [("messages", ["w4"])], "task-4")
+        found = a.get_tuple(latest)  # type: ignore[arg-type]
+        assert found is not None and len(full) == 1
+        assert sorted(w[0] for w in found.pending_writes) == ["task-1", "task-2", "task-2", "task-3", "task-4"]
+        a.get_tuple(latest)  # type: ignore[arg-type]
+        assert len(full) == 1  # the full read refreshed the copy
+
+
+def test_the_stamp_statement_survives_deallocate(dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    latest = {"configurable": {"thread_id": "chat"}}
+    with MemoriSaver(dsn, user_id="alice", max_size=1) as saver:
+        _put(saver, "chat", 1, ["a1"], {})
+        assert saver.get_tuple(latest) is not None  # type: ignore[arg-type]
+        with saver.pool.connection() as conn:
+            conn.execute("deallocate all")  # what psycopg or a pooler's reset may do
+        full = _full_reads(saver, monkeypatch)
+        found = saver.get_tuple(latest)  # type: ignore[arg-type]
+        assert found is not None and found.checkpoint["channel_values"]["messages"] == ["a1"] and full == []
+
+
+def test_prepared_raises_the_servers_error(dsn: str) -> None:
+    from pymemdb.errors import InvalidArgument, wrap_exceptions
+    from pymemdb.integrations._libpq import Prepared
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        with pytest.raises(psycopg.errors.DivisionByZero):
+            Prepared("pymemdb_test_div", "select 1 / $1::int").rows(conn, ["0"])
+        assert Prepared("pymemdb_test_div", "select 1 / $1::int").rows(conn, ["1"]) == [("1",)]
+        with pytest.raises(InvalidArgument) as err, wrap_exceptions():
+            Prepared("pymemdb_test_stamp", "select * from memori.lg_checkpoint_stamp($1)").rows(conn, ["t"])
+        assert err.value.sqlstate == "PM001"  # no user: our code and hint, as from any other call
+
+
+def test_async_reads_from_the_copy(dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    async def run() -> Any:
+        async with AsyncMemoriSaver.from_dsn(dsn, user_id="bob") as saver:
+            version = saver.get_next_version(None, None)
+            config = await saver.aput({"configurable": {"thread_id": "t", "checkpoint_ns": ""}},
+                                      _checkpoint(1, ["x"], {"messages": version}), {}, {"messages": version})
+            await saver.aput_writes(config, [("messages", ["w"])], "task-1")
+            full = _full_reads(saver, monkeypatch)
+            found = await saver.aget_tuple({"configurable": {"thread_id": "t"}})
+            assert found is not None and full == []
+            return [w[2] for w in found.pending_writes]
+
+    assert asyncio.run(run()) == [["w"]]

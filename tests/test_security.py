@@ -12,6 +12,9 @@ from tests.helpers import T0, assert_sqlstate, memory, rows, value
 
 # Procedures that COMMIT cannot carry a SET clause; they qualify every name instead.
 TRANSACTION_CONTROL = {"memori.cleanup_run(integer,integer,text)"}
+# SQL-standard bodies (BEGIN ATOMIC) are resolved when created, so the caller's
+# search_path cannot reach them; without a SET clause PostgreSQL inlines them.
+INLINED = {"memori.lg_checkpoint_stamp(text,text,uuid,text,timestamp with time zone)"}
 
 
 def test_every_function_pins_search_path(conn: psycopg.Connection) -> None:
@@ -21,7 +24,10 @@ def test_every_function_pins_search_path(conn: psycopg.Connection) -> None:
               from pg_proc p where p.pronamespace = 'memori'::regnamespace""")
         if "search_path=pg_catalog, memori, pg_temp" not in (r["proconfig"] or [])
     ]
-    assert sorted(unpinned) == sorted(TRANSACTION_CONTROL)
+    assert sorted(unpinned) == sorted(TRANSACTION_CONTROL | INLINED)
+    atomic = rows(conn, "select p.oid::regprocedure::text as sig from pg_proc p "
+                        "where p.pronamespace = 'memori'::regnamespace and p.prosqlbody is not null")
+    assert {r["sig"] for r in atomic} == INLINED
 
 
 def test_nothing_is_executable_by_public(conn: psycopg.Connection) -> None:

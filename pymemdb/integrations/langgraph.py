@@ -62,7 +62,8 @@ from pymemdb.integrations._langgraph_cache import (
     msgpack_array,
     register_array_dumpers,
 )
-from pymemdb.types import LangGraphPruneResult, LangGraphTuple
+from pymemdb.integrations._libpq import Prepared
+from pymemdb.types import LangGraphPruneResult, LangGraphStamp, LangGraphTuple, LangGraphWritesPut
 
 __all__ = ["AsyncMemoriSaver", "MemoriSaver", "blob_value", "set_policy"]
 
@@ -87,13 +88,26 @@ LG_WRITES_PUT = fn(
     ("p_thread_id", "text"), ("p_checkpoint_ns", "text"), ("p_checkpoint_id", "uuid"), ("p_task_id", "text"),
     ("p_task_path", "text"), ("p_idx", "integer[]"), ("p_channels", "text[]"), ("p_types", "text[]"),
     ("p_values", "bytea[]"), ("p_policy", "text"), ("p_user_id", "text"), ("p_now", "timestamptz"),
-    returns="scalar",
+    ("p_known_writes", "text"),
+    result=LangGraphWritesPut,
 )
 LG_CHECKPOINT_GET = fn(
     "lg_checkpoint_get",
     ("p_thread_id", "text"), ("p_checkpoint_ns", "text"), ("p_checkpoint_id", "uuid"), ("p_user_id", "text"),
     ("p_now", "timestamptz"), ("p_known_stamp", "text"), ("p_known_writes", "text"),
     result=LangGraphTuple,
+)
+LG_CHECKPOINT_STAMP = fn(
+    "lg_checkpoint_stamp",
+    ("p_thread_id", "text"), ("p_checkpoint_ns", "text"), ("p_checkpoint_id", "uuid"), ("p_user_id", "text"),
+    ("p_now", "timestamptz"),
+    result=LangGraphStamp,
+)
+# the same call on libpq directly (MemoriSaver's read from its copy: see _libpq)
+_STAMP_FAST = Prepared(
+    "memori_lg_checkpoint_stamp",
+    "select checkpoint_id, stamp, writes_stamp from memori.lg_checkpoint_stamp("
+    "p_thread_id => $1, p_checkpoint_ns => $2, p_checkpoint_id => $3::uuid, p_user_id => $4)",
 )
 LG_BLOB_VALUE = fn(
     "lg_blob_value",
@@ -334,23 +348,64 @@ class _MemoriSaverBase(BaseCheckpointSaver[str]):
 
     def _writes_call(
         self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str
-    ) -> Call:
+    ) -> tuple[Call, _WritesPlan]:
         conf = config["configurable"]
+        thread_id, ns = str(conf["thread_id"]), conf.get("checkpoint_ns", "") or ""
         dumped = [self.serde.dumps_typed(value) for _, value in writes]
-        return LG_WRITES_PUT, {
-            "p_thread_id": str(conf["thread_id"]),
-            "p_checkpoint_ns": conf.get("checkpoint_ns", "") or "",
+        # LangGraph's published index of special writes (error, interrupt, ...) is negative
+        idx = [WRITES_IDX_MAP.get(channel, i) for i, (channel, _) in enumerate(writes)]
+        args = {
+            "p_thread_id": thread_id,
+            "p_checkpoint_ns": ns,
             "p_checkpoint_id": conf["checkpoint_id"],
             "p_task_id": task_id,
             "p_task_path": task_path,
-            # LangGraph's published index of special writes (error, interrupt, ...) is negative
-            "p_idx": IntArray(WRITES_IDX_MAP.get(channel, idx) for idx, (channel, _) in enumerate(writes)),
+            "p_idx": IntArray(idx),
             "p_channels": TextArray(channel for channel, _ in writes),
             "p_types": TextArray(type_ for type_, _ in dumped),
             "p_values": ByteaArray(data for _, data in dumped),
             "p_policy": self.policy,
             "p_user_id": self.user_id,
         }
+        # the copy of that checkpoint, if this saver holds it with its writes: the server
+        # says whether the copy plus these writes is all of them (see _after_writes)
+        copy = self._memory.get(("tuple", thread_id, ns))
+        if not (isinstance(copy, Stamped) and copy.writes_stamp is not None
+                and copy.checkpoint_id == _uuid_text(str(conf["checkpoint_id"]))):
+            copy = None
+        else:
+            args["p_known_writes"] = copy.writes_stamp
+        held = tuple((task_id, channel, type_, data, task_path, i)
+                     for (channel, _), (type_, data), i in zip(writes, dumped, idx, strict=True))
+        return (LG_WRITES_PUT, args), _WritesPlan(thread_id, ns, copy, held)
+
+    def _after_writes(self, plan: _WritesPlan, result: LangGraphWritesPut | None) -> None:
+        """Keep the copy's writes current when the server says the copy plus these writes is all of them."""
+        if plan.copy is None:
+            return
+        key = ("tuple", plan.thread_id, plan.ns)
+        if result is None or result.writes_stamp is None:  # someone else's writes, or one replaced: read them
+            self._memory.put(key, replace(plan.copy, writes_stamp=None, writes=()))
+            return
+        known = {(w[0], w[5]) for w in plan.copy.writes}  # (task, idx): a retried regular write was kept as it was
+        writes = plan.copy.writes + tuple(w for w in plan.writes if (w[0], w[5]) not in known)
+        self._memory.put(key, replace(plan.copy, writes_stamp=result.writes_stamp, writes=writes))
+
+    def _stamp_call(self, config: RunnableConfig) -> tuple[Call, Stamped] | None:
+        """The stamp read that answers from this saver's copy (the checkpoint and its writes held); else None."""
+        call, copy = self._get_call(config)
+        if copy is None or copy.writes_stamp is None:
+            return None
+        args = {k: call[1][k] for k in ("p_thread_id", "p_checkpoint_ns", "p_checkpoint_id", "p_user_id")}
+        return (LG_CHECKPOINT_STAMP, args), copy
+
+    def _from_copy(self, config: RunnableConfig, copy: Stamped, stamp: str | None, writes_stamp: str | None
+                   ) -> CheckpointTuple | None:
+        """The tuple from the copy when the server's stamps are the copy's; None: read it whole."""
+        if stamp != copy.stamp or writes_stamp != copy.writes_stamp:
+            return None
+        conf = config["configurable"]
+        return self._copy_tuple(str(conf["thread_id"]), conf.get("checkpoint_ns", "") or "", copy, copy.writes)
 
     def _get_call(self, config: RunnableConfig) -> tuple[Call, Stamped | None]:
         """The read, with the stamp of the copy this saver holds of that checkpoint (if any)."""
@@ -423,25 +478,30 @@ class _MemoriSaverBase(BaseCheckpointSaver[str]):
     def _tuple(self, row: LangGraphTuple, copy: Stamped | None = None) -> CheckpointTuple:
         """LangGraph's tuple from a row, or from a stamped copy and the row's fresh writes (new objects each time)."""
         if copy is not None:
-            checkpoint = _loads(copy.checkpoint_json)
-            metadata = _loads(copy.metadata_json)
-            blobs: Iterable[tuple[str, str, bytes | None]] = ((c, t, v) for c, _, t, v in copy.blobs)
-            checkpoint_id, parent_id = copy.checkpoint_id, copy.parent_id
-        else:
-            checkpoint = dict(row.checkpoint or {})
-            metadata = row.metadata
-            blobs = zip(row.blob_channels or [], row.blob_types or [], row.blob_values or [], strict=True)
-            checkpoint_id = str(row.checkpoint_id)
-            parent_id = str(row.parent_id) if row.parent_id is not None else None
+            return self._copy_tuple(row.thread_id, row.checkpoint_ns, copy,
+                                    copy.writes if copy.writes_stamp is not None else _writes(row))
+        return self._assemble(
+            row.thread_id, row.checkpoint_ns, str(row.checkpoint_id),
+            str(row.parent_id) if row.parent_id is not None else None, dict(row.checkpoint or {}), row.metadata,
+            zip(row.blob_channels or [], row.blob_types or [], row.blob_values or [], strict=True), _writes(row))
+
+    def _copy_tuple(self, thread_id: str, ns: str, copy: Stamped,
+                    writes: tuple[tuple[str, str, str, bytes, str, int], ...]) -> CheckpointTuple:
+        return self._assemble(thread_id, ns, copy.checkpoint_id, copy.parent_id, _loads(copy.checkpoint_json),
+                              _loads(copy.metadata_json), ((c, t, v) for c, _, t, v in copy.blobs), writes)
+
+    def _assemble(self, thread_id: str, ns: str, checkpoint_id: str, parent_id: str | None,
+                  checkpoint: dict[str, Any], metadata: Any, blobs: Iterable[tuple[str, str, bytes | None]],
+                  writes: tuple[tuple[str, str, str, bytes, str, int], ...]) -> CheckpointTuple:
         checkpoint.setdefault("id", checkpoint_id)
         values = dict(checkpoint.get("channel_values") or {})
         for channel, type_, data in blobs:
             if type_ != "empty":
                 values[channel] = self.serde.loads_typed((type_, cast(bytes, data)))
         checkpoint["channel_values"] = values
-        held = copy.writes if copy is not None and copy.writes_stamp is not None else _writes(row)
-        writes = sorted(held, key=lambda w: writes_sort_key(w[4], w[0], w[5])) if len(held) > 1 else held
-        ids = {"thread_id": row.thread_id, "checkpoint_ns": row.checkpoint_ns}
+        if len(writes) > 1:
+            writes = tuple(sorted(writes, key=lambda w: writes_sort_key(w[4], w[0], w[5])))
+        ids = {"thread_id": thread_id, "checkpoint_ns": ns}
         return CheckpointTuple(
             config={"configurable": {**ids, "checkpoint_id": checkpoint["id"]}},
             checkpoint=cast(Checkpoint, checkpoint),
@@ -463,6 +523,16 @@ def _uuid_text(value: str) -> str:
         return str(UUID(value))
     except ValueError:
         return value
+
+
+@dataclass(frozen=True)
+class _WritesPlan:
+    """What a put_writes sent, with the copy it extends (None: no copy of that checkpoint with its writes)."""
+
+    thread_id: str
+    ns: str
+    copy: Stamped | None
+    writes: tuple[tuple[str, str, str, bytes, str, int], ...]  # as Stamped.writes
 
 
 @dataclass
@@ -487,8 +557,11 @@ def _canonical_uuid(value: str) -> bool:
 
 
 def _pool_kwargs(user_id: str, durable: bool) -> dict[str, Any]:
-    # every operation is one function call: autocommit saves the COMMIT round trip
-    options = f"-c memori.user_id={_guc(user_id)}"
+    # every operation is one function call: autocommit saves the COMMIT round trip.
+    # Generic plans: the stamp read (lg_checkpoint_stamp, inlined into the saver's
+    # prepared statement) would otherwise be planned again on every call whenever
+    # PostgreSQL's cost estimate prefers custom plans; planning costs more than the read.
+    options = f"-c memori.user_id={_guc(user_id)} -c plan_cache_mode=force_generic_plan"
     if not durable:
         # a put returns before its WAL is on disk: a server crash may lose the
         # last few hundred ms of checkpoints (it never corrupts them)
@@ -563,6 +636,15 @@ class MemoriSaver(_MemoriSaverBase):
 
     # -- BaseCheckpointSaver -----------------------------------------------------
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        checked = self._stamp_call(config)
+        if checked is not None:
+            (_, args), held = checked
+            with wrap_exceptions(), self.pool.connection() as conn:
+                rows = _STAMP_FAST.rows(conn, [args["p_thread_id"], args["p_checkpoint_ns"],
+                                               args["p_checkpoint_id"], args["p_user_id"]])
+            hit = self._from_copy(config, held, *(rows[0][1:] if rows else (None, None)))
+            if hit is not None:
+                return hit
         call, copy = self._get_call(config)
         found = self._got(self._call(call), copy, get_checkpoint_id(config) is None)
         if found is False:  # our copy went meanwhile: read it whole
@@ -601,7 +683,8 @@ class MemoriSaver(_MemoriSaverBase):
     def put_writes(
         self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
     ) -> None:
-        self._call(self._writes_call(config, writes, task_id, task_path))
+        call, plan = self._writes_call(config, writes, task_id, task_path)
+        self._after_writes(plan, self._call(call))
 
     def delete_thread(self, thread_id: str) -> None:
         self._memory.drop_thread(str(thread_id))
@@ -724,6 +807,14 @@ class AsyncMemoriSaver(_MemoriSaverBase):
 
     # -- BaseCheckpointSaver, async ------------------------------------------------
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        checked = self._stamp_call(config)
+        if checked is not None:
+            stamp_call, held = checked
+            found_stamp: LangGraphStamp | None = await self._call(stamp_call)
+            hit = self._from_copy(config, held, *((found_stamp.stamp, found_stamp.writes_stamp)
+                                                  if found_stamp is not None else (None, None)))
+            if hit is not None:
+                return hit
         call, copy = self._get_call(config)
         found = self._got(await self._call(call), copy, get_checkpoint_id(config) is None)
         if found is False:  # our copy went meanwhile: read it whole
@@ -762,7 +853,8 @@ class AsyncMemoriSaver(_MemoriSaverBase):
     async def aput_writes(
         self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
     ) -> None:
-        await self._call(self._writes_call(config, writes, task_id, task_path))
+        call, plan = self._writes_call(config, writes, task_id, task_path)
+        self._after_writes(plan, await self._call(call))
 
     async def adelete_thread(self, thread_id: str) -> None:
         self._memory.drop_thread(str(thread_id))
