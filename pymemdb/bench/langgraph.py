@@ -9,8 +9,11 @@ small dict updated every fifth step, one pending write per step).
    ``put`` and ours (alternating which goes first), each timed; then the
    step's ``put_writes``. A third saver, ``MemoriSaver(durable=False)``
    (``synchronous_commit = off``), shows what the commit's flush costs; its
-   rows are deleted before the storage comparison. Single-put throughput is 1 / mean put latency on
-   one connection (LangGraph saves a run's checkpoints one after another).
+   rows are deleted before the storage comparison. A fourth writer, one
+   single-row INSERT per step (``_OneRowInsert``), measures the ceiling: no
+   saver puts faster at the same durability. Single-put throughput is 1 / mean
+   put latency on one connection (LangGraph saves a run's checkpoints one
+   after another).
 2. ``get_tuple`` of the latest checkpoint of random threads (what every
    ``invoke`` does first) and of the same checkpoint by id, interleaved; then
    the latest again from a saver without a cache (another process's read).
@@ -22,6 +25,7 @@ small dict updated every fifth step, one pending write per step).
 
 from __future__ import annotations
 
+import json
 import random
 import time
 from datetime import UTC, datetime
@@ -42,6 +46,7 @@ GOAL_STORAGE = 0.8  # our bytes / upstream's, same history
 UPSTREAM_TABLES = ("checkpoints", "checkpoint_blobs", "checkpoint_writes")
 OUR_TABLES = ("lg_threads", "lg_checkpoints", "lg_blobs", "lg_writes")
 NOT_DURABLE = "pymemdb_not_durable"  # MemoriSaver(durable=False): synchronous_commit off, for information
+FLOOR = "one_row_insert"  # the fastest durable put there can be (_OneRowInsert), for information
 
 
 def _require_upstream() -> Any:
@@ -98,6 +103,35 @@ def _vacuum_full(conn: psycopg.Connection[Any], schema: str, tables: tuple[str, 
             psycopg.sql.Identifier(schema), psycopg.sql.Identifier(t)))
 
 
+class _OneRowInsert:
+    """The floor of a durable put: one single-row INSERT of the checkpoint's JSON, autocommit, prepared.
+
+    Timed like the savers' puts, in the same loop: no saver can put faster
+    than this at the same durability (one round trip, one WAL flush), so
+    ``floor puts/s ÷ upstream puts/s`` bounds the put ratio any saver can reach.
+    """
+
+    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+        self.conn = conn
+        conn.execute("create table if not exists public.pymemdb_bench_floor (id bigint generated always as identity"
+                     " primary key, thread text not null, body text not null)")
+
+    def get_next_version(self, current: Any, channel: None) -> int:
+        return (current or 0) + 1
+
+    def put(self, config: Any, checkpoint: Any, metadata: Any, new_versions: Any) -> Any:
+        conf = config["configurable"]
+        self.conn.execute("insert into public.pymemdb_bench_floor (thread, body) values (%s, %s)",
+                          (conf["thread_id"], json.dumps(checkpoint)), prepare=True)
+        return {"configurable": {**conf, "checkpoint_id": checkpoint["id"]}}
+
+    def put_writes(self, config: Any, writes: Any, task_id: str) -> None:
+        pass
+
+    def drop(self) -> None:
+        self.conn.execute("drop table if exists public.pymemdb_bench_floor")
+
+
 def _write(savers: dict[str, Any], threads: int, rng: random.Random, progress: Progress | None) -> dict[str, Any]:
     lat: dict[str, list[int]] = {name: [] for name in savers}
     wlat: dict[str, list[int]] = {name: [] for name in savers}
@@ -126,6 +160,7 @@ def _write(savers: dict[str, Any], threads: int, rng: random.Random, progress: P
     out["put_ratio"] = ratio(out["pymemdb"]["puts_per_s"], out["upstream"]["puts_per_s"])
     out["goal_met"] = (out["put_ratio"] or 0) >= GOAL_PUT
     out["put_ratio_not_durable"] = ratio(out[NOT_DURABLE]["puts_per_s"], out["upstream"]["puts_per_s"])
+    out["put_ratio_ceiling"] = ratio(out[FLOOR]["puts_per_s"], out["upstream"]["puts_per_s"])
     out["ids"] = {name: [[st["config"]["configurable"]["checkpoint_id"]] for st in state[name]] for name in savers}
     return out
 
@@ -191,7 +226,10 @@ def run(dsn: str, rows: int = 20_000, *, seed: int = 1, progress: Progress | Non
         result["server"] = {k: one(admin, f"show {k}") for k in ("server_version", "synchronous_commit", "fsync")}
         if progress:
             progress(f"writing {threads:,} threads x {STEPS} steps with both savers, interleaved")
-        writes = _write({"upstream": upstream, "pymemdb": ours, NOT_DURABLE: not_durable}, threads, rng, progress)
+        floor = _OneRowInsert(admin)
+        writes = _write({"upstream": upstream, "pymemdb": ours, NOT_DURABLE: not_durable, FLOOR: floor},
+                        threads, rng, progress)
+        floor.drop()
         ids = writes.pop("ids")
         # the not-durable saver only shows what synchronous_commit costs: its rows leave the comparison
         admin.execute("delete from memori.lg_threads where user_id = %s", (USER + "_not_durable",))
@@ -272,6 +310,9 @@ def render(result: dict[str, Any]) -> list[Table]:
     nd = w[NOT_DURABLE]
     info.add_row("… with durable=False /s", "", fmt(nd["puts_per_s"]), fmt(w["put_ratio_not_durable"], "x"),
                  "(no fsync wait)")
+    fl = w[FLOOR]
+    info.add_row("… one durable single-row INSERT /s", "", fmt(fl["puts_per_s"]), fmt(w["put_ratio_ceiling"], "x"),
+                 "(the ceiling)")
     info.add_row("put_writes p50 µs", fmt(w["upstream"]["put_writes"]["p50_us"]),
                  fmt(w["pymemdb"]["put_writes"]["p50_us"]), "", "")
     for kind, label in (("latest", "get_tuple latest"), ("by_id", "get_tuple by id"),

@@ -314,6 +314,8 @@ class _MemoriSaverBase(BaseCheckpointSaver[str]):
 
     def _after_put(self, plan: _PutPlan, stamp: str | None, args: dict[str, Any]) -> None:
         """Remember what the server now holds: delta bases, and the checkpoint under its stamp."""
+        if not self._memory.max_bytes:
+            return
         key = (plan.thread_id, plan.ns)
         if stamp is None:  # a blob version existed already, or an older checkpoint: our bytes may not be theirs
             self._memory.drop(("tuple", *key))
@@ -439,7 +441,7 @@ class _MemoriSaverBase(BaseCheckpointSaver[str]):
                 copy = replace(copy, writes_stamp=row.writes_stamp, writes=_writes(row))
                 self._memory.put(key, copy)
             return self._tuple(row, copy)
-        if latest and row.stamp is not None:
+        if latest and row.stamp is not None and self._memory.max_bytes:  # (building a copy costs ~20 µs)
             self._memory.put(key, Stamped(
                 row.stamp, str(row.checkpoint_id), str(row.parent_id) if row.parent_id is not None else None,
                 json.dumps(row.checkpoint), json.dumps(row.metadata),
