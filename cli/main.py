@@ -310,7 +310,10 @@ def bench_compression(
 def bench_langgraph(
     rows: RowsOption = 20_000, dsn: DsnOption = None, as_json: JsonOption = False, seed: SeedOption = 1
 ) -> None:
-    """MemoriSaver vs. LangGraph's PostgresSaver on one database: get_tuple, put, storage, retention (needs [bench])."""
+    r"""MemoriSaver vs. LangGraph's PostgresSaver on one database: get_tuple, put, storage, retention.
+
+    Needs the bench extra: pip install 'pymemdb\[bench]'.
+    """
     _bench("langgraph", dsn, rows, seed, as_json)
 
 
