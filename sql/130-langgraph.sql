@@ -569,9 +569,10 @@ comment on function memori.lg_writes_put(text, text, uuid, text, text, integer[]
 -- lg_checkpoint_stamp: what a cached copy of a checkpoint is checked against
 -- The stamp (thread key, row version, checkpoint id) changes with any put,
 -- update, delete or re-creation of the checkpoint or its thread; the writes'
--- stamp (their row versions in key order: (task_id, idx), as the primary key
--- index returns them, so no sort) with any change of its pending writes. A saver that holds a copy under both reads
--- only these (a few key probes); lg_checkpoint_get returns the whole tuple.
+-- stamp (their row versions in key order, (task_id, idx), as the primary key
+-- index returns them: no sort) with any change of its pending writes. A saver
+-- that holds a copy under both reads only these (three key probes);
+-- lg_checkpoint_get returns the whole tuple.
 --
 -- The one function without a pinned search_path, on purpose: it is on every
 -- read a saver answers from its copy, and PostgreSQL inlines it into the
