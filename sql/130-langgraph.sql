@@ -322,6 +322,8 @@ declare
   v_delta      boolean;
   v_row        memori.lg_threads;
   v_thread     bigint;
+  v_uses_delta boolean;
+  v_renew      boolean;
   v_expires    timestamptz;
   v_previous   uuid;
   v_newer      boolean;
@@ -348,20 +350,38 @@ begin
     perform memori._invalid('blob channels, versions, types, values, bases and item counts differ in length',
                             'Pass one entry per blob in each array (bases and items: both or neither).');
   end if;
-  -- the saver's policy (inline: this runs on every step of every graph)
-  select max(p.retention) filter (where p.table_name = 'lg_checkpoints'),
-         max(p.retention) filter (where p.table_name = 'lg_threads'), count(*)
-    into v_superseded, v_idle, v_policies
-    from memori.retention_policies p
-   where p.table_name in ('lg_checkpoints', 'lg_threads') and p.kind = p_policy and p.kind <> '*';
+  v_delta := p_metadata ? 'counters_since_delta_snapshot' or p_metadata ? 'delta_writes_versioned';
+  -- One statement for what this runs on every step of every graph: the saver's
+  -- policy, the live thread (and whether _lg_thread would renew it: the same
+  -- test), and whether a newer checkpoint exists. A thread that is missing or
+  -- due for renewal goes through _lg_thread.
+  select p.superseded, p.idle, p.found, t.id, t.uses_delta,
+         t.updated_at <= p_now - interval '1 minute' or t.updated_at > p_now
+           or t.policy <> p_policy or (v_delta and not t.uses_delta)
+           or t.expires_at is distinct from t.updated_at + p.idle,
+         exists (select 1 from memori.lg_checkpoints c
+                  where c.thread = t.id and c.checkpoint_ns = v_ns and c.checkpoint_id > p_checkpoint_id)
+    into v_superseded, v_idle, v_policies, v_thread, v_uses_delta, v_renew, v_newer
+    from (select max(p.retention) filter (where p.table_name = 'lg_checkpoints') as superseded,
+                 max(p.retention) filter (where p.table_name = 'lg_threads') as idle, count(*) as found
+            from memori.retention_policies p
+           where p.table_name in ('lg_checkpoints', 'lg_threads') and p.kind = p_policy and p.kind <> '*') p
+    left join memori.lg_threads t
+      on t.user_id = v_user and t.thread_id = p_thread_id and (t.expires_at is null or t.expires_at > p_now);
   if v_policies < 2 then
     perform memori._lg_policy(p_policy);  -- raises PM004 with the known policies
   end if;
-  v_delta := p_metadata ? 'counters_since_delta_snapshot' or p_metadata ? 'delta_writes_versioned';
-  v_row := memori._lg_thread(v_user, p_thread_id, p_policy, v_idle, v_delta, p_now);
-  v_thread := v_row.id;
+  if v_thread is null or v_renew then
+    v_row := memori._lg_thread(v_user, p_thread_id, p_policy, v_idle, v_delta, p_now);
+    if v_thread is null then  -- created (or replaced): probe its checkpoints again
+      v_newer := exists (select 1 from memori.lg_checkpoints c
+                          where c.thread = v_row.id and c.checkpoint_ns = v_ns and c.checkpoint_id > p_checkpoint_id);
+    end if;
+    v_thread := v_row.id;
+    v_uses_delta := v_row.uses_delta;
+  end if;
   -- a DeltaChannel graph rebuilds values from older checkpoints: none of them expires alone
-  v_expires := case when v_row.uses_delta then null else p_now + v_superseded end;
+  v_expires := case when v_uses_delta then null else p_now + v_superseded end;
 
   -- blobs: full values, or deltas (the items appended to a base version of the
   -- same channel and type, which must exist unexpired: PM081 otherwise, and the
@@ -401,9 +421,7 @@ begin
   -- every blob written now: the caller's copy of them is the stored one
   v_fresh := v_count = coalesce(cardinality(p_blob_channels), 0);
 
-  -- a put below the latest (copying, or racing a newer put) is superseded at once
-  v_newer := exists (select 1 from memori.lg_checkpoints c
-                      where c.thread = v_thread and c.checkpoint_ns = v_ns and c.checkpoint_id > p_checkpoint_id);
+  -- a put below the latest (copying, or racing a newer put) is superseded at once (v_newer: above)
   insert into memori.lg_checkpoints (thread, checkpoint_ns, checkpoint_id, parent_id, user_id, policy, checkpoint,
                                      metadata, expires_at)
   values (v_thread, v_ns, p_checkpoint_id, p_parent_id, v_user, p_policy, p_checkpoint, p_metadata,
@@ -506,7 +524,11 @@ create or replace function memori.lg_writes_put(
 as $func$
 declare
   v_user    text := coalesce(p_user_id, nullif(current_setting('memori.user_id', true), ''));
+  v_ns      text := coalesce(p_checkpoint_ns, '');
+  v_idle    interval;
+  v_found   integer;
   v_thread  bigint;
+  v_renew   boolean;
   v_expires timestamptz;
 begin
   if v_user is null then
@@ -522,12 +544,31 @@ begin
     perform memori._invalid('write indexes, channels, types and values differ in length',
                             'Pass one entry per write in each of the four arrays.');
   end if;
-  -- writes may arrive before their checkpoint: they create the thread too
-  v_thread := (memori._lg_thread(v_user, p_thread_id, p_policy, (memori._lg_policy(p_policy)).idle, false, p_now)).id;
-  -- writes of a superseded checkpoint expire with it (NULL: the latest, or not saved yet)
-  select c.expires_at into v_expires from memori.lg_checkpoints c
-   where c.thread = v_thread and c.checkpoint_ns = coalesce(p_checkpoint_ns, '') and c.checkpoint_id = p_checkpoint_id;
-  if (select bool_and(i < 0) from unnest(p_idx) i) then
+  -- One statement (this runs after every step's put): the policy's idle time,
+  -- the live thread (and whether _lg_thread would renew it: the same test), and
+  -- the checkpoint's expiry: writes of a superseded checkpoint expire with it
+  -- (NULL: the latest, or not saved yet).
+  select p.idle, p.found, t.id,
+         t.updated_at <= p_now - interval '1 minute' or t.updated_at > p_now
+           or t.policy <> p_policy or t.expires_at is distinct from t.updated_at + p.idle,
+         (select c.expires_at from memori.lg_checkpoints c
+           where c.thread = t.id and c.checkpoint_ns = v_ns and c.checkpoint_id = p_checkpoint_id)
+    into v_idle, v_found, v_thread, v_renew, v_expires
+    from (select max(p.retention) filter (where p.table_name = 'lg_threads') as idle, count(*) as found
+            from memori.retention_policies p
+           where p.table_name in ('lg_checkpoints', 'lg_threads') and p.kind = p_policy and p.kind <> '*') p
+    left join memori.lg_threads t
+      on t.user_id = v_user and t.thread_id = p_thread_id and (t.expires_at is null or t.expires_at > p_now);
+  if v_found < 2 then
+    perform memori._lg_policy(p_policy);  -- raises PM004 with the known policies
+  end if;
+  if v_thread is null or v_renew then
+    -- writes may arrive before their checkpoint: they create the thread too
+    v_thread := (memori._lg_thread(v_user, p_thread_id, p_policy, v_idle, false, p_now)).id;
+    select c.expires_at into v_expires from memori.lg_checkpoints c
+     where c.thread = v_thread and c.checkpoint_ns = v_ns and c.checkpoint_id = p_checkpoint_id;
+  end if;
+  if cardinality(p_idx) > 0 and 0 > all (p_idx) then
     -- special writes (error, interrupt, resume, scheduled) replace the task's previous ones
     insert into memori.lg_writes (thread, checkpoint_ns, checkpoint_id, task_id, idx, task_path, user_id, policy,
                                   channel, type, blob, expires_at)
