@@ -326,6 +326,15 @@ declare
   v_renew      boolean;
   v_expires    timestamptz;
   v_previous   uuid;
+  v_ids        uuid[];
+  v_old        jsonb;
+  v_channel    text;
+  v_version    text;
+  v_blob       bigint;
+  v_chain      text[];
+  v_blob_expires timestamptz;
+  v_kept       text;
+  v_kept_chain text[];
   v_newer      boolean;
   v_missing    text;
   v_revive     boolean := false;
@@ -385,38 +394,44 @@ begin
 
   -- blobs: full values, or deltas (the items appended to a base version of the
   -- same channel and type, which must exist unexpired: PM081 otherwise, and the
-  -- saver sends the full value). One statement: the base probe gives the chain.
-  with incoming as (
-    select u.channel, u.version, u.type, u.value, u.base, u.items, x.id as base_id, x.chain, x.expires_at as base_expires
-      from unnest(p_blob_channels, p_blob_versions, p_blob_types, p_blob_values,
-                  coalesce(p_blob_bases, array_fill(null::text, array[cardinality(p_blob_channels)])),
-                  coalesce(p_blob_items, array_fill(null::integer, array[cardinality(p_blob_channels)])))
+  -- saver sends the full value). Plain statements, no CTEs: the bases are
+  -- checked first, then the insert probes them again for the chain.
+  if p_blob_bases is null then
+    insert into memori.lg_blobs (thread, checkpoint_ns, channel, version, user_id, policy, type, blob)
+    select v_thread, v_ns, u.channel, u.version, v_user, p_policy, u.type, u.value
+      from unnest(p_blob_channels, p_blob_versions, p_blob_types, p_blob_values) as u(channel, version, type, value)
+    on conflict (thread, checkpoint_ns, channel, version) do nothing;
+    get diagnostics v_count = row_count;
+  else
+    select string_agg(u.channel || '@' || u.base, ', ') filter (where x.id is null),
+           coalesce(bool_or(x.expires_at is not null), false)
+      into v_missing, v_revive
+      from unnest(p_blob_channels, p_blob_types, p_blob_bases) as u(channel, type, base)
+      left join lateral (select x.id, x.expires_at from memori.lg_blobs x
+                          where x.thread = v_thread and x.checkpoint_ns = v_ns and x.channel = u.channel
+                            and x.version = u.base and x.type = u.type
+                            and (x.expires_at is null or x.expires_at > p_now)
+                          limit 1) x on true
+     where u.base is not null;
+    if v_missing is not null then
+      raise exception 'delta blob without its base version: %', v_missing
+        using errcode = 'PM081',
+              detail = 'A delta blob extends a base version of its channel that this thread does not have unexpired.',
+              hint = 'Send the full value (MemoriSaver does so by itself when it gets this error).';
+    end if;
+    insert into memori.lg_blobs (thread, checkpoint_ns, channel, version, user_id, policy, type, blob, base, items)
+    select v_thread, v_ns, u.channel, u.version, v_user, p_policy, u.type, u.value, x.chain,
+           case when u.base is not null then coalesce(u.items, 0) end
+      from unnest(p_blob_channels, p_blob_versions, p_blob_types, p_blob_values, p_blob_bases, p_blob_items)
              as u(channel, version, type, value, base, items)
-      left join lateral (select x.id, coalesce(x.base, '{}') || x.version as chain, x.expires_at
+      left join lateral (select coalesce(x.base, '{}') || x.version as chain
                            from memori.lg_blobs x
                           where x.thread = v_thread and x.checkpoint_ns = v_ns and x.channel = u.channel
                             and x.version = u.base and x.type = u.type
                             and (x.expires_at is null or x.expires_at > p_now)
                           limit 1) x on u.base is not null
-  ), written as (
-    insert into memori.lg_blobs (thread, checkpoint_ns, channel, version, user_id, policy, type, blob, base, items)
-    select v_thread, v_ns, i.channel, i.version, v_user, p_policy, i.type, i.value, i.chain,
-           case when i.base is not null then coalesce(i.items, 0) end
-      from incoming i
-     where i.base is null or i.base_id is not null
-    on conflict (thread, checkpoint_ns, channel, version) do nothing
-    returning 1
-  )
-  select (select count(*) from written),
-         string_agg(i.channel || '@' || i.base, ', ') filter (where i.base is not null and i.base_id is null),
-         coalesce(bool_or(i.base_expires is not null), false)
-    into v_count, v_missing, v_revive
-    from incoming i;
-  if v_missing is not null then
-    raise exception 'delta blob without its base version: %', v_missing
-      using errcode = 'PM081',
-            detail = 'A delta blob extends a base version of its channel that this thread does not have unexpired.',
-            hint = 'Send the full value (MemoriSaver does so by itself when it gets this error).';
+    on conflict (thread, checkpoint_ns, channel, version) do nothing;
+    get diagnostics v_count = row_count;
   end if;
   -- every blob written now: the caller's copy of them is the stored one
   v_fresh := v_count = coalesce(cardinality(p_blob_channels), 0);
@@ -443,43 +458,44 @@ begin
        where c.thread = v_thread and c.checkpoint_ns = v_ns and c.expires_at is null
          and c.checkpoint_id < p_checkpoint_id
       returning c.checkpoint_id, c.checkpoint -> 'channel_versions' as versions
-    ), unused as (
-      -- per channel whose version changed: the old version and its chain, less
-      -- the new version and its chain (a delta on the old one keeps it all)
-      select distinct d.key as channel, o.version
-        from superseded s
-       cross join lateral jsonb_each_text(s.versions) d
-       cross join lateral (select array_remove(coalesce(x.base, '{}') || (p_checkpoint -> 'channel_versions' ->> d.key),
-                                               null) as kept
-                             from (select 1) one
-                             left join lateral (select x.base from memori.lg_blobs x
-                                                 where x.thread = v_thread and x.checkpoint_ns = v_ns
-                                                   and x.channel = d.key
-                                                   and x.version = p_checkpoint -> 'channel_versions' ->> d.key
-                                                 limit 1) x on true) n
-       cross join lateral (select d.value as version
-                           union all
-                           select unnest(x.base) from memori.lg_blobs x
-                            where x.thread = v_thread and x.checkpoint_ns = v_ns and x.channel = d.key
-                              and x.version = d.value and x.base is not null) o
-       where (p_checkpoint -> 'channel_versions' ->> d.key) is distinct from d.value
-         and o.version <> all (n.kept)
-    ), blobs as (
-      -- one key probe per blob (LATERAL ... LIMIT 1) and per checkpoint (= ANY): the
-      -- planner, sizing these from few rows, would otherwise scan the namespace's history
-      update memori.lg_blobs b set expires_at = v_expires
-       where b.id in (select x.id from unused u
-                       cross join lateral (select x.id from memori.lg_blobs x
-                                            where x.thread = v_thread and x.checkpoint_ns = v_ns
-                                              and x.channel = u.channel and x.version = u.version
-                                              and x.expires_at is null
-                                            limit 1) x)
-    ), writes as (
-      update memori.lg_writes w set expires_at = v_expires
-       where w.thread = v_thread and w.checkpoint_ns = v_ns
-         and w.checkpoint_id = any (array(select s.checkpoint_id from superseded s))
     )
-    select (array_agg(s.checkpoint_id order by s.checkpoint_id desc))[1] into v_previous from superseded s;
+    -- (a checkpoint without channel_versions has no blobs to expire)
+    select array_agg(s.checkpoint_id order by s.checkpoint_id desc), jsonb_agg(s.versions) filter (where s.versions is not null)
+      into v_ids, v_old from superseded s;
+    v_previous := v_ids[1];
+  end if;
+  if v_ids is not null then
+    update memori.lg_writes w set expires_at = v_expires
+     where w.thread = v_thread and w.checkpoint_ns = v_ns and w.checkpoint_id = any (v_ids);
+    -- per channel whose version changed: the old version and its chain, less
+    -- the new version and its chain (a delta on the old one keeps it all).
+    -- A loop of key probes: one statement of lateral joins costs more than
+    -- these (a put changes a few channels). An old version without a blob (a
+    -- primitive) has no chain and nothing to expire.
+    for v_channel, v_version in
+      select d.key, d.value from jsonb_array_elements(v_old) s(versions) cross join lateral jsonb_each_text(s.versions) d
+       where (p_checkpoint -> 'channel_versions' ->> d.key) is distinct from d.value
+    loop
+      select x.id, x.base, x.expires_at into v_blob, v_chain, v_blob_expires from memori.lg_blobs x
+       where x.thread = v_thread and x.checkpoint_ns = v_ns and x.channel = v_channel and x.version = v_version;
+      continue when not found;
+      v_kept := p_checkpoint -> 'channel_versions' ->> v_channel;
+      select array_remove(coalesce(x.base, '{}') || v_kept, null) into v_kept_chain from memori.lg_blobs x
+       where x.thread = v_thread and x.checkpoint_ns = v_ns and x.channel = v_channel and x.version = v_kept;
+      if not found then
+        v_kept_chain := array_remove(array[v_kept], null);
+      end if;
+      if v_blob_expires is null and v_version <> all (v_kept_chain) then
+        update memori.lg_blobs b set expires_at = v_expires where b.id = v_blob;
+      end if;
+      if v_chain is not null and not v_chain <@ v_kept_chain then
+        update memori.lg_blobs b set expires_at = v_expires
+         where b.thread = v_thread and b.checkpoint_ns = v_ns and b.channel = v_channel
+           and b.version = any (array(select a.version from unnest(v_chain) a(version)
+                                       where a.version <> all (v_kept_chain)))
+           and b.expires_at is null;
+      end if;
+    end loop;
   end if;
   -- forking from an older checkpoint (or extending a superseded base): the blobs it
   -- carries, and the chains they are built on, are in use again
