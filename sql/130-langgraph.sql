@@ -333,7 +333,6 @@ declare
   v_blob       bigint;
   v_chain      text[];
   v_blob_expires timestamptz;
-  v_kept       text;
   v_kept_chain text[];
   v_newer      boolean;
   v_missing    text;
@@ -364,17 +363,18 @@ begin
   -- policy, the live thread (and whether _lg_thread would renew it: the same
   -- test), and whether a newer checkpoint exists. A thread that is missing or
   -- due for renewal goes through _lg_thread.
-  select p.superseded, p.idle, p.found, t.id, t.uses_delta,
+  -- (key probes joined, no aggregate: (table_name, kind) is retention_policies' key)
+  select pc.retention, pt.retention, (pc.kind is not null)::integer + (pt.kind is not null)::integer, t.id,
+         t.uses_delta,
          t.updated_at <= p_now - interval '1 minute' or t.updated_at > p_now
            or t.policy <> p_policy or (v_delta and not t.uses_delta)
-           or t.expires_at is distinct from t.updated_at + p.idle,
+           or t.expires_at is distinct from t.updated_at + pt.retention,
          exists (select 1 from memori.lg_checkpoints c
                   where c.thread = t.id and c.checkpoint_ns = v_ns and c.checkpoint_id > p_checkpoint_id)
     into v_superseded, v_idle, v_policies, v_thread, v_uses_delta, v_renew, v_newer
-    from (select max(p.retention) filter (where p.table_name = 'lg_checkpoints') as superseded,
-                 max(p.retention) filter (where p.table_name = 'lg_threads') as idle, count(*) as found
-            from memori.retention_policies p
-           where p.table_name in ('lg_checkpoints', 'lg_threads') and p.kind = p_policy and p.kind <> '*') p
+    from (select 1) one
+    left join memori.retention_policies pc on pc.table_name = 'lg_checkpoints' and pc.kind = p_policy and pc.kind <> '*'
+    left join memori.retention_policies pt on pt.table_name = 'lg_threads' and pt.kind = p_policy and pt.kind <> '*'
     left join memori.lg_threads t
       on t.user_id = v_user and t.thread_id = p_thread_id and (t.expires_at is null or t.expires_at > p_now);
   if v_policies < 2 then
@@ -458,33 +458,37 @@ begin
        where c.thread = v_thread and c.checkpoint_ns = v_ns and c.expires_at is null
          and c.checkpoint_id < p_checkpoint_id
       returning c.checkpoint_id, c.checkpoint -> 'channel_versions' as versions
+    ), writes as (
+      update memori.lg_writes w set expires_at = v_expires
+       where w.thread = v_thread and w.checkpoint_ns = v_ns
+         and w.checkpoint_id = any (array(select s.checkpoint_id from superseded s))
     )
     -- (a checkpoint without channel_versions has no blobs to expire)
     select array_agg(s.checkpoint_id order by s.checkpoint_id desc), jsonb_agg(s.versions) filter (where s.versions is not null)
       into v_ids, v_old from superseded s;
     v_previous := v_ids[1];
   end if;
-  if v_ids is not null then
-    update memori.lg_writes w set expires_at = v_expires
-     where w.thread = v_thread and w.checkpoint_ns = v_ns and w.checkpoint_id = any (v_ids);
-    -- per channel whose version changed: the old version and its chain, less
-    -- the new version and its chain (a delta on the old one keeps it all).
-    -- A loop of key probes: one statement of lateral joins costs more than
-    -- these (a put changes a few channels). An old version without a blob (a
-    -- primitive) has no chain and nothing to expire.
-    for v_channel, v_version in
-      select d.key, d.value from jsonb_array_elements(v_old) s(versions) cross join lateral jsonb_each_text(s.versions) d
+  -- per channel whose version changed: the old version and its chain, less the
+  -- new version and its chain (a delta on the old one keeps it all). One query
+  -- of key probes (an old version without a blob, a primitive, has nothing to
+  -- expire), then an update only where a blob goes: one statement doing it all
+  -- costs more in plan setup than these.
+  if v_old is not null then
+    for v_channel, v_blob, v_version, v_chain, v_blob_expires, v_kept_chain in
+      select d.key, o.id, d.value, o.base, o.expires_at,
+             array_remove(coalesce(n.base, '{}') || (p_checkpoint -> 'channel_versions' ->> d.key), null)
+        from jsonb_array_elements(v_old) s(versions)
+       cross join lateral jsonb_each_text(s.versions) d
+       cross join lateral (select x.id, x.base, x.expires_at from memori.lg_blobs x
+                            where x.thread = v_thread and x.checkpoint_ns = v_ns
+                              and x.channel = d.key and x.version = d.value
+                            limit 1) o
+        left join lateral (select x.base from memori.lg_blobs x
+                            where x.thread = v_thread and x.checkpoint_ns = v_ns
+                              and x.channel = d.key and x.version = p_checkpoint -> 'channel_versions' ->> d.key
+                            limit 1) n on true
        where (p_checkpoint -> 'channel_versions' ->> d.key) is distinct from d.value
     loop
-      select x.id, x.base, x.expires_at into v_blob, v_chain, v_blob_expires from memori.lg_blobs x
-       where x.thread = v_thread and x.checkpoint_ns = v_ns and x.channel = v_channel and x.version = v_version;
-      continue when not found;
-      v_kept := p_checkpoint -> 'channel_versions' ->> v_channel;
-      select array_remove(coalesce(x.base, '{}') || v_kept, null) into v_kept_chain from memori.lg_blobs x
-       where x.thread = v_thread and x.checkpoint_ns = v_ns and x.channel = v_channel and x.version = v_kept;
-      if not found then
-        v_kept_chain := array_remove(array[v_kept], null);
-      end if;
       if v_blob_expires is null and v_version <> all (v_kept_chain) then
         update memori.lg_blobs b set expires_at = v_expires where b.id = v_blob;
       end if;
@@ -564,15 +568,15 @@ begin
   -- the live thread (and whether _lg_thread would renew it: the same test), and
   -- the checkpoint's expiry: writes of a superseded checkpoint expire with it
   -- (NULL: the latest, or not saved yet).
-  select p.idle, p.found, t.id,
+  select pt.retention, (pc.kind is not null)::integer + (pt.kind is not null)::integer, t.id,
          t.updated_at <= p_now - interval '1 minute' or t.updated_at > p_now
-           or t.policy <> p_policy or t.expires_at is distinct from t.updated_at + p.idle,
+           or t.policy <> p_policy or t.expires_at is distinct from t.updated_at + pt.retention,
          (select c.expires_at from memori.lg_checkpoints c
            where c.thread = t.id and c.checkpoint_ns = v_ns and c.checkpoint_id = p_checkpoint_id)
     into v_idle, v_found, v_thread, v_renew, v_expires
-    from (select max(p.retention) filter (where p.table_name = 'lg_threads') as idle, count(*) as found
-            from memori.retention_policies p
-           where p.table_name in ('lg_checkpoints', 'lg_threads') and p.kind = p_policy and p.kind <> '*') p
+    from (select 1) one
+    left join memori.retention_policies pc on pc.table_name = 'lg_checkpoints' and pc.kind = p_policy and pc.kind <> '*'
+    left join memori.retention_policies pt on pt.table_name = 'lg_threads' and pt.kind = p_policy and pt.kind <> '*'
     left join memori.lg_threads t
       on t.user_id = v_user and t.thread_id = p_thread_id and (t.expires_at is null or t.expires_at > p_now);
   if v_found < 2 then
