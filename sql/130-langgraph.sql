@@ -122,6 +122,8 @@ comment on function memori._lg_policy(text) is 'Retention of a LangGraph saver p
 -- its old state must not become visible again. The idle expiry is renewed at
 -- most once a minute (a thread row rewritten on every step would cost an
 -- update per put): a thread may expire up to a minute before its idle time.
+-- lg_checkpoint_put and lg_writes_put repeat its renewal test inline (they
+-- call it only for a missing thread or a due renewal): keep the three in step.
 create or replace function memori._lg_thread(
   p_user_id text, p_thread_id text, p_policy text, p_idle interval, p_delta boolean, p_now timestamptz
 ) returns memori.lg_threads
