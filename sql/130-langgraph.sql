@@ -122,6 +122,8 @@ comment on function memori._lg_policy(text) is 'Retention of a LangGraph saver p
 -- its old state must not become visible again. The idle expiry is renewed at
 -- most once a minute (a thread row rewritten on every step would cost an
 -- update per put): a thread may expire up to a minute before its idle time.
+-- lg_checkpoint_put and lg_writes_put repeat its renewal test inline (they
+-- call it only for a missing thread or a due renewal): keep the three in step.
 create or replace function memori._lg_thread(
   p_user_id text, p_thread_id text, p_policy text, p_idle interval, p_delta boolean, p_now timestamptz
 ) returns memori.lg_threads
@@ -322,8 +324,18 @@ declare
   v_delta      boolean;
   v_row        memori.lg_threads;
   v_thread     bigint;
+  v_uses_delta boolean;
+  v_renew      boolean;
   v_expires    timestamptz;
   v_previous   uuid;
+  v_ids        uuid[];
+  v_old        jsonb;
+  v_channel    text;
+  v_version    text;
+  v_blob       bigint;
+  v_chain      text[];
+  v_blob_expires timestamptz;
+  v_kept_chain text[];
   v_newer      boolean;
   v_missing    text;
   v_revive     boolean := false;
@@ -348,62 +360,85 @@ begin
     perform memori._invalid('blob channels, versions, types, values, bases and item counts differ in length',
                             'Pass one entry per blob in each array (bases and items: both or neither).');
   end if;
-  -- the saver's policy (inline: this runs on every step of every graph)
-  select max(p.retention) filter (where p.table_name = 'lg_checkpoints'),
-         max(p.retention) filter (where p.table_name = 'lg_threads'), count(*)
-    into v_superseded, v_idle, v_policies
-    from memori.retention_policies p
-   where p.table_name in ('lg_checkpoints', 'lg_threads') and p.kind = p_policy and p.kind <> '*';
+  v_delta := p_metadata ? 'counters_since_delta_snapshot' or p_metadata ? 'delta_writes_versioned';
+  -- One statement for what this runs on every step of every graph: the saver's
+  -- policy, the live thread (and whether _lg_thread would renew it: the same
+  -- test), and whether a newer checkpoint exists. A thread that is missing or
+  -- due for renewal goes through _lg_thread.
+  -- (key probes joined, no aggregate: (table_name, kind) is retention_policies' key)
+  select pc.retention, pt.retention, (pc.kind is not null)::integer + (pt.kind is not null)::integer, t.id,
+         t.uses_delta,
+         t.updated_at <= p_now - interval '1 minute' or t.updated_at > p_now
+           or t.policy <> p_policy or (v_delta and not t.uses_delta)
+           or t.expires_at is distinct from t.updated_at + pt.retention,
+         exists (select 1 from memori.lg_checkpoints c
+                  where c.thread = t.id and c.checkpoint_ns = v_ns and c.checkpoint_id > p_checkpoint_id)
+    into v_superseded, v_idle, v_policies, v_thread, v_uses_delta, v_renew, v_newer
+    from (select 1) one
+    left join memori.retention_policies pc on pc.table_name = 'lg_checkpoints' and pc.kind = p_policy and pc.kind <> '*'
+    left join memori.retention_policies pt on pt.table_name = 'lg_threads' and pt.kind = p_policy and pt.kind <> '*'
+    left join memori.lg_threads t
+      on t.user_id = v_user and t.thread_id = p_thread_id and (t.expires_at is null or t.expires_at > p_now);
   if v_policies < 2 then
     perform memori._lg_policy(p_policy);  -- raises PM004 with the known policies
   end if;
-  v_delta := p_metadata ? 'counters_since_delta_snapshot' or p_metadata ? 'delta_writes_versioned';
-  v_row := memori._lg_thread(v_user, p_thread_id, p_policy, v_idle, v_delta, p_now);
-  v_thread := v_row.id;
+  if v_thread is null or v_renew then
+    v_row := memori._lg_thread(v_user, p_thread_id, p_policy, v_idle, v_delta, p_now);
+    if v_thread is null then  -- created (or replaced): probe its checkpoints again
+      v_newer := exists (select 1 from memori.lg_checkpoints c
+                          where c.thread = v_row.id and c.checkpoint_ns = v_ns and c.checkpoint_id > p_checkpoint_id);
+    end if;
+    v_thread := v_row.id;
+    v_uses_delta := v_row.uses_delta;
+  end if;
   -- a DeltaChannel graph rebuilds values from older checkpoints: none of them expires alone
-  v_expires := case when v_row.uses_delta then null else p_now + v_superseded end;
+  v_expires := case when v_uses_delta then null else p_now + v_superseded end;
 
   -- blobs: full values, or deltas (the items appended to a base version of the
   -- same channel and type, which must exist unexpired: PM081 otherwise, and the
-  -- saver sends the full value). One statement: the base probe gives the chain.
-  with incoming as (
-    select u.channel, u.version, u.type, u.value, u.base, u.items, x.id as base_id, x.chain, x.expires_at as base_expires
-      from unnest(p_blob_channels, p_blob_versions, p_blob_types, p_blob_values,
-                  coalesce(p_blob_bases, array_fill(null::text, array[cardinality(p_blob_channels)])),
-                  coalesce(p_blob_items, array_fill(null::integer, array[cardinality(p_blob_channels)])))
+  -- saver sends the full value). Plain statements, no CTEs: the bases are
+  -- checked first, then the insert probes them again for the chain.
+  if p_blob_bases is null then
+    insert into memori.lg_blobs (thread, checkpoint_ns, channel, version, user_id, policy, type, blob)
+    select v_thread, v_ns, u.channel, u.version, v_user, p_policy, u.type, u.value
+      from unnest(p_blob_channels, p_blob_versions, p_blob_types, p_blob_values) as u(channel, version, type, value)
+    on conflict (thread, checkpoint_ns, channel, version) do nothing;
+    get diagnostics v_count = row_count;
+  else
+    select string_agg(u.channel || '@' || u.base, ', ') filter (where x.id is null),
+           coalesce(bool_or(x.expires_at is not null), false)
+      into v_missing, v_revive
+      from unnest(p_blob_channels, p_blob_types, p_blob_bases) as u(channel, type, base)
+      left join lateral (select x.id, x.expires_at from memori.lg_blobs x
+                          where x.thread = v_thread and x.checkpoint_ns = v_ns and x.channel = u.channel
+                            and x.version = u.base and x.type = u.type
+                            and (x.expires_at is null or x.expires_at > p_now)
+                          limit 1) x on true
+     where u.base is not null;
+    if v_missing is not null then
+      raise exception 'delta blob without its base version: %', v_missing
+        using errcode = 'PM081',
+              detail = 'A delta blob extends a base version of its channel that this thread does not have unexpired.',
+              hint = 'Send the full value (MemoriSaver does so by itself when it gets this error).';
+    end if;
+    insert into memori.lg_blobs (thread, checkpoint_ns, channel, version, user_id, policy, type, blob, base, items)
+    select v_thread, v_ns, u.channel, u.version, v_user, p_policy, u.type, u.value, x.chain,
+           case when u.base is not null then coalesce(u.items, 0) end
+      from unnest(p_blob_channels, p_blob_versions, p_blob_types, p_blob_values, p_blob_bases, p_blob_items)
              as u(channel, version, type, value, base, items)
-      left join lateral (select x.id, coalesce(x.base, '{}') || x.version as chain, x.expires_at
+      left join lateral (select coalesce(x.base, '{}') || x.version as chain
                            from memori.lg_blobs x
                           where x.thread = v_thread and x.checkpoint_ns = v_ns and x.channel = u.channel
                             and x.version = u.base and x.type = u.type
                             and (x.expires_at is null or x.expires_at > p_now)
                           limit 1) x on u.base is not null
-  ), written as (
-    insert into memori.lg_blobs (thread, checkpoint_ns, channel, version, user_id, policy, type, blob, base, items)
-    select v_thread, v_ns, i.channel, i.version, v_user, p_policy, i.type, i.value, i.chain,
-           case when i.base is not null then coalesce(i.items, 0) end
-      from incoming i
-     where i.base is null or i.base_id is not null
-    on conflict (thread, checkpoint_ns, channel, version) do nothing
-    returning 1
-  )
-  select (select count(*) from written),
-         string_agg(i.channel || '@' || i.base, ', ') filter (where i.base is not null and i.base_id is null),
-         coalesce(bool_or(i.base_expires is not null), false)
-    into v_count, v_missing, v_revive
-    from incoming i;
-  if v_missing is not null then
-    raise exception 'delta blob without its base version: %', v_missing
-      using errcode = 'PM081',
-            detail = 'A delta blob extends a base version of its channel that this thread does not have unexpired.',
-            hint = 'Send the full value (MemoriSaver does so by itself when it gets this error).';
+    on conflict (thread, checkpoint_ns, channel, version) do nothing;
+    get diagnostics v_count = row_count;
   end if;
   -- every blob written now: the caller's copy of them is the stored one
   v_fresh := v_count = coalesce(cardinality(p_blob_channels), 0);
 
-  -- a put below the latest (copying, or racing a newer put) is superseded at once
-  v_newer := exists (select 1 from memori.lg_checkpoints c
-                      where c.thread = v_thread and c.checkpoint_ns = v_ns and c.checkpoint_id > p_checkpoint_id);
+  -- a put below the latest (copying, or racing a newer put) is superseded at once (v_newer: above)
   insert into memori.lg_checkpoints (thread, checkpoint_ns, checkpoint_id, parent_id, user_id, policy, checkpoint,
                                      metadata, expires_at)
   values (v_thread, v_ns, p_checkpoint_id, p_parent_id, v_user, p_policy, p_checkpoint, p_metadata,
@@ -425,43 +460,48 @@ begin
        where c.thread = v_thread and c.checkpoint_ns = v_ns and c.expires_at is null
          and c.checkpoint_id < p_checkpoint_id
       returning c.checkpoint_id, c.checkpoint -> 'channel_versions' as versions
-    ), unused as (
-      -- per channel whose version changed: the old version and its chain, less
-      -- the new version and its chain (a delta on the old one keeps it all)
-      select distinct d.key as channel, o.version
-        from superseded s
-       cross join lateral jsonb_each_text(s.versions) d
-       cross join lateral (select array_remove(coalesce(x.base, '{}') || (p_checkpoint -> 'channel_versions' ->> d.key),
-                                               null) as kept
-                             from (select 1) one
-                             left join lateral (select x.base from memori.lg_blobs x
-                                                 where x.thread = v_thread and x.checkpoint_ns = v_ns
-                                                   and x.channel = d.key
-                                                   and x.version = p_checkpoint -> 'channel_versions' ->> d.key
-                                                 limit 1) x on true) n
-       cross join lateral (select d.value as version
-                           union all
-                           select unnest(x.base) from memori.lg_blobs x
-                            where x.thread = v_thread and x.checkpoint_ns = v_ns and x.channel = d.key
-                              and x.version = d.value and x.base is not null) o
-       where (p_checkpoint -> 'channel_versions' ->> d.key) is distinct from d.value
-         and o.version <> all (n.kept)
-    ), blobs as (
-      -- one key probe per blob (LATERAL ... LIMIT 1) and per checkpoint (= ANY): the
-      -- planner, sizing these from few rows, would otherwise scan the namespace's history
-      update memori.lg_blobs b set expires_at = v_expires
-       where b.id in (select x.id from unused u
-                       cross join lateral (select x.id from memori.lg_blobs x
-                                            where x.thread = v_thread and x.checkpoint_ns = v_ns
-                                              and x.channel = u.channel and x.version = u.version
-                                              and x.expires_at is null
-                                            limit 1) x)
     ), writes as (
       update memori.lg_writes w set expires_at = v_expires
        where w.thread = v_thread and w.checkpoint_ns = v_ns
          and w.checkpoint_id = any (array(select s.checkpoint_id from superseded s))
     )
-    select (array_agg(s.checkpoint_id order by s.checkpoint_id desc))[1] into v_previous from superseded s;
+    -- (a checkpoint without channel_versions has no blobs to expire)
+    select array_agg(s.checkpoint_id order by s.checkpoint_id desc), jsonb_agg(s.versions) filter (where s.versions is not null)
+      into v_ids, v_old from superseded s;
+    v_previous := v_ids[1];
+  end if;
+  -- per channel whose version changed: the old version and its chain, less the
+  -- new version and its chain (a delta on the old one keeps it all). One query
+  -- of key probes (an old version without a blob, a primitive, has nothing to
+  -- expire), then an update only where a blob goes: one statement doing it all
+  -- costs more in plan setup than these.
+  if v_old is not null then
+    for v_channel, v_blob, v_version, v_chain, v_blob_expires, v_kept_chain in
+      select d.key, o.id, d.value, o.base, o.expires_at,
+             array_remove(coalesce(n.base, '{}') || (p_checkpoint -> 'channel_versions' ->> d.key), null)
+        from jsonb_array_elements(v_old) s(versions)
+       cross join lateral jsonb_each_text(s.versions) d
+       cross join lateral (select x.id, x.base, x.expires_at from memori.lg_blobs x
+                            where x.thread = v_thread and x.checkpoint_ns = v_ns
+                              and x.channel = d.key and x.version = d.value
+                            limit 1) o
+        left join lateral (select x.base from memori.lg_blobs x
+                            where x.thread = v_thread and x.checkpoint_ns = v_ns
+                              and x.channel = d.key and x.version = p_checkpoint -> 'channel_versions' ->> d.key
+                            limit 1) n on true
+       where (p_checkpoint -> 'channel_versions' ->> d.key) is distinct from d.value
+    loop
+      if v_blob_expires is null and v_version <> all (v_kept_chain) then
+        update memori.lg_blobs b set expires_at = v_expires where b.id = v_blob;
+      end if;
+      if v_chain is not null and not v_chain <@ v_kept_chain then
+        update memori.lg_blobs b set expires_at = v_expires
+         where b.thread = v_thread and b.checkpoint_ns = v_ns and b.channel = v_channel
+           and b.version = any (array(select a.version from unnest(v_chain) a(version)
+                                       where a.version <> all (v_kept_chain)))
+           and b.expires_at is null;
+      end if;
+    end loop;
   end if;
   -- forking from an older checkpoint (or extending a superseded base): the blobs it
   -- carries, and the chains they are built on, are in use again
@@ -506,7 +546,11 @@ create or replace function memori.lg_writes_put(
 as $func$
 declare
   v_user    text := coalesce(p_user_id, nullif(current_setting('memori.user_id', true), ''));
+  v_ns      text := coalesce(p_checkpoint_ns, '');
+  v_idle    interval;
+  v_found   integer;
   v_thread  bigint;
+  v_renew   boolean;
   v_expires timestamptz;
 begin
   if v_user is null then
@@ -522,12 +566,31 @@ begin
     perform memori._invalid('write indexes, channels, types and values differ in length',
                             'Pass one entry per write in each of the four arrays.');
   end if;
-  -- writes may arrive before their checkpoint: they create the thread too
-  v_thread := (memori._lg_thread(v_user, p_thread_id, p_policy, (memori._lg_policy(p_policy)).idle, false, p_now)).id;
-  -- writes of a superseded checkpoint expire with it (NULL: the latest, or not saved yet)
-  select c.expires_at into v_expires from memori.lg_checkpoints c
-   where c.thread = v_thread and c.checkpoint_ns = coalesce(p_checkpoint_ns, '') and c.checkpoint_id = p_checkpoint_id;
-  if (select bool_and(i < 0) from unnest(p_idx) i) then
+  -- One statement (this runs after every step's put): the policy's idle time,
+  -- the live thread (and whether _lg_thread would renew it: the same test), and
+  -- the checkpoint's expiry: writes of a superseded checkpoint expire with it
+  -- (NULL: the latest, or not saved yet).
+  select pt.retention, (pc.kind is not null)::integer + (pt.kind is not null)::integer, t.id,
+         t.updated_at <= p_now - interval '1 minute' or t.updated_at > p_now
+           or t.policy <> p_policy or t.expires_at is distinct from t.updated_at + pt.retention,
+         (select c.expires_at from memori.lg_checkpoints c
+           where c.thread = t.id and c.checkpoint_ns = v_ns and c.checkpoint_id = p_checkpoint_id)
+    into v_idle, v_found, v_thread, v_renew, v_expires
+    from (select 1) one
+    left join memori.retention_policies pc on pc.table_name = 'lg_checkpoints' and pc.kind = p_policy and pc.kind <> '*'
+    left join memori.retention_policies pt on pt.table_name = 'lg_threads' and pt.kind = p_policy and pt.kind <> '*'
+    left join memori.lg_threads t
+      on t.user_id = v_user and t.thread_id = p_thread_id and (t.expires_at is null or t.expires_at > p_now);
+  if v_found < 2 then
+    perform memori._lg_policy(p_policy);  -- raises PM004 with the known policies
+  end if;
+  if v_thread is null or v_renew then
+    -- writes may arrive before their checkpoint: they create the thread too
+    v_thread := (memori._lg_thread(v_user, p_thread_id, p_policy, v_idle, false, p_now)).id;
+    select c.expires_at into v_expires from memori.lg_checkpoints c
+     where c.thread = v_thread and c.checkpoint_ns = v_ns and c.checkpoint_id = p_checkpoint_id;
+  end if;
+  if cardinality(p_idx) > 0 and 0 > all (p_idx) then
     -- special writes (error, interrupt, resume, scheduled) replace the task's previous ones
     insert into memori.lg_writes (thread, checkpoint_ns, checkpoint_id, task_id, idx, task_path, user_id, policy,
                                   channel, type, blob, expires_at)

@@ -97,6 +97,14 @@ def test_latest_is_kept_superseded_expire_with_the_blobs_only_they_use(conn: psy
     assert blob_values(get(conn, "t", at=T0 + DAY)) == {"a": b"a@2", "b": b"b@1"}
 
 
+def test_a_checkpoint_without_channel_versions_is_superseded_too(conn: psycopg.Connection) -> None:
+    # a bare checkpoint object (SQL callers): nothing to expire but itself
+    for n in (1, 2):
+        conn.execute("select memori.lg_checkpoint_put('t', '', %s, null, '{}', '{}', p_user_id => 'u', p_now => %s)",
+                     (cid(n), T0 + n * SEC))
+    assert expiries(conn, "lg_checkpoints") == {str(cid(1)): T0 + 2 * SEC + KEEP, str(cid(2)): None}
+
+
 def test_expiry_boundary_to_the_second(conn: psycopg.Connection) -> None:
     put(conn, "t", 1, {"a": "1"}, blobs={"a": "1"}, at=T0)
     put(conn, "t", 2, {"a": "2"}, parent=1, blobs={"a": "2"}, at=T0)
