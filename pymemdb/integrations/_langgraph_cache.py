@@ -6,11 +6,12 @@ Neither is ever trusted on its own:
   lets a put send only the items appended to a growing list; the server checks
   that the base version exists unexpired in the thread (else ``PM081``, and the
   saver sends the full value), and reads rebuild the full value from the chain;
-* a **stamped copy** of a checkpoint (its JSON and serialised blobs, never the
-  deserialised objects, which LangGraph mutates) is used by ``get_tuple`` only
-  when the server, in the same round trip that returns the pending writes, says
-  the stamp (thread key, row version, checkpoint id) is still that
-  checkpoint's: any put, update, delete or re-creation by any process changes it.
+* a **stamped copy** of a checkpoint (its JSON, serialised blobs and pending
+  writes, never the deserialised objects, which LangGraph mutates) is used by
+  ``get_tuple`` only when the server (``memori.lg_checkpoint_stamp``, one round
+  trip) says both stamps are still current: the checkpoint's (thread key, row
+  version, checkpoint id) and its writes' (their row versions). Any put,
+  write, update, delete or re-creation by any process changes one of them.
 
 Both live in one LRU bounded in bytes, guarded by a lock held for dict
 operations only (never across a database call).

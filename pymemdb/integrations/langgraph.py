@@ -6,7 +6,9 @@ which rows exist, expire and go is decided there. Retention is a policy per
 saver (a kind in ``memori.retention_policies``, see ``memori.lg_policy_set``):
 the latest checkpoint of each namespace is kept, superseded ones expire after
 the policy's retention, idle threads after its idle retention, and the
-retention engine deletes them (``memori-cleanup preview|execute``).
+retention engine deletes them (``memori-cleanup preview|execute``). A read the
+saver can answer from its copy of the checkpoint is the stamp check
+``memori.lg_checkpoint_stamp`` alone (see _langgraph_cache and _libpq).
 
 Each saver owns a connection pool whose connections run in autocommit (every
 operation is one SQL function call, atomic by itself) and carry the saver's
