@@ -735,93 +735,56 @@ begin
   if v_user is null then
     perform memori._lg_user(null);  -- raises PM001 with its hint
   end if;
-  if p_checkpoint_id is null then
-    return query
-      select t.thread_id, c.checkpoint_ns, c.checkpoint_id, c.parent_id,
-             case when c.changed then c.checkpoint end, case when c.changed then c.metadata end,
-             b.channels, b.types, b.vals, w.task_ids, w.channels, w.types, w.vals, w.paths, w.idx, c.stamp, ws.stamp
-        from memori.lg_threads t
-       cross join lateral (select s.*, s.stamp is distinct from p_known_stamp as changed
-                             from (select c.thread, c.checkpoint_ns, c.checkpoint_id, c.parent_id, c.checkpoint,
-                                          c.metadata, t.id::text || '.' || c.xmin::text || '.' || c.checkpoint_id::text
-                                            as stamp
-                                     from memori.lg_checkpoints c
-                                    where c.thread = t.id and c.checkpoint_ns = v_ns
-                                      and (c.expires_at is null or c.expires_at > p_now)
-                                    order by c.checkpoint_id desc limit 1) s) c
-       cross join lateral (
-         select array_agg(v.key) as channels, array_agg(bl.type) as types, array_agg(bl.blob) as vals
-           from jsonb_each_text(case when c.changed then c.checkpoint -> 'channel_versions' end) v
-          cross join lateral (select x.type,
-                                     case when x.base is null then x.blob
-                                          else memori._lg_blob_join(x.thread, x.checkpoint_ns, x.channel, x.base,
-                                                                    x.items, x.blob) end as blob
-                                from memori.lg_blobs x
-                               where x.thread = c.thread and x.checkpoint_ns = c.checkpoint_ns
-                                 and x.channel = v.key and x.version = v.value
-                                 and (x.expires_at is null or x.expires_at > p_now)
-                               limit 1) bl) b
-       cross join lateral (
-         -- the row versions of the pending writes: what a cached copy of them is checked against
-         select coalesce(string_agg(wr.xmin::text, '.' order by wr.task_id, wr.idx), '') as stamp
-           from memori.lg_writes wr
-          where wr.thread = c.thread and wr.checkpoint_ns = c.checkpoint_ns
-            and wr.checkpoint_id = c.checkpoint_id and (wr.expires_at is null or wr.expires_at > p_now)) ws
-       cross join lateral (
-         -- pending writes in (task_path, task_id, idx) order (sorted once), unless the caller's copy is current
-         select array_agg(wr.task_id) as task_ids, array_agg(wr.channel) as channels, array_agg(wr.type) as types,
-                array_agg(wr.blob) as vals, array_agg(wr.task_path) as paths, array_agg(wr.idx) as idx
-           from (select wr.task_id, wr.channel, wr.type, wr.blob, wr.task_path, wr.idx
-                   from memori.lg_writes wr
-                  where wr.thread = c.thread and wr.checkpoint_ns = c.checkpoint_ns
-                    and wr.checkpoint_id = c.checkpoint_id and (wr.expires_at is null or wr.expires_at > p_now)
-                    and (c.changed or ws.stamp is distinct from p_known_writes)
-                  order by wr.task_path, wr.task_id, wr.idx) wr) w
-       where t.user_id = v_user and t.thread_id = p_thread_id and (t.expires_at is null or t.expires_at > p_now);
-  else
-    return query
-      select t.thread_id, c.checkpoint_ns, c.checkpoint_id, c.parent_id,
-             case when c.changed then c.checkpoint end, case when c.changed then c.metadata end,
-             b.channels, b.types, b.vals, w.task_ids, w.channels, w.types, w.vals, w.paths, w.idx, c.stamp, ws.stamp
-        from memori.lg_threads t
-       cross join lateral (select s.*, s.stamp is distinct from p_known_stamp as changed
-                             from (select c.thread, c.checkpoint_ns, c.checkpoint_id, c.parent_id, c.checkpoint,
-                                          c.metadata, t.id::text || '.' || c.xmin::text || '.' || c.checkpoint_id::text
-                                            as stamp
-                                     from memori.lg_checkpoints c
-                                    where c.thread = t.id and c.checkpoint_ns = v_ns
-                                      and c.checkpoint_id = p_checkpoint_id
-                                      and (c.expires_at is null or c.expires_at > p_now)) s) c
-       cross join lateral (
-         select array_agg(v.key) as channels, array_agg(bl.type) as types, array_agg(bl.blob) as vals
-           from jsonb_each_text(case when c.changed then c.checkpoint -> 'channel_versions' end) v
-          cross join lateral (select x.type,
-                                     case when x.base is null then x.blob
-                                          else memori._lg_blob_join(x.thread, x.checkpoint_ns, x.channel, x.base,
-                                                                    x.items, x.blob) end as blob
-                                from memori.lg_blobs x
-                               where x.thread = c.thread and x.checkpoint_ns = c.checkpoint_ns
-                                 and x.channel = v.key and x.version = v.value
-                                 and (x.expires_at is null or x.expires_at > p_now)
-                               limit 1) bl) b
-       cross join lateral (
-         -- the row versions of the pending writes: what a cached copy of them is checked against
-         select coalesce(string_agg(wr.xmin::text, '.' order by wr.task_id, wr.idx), '') as stamp
-           from memori.lg_writes wr
-          where wr.thread = c.thread and wr.checkpoint_ns = c.checkpoint_ns
-            and wr.checkpoint_id = c.checkpoint_id and (wr.expires_at is null or wr.expires_at > p_now)) ws
-       cross join lateral (
-         -- pending writes in (task_path, task_id, idx) order (sorted once), unless the caller's copy is current
-         select array_agg(wr.task_id) as task_ids, array_agg(wr.channel) as channels, array_agg(wr.type) as types,
-                array_agg(wr.blob) as vals, array_agg(wr.task_path) as paths, array_agg(wr.idx) as idx
-           from (select wr.task_id, wr.channel, wr.type, wr.blob, wr.task_path, wr.idx
-                   from memori.lg_writes wr
-                  where wr.thread = c.thread and wr.checkpoint_ns = c.checkpoint_ns
-                    and wr.checkpoint_id = c.checkpoint_id and (wr.expires_at is null or wr.expires_at > p_now)
-                    and (c.changed or ws.stamp is distinct from p_known_writes)
-                  order by wr.task_path, wr.task_id, wr.idx) wr) w
-       where t.user_id = v_user and t.thread_id = p_thread_id and (t.expires_at is null or t.expires_at > p_now);
-  end if;
+  return query
+    select t.thread_id, c.checkpoint_ns, c.checkpoint_id, c.parent_id,
+           case when c.changed then c.checkpoint end, case when c.changed then c.metadata end,
+           b.channels, b.types, b.vals, w.task_ids, w.channels, w.types, w.vals, w.paths, w.idx, c.stamp, ws.stamp
+      from memori.lg_threads t
+     cross join lateral (select s.*, s.stamp is distinct from p_known_stamp as changed
+                           from (select c.thread, c.checkpoint_ns, c.checkpoint_id, c.parent_id, c.checkpoint,
+                                        c.metadata, t.id::text || '.' || c.xmin::text || '.' || c.checkpoint_id::text
+                                          as stamp
+                                   from (
+                                     -- the given id, else the latest: each branch keeps its own index
+                                     -- plan, and only one runs (one-time filters on p_checkpoint_id)
+                                     (select c.xmin, c.* from memori.lg_checkpoints c
+                                       where p_checkpoint_id is null and c.thread = t.id and c.checkpoint_ns = v_ns
+                                         and (c.expires_at is null or c.expires_at > p_now)
+                                       order by c.checkpoint_id desc limit 1)
+                                     union all
+                                     (select c.xmin, c.* from memori.lg_checkpoints c
+                                       where p_checkpoint_id is not null and c.thread = t.id
+                                         and c.checkpoint_ns = v_ns and c.checkpoint_id = p_checkpoint_id
+                                         and (c.expires_at is null or c.expires_at > p_now))) c) s) c
+     cross join lateral (
+       select array_agg(v.key) as channels, array_agg(bl.type) as types, array_agg(bl.blob) as vals
+         from jsonb_each_text(case when c.changed then c.checkpoint -> 'channel_versions' end) v
+        cross join lateral (select x.type,
+                                   case when x.base is null then x.blob
+                                        else memori._lg_blob_join(x.thread, x.checkpoint_ns, x.channel, x.base,
+                                                                  x.items, x.blob) end as blob
+                              from memori.lg_blobs x
+                             where x.thread = c.thread and x.checkpoint_ns = c.checkpoint_ns
+                               and x.channel = v.key and x.version = v.value
+                               and (x.expires_at is null or x.expires_at > p_now)
+                             limit 1) bl) b
+     cross join lateral (
+       -- the row versions of the pending writes: what a cached copy of them is checked against
+       select coalesce(string_agg(wr.xmin::text, '.' order by wr.task_id, wr.idx), '') as stamp
+         from memori.lg_writes wr
+        where wr.thread = c.thread and wr.checkpoint_ns = c.checkpoint_ns
+          and wr.checkpoint_id = c.checkpoint_id and (wr.expires_at is null or wr.expires_at > p_now)) ws
+     cross join lateral (
+       -- pending writes in (task_path, task_id, idx) order (sorted once), unless the caller's copy is current
+       select array_agg(wr.task_id) as task_ids, array_agg(wr.channel) as channels, array_agg(wr.type) as types,
+              array_agg(wr.blob) as vals, array_agg(wr.task_path) as paths, array_agg(wr.idx) as idx
+         from (select wr.task_id, wr.channel, wr.type, wr.blob, wr.task_path, wr.idx
+                 from memori.lg_writes wr
+                where wr.thread = c.thread and wr.checkpoint_ns = c.checkpoint_ns
+                  and wr.checkpoint_id = c.checkpoint_id and (wr.expires_at is null or wr.expires_at > p_now)
+                  and (c.changed or ws.stamp is distinct from p_known_writes)
+                order by wr.task_path, wr.task_id, wr.idx) wr) w
+     where t.user_id = v_user and t.thread_id = p_thread_id and (t.expires_at is null or t.expires_at > p_now);
 end
 $func$ language plpgsql stable security invoker
 set search_path = pg_catalog, memori, pg_temp

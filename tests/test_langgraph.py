@@ -327,7 +327,8 @@ def test_stamps_change_with_every_change_and_agree_with_the_full_read(conn: psyc
     conn.execute("update memori.lg_checkpoints set metadata = '{}' where checkpoint_id = %s", (cid(2),))
     assert stamp(conn, "t") != latest  # an update in psql
     assert stamp(conn, "t", user="bob") is None and stamp(conn, "nope") is None
-    assert stamp(conn, "t", 1, at=T0 + KEEP + SEC) is None  # expired: as if gone
+    assert stamp(conn, "t", 1, at=T0 + KEEP - SEC) is not None
+    assert stamp(conn, "t", 1, at=T0 + KEEP) is None  # expired at the boundary second, as lg_checkpoint_get
     assert_sqlstate(conn, "PM001", "select * from memori.lg_checkpoint_stamp('t')")
     conn.execute("select memori.lg_thread_delete('t', 'alice')")
     put(conn, "t", 2, {"a": "2"}, blobs={"a": "2"})  # the same ids again, in a new thread
