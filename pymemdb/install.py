@@ -19,6 +19,7 @@ from typing import Any
 import psycopg
 from alembic import command
 from alembic.config import Config
+from alembic.operations import Operations
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine
@@ -124,6 +125,7 @@ def install(
                 changed = embedding_dim is not None and _set_embedding_dim(cur, embedding_dim) != embedding_dim
                 return InstallResult(changed, before, wanted, digest, _embedding_dim(cur))
             cur.execute("create schema if not exists memori")
+        _replay_missed_revisions(conn, before)
         cfg = alembic_config()
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, target)
@@ -141,6 +143,52 @@ def install(
             dim = _embedding_dim(cur) if apply_sql else None
             after = MigrationContext.configure(conn).get_current_revision()
     return InstallResult(True, before, after or wanted, digest, dim)
+
+
+# Revisions put *under* a revision that had already landed, and a relation each
+# one creates. A database installed before the re-chaining is stamped with a
+# revision whose ancestors now include the inserted one, so alembic would never
+# run it: 0004 went under 0005 (and 0007, which first sat on 0005), 0006 under
+# 0007, 0009 under 0010. Never again: tests/frozen_revisions.txt freezes every
+# landed revision's file and parent (tests/test_upgrade_paths.py).
+RECHAINED: tuple[tuple[str, str], ...] = (
+    ("0004", "memori.chunk_types"),
+    ("0006", "memori.pages"),
+    ("0009", "memori.vm_recall_signals"),
+)
+
+
+def missed_revisions(cur: psycopg.Cursor[Any], stamped: str | None) -> list[str]:
+    """Revisions a database stamped ``stamped`` counts as applied but never ran (re-chained later)."""
+    if stamped is None or stamped not in known_revisions():
+        return []
+    script = ScriptDirectory.from_config(alembic_config())
+    applied = {rev.revision for rev in script.iterate_revisions(stamped, "base")}
+    missed = []
+    for revision, marker in RECHAINED:
+        if revision in applied and cur.execute("select to_regclass(%s)", (marker,)).fetchone() == (None,):
+            missed.append(revision)
+    return missed
+
+
+def _replay_missed_revisions(conn: Any, stamped: str | None) -> list[str]:
+    """Run the upgrade() of every revision the stamped database missed, oldest first, before alembic goes on.
+
+    Each one only creates what its marker says is absent (tables, indexes,
+    types of its own), so running it after its later siblings gives the
+    schema a fresh install has; sql/ is re-applied afterwards as always.
+    """
+    raw = conn.connection.dbapi_connection
+    with raw.cursor() as cur:
+        missed = missed_revisions(cur, stamped)
+    if not missed:
+        return []
+    script = ScriptDirectory.from_config(alembic_config())
+    with Operations.context(MigrationContext.configure(conn)):
+        for revision in missed:
+            module = script.get_revision(revision).module
+            module.upgrade()
+    return missed
 
 
 def _set_embedding_dim(cur: psycopg.Cursor[Any], dim: int) -> int | None:

@@ -64,6 +64,7 @@ def diff(a: dict[str, list[tuple[Any, ...]]], b: dict[str, list[tuple[Any, ...]]
     out = {}
     for key in a:
         if a[key] != b[key]:
-            out[key] = {"only_a": sorted(set(a[key]) - set(b[key]), key=str),
-                        "only_b": sorted(set(b[key]) - set(a[key]), key=str)}
+            # repr: rows may hold lists (proconfig, reloptions), which do not hash
+            rows_a, rows_b = set(map(repr, a[key])), set(map(repr, b[key]))
+            out[key] = {"only_a": sorted(rows_a - rows_b), "only_b": sorted(rows_b - rows_a)}
     return out

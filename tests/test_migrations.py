@@ -42,14 +42,35 @@ def test_file_names_follow_the_pattern() -> None:
         assert path.name == "__init__.py" or re.fullmatch(r"\d{4}_[a-z0-9_]+\.py", path.name), path.name
 
 
+def _frozen() -> dict[str, tuple[str, str]]:
+    """file name -> (sha256, down_revision) from tests/frozen_revisions.txt."""
+    entries = (line.split() for line in FROZEN.read_text().splitlines() if line and not line.startswith("#"))
+    return {name: (digest, parent) for digest, name, parent in entries}
+
+
 def test_released_revisions_are_frozen() -> None:
     """Changing a released revision is an error: write a new one instead."""
-    frozen = {name: digest for digest, name in
-              (line.split() for line in FROZEN.read_text().splitlines() if line and not line.startswith("#"))}
+    frozen = _frozen()
     for path in sorted(VERSIONS.glob("[0-9]*.py")):
         digest = hashlib.sha256(path.read_bytes()).hexdigest()
-        assert path.name in frozen, f"{path.name} is not in {FROZEN.name}: add `{digest}  {path.name}`"
-        assert frozen[path.name] == digest, f"released revision {path.name} was changed"
+        assert path.name in frozen, f"{path.name} is not in {FROZEN.name}: add `{digest}  {path.name}  <parent>`"
+        assert frozen[path.name][0] == digest, f"released revision {path.name} was changed"
+    missing = set(frozen) - {p.name for p in VERSIONS.glob("[0-9]*.py")}
+    assert not missing, f"released revisions were removed: {sorted(missing)}"
+
+
+def test_released_revisions_keep_their_parent() -> None:
+    """A landed revision is never re-chained: databases stamped with it would skip whatever goes under it."""
+    from alembic.script import ScriptDirectory
+
+    from pymemdb.install import alembic_config
+
+    frozen = _frozen()
+    script = ScriptDirectory.from_config(alembic_config())
+    for name, (_digest, parent) in frozen.items():
+        revision = script.get_revision(name[:4])
+        assert revision is not None, name
+        assert (revision.down_revision or "None") == parent, f"{name} was re-chained onto {revision.down_revision}"
 
 
 def test_second_install_is_a_noop(template_dsn: str) -> None:

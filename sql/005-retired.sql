@@ -1,0 +1,18 @@
+-- pymemdb SQL API: functions whose definition changed in a way CREATE OR REPLACE refuses.
+-- Idempotent: re-applied after every install or upgrade, in file order, before the
+-- files that define the current versions. Each drop names the old form exactly,
+-- so a database that never had it is untouched.
+
+-------------------------------------------------------------------------------
+-- _cleanup_plan: the third parameter was p_after_priority before 2026-11-22
+-- (now p_priority); PostgreSQL cannot rename a parameter in place.
+do $retired$
+begin
+  if exists (select from pg_catalog.pg_proc
+              where oid = pg_catalog.to_regprocedure(
+                'memori._cleanup_plan(timestamptz, integer, integer, timestamptz, text, text)')
+                and proargnames[3] = 'p_after_priority') then
+    drop function memori._cleanup_plan(timestamptz, integer, integer, timestamptz, text, text);
+  end if;
+end
+$retired$;

@@ -1,0 +1,185 @@
+"""Every schema state that ever landed on main upgrades to the current one (issue 16, item 7).
+
+Each landed state is rebuilt from the git history: the ``migrations/`` and
+``sql/`` trees of the commit that landed it, installed the way that
+version's installer did (alembic to its head, then every sql file, one
+transaction). Data is written through that version's SQL API, the current
+installer upgrades the database, and then no row is lost or changed and the
+schema equals a fresh install's.
+
+Without the git history (an sdist, a shallow export) the test is skipped,
+except under CI=true, where it must run.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import tarfile
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import create_engine
+from sqlalchemy.pool import NullPool
+
+from pymemdb.install import install
+from tests.conftest import ROOT, database
+from tests.schema_snapshot import diff, snapshot
+
+# The commits of main's first-parent history that changed migrations/versions:
+# every distinct set of landed revision files (and parents), in order.
+LANDED: list[tuple[str, str, str]] = [
+    ("29317521b8784de32265a8107da4bfdfb932d394", "0001", "0001 as first landed"),
+    ("c805bba372803dd120b04055a8b2bb603806c2ca", "0001", "0001 as edited"),
+    ("7efe6081bead47128df1815d44e68f4a212dfe39", "0002", "0002 as first landed (index ends in id)"),
+    ("7d47107581e88e09ef3d194a7f8d1416d59ed0ad", "0002", "0002 as edited"),
+    ("3568c74f3bcf1ac3cb17bed8564294b12ee8822f", "0003", "0003"),
+    ("48dff0a568757fe7ff9b718e3268fca7b014a7ee", "0005", "0005 on 0003, before 0004"),
+    ("9fc96153c923ac164588aeb2a8011e6608af44e8", "0007", "0007 on 0005, without 0004 and 0006"),
+    ("4a3be558266db4255ecddcf1fe68563ae7ab2836", "0007", "0007 on 0005, with 0004, without 0006"),
+    ("d185520574d4eb3e8a1123f9776849299407dc4f", "0007", "0007 on 0006"),
+    ("9943f1f611074bba15e6ff4144e9daa0ed059841", "0008", "0008"),
+    ("cb93a94dbd6bfa71430dc6bc4386d45cf104ec12", "0010", "0010 on 0008, before 0009"),
+    ("057d5dde4aa92d80ed1b622852b1cb8a15f7e3df", "0010", "0010 on 0009"),
+    ("935a7bac5575043ba615a960fe4bbf8e9a75b783", "0011", "0011"),
+]
+
+# Data written through the old version's API, each when its table exists then.
+WRITES: list[tuple[str, str]] = [
+    ("memori.memories", "select memori.memory_save('ns-up', 'kept', 'context', '{\"k\": 1}', null, 'alice')"),
+    ("memori.memories", "select memori.memory_save('ns-up', 'expiring', 'context', '{}', interval '30 days', 'alice')"),
+    ("memori.memories", "select memori.session_checkpoint_save('api', 'alice', 'a checkpoint', '{\"n\": 1}')"),
+    ("memori.checkpoints", "select memori.checkpoint_create('s-up', 'alice', 'manual', 'title', '{\"a\": 1}')"),
+    ("memori.checkpoints", "select memori.checkpoint_create('s-up', 'alice', 'manual', 'again', '{\"a\": 2}')"),
+    ("memori.context_entries", "select memori.context_set('lang', '\"sql\"', 'user_preferences', 'user', 'alice')"),
+    ("memori.context_chunks",
+     "select memori.chunk_add_many('s-chunks', '[{\"type\": \"tool_output\", \"tokens\": 5, \"content\": \"x\"}]',"
+     " 'alice')"),
+    ("memori.messages", "select memori.message_add('s-msg', 'user', 'hello', p_user_id => 'alice')"),
+    ("memori.pages", "select memori.page_create('vm-up', 'p1', 'a page', p_user_id => 'alice')"),
+    ("memori.lg_checkpoints",
+     "select memori.lg_checkpoint_put('t-up', '', '1ef00000-0000-6000-8000-000000000001', null, '{}', '{}',"
+     " p_user_id => 'alice')"),
+    ("memori.vm_forks", "select memori.session_fork('vm-up', 'vm-up-fork')"),
+]
+
+
+def _git(*args: str, binary: bool = False) -> Any:
+    return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, check=False, text=not binary)
+
+
+def _history_available(commit: str) -> bool:
+    return _git("cat-file", "-e", f"{commit}^{{commit}}").returncode == 0
+
+
+@pytest.fixture(scope="module")
+def git_history() -> None:
+    if not _history_available(LANDED[0][0]):
+        reason = "the git history of the landed states is not available (no .git or a shallow clone)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(reason + "; CI=true needs a full clone")
+        pytest.skip(reason)
+
+
+def materialise(commit: str, into: Path) -> Path:
+    """The commit's migrations/ and sql/ trees, written under ``into``."""
+    done = _git("archive", "--format=tar", commit, "migrations", "sql", binary=True)
+    assert done.returncode == 0, done.stderr
+    with tarfile.open(fileobj=io.BytesIO(done.stdout)) as tar:
+        tar.extractall(into, filter="data")
+    return into
+
+
+def install_old(dsn: str, tree: Path) -> None:
+    """What that version's installer did: alembic to its head, then every sql/ file, in one transaction."""
+    engine = create_engine("postgresql+psycopg://", creator=lambda: psycopg.connect(dsn), poolclass=NullPool)
+    with engine.begin() as conn:
+        raw: Any = conn.connection.dbapi_connection
+        with raw.cursor() as cur:
+            cur.execute("create schema if not exists memori")
+        cfg = Config()
+        cfg.set_main_option("path_separator", "os")
+        cfg.set_main_option("script_location", str(tree / "migrations"))
+        cfg.set_main_option("version_locations", str(tree / "migrations" / "versions"))
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, "head")
+        with raw.cursor() as cur:
+            for path in sorted((tree / "sql").glob("*.sql")):
+                cur.execute(path.read_text(encoding="utf-8"))
+            head = cur.execute("select version_num from memori.alembic_version").fetchone()[0]
+            cur.execute("insert into memori.installs (pymemdb_version, alembic_revision, sql_sha256)"
+                        " values ('landed', %s, 'landed')", (head,))
+
+
+def write_data(dsn: str) -> int:
+    written = 0
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("select set_config('memori.user_id', 'alice', false)")
+        for table, statement in WRITES:
+            if conn.execute("select to_regclass(%s)", (table,)).fetchone() != (None,):
+                conn.execute(statement)  # type: ignore[arg-type]
+                written += 1
+    return written
+
+
+def tables(conn: psycopg.Connection) -> list[str]:
+    return [r[0] for r in conn.execute(
+        "select relname from pg_class where relnamespace = 'memori'::regnamespace and relkind in ('r', 'p')"
+        " order by 1").fetchall()]
+
+
+def rows(dsn: str, skip: set[str]) -> dict[str, list[dict[str, Any]]]:
+    with psycopg.connect(dsn) as conn:
+        return {t: [r[0] for r in conn.execute(f"select to_jsonb(t) from memori.{t} t").fetchall()]
+                for t in tables(conn) if t not in skip}
+
+
+def _key(row: dict[str, Any], columns: set[str]) -> str:
+    return json.dumps({k: v for k, v in row.items() if k in columns}, sort_keys=True)
+
+
+@pytest.fixture(scope="module")
+def fresh(server_dsn: str) -> Iterator[tuple[dict[str, Any], set[str]]]:
+    """A fresh install's schema, and the tables it fills itself (configuration, compared by the snapshot)."""
+    with database(server_dsn) as url:
+        install(url)
+        with psycopg.connect(url) as conn:
+            seeded = {t for t in tables(conn)
+                      if conn.execute(f"select exists (select from memori.{t})").fetchone() == (True,)}
+        yield snapshot(url), seeded | {"alembic_version", "installs"}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("commit", "head", "label"), LANDED, ids=[f"{h}-{c[:7]}" for c, h, _ in LANDED])
+def test_landed_state_upgrades_to_current(
+    commit: str, head: str, label: str, git_history: None, fresh: tuple[dict[str, Any], set[str]],
+    server_dsn: str, tmp_path: Path,
+) -> None:
+    fresh_schema, config_tables = fresh
+    tree = materialise(commit, tmp_path)
+    with database(server_dsn) as url:
+        install_old(url, tree)
+        with psycopg.connect(url) as conn:
+            assert conn.execute("select version_num from memori.alembic_version").fetchone() == (head,), label
+        assert write_data(url) >= 3
+        before = rows(url, config_tables)
+        assert sum(map(len, before.values())) >= 3
+
+        install(url)
+
+        after = rows(url, config_tables)
+        for table, old in before.items():
+            assert table in after, f"{label}: table {table} is gone"
+            columns = set(old[0]) if old else set()
+            assert Counter(_key(r, columns) for r in old) == Counter(_key(r, columns) for r in after[table]), (
+                f"{label}: rows of {table} changed")
+        assert diff(fresh_schema, snapshot(url)) == {}, label
+        assert not install(url).changed
