@@ -91,11 +91,8 @@ def init(
 @db_app.command("start")
 @handle_errors
 def db_start() -> None:
-    """Start the embedded server (or find it running) and install the schema."""
-    from pymemdb.install import install
-
-    url = embedded.start()
-    install(url)
+    """Start the embedded server (or find it running) and install or upgrade the schema."""
+    embedded.start_installed()
     state = embedded.status()
     console.print(f"running: pid {state.pid}, data {state.data_dir}")
 
@@ -125,8 +122,11 @@ def db_status(as_json: JsonOption = False) -> None:
 @db_app.command("url")
 @handle_errors
 def db_url() -> None:
-    """Print the embedded server's URL, starting it if needed (for psql: psql "$(pymemdb db url)")."""
-    typer.echo(embedded.start())
+    """Print the embedded server's URL, starting it and installing or upgrading the schema if needed.
+
+    For psql: psql "$(pymemdb db url)".
+    """
+    typer.echo(embedded.start_installed())
 
 
 # -- memory -------------------------------------------------------------------

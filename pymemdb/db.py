@@ -205,10 +205,7 @@ def connect(
     """
     resolved = resolve_dsn(dsn)
     if resolved is None:
-        url = embedded.start()
-        from pymemdb.install import install
-
-        install(url)
+        url = embedded.start_installed()
         return Database(url, min_size=min_size, max_size=max_size, embedded=True, user_id=user_id)
     db = Database(resolved, min_size=min_size, max_size=max_size, user_id=user_id)
     try:

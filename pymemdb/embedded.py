@@ -4,12 +4,20 @@ With no DSN, pymemdb starts (or reuses) one server whose data lives in the
 user data directory (``$PYMEMDB_HOME`` overrides it). The server outlives the
 Python process that started it, so the next command reuses it; ``pymemdb db
 stop`` stops it. As root the wheel runs the server as a dedicated system user.
+
+Several processes may start using it at once (a web app's workers, a CLI
+beside an agent): starting the server, creating the database and installing
+or upgrading the schema happen under one file lock beside the data directory
+(``pgdata.lock``), so the first process does them and the others find them
+done. A running server is never restarted.
 """
 
 from __future__ import annotations
 
 import os
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -88,20 +96,60 @@ def shared_buffers_mb() -> int:
     return int(min(1024, max(128, quarter)))
 
 
+@contextmanager
+def lock(base: Path | None = None) -> Iterator[None]:
+    """Hold the lock that serialises start, database creation and install across processes.
+
+    An exclusive ``flock`` on ``pgdata.lock`` beside the data directory: the
+    kernel releases it when the holder exits, even by a crash. Not re-entrant
+    within one process.
+    """
+    pgdata = data_dir(base).resolve()
+    pgdata.parent.mkdir(parents=True, exist_ok=True)
+    with open(pgdata.parent / "pgdata.lock", "a+b") as handle:
+        try:
+            import fcntl
+        except ImportError:  # Windows: no flock; the advisory install lock still serialises installs
+            yield
+            return
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+
 def start(base: Path | None = None) -> str:
     """Start the embedded server if needed and return the URL of the pymemdb database.
 
     A new data directory is sized to the machine once (``shared_buffers_mb``,
-    one restart on the first start); later starts keep whatever the data
-    directory says, so an operator's ``ALTER SYSTEM`` stays.
+    one restart on the first start, before anyone else may connect); later
+    starts keep whatever the data directory says, so an operator's ``ALTER
+    SYSTEM`` stays. Safe to call from several processes at once (``lock``).
     """
+    with lock(base):
+        return _start_locked(base)
+
+
+def start_installed(base: Path | None = None) -> str:
+    """``start``, then install or upgrade the memori schema, all under the lock: the server is ready to use."""
+    from pymemdb.install import install
+
+    with lock(base):
+        url = _start_locked(base)
+        install(url)
+    return url
+
+
+def _start_locked(base: Path | None) -> str:
     pgdata = data_dir(base).resolve()
-    pgdata.parent.mkdir(parents=True, exist_ok=True)
+    running = _postmaster_pid(pgdata) is not None
     new = not (pgdata / "PG_VERSION").exists()
-    if not new:
+    if not new and not running:
         _remove_stale_pid_file(pgdata)
     url, admin_url = _start_server(pgdata)
     if new and _size_to_machine(admin_url):
+        # only the process that created the data directory, holding the lock: nobody else is connected
         stop(base)
         url, admin_url = _start_server(pgdata)
     _ensure_database(admin_url)
@@ -148,7 +196,10 @@ def _ensure_database(admin_url: str) -> None:
     with psycopg.connect(admin_url, autocommit=True) as conn:
         exists = conn.execute("select 1 from pg_database where datname = %s", (DATABASE,)).fetchone()
         if not exists:
-            conn.execute(sql.SQL("create database {}").format(sql.Identifier(DATABASE)))
+            try:
+                conn.execute(sql.SQL("create database {}").format(sql.Identifier(DATABASE)))
+            except (psycopg.errors.DuplicateDatabase, psycopg.errors.UniqueViolation):
+                pass  # created by a process that does not take the lock (an older pymemdb)
 
 
 def status(base: Path | None = None) -> ServerStatus:
