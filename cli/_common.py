@@ -1,4 +1,4 @@
-"""Shared CLI plumbing: the --dsn option, error reporting and exit codes, JSON output."""
+"""Shared CLI plumbing: the --dsn option, error reporting and exit codes, JSON output, whole piped output."""
 
 from __future__ import annotations
 
@@ -16,6 +16,9 @@ from uuid import UUID
 
 import typer
 from rich.console import Console
+from rich.measure import Measurement
+from rich.table import Table
+from typer.core import TyperGroup
 
 import pymemdb
 from pymemdb.errors import CleanupAlreadyRunning, InvalidArgument, PymemdbError
@@ -23,8 +26,59 @@ from pymemdb.errors import CleanupAlreadyRunning, InvalidArgument, PymemdbError
 # Exit codes (documented in README.md, CLI reference)
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_LOCKED = 0, 1, 2, 3
 
-console = Console()
+class WholeConsole(Console):
+    """rich as usual on a terminal; piped or redirected, nothing is cut.
+
+    Off a terminal rich assumes 80 columns, so tables squeezed their cells
+    (``context_…``) and long lines broke (``db status``'s URL). There, text is
+    not wrapped and a table gets the width of its widest row.
+    """
+
+    def print(self, *objects: Any, **kwargs: Any) -> None:  # type: ignore[override]
+        if self.is_terminal:
+            super().print(*objects, **kwargs)
+            return
+        kwargs.setdefault("soft_wrap", True)
+        unbounded = self.options.update_width(1_000_000)
+        needed = max((Measurement.get(self, unbounded, o).maximum for o in objects if isinstance(o, Table)),
+                     default=0)
+        if needed <= self.width:
+            super().print(*objects, **kwargs)
+            return
+        kept = self._width
+        self.width = needed
+        try:
+            super().print(*objects, **kwargs)
+        finally:
+            self._width = kept
+
+
+console = WholeConsole()
 err_console = Console(stderr=True)
+
+
+class OneLineErrors(TyperGroup):
+    """Bad command lines (unknown option, ``--now notatime``) are one ``error:`` line and exit 2, like bad input."""
+
+    def main(self, args: Any = None, prog_name: str | None = None, complete_var: str | None = None,
+             standalone_mode: bool = True, **extra: Any) -> Any:
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode, **extra)
+        try:
+            code = super().main(args, prog_name, complete_var, False, **extra)
+        except typer.TyperException as exc:
+            if type(exc).__name__ == "NoArgsIsHelpError":  # no arguments: the help, as before
+                exc.show()  # type: ignore[attr-defined]
+                sys.exit(EXIT_USAGE)
+            ctx = getattr(exc, "ctx", None)
+            where = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
+            message = " ".join(exc.format_message().split())
+            err_console.print(f"error: {message}{where}", markup=False, highlight=False, soft_wrap=True)
+            sys.exit(getattr(exc, "exit_code", EXIT_USAGE))
+        except typer.Abort:
+            err_console.print("aborted", markup=False)
+            sys.exit(EXIT_ERROR)
+        sys.exit(code if isinstance(code, int) else EXIT_OK)
 
 DsnOption = Annotated[
     str | None,

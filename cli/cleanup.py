@@ -18,6 +18,7 @@ from pymemdb.cli._common import (
     DsnOption,
     JsonOption,
     NowOption,
+    OneLineErrors,
     console,
     database,
     err_console,
@@ -28,6 +29,7 @@ from pymemdb.cli._common import (
 from pymemdb.types import CleanupBatch, CleanupRun
 
 app = typer.Typer(
+    cls=OneLineErrors,
     name="memori-cleanup",
     help="Preview, execute and schedule cleanup of expired pymemdb rows (default: preview).",
     invoke_without_command=True,

@@ -13,6 +13,7 @@ from pymemdb import embedded
 from pymemdb.cli._common import (
     DsnOption,
     JsonOption,
+    OneLineErrors,
     console,
     database,
     fmt_time,
@@ -30,6 +31,7 @@ from pymemdb.db import resolve_dsn
 from pymemdb.errors import InvalidArgument
 
 app = typer.Typer(
+    cls=OneLineErrors,
     name="pymemdb",
     help="pymemdb: the memory layer for AI agents that lives inside PostgreSQL.",
     no_args_is_help=True,
