@@ -15,6 +15,7 @@ done. A running server is never restarted.
 from __future__ import annotations
 
 import os
+import time
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -25,7 +26,7 @@ from types import ModuleType
 import platformdirs
 import psutil
 
-from pymemdb.errors import ServerError
+from pymemdb.errors import EmbeddedServerBusy, ServerError
 
 DATABASE = "pymemdb"
 
@@ -106,17 +107,42 @@ def lock(base: Path | None = None) -> Iterator[None]:
     """
     pgdata = data_dir(base).resolve()
     pgdata.parent.mkdir(parents=True, exist_ok=True)
-    with open(pgdata.parent / "pgdata.lock", "a+b") as handle:
+    path = pgdata.parent / "pgdata.lock"
+    with open(path, "a+b") as handle:
         try:
             import fcntl
         except ImportError:  # Windows: no flock; the advisory install lock still serialises installs
             yield
             return
-        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+        timeout = lock_timeout_s()
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise EmbeddedServerBusy(
+                        f"another process has held {path} for more than {timeout:g} s "
+                        "(starting the embedded server or installing the schema)",
+                        hint="Wait for it and retry; `fuser -v` on the lock file shows the holder. "
+                             "$PYMEMDB_LOCK_TIMEOUT_S sets the wait.",
+                    ) from None
+                time.sleep(0.05)
         try:
             yield
         finally:
             fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+
+def lock_timeout_s() -> float:
+    """How long ``lock`` waits for another process: ``$PYMEMDB_LOCK_TIMEOUT_S``, default 300 s.
+
+    A first start (initdb, one restart) and a first install take tens of
+    seconds on a busy machine; the default leaves room for several in a row.
+    """
+    configured = os.environ.get("PYMEMDB_LOCK_TIMEOUT_S")
+    return max(0.0, float(configured)) if configured else 300.0
 
 
 def start(base: Path | None = None) -> str:

@@ -265,6 +265,12 @@ class ServerError(PymemdbError):
     """The embedded server could not be started, stopped or reached."""
 
 
+class EmbeddedServerBusy(ServerError):
+    """PM110: another process held the embedded server's start/install lock longer than the timeout."""
+
+    sqlstate = "PM110"
+
+
 class DatabaseError(PymemdbError):
     """Any other database error, with PostgreSQL's own SQLSTATE."""
 
@@ -305,6 +311,7 @@ _BY_SQLSTATE: dict[str, type[PymemdbError]] = {
         RegionExists,
         RegionScopeMismatch,
         ForkTooDeep,
+        EmbeddedServerBusy,
     )
     if cls.sqlstate
 }

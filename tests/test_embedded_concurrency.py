@@ -58,3 +58,17 @@ def test_eight_processes_start_the_embedded_default_at_once(tmp_path: Path) -> N
             if w.poll() is None:
                 w.kill()
         embedded.stop(tmp_path)
+
+
+def test_a_held_lock_is_pm110_after_the_timeout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A process stuck while holding the lock does not hang the others forever."""
+    from pymemdb.errors import EmbeddedServerBusy
+
+    monkeypatch.setenv("PYMEMDB_LOCK_TIMEOUT_S", "0.3")
+    with embedded.lock(tmp_path):  # another open file description: flock conflicts even in one process
+        began = time.monotonic()
+        with pytest.raises(EmbeddedServerBusy) as caught:
+            embedded.start(tmp_path)
+        assert 0.3 <= time.monotonic() - began < 5
+    assert caught.value.sqlstate == "PM110" and "PYMEMDB_LOCK_TIMEOUT_S" in (caught.value.hint or "")
+    assert not (tmp_path / "pgdata").exists(), "nothing started without the lock"
