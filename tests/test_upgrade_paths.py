@@ -35,7 +35,8 @@ from tests.conftest import ROOT, database
 from tests.schema_snapshot import diff, snapshot
 
 # The commits of main's first-parent history that changed migrations/versions:
-# every distinct set of landed revision files (and parents), in order.
+# every distinct set of landed revision files (and parents), in order; then the
+# last commit of each of those states.
 LANDED: list[tuple[str, str, str]] = [
     ("29317521b8784de32265a8107da4bfdfb932d394", "0001", "0001 as first landed"),
     ("c805bba372803dd120b04055a8b2bb603806c2ca", "0001", "0001 as edited"),
@@ -50,6 +51,18 @@ LANDED: list[tuple[str, str, str]] = [
     ("cb93a94dbd6bfa71430dc6bc4386d45cf104ec12", "0010", "0010 on 0008, before 0009"),
     ("057d5dde4aa92d80ed1b622852b1cb8a15f7e3df", "0010", "0010 on 0009"),
     ("935a7bac5575043ba615a960fe4bbf8e9a75b783", "0011", "0011"),
+    # and the last commit of each state (its sql/ as it was when the next revision landed)
+    ("dbc8d9524e319b9b57fb33e70330ae689c1d0af2", "0001", "0001 as first landed, last sql/"),
+    ("86bf1bf46d9575a35df3e5b6d6a99b266d85e3bd", "0001", "0001, last sql/"),
+    ("33f3ab235cf2c3fe8500939faa43b6fed9a76428", "0002", "0002 as first landed, last sql/"),
+    ("162ef0636f1a859dd017755189c1054badf0e54f", "0002", "0002, last sql/"),
+    ("442b13a905f5d1eb4c1a5f6229aabf360a7cbae8", "0003", "0003, last sql/"),
+    ("43be55c3ac36b0da0eb410da34d5da1b75b95abf", "0005", "0005 on 0003, last sql/"),
+    ("b60648699380a7d7f2a3412c2ecc277a3ba19397", "0007", "0007 on 0006, last sql/"),
+    ("3f0273a95bf617c34ed298c322ef7b9d2d8b746c", "0008", "0008, last sql/"),
+    ("d5ab32440a7bc5b0afbc1fee6fd0000efcdd1212", "0010", "0010 on 0008, last sql/"),
+    ("694f1be8bcf5ce41143757af5bc089543f2b423a", "0010", "0010 on 0009, last sql/"),
+    ("0dd4b9930d15f8c8b5e6e4dfb57bedb879a53dd4", "0011", "0011, last sql/ before issue 16"),
 ]
 
 # Data written through the old version's API, each when its table exists then.
