@@ -107,7 +107,10 @@ def materialise(commit: str, into: Path) -> Path:
     done = _git("archive", "--format=tar", commit, "migrations", "sql", binary=True)
     assert done.returncode == 0, done.stderr
     with tarfile.open(fileobj=io.BytesIO(done.stdout)) as tar:
-        tar.extractall(into, filter="data")
+        if hasattr(tarfile, "data_filter"):  # Python >= 3.11.4
+            tar.extractall(into, filter="data")
+        else:  # our own repository's archive
+            tar.extractall(into)
     return into
 
 
