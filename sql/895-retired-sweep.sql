@@ -15,9 +15,9 @@ do $sweep$
 declare
   v_fn text;
 begin
-  if pg_catalog.age((select xmin from pg_catalog.pg_proc
-                       where oid = pg_catalog.to_regprocedure('memori._setting(text)'))) > 0 then
-    return;  -- 000-core.sql was not applied in this transaction
+  if coalesce(pg_catalog.age((select xmin from pg_catalog.pg_proc
+                                where oid = pg_catalog.to_regprocedure('memori._setting(text)'))), 1) > 0 then
+    return;  -- 000-core.sql was not applied in this transaction (or no longer defines _setting)
   end if;
   for v_fn in
     select p.oid::regprocedure::text

@@ -235,3 +235,22 @@ def test_landed_state_upgrades_with_the_psql_script(
             assert Counter(_key(r, columns) for r in old) == Counter(_key(r, columns) for r in after[table]), table
         assert diff(fresh_schema, snapshot(url)) == {}, label
         assert not install(url).changed, "the client recognises the psql upgrade as current"
+
+
+def test_sweep_drops_only_what_the_install_did_not_define(dsn: str) -> None:
+    """sql/895: a function no sql/ file defines goes on upgrade; applying the file on its own drops nothing."""
+    sweep = (ROOT / "sql" / "895-retired-sweep.sql").read_text(encoding="utf-8")
+    stale = "memori.retired_helper(integer)"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("create function memori.retired_helper(integer) returns integer"
+                     " language sql as 'select 1'")
+        conn.execute(sweep)  # type: ignore[arg-type]  # not in the install's transaction: a no-op
+        assert conn.execute("select to_regprocedure(%s)", (stale,)).fetchone() != (None,)
+    before = snapshot(dsn)
+    assert install(dsn, force=True).changed
+    with psycopg.connect(dsn) as conn:
+        assert conn.execute("select to_regprocedure(%s)", (stale,)).fetchone() == (None,)
+    after = snapshot(dsn)
+    dropped = diff(before, after)
+    assert list(dropped) == ["functions"] and len(dropped["functions"]["only_a"]) == 1
+    assert not dropped["functions"]["only_b"]
