@@ -261,6 +261,40 @@ class ForkTooDeep(VmError):
     sqlstate = "PM098"
 
 
+class McpError(PymemdbError):
+    """Base of the MCP server's errors (issue 18)."""
+
+
+class McpInvalidArgument(McpError, InvalidArgument):
+    """PM130: an MCP tool argument is malformed (a TTL, a namespace, a value that is not JSON)."""
+
+    sqlstate = "PM130"
+
+
+class McpTokenNameTaken(McpError):
+    """PM131: the user already has an active MCP token of this name."""
+
+    sqlstate = "PM131"
+
+
+class McpTokenNotFound(McpError):
+    """PM132: no active MCP token matches the name or id given to revoke."""
+
+    sqlstate = "PM132"
+
+
+class McpTokenTtlInvalid(McpError, InvalidArgument):
+    """PM133: an MCP token lifetime that is not positive or exceeds mcp.token_max_ttl."""
+
+    sqlstate = "PM133"
+
+
+class McpUnsafeRole(McpError):
+    """PM134: the MCP server's database role bypasses row-level security and cannot SET ROLE to memori_app."""
+
+    sqlstate = "PM134"
+
+
 class ServerError(PymemdbError):
     """The embedded server could not be started, stopped or reached."""
 
@@ -305,6 +339,11 @@ _BY_SQLSTATE: dict[str, type[PymemdbError]] = {
         RegionExists,
         RegionScopeMismatch,
         ForkTooDeep,
+        McpInvalidArgument,
+        McpTokenNameTaken,
+        McpTokenNotFound,
+        McpTokenTtlInvalid,
+        McpUnsafeRole,
     )
     if cls.sqlstate
 }
