@@ -22,6 +22,7 @@ from pymemdb.cli._common import (
 from pymemdb.cli.budget import app as budget_app
 from pymemdb.cli.checkpoint import app as checkpoint_app
 from pymemdb.cli.context import app as context_app
+from pymemdb.cli.mcp import app as mcp_app
 from pymemdb.cli.pages import app as pages_app
 from pymemdb.cli.session import app as session_app
 from pymemdb.cli.vm import app as vm_app
@@ -49,6 +50,7 @@ app.add_typer(pages_app, name="pages")
 register_vm_fork(pages_app)  # pages fork | fork-chain | storage | gc | region ... (issue 7)
 app.add_typer(vm_app, name="vm")
 app.add_typer(memory_app, name="memory")
+app.add_typer(mcp_app, name="mcp")
 app.add_typer(bench_app, name="bench")
 
 
