@@ -261,6 +261,28 @@ class ForkTooDeep(VmError):
     sqlstate = "PM098"
 
 
+class StoreError(PymemdbError):
+    """Errors of the long-term memory store (``db.store``, MemoriStore): PM120-PM129."""
+
+
+class InvalidFilter(StoreError, InvalidArgument, ValueError):
+    """PM120: a store search filter with an unsupported operator or an operand of the wrong type."""
+
+    sqlstate = "PM120"
+
+
+class InvalidNamespace(StoreError, InvalidArgument, ValueError):
+    """PM121: a store namespace that is empty, or has an empty or NULL label."""
+
+    sqlstate = "PM121"
+
+
+class InvalidIndexConfig(StoreError, InvalidArgument, ValueError):
+    """PM122: an unknown distance type, vector type or ANN index kind, or a dimension it cannot index."""
+
+    sqlstate = "PM122"
+
+
 class McpError(PymemdbError):
     """Base of the MCP server's errors (issue 18)."""
 
@@ -339,6 +361,9 @@ _BY_SQLSTATE: dict[str, type[PymemdbError]] = {
         RegionExists,
         RegionScopeMismatch,
         ForkTooDeep,
+        InvalidFilter,
+        InvalidNamespace,
+        InvalidIndexConfig,
         McpInvalidArgument,
         McpTokenNameTaken,
         McpTokenNotFound,

@@ -280,6 +280,23 @@ begin
                              memori.vm_cite(text, text[], timestamptz)
     from memori_cleaner;
 
+  -- long-term memory store (issue 17): items and their embeddings; the cleaner deletes expired items
+  -- (their embeddings go by the foreign key's cascade)
+  grant select, insert, update, delete on memori.store_items, memori.store_vectors to memori_app;
+  grant select on memori._retention_store_items to memori_app, memori_cleaner;
+  grant select, delete on memori.store_items to memori_cleaner;
+  revoke execute on function
+    memori.store_put(text, text[], text, jsonb, interval, text[], timestamptz, text, text[], public.vector[]),
+    memori.store_put_many(text, jsonb, timestamptz),
+    memori._store_upsert(text, text[], text, jsonb, interval, tsvector, text[], text[], timestamptz),
+    memori.store_get(text, text[], text, boolean, timestamptz),
+    memori.store_get_many(text, jsonb, text[], boolean, timestamptz),
+    memori.store_delete(text, text[], text),
+    memori.store_namespace_delete(text, text[], timestamptz),
+    memori.store_search(text, text[], jsonb, text, public.vector, integer, integer, boolean, timestamptz, text, text)
+    from memori_cleaner;
+  -- an ANN index is DDL: the installer's job (pymemdb init, MemoriStore.setup() as the owner)
+  revoke execute on function memori.store_index_ensure(integer, text, text, text, jsonb) from memori_app, memori_cleaner;
   -- MCP server bearer tokens (issue 18): issued, listed and revoked by memori_admin (or the owner);
   -- the app role only verifies (mcp_token_verify, security definer) and never reads a hash. Its
   -- column grant serves the retention views (cleanup_preview of its own rows).

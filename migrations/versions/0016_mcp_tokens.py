@@ -1,7 +1,7 @@
 """MCP server (issue 18): bearer tokens that map an HTTP client to one user.
 
 Revision ID: 0016
-Revises: 0011
+Revises: 0015
 Create Date: 2026-11-24
 
 Run-once DDL only; the API is sql/185-mcp.sql.
@@ -18,7 +18,7 @@ lookup is then a multi-shard query (tokens are few and verified per request).
 from alembic import op
 
 revision = "0016"
-down_revision = "0011"
+down_revision = "0015"
 branch_labels = None
 depends_on = None
 
