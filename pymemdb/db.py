@@ -82,6 +82,7 @@ class Database:
         from pymemdb.memories import Memories
         from pymemdb.pages import Pages
         from pymemdb.snapshots import Snapshots
+        from pymemdb.store import Store
         from pymemdb.vm_fork import VmFork
         from pymemdb.vm_lifecycle import VmLifecycle
 
@@ -100,6 +101,7 @@ class Database:
         self.pages = Pages(self)
         self.vm_fork = VmFork(self)
         self.vm = VmLifecycle(self)
+        self.store = Store(self)
 
     def as_user(self, user_id: str) -> Database:
         """The same database and pool, acting for ``user_id`` (closing it leaves the pool open)."""
