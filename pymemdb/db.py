@@ -83,6 +83,7 @@ class Database:
         from pymemdb.memories import Memories
         from pymemdb.pages import Pages
         from pymemdb.snapshots import Snapshots
+        from pymemdb.store import Store
         from pymemdb.vm_fork import VmFork
         from pymemdb.vm_lifecycle import VmLifecycle
 
@@ -101,6 +102,7 @@ class Database:
         self.pages = Pages(self)
         self.vm_fork = VmFork(self)
         self.vm = VmLifecycle(self)
+        self.store = Store(self)
         self.mcp_tokens = McpTokens(self)
 
     def as_user(self, user_id: str) -> Database:

@@ -528,7 +528,7 @@ create or replace function memori.store_list_namespaces(
   p_limit     integer default 100,
   p_offset    integer default 0,
   p_now       timestamptz default now()
-) returns setof text[]
+) returns table (namespace text[])
 as $func$
 declare
   v_user text := memori._acting_user(p_user_id);

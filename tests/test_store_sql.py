@@ -256,7 +256,7 @@ def test_list_namespaces(conn: psycopg.Connection) -> None:
     def ls(**kw: Any) -> list[list[str]]:
         kw.setdefault("p_now", T0 + MIN)
         args = ", ".join(f"{k} => %({k})s" for k in kw)
-        return [r["store_list_namespaces"] for r in
+        return [r["namespace"] for r in
                 rows(conn, f"select * from memori.store_list_namespaces('alice', {args})", kw)]
 
     assert len(ls()) == 6  # distinct, the expired one left out
