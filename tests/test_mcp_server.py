@@ -29,6 +29,7 @@ from pymemdb.mcp.server import MemoriMcp, build_server
 from tests.helpers import rows, value
 
 READ_ONLY_TOOLS = {"context_resolve", "session_checkpoint_latest", "cleanup_preview"}
+MEMORY_TOOLS = {"remember", "search_memories", "list_memories", "list_namespaces", "forget"}
 PAST = datetime(2020, 1, 1, tzinfo=UTC)
 
 
@@ -145,14 +146,22 @@ def test_stdio_subprocess(dsn: str, world: None) -> None:
     params = StdioServerParameters(command=sys.executable, args=["-m", "pymemdb", "mcp", "serve", "stdio",
                                                                  "--user", "bob"], env=_env(dsn))
 
-    async def go() -> tuple[set[str], CallToolResult]:
+    async def go() -> tuple[set[str], list[CallToolResult]]:
         async with Client(params) as client:
             tools = {t.name for t in (await client.list_tools()).tools}
-            return tools, await client.call_tool("context_resolve", {})
+            return tools, [await client.call_tool(name, args) for name, args in [
+                ("context_resolve", {}), ("remember", {"content": "bob likes chess", "key": "hobby"}),
+                ("search_memories", {"query": "chess"}), ("forget", {"id": "memories/hobby"}),
+                ("remember", {"content": "x", "ttl": "whenever"}),
+            ]]
 
-    tools, context = anyio.run(go)
-    assert READ_ONLY_TOOLS <= tools
+    tools, (context, remembered, search, forget, bad) = anyio.run(go)
+    assert READ_ONLY_TOOLS | MEMORY_TOOLS == tools
     assert [e["key"] for e in structured(context)["entries"]] == ["bob.theme"]
+    assert structured(remembered)["id"] == "memories/hobby"
+    assert structured(search)["memories"][0]["value"] == {"text": "bob likes chess"}
+    assert structured(forget)["deleted"] == 1
+    assert "PM130: " in error_text(bad)
 
 
 # -- a real HTTP server on a loopback port -------------------------------------
@@ -224,6 +233,27 @@ def test_http_users_are_isolated_and_tokens_are_checked(http_server: str, dsn: s
     assert [e["key"] for e in structured(theirs)["entries"]] == ["bob.theme"]
     assert structured(checkpoint)["content"] == "bob was here"
 
+    # memories: alice's are invisible and untouchable for bob, whatever he names
+    [secret, _] = anyio.run(_http_calls, http_server, alice, [
+        ("remember", {"content": "alice's secret plan", "namespace": "plans", "key": "s1"}),
+        ("remember", {"content": "alice's grocery list"}),
+    ])
+    secret_id = structured(secret)["id"]
+    bob_calls = anyio.run(_http_calls, http_server, bob, [
+        ("search_memories", {"query": "secret plan"}), ("list_memories", {}), ("list_namespaces", {}),
+        ("forget", {"id": secret_id}), ("forget", {"namespace": "plans", "whole_namespace": True}),
+        ("remember", {"content": "bob's note", "namespace": "plans", "key": "s1"}),
+    ], forged)
+    search, listed, namespaces, forget_one, forget_ns, own = (structured(r) for r in bob_calls)
+    assert search["memories"] == [] and listed["memories"] == [] and namespaces["namespaces"] == []
+    assert forget_one["deleted"] == 0 and forget_ns["deleted"] == 0
+    assert own["id"] == secret_id  # the same namespace and key, a different user: a different item
+    [mine_again, plans] = anyio.run(_http_calls, http_server, alice, [
+        ("search_memories", {"query": "secret plan"}), ("list_memories", {"namespace": "plans"})])
+    assert structured(mine_again)["memories"][0]["value"] == {"text": "alice's secret plan"}
+    assert [m["value"]["text"] for m in structured(plans)["memories"]] == ["alice's secret plan"]
+    assert value(conn, "select count(*) from memori.store_items") == 3
+
     # a missing, malformed, unknown, revoked or expired token: 401, recorded
     before = value(conn, "select count(*) from memori.events where event_type = 'mcp.auth_refused'")
     assert _post(http_server, {}) == 401
@@ -239,3 +269,126 @@ def test_http_users_are_isolated_and_tokens_are_checked(http_server: str, dsn: s
     assert reasons == ["missing", "missing", "malformed", "unknown", "revoked", "expired"]
     assert value(conn, "select last_used_at is not null from memori.mcp_tokens where name = 'test' "
                        "and user_id = 'alice'") is True
+
+
+# -- long-term memory tools (the store's items) ---------------------------------
+
+
+def test_remember_search_list_forget(dsn: str, conn: psycopg.Connection) -> None:
+    results = anyio.run(_in_process, dsn, "alice", [
+        ("remember", {"content": "Alice prefers green tea in the morning", "namespace": "preferences",
+                      "key": "drink"}),
+        ("remember", {"content": {"project": "apollo", "status": "launch on friday", "priority": 3},
+                      "namespace": ["projects", "apollo"]}),
+        ("remember", {"content": "temporary note about the dentist", "ttl": "1h"}),
+        ("search_memories", {"query": "green tea"}),
+        ("search_memories", {"filter": {"priority": {"$gte": 3}}}),
+        ("list_memories", {"limit": 2}),
+        ("list_namespaces", {}),
+        ("list_namespaces", {"max_depth": 1}),
+    ])
+    drink, apollo, note, tea, priority, page, namespaces, top = (structured(r) for r in results)
+    assert drink["id"] == "preferences/drink" and drink["value"] == {"text": "Alice prefers green tea in the morning"}
+    assert drink["expires_at"] is None and note["expires_at"] is not None
+    assert apollo["namespace"] == ["projects", "apollo"] and len(apollo["key"]) == 32
+    assert tea["mode"] == "full_text" and "no embedding model" in tea["note"]
+    # matches first; the rest follow newest first, unscored (the store never returns fewer than it has)
+    assert tea["memories"][0]["id"] == "preferences/drink" and tea["memories"][0]["score"] > 0
+    assert [m["score"] for m in tea["memories"][1:]] == [None, None]
+    assert priority["mode"] == "recent" and [m["id"] for m in priority["memories"]] == [apollo["id"]]
+    assert [m["id"] for m in page["memories"]] == [note["id"], apollo["id"]] and page["next_offset"] == 2
+    assert sorted(namespaces["namespaces"]) == ["memories", "preferences", "projects/apollo"]
+    assert sorted(top["namespaces"]) == ["memories", "preferences", "projects"]
+
+    # the same items through the store's SQL (what MemoriStore reads), and the reverse
+    conn.execute("select set_config('memori.user_id', 'alice', false)")
+    assert value(conn, "select value->>'text' from memori.store_get(p_namespace => '{preferences}', "
+                       "p_key => 'drink')") == "Alice prefers green tea in the morning"
+    conn.execute("""select memori.store_put(p_namespace => '{langgraph,facts}', p_key => 'k1',
+                                            p_value => '{"fact": "the cat is called Miso"}')""")
+    conn.execute("reset memori.user_id")
+
+    found, gone, by_key, ns, after, bob_view = anyio.run(_in_process, dsn, "alice", [
+        ("search_memories", {"query": "cat Miso"}),
+        ("forget", {"id": note["id"]}),
+        ("forget", {"namespace": "preferences", "key": "drink"}),
+        ("forget", {"namespace": "projects", "whole_namespace": True}),
+        ("list_memories", {}),
+        ("forget", {"id": "langgraph/facts/k1"}),  # alice's own: deleted
+    ])
+    assert structured(found)["memories"][0]["id"] == "langgraph/facts/k1"
+    assert structured(gone)["deleted"] == 1 and structured(by_key)["deleted"] == 1
+    assert structured(ns)["deleted"] == 1
+    assert [m["id"] for m in structured(after)["memories"]] == ["langgraph/facts/k1"]
+    assert structured(bob_view)["deleted"] == 1
+    assert value(conn, "select count(*) from memori.store_items") == 0
+
+
+def test_expired_memories_never_come_back(dsn: str, conn: psycopg.Connection) -> None:
+    [kept, short] = anyio.run(_in_process, dsn, "alice", [
+        ("remember", {"content": "keep me", "key": "kept"}),
+        ("remember", {"content": "forget me soon", "key": "short", "ttl": 60}),
+    ])
+    assert structured(short)["expires_at"] is not None and structured(kept)["expires_at"] is None
+    # an hour passes: the item has expired but cleanup has not run
+    conn.execute("update memori.store_items set expires_at = now() - interval '1 second' where key = 'short'")
+    results = anyio.run(_in_process, dsn, "alice", [
+        ("search_memories", {"query": "forget me soon"}), ("search_memories", {}), ("list_memories", {}),
+        ("list_namespaces", {}), ("cleanup_preview", {}),
+    ])
+    search, recent, listed, namespaces, preview = (structured(r) for r in results)
+    assert [m["key"] for m in search["memories"]] == ["kept"]  # the one unexpired item, unscored
+    assert [m["key"] for m in recent["memories"]] == ["kept"] == [m["key"] for m in listed["memories"]]
+    assert namespaces["namespaces"] == ["memories"]
+    assert [r["table_name"] for r in preview["rows"]] == ["store_items"]
+
+
+def test_hybrid_search_with_an_embedder(dsn: str) -> None:
+    from pymemdb.embedders import HashingEmbedder
+
+    async def go() -> list[CallToolResult]:
+        with pymemdb.connect(dsn) as db:
+            memori = MemoriMcp(db, user="alice", embedder=HashingEmbedder(64))
+            memori.check_role()
+            async with Client(build_server(memori)) as client:
+                return [await client.call_tool(n, a) for n, a in [
+                    ("remember", {"content": "the deploy pipeline runs on friday"}),
+                    ("remember", {"content": "lunch with bob"}),
+                    ("search_memories", {"query": "deployment pipeline"}),
+                ]]
+
+    *_, search = anyio.run(go)
+    result = structured(search)
+    assert result["mode"] == "hybrid" and result["note"] is None
+    assert result["memories"][0]["value"]["text"] == "the deploy pipeline runs on friday"
+    assert result["memories"][0]["score"] is not None
+
+
+@pytest.mark.parametrize(("tool", "args", "code"), [
+    ("remember", {"content": "x", "ttl": "soon"}, "PM130"),
+    ("remember", {"content": "x", "ttl": -5}, "PM130"),
+    ("remember", {"content": "x", "namespace": "a//b"}, "PM121"),
+    ("search_memories", {"filter": {"x": {"$near": 1}}}, "PM120"),
+    ("forget", {}, "PM130"),
+    ("forget", {"namespace": "memories"}, "PM130"),
+    ("forget", {"id": "no-slash"}, "PM130"),
+])
+def test_bad_arguments_are_tool_errors_with_our_code(dsn: str, tool: str, args: dict[str, Any], code: str) -> None:
+    [result] = anyio.run(_in_process, dsn, "alice", [(tool, args)])
+    text = error_text(result)
+    assert f"{code}: " in text and "Hint: " in text, text
+
+
+def test_memory_tools_have_schemas(dsn: str) -> None:
+    async def go() -> Any:
+        with pymemdb.connect(dsn) as db:
+            async with Client(build_server(MemoriMcp(db, user="alice"))) as client:
+                return (await client.list_tools()).tools
+
+    tools = {t.name: t for t in anyio.run(go)}
+    assert MEMORY_TOOLS <= set(tools)
+    assert tools["remember"].input_schema["required"] == ["content"]
+    assert set(tools["search_memories"].input_schema["properties"]) == {"query", "namespace", "filter", "limit",
+                                                                        "offset"}
+    assert tools["forget"].annotations is not None and tools["forget"].annotations.destructive_hint
+    assert "memories" in tools["search_memories"].output_schema["properties"]

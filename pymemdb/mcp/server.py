@@ -12,6 +12,7 @@ tool errors carrying our SQLSTATE, message and hint; never a traceback.
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -24,6 +25,7 @@ from mcp.server.auth.settings import AuthSettings
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
+from psycopg.types.json import Jsonb
 from pydantic import BaseModel, Field
 from starlette.types import ASGIApp
 
@@ -32,9 +34,25 @@ from pymemdb.cleanup import CLEANUP_PREVIEW
 from pymemdb.context import CONTEXT_RESOLVE
 from pymemdb.db import Database
 from pymemdb.embedders import Embedder
-from pymemdb.errors import McpUnsafeRole, PymemdbError
+from pymemdb.errors import McpInvalidArgument, McpUnsafeRole, PymemdbError
 from pymemdb.install import package_version
 from pymemdb.mcp.auth import MemoriTokenVerifier, RecordMissingToken
+from pymemdb.mcp.memory import (
+    DEFAULT_NAMESPACE,
+    STORE_DELETE,
+    STORE_LIST_NAMESPACES,
+    STORE_NAMESPACE_DELETE,
+    STORE_PUT,
+    STORE_SEARCH,
+    StoreItem,
+    StoreSearchResult,
+    item_id,
+    namespace_path,
+    parse_item_id,
+    text_of,
+    vector_text,
+)
+from pymemdb.mcp.tokens import parse_ttl
 from pymemdb.memories import SESSION_CHECKPOINT_LOAD_LATEST
 
 log = logging.getLogger("pymemdb.mcp")
@@ -77,6 +95,42 @@ def reports_errors(func: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]
 
 
 # -- results ------------------------------------------------------------------
+class Memory(BaseModel):
+    id: str = Field(description="The memory's id: namespace labels and key joined by '/' (pass it to forget).")
+    namespace: list[str] = Field(description="The namespace path.")
+    key: str
+    value: dict[str, Any] = Field(description='The stored JSON object; a text memory is {"text": ...}.')
+    created_at: datetime
+    updated_at: datetime
+    expires_at: datetime | None = Field(description="When it expires (then it is never returned); null = never.")
+
+
+class ScoredMemory(Memory):
+    score: float | None = Field(description="Relevance: vector similarity (hybrid mode) or full-text rank; "
+                                            "null when listing by recency.")
+    rank: int = Field(description="Position in the ranking, from 1.")
+
+
+class SearchResult(BaseModel):
+    mode: str = Field(description="hybrid (embeddings + full text), full_text (no embedding model) or recent "
+                                  "(no query: newest first).")
+    note: str | None = Field(default=None, description="Why the mode is what it is, when it is not hybrid.")
+    memories: list[ScoredMemory]
+
+
+class ListResult(BaseModel):
+    memories: list[Memory] = Field(description="Newest first.")
+    next_offset: int | None = Field(description="Pass as offset for the next page; null at the end.")
+
+
+class NamespacesResult(BaseModel):
+    namespaces: list[str] = Field(description="Namespaces that hold unexpired memories, labels joined by '/'.")
+
+
+class ForgetResult(BaseModel):
+    deleted: int = Field(description="How many memories were deleted (0 when there was nothing to delete).")
+
+
 class ContextEntry(BaseModel):
     key: str = Field(description="The context key.")
     value: Any = Field(description="Its JSON value, from the most specific scope that has it.")
@@ -172,6 +226,15 @@ class MemoriMcp:
             self.in_role(cur)
             return [self.db.call(function, cur, **args) for function, args in calls]
 
+    def embed(self, text: str) -> str | None:
+        """pgvector text of the embedder's vector for ``text``; None without an embedder or for empty text."""
+        if self.embedder is None or not text.strip():
+            return None
+        [vector] = self.embedder.embed([text])
+        if not any(vector):
+            return None
+        return vector_text(vector)
+
     async def call(self, function: SqlFunction, **args: Any) -> Any:
         user = self.acting_user()
         return await anyio.to_thread.run_sync(partial(self.run, user, function, **args))
@@ -249,7 +312,164 @@ def build_server(memori: MemoriMcp, *, auth: AuthSettings | None = None) -> MCPS
             truncated=len(rows) > limit,
         )
 
+    # -- long-term memory (memori.store_*: the items MemoriStore reads and writes) ---------
+    @server.tool(name="remember", title="Remember",
+                 annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True,
+                                             open_world_hint=False))
+    @reports_errors
+    async def remember(
+        content: Annotated[str | dict[str, Any], Field(
+            description='What to remember: plain text (stored as {"text": ...}) or a JSON object.')],
+        namespace: Annotated[str | list[str] | None, Field(
+            description="Where to file it: labels joined by '/' (e.g. 'preferences' or 'projects/apollo') or a "
+                        "list of labels. Default 'memories'.")] = None,
+        key: Annotated[str | None, Field(
+            description="The memory's key within the namespace; remembering the same key again replaces it. "
+                        "Default: a new random key.")] = None,
+        ttl: Annotated[str | float | None, Field(
+            description="Time to live: seconds, or '90s', '30m', '12h', '7d', '2w'. After it the memory is gone "
+                        "for good. Default: kept until forgotten.")] = None,
+    ) -> Memory:
+        """Store a memory for this user (a fact, preference, decision or note) and return it with its id.
+
+        Use a stable key to keep one current version of something (e.g. key 'favorite-color' in namespace
+        'preferences'); omit it to add a new memory. Memories with a ttl expire exactly then.
+        """
+        value = {"text": content} if isinstance(content, str) else content
+        if not isinstance(value, dict):
+            raise McpInvalidArgument("content must be text or a JSON object", sqlstate="PM130",
+                                     hint='Pass a string, or an object such as {"food": "pizza"}.')
+        labels = namespace_path(namespace, default=DEFAULT_NAMESPACE)
+        lifetime = None if ttl is None else parse_ttl(ttl)
+        text = text_of(value)
+        embedding = await anyio.to_thread.run_sync(memori.embed, text)
+        args: dict[str, Any] = {"p_namespace": labels, "p_key": key or uuid.uuid4().hex, "p_value": Jsonb(value),
+                                **given(p_ttl=lifetime)}
+        if embedding is not None:
+            args.update(p_text=text, p_fields=["$"], p_embeddings=[embedding])
+        row: StoreItem = await memori.call(STORE_PUT, **args)
+        return _memory(row)
+
+    @server.tool(name="search_memories", title="Search memories", annotations=READ_ONLY)
+    @reports_errors
+    async def search_memories(
+        query: Annotated[str | None, Field(
+            description="What to look for, in natural language. Omit to get the newest memories.")] = None,
+        namespace: Annotated[str | list[str] | None, Field(
+            description="Only memories in this namespace or below it ('projects' includes 'projects/apollo'). "
+                        "Default: all.")] = None,
+        filter: Annotated[dict[str, Any] | None, Field(
+            description='Match fields of the stored JSON: {"type": "preference"}, or with operators $eq $ne $gt '
+                        '$gte $lt $lte: {"priority": {"$gte": 2}}.')] = None,
+        limit: Annotated[int, Field(ge=1, le=100, description="At most this many results.")] = 10,
+        offset: Annotated[int, Field(ge=0, description="Skip this many (paging).")] = 0,
+    ) -> SearchResult:
+        """Find this user's memories by meaning and words (hybrid search), most relevant first.
+
+        Combines vector similarity (when the server has an embedding model) and full-text rank; without a
+        model the search is full-text only and the result says so. Expired memories are never returned.
+        """
+        has_query = bool(query and query.strip())
+        embedding = await anyio.to_thread.run_sync(memori.embed, query or "") if has_query else None
+        rows: list[StoreSearchResult] = await memori.call(
+            STORE_SEARCH, p_namespace_prefix=namespace_path(namespace),
+            **given(p_filter=None if filter is None else Jsonb(filter), p_query=query if has_query else None,
+                    p_query_embedding=embedding),
+            p_limit=limit, p_offset=offset,
+        )
+        if not has_query:
+            mode, note = "recent", "No query: the newest memories first."
+        elif embedding is not None:
+            mode, note = "hybrid", None
+        else:
+            mode = "full_text"
+            note = ("Full-text search only: this server has no embedding model (start it with --embedder), so "
+                    "memories match by their words, not by meaning.") if memori.embedder is None else (
+                    "Full-text search only: the query has no text the embedding model can use.")
+        return SearchResult(mode=mode, note=note, memories=[
+            ScoredMemory(**_memory(r).model_dump(), rank=r.rank,
+                         score=r.score if r.score is not None else (None if r.text_score is None
+                                                                    else float(r.text_score)))
+            for r in rows
+        ])
+
+    @server.tool(name="list_memories", title="List memories", annotations=READ_ONLY)
+    @reports_errors
+    async def list_memories(
+        namespace: Annotated[str | list[str] | None, Field(
+            description="Only this namespace and those below it. Default: all.")] = None,
+        limit: Annotated[int, Field(ge=1, le=100, description="Page size.")] = 20,
+        offset: Annotated[int, Field(ge=0, description="Skip this many (next_offset of the previous page).")] = 0,
+    ) -> ListResult:
+        """Browse this user's memories, newest first, a page at a time. Expired memories are never listed."""
+        rows: list[StoreSearchResult] = await memori.call(
+            STORE_SEARCH, p_namespace_prefix=namespace_path(namespace), p_limit=limit + 1, p_offset=offset,
+        )
+        return ListResult(memories=[_memory(r) for r in rows[:limit]],
+                          next_offset=offset + limit if len(rows) > limit else None)
+
+    @server.tool(name="list_namespaces", title="List namespaces", annotations=READ_ONLY)
+    @reports_errors
+    async def list_namespaces(
+        prefix: Annotated[str | list[str] | None, Field(
+            description="Only namespaces under this one. Default: all.")] = None,
+        max_depth: Annotated[int | None, Field(
+            ge=1, description="Cut namespaces to this many labels (e.g. 1: top-level only).")] = None,
+        limit: Annotated[int, Field(ge=1, le=1000, description="At most this many.")] = 100,
+        offset: Annotated[int, Field(ge=0, description="Skip this many (paging).")] = 0,
+    ) -> NamespacesResult:
+        """The namespaces that hold this user's (unexpired) memories."""
+        rows = await memori.call(
+            STORE_LIST_NAMESPACES, **given(p_prefix=namespace_path(prefix) or None, p_max_depth=max_depth),
+            p_limit=limit, p_offset=offset,
+        )
+        return NamespacesResult(namespaces=["/".join(r.namespace) for r in rows])
+
+    @server.tool(name="forget", title="Forget",
+                 annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=True,
+                                             open_world_hint=False))
+    @reports_errors
+    async def forget(
+        id: Annotated[str | None, Field(description="The id of one memory (from remember, search or list).")]
+        = None,
+        namespace: Annotated[str | list[str] | None, Field(
+            description="With key: that memory. With whole_namespace: everything in it and below it.")] = None,
+        key: Annotated[str | None, Field(description="The key of one memory in namespace.")] = None,
+        whole_namespace: Annotated[bool, Field(
+            description="Delete every memory in namespace and below it (namespace required).")] = False,
+    ) -> ForgetResult:
+        """Delete memories of this user for good: one by id (or namespace + key), or a whole namespace.
+
+        Returns how many were deleted.
+        """
+        if id is not None:
+            if namespace is not None or key is not None or whole_namespace:
+                raise _forget_usage("pass either id, or namespace with key or whole_namespace, not both")
+            labels, item_key = parse_item_id(id)
+            return ForgetResult(deleted=int(bool(await memori.call(STORE_DELETE, p_namespace=labels,
+                                                                   p_key=item_key))))
+        labels = namespace_path(namespace)
+        if namespace is None:
+            raise _forget_usage("say what to forget")
+        if whole_namespace:
+            if key is not None:
+                raise _forget_usage("whole_namespace deletes a namespace: leave key out")
+            return ForgetResult(deleted=int(await memori.call(STORE_NAMESPACE_DELETE, p_prefix=labels)))
+        if key is None:
+            raise _forget_usage("namespace alone is ambiguous: add key, or whole_namespace=true")
+        return ForgetResult(deleted=int(bool(await memori.call(STORE_DELETE, p_namespace=labels, p_key=key))))
+
     return server
+
+
+def _forget_usage(message: str) -> McpInvalidArgument:
+    return McpInvalidArgument(message, sqlstate="PM130",
+                              hint="forget takes id; or namespace and key; or namespace and whole_namespace=true.")
+
+
+def _memory(row: StoreItem | StoreSearchResult) -> Memory:
+    return Memory(id=item_id(row.namespace, row.key), namespace=row.namespace, key=row.key, value=row.value,
+                  created_at=row.created_at, updated_at=row.updated_at, expires_at=row.expires_at)
 
 
 def http_app(
