@@ -392,3 +392,22 @@ def test_memory_tools_have_schemas(dsn: str) -> None:
                                                                         "offset"}
     assert tools["forget"].annotations is not None and tools["forget"].annotations.destructive_hint
     assert "memories" in tools["search_memories"].output_schema["properties"]
+
+
+def test_memoristore_and_mcp_share_items(dsn: str) -> None:
+    """What a LangGraph agent remembers for a user, that user's MCP client finds, and the reverse."""
+    from pymemdb.integrations.langgraph import MemoriStore
+
+    with MemoriStore.from_dsn(dsn, user_id="alice") as store:
+        store.put(("memories",), "from-langgraph", {"text": "the launch moved to tuesday"})
+        [found, _remembered] = anyio.run(_in_process, dsn, "alice", [
+            ("search_memories", {"query": "launch tuesday"}),
+            ("remember", {"content": "call the venue", "key": "from-mcp", "ttl": "1d"}),
+        ])
+        assert structured(found)["memories"][0]["id"] == "memories/from-langgraph"
+        item = store.get(("memories",), "from-mcp")
+        assert item is not None and item.value == {"text": "call the venue"}
+        assert [i.key for i in store.search(("memories",), query="venue")][:1] == ["from-mcp"]
+    with MemoriStore.from_dsn(dsn, user_id="bob") as other:
+        assert other.get(("memories",), "from-mcp") is None
+        assert other.search(("memories",)) == []

@@ -146,3 +146,52 @@ def test_expired_and_revoked_tokens_are_reclaimed_by_cleanup(conn: psycopg.Conne
     assert sorted(r["kind"] for r in preview) == ["expired", "revoked"]
     assert rows(conn, "select * from memori.cleanup_preview(%s) where table_name = 'mcp_tokens'",
                 (T0 + timedelta(minutes=5) - timedelta(seconds=1),)) == []
+
+
+# -- pymemdb mcp token create | list | revoke (CliRunner) ------------------------
+def test_token_cli(env: str, conn: psycopg.Connection) -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from pymemdb.cli.main import app
+
+    runner = CliRunner()
+    created = runner.invoke(app, ["mcp", "token", "create", "alice", "--name", "laptop", "--ttl", "7d", "--json"])
+    assert created.exit_code == 0, created.output
+    secret = json.loads(created.output)
+    assert secret["token"].startswith("pmdb_") and secret["user_id"] == "alice"
+    plain = runner.invoke(app, ["mcp", "token", "create", "bob"])
+    assert plain.exit_code == 0 and "pmdb_" in plain.output and "Shown once" in plain.output
+
+    listed = runner.invoke(app, ["mcp", "token", "list", "--json"])
+    assert listed.exit_code == 0
+    assert [(t["user_id"], t["name"], t["status"]) for t in json.loads(listed.output)] == [
+        ("alice", "laptop", "active"), ("bob", "default", "active")]
+    assert "pmdb_" + secret["token"][5:] not in listed.output
+
+    again = runner.invoke(app, ["mcp", "token", "create", "alice", "--name", "laptop"])
+    assert again.exit_code == 1 and "already has a token" in again.output
+    bad_ttl = runner.invoke(app, ["mcp", "token", "create", "alice", "--name", "x", "--ttl", "forever"])
+    assert bad_ttl.exit_code == 2 and "not a positive duration" in bad_ttl.output
+
+    revoked = runner.invoke(app, ["mcp", "token", "revoke", "--user", "alice", "--name", "laptop"])
+    assert revoked.exit_code == 0 and "revoked 1" in revoked.output
+    assert verify(conn, secret["token"], value(conn, "select now()")) == []
+    missing = runner.invoke(app, ["mcp", "token", "revoke", "--id", str(secret["token_id"])])
+    assert missing.exit_code == 1 and "no active token" in missing.output
+    assert runner.invoke(app, ["mcp", "token", "revoke"]).exit_code == 2
+    listed_all = runner.invoke(app, ["mcp", "token", "list", "--all", "--user", "alice", "--json"])
+    assert [t["status"] for t in json.loads(listed_all.output)] == ["revoked"]
+
+
+def test_serve_needs_a_user_over_stdio_and_none_over_http(env: str) -> None:
+    from typer.testing import CliRunner
+
+    from pymemdb.cli.main import app
+
+    runner = CliRunner()
+    stdio = runner.invoke(app, ["mcp", "serve", "stdio"])
+    assert stdio.exit_code == 2 and "--user" in stdio.output
+    http = runner.invoke(app, ["mcp", "serve", "http", "--user", "alice"])
+    assert http.exit_code == 2 and "bearer token" in http.output
