@@ -11,6 +11,7 @@ tool errors carrying our SQLSTATE, message and hint; never a traceback.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import uuid
 from collections.abc import Awaitable, Callable
@@ -252,7 +253,17 @@ def build_server(memori: MemoriMcp, *, auth: AuthSettings | None = None) -> MCPS
         auth=auth,
     )
 
-    @server.tool(name="context_resolve", title="Resolve scoped context", annotations=READ_ONLY)
+    def tool(name: str, title: str, annotations: ToolAnnotations) -> Callable[[Callable[P, R]], Callable[P, R]]:
+        """Register a tool; its description is its docstring, dedented (what the model reads)."""
+
+        def register(func: Callable[P, R]) -> Callable[P, R]:
+            server.add_tool(func, name=name, title=title, annotations=annotations,
+                            description=inspect.cleandoc(func.__doc__ or ""))
+            return func
+
+        return register
+
+    @tool(name="context_resolve", title="Resolve scoped context", annotations=READ_ONLY)
     @reports_errors
     async def context_resolve(
         project_id: Annotated[str | None, Field(description="Also include this project's entries "
@@ -274,7 +285,7 @@ def build_server(memori: MemoriMcp, *, auth: AuthSettings | None = None) -> MCPS
             for v in values
         ])
 
-    @server.tool(name="session_checkpoint_latest", title="Latest session checkpoint", annotations=READ_ONLY)
+    @tool(name="session_checkpoint_latest", title="Latest session checkpoint", annotations=READ_ONLY)
     @reports_errors
     async def session_checkpoint_latest(
         skill: Annotated[str, Field(description="The skill whose checkpoint to load, e.g. 'api' or "
@@ -294,7 +305,7 @@ def build_server(memori: MemoriMcp, *, auth: AuthSettings | None = None) -> MCPS
                                        created_at=found.created_at, expires_at=found.expires_at,
                                        source=found.source)
 
-    @server.tool(name="cleanup_preview", title="Preview expiry cleanup", annotations=READ_ONLY)
+    @tool(name="cleanup_preview", title="Preview expiry cleanup", annotations=READ_ONLY)
     @reports_errors
     async def cleanup_preview(
         limit: Annotated[int, Field(ge=1, le=1000, description="At most this many rows.")] = 100,
@@ -313,7 +324,7 @@ def build_server(memori: MemoriMcp, *, auth: AuthSettings | None = None) -> MCPS
         )
 
     # -- long-term memory (memori.store_*: the items MemoriStore reads and writes) ---------
-    @server.tool(name="remember", title="Remember",
+    @tool(name="remember", title="Remember",
                  annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True,
                                              open_world_hint=False))
     @reports_errors
@@ -350,7 +361,7 @@ def build_server(memori: MemoriMcp, *, auth: AuthSettings | None = None) -> MCPS
         row: StoreItem = await memori.call(STORE_PUT, **args)
         return _memory(row)
 
-    @server.tool(name="search_memories", title="Search memories", annotations=READ_ONLY)
+    @tool(name="search_memories", title="Search memories", annotations=READ_ONLY)
     @reports_errors
     async def search_memories(
         query: Annotated[str | None, Field(
@@ -367,7 +378,8 @@ def build_server(memori: MemoriMcp, *, auth: AuthSettings | None = None) -> MCPS
         """Find this user's memories by meaning and words (hybrid search), most relevant first.
 
         Combines vector similarity (when the server has an embedding model) and full-text rank; without a
-        model the search is full-text only and the result says so. Expired memories are never returned.
+        model the search is full-text only and the result says so. When fewer memories match than `limit`,
+        the newest of the others follow with score null. Expired memories are never returned.
         """
         has_query = bool(query and query.strip())
         embedding = await anyio.to_thread.run_sync(memori.embed, query or "") if has_query else None
@@ -393,7 +405,7 @@ def build_server(memori: MemoriMcp, *, auth: AuthSettings | None = None) -> MCPS
             for r in rows
         ])
 
-    @server.tool(name="list_memories", title="List memories", annotations=READ_ONLY)
+    @tool(name="list_memories", title="List memories", annotations=READ_ONLY)
     @reports_errors
     async def list_memories(
         namespace: Annotated[str | list[str] | None, Field(
@@ -408,7 +420,7 @@ def build_server(memori: MemoriMcp, *, auth: AuthSettings | None = None) -> MCPS
         return ListResult(memories=[_memory(r) for r in rows[:limit]],
                           next_offset=offset + limit if len(rows) > limit else None)
 
-    @server.tool(name="list_namespaces", title="List namespaces", annotations=READ_ONLY)
+    @tool(name="list_namespaces", title="List namespaces", annotations=READ_ONLY)
     @reports_errors
     async def list_namespaces(
         prefix: Annotated[str | list[str] | None, Field(
@@ -425,7 +437,7 @@ def build_server(memori: MemoriMcp, *, auth: AuthSettings | None = None) -> MCPS
         )
         return NamespacesResult(namespaces=["/".join(r.namespace) for r in rows])
 
-    @server.tool(name="forget", title="Forget",
+    @tool(name="forget", title="Forget",
                  annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=True,
                                              open_world_hint=False))
     @reports_errors
