@@ -71,7 +71,10 @@ def serve(
     if transport is Transport.http and user:
         raise InvalidArgument("http takes the user from each request's bearer token, not --user",
                               hint="Issue a token: pymemdb mcp token create <user>")
-    with database(dsn) as db:
+    import pymemdb
+
+    # HTTP serves clients concurrently: each call holds a pooled connection for one short transaction
+    with pymemdb.connect(dsn, min_size=1, max_size=2 if transport is Transport.stdio else 8) as db:
         memori = MemoriMcp(db, user=user, embedder=_embedder(embedder, model))  # type: ignore[arg-type]
         memori.check_role()
         if transport is Transport.stdio:

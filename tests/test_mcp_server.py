@@ -411,3 +411,26 @@ def test_memoristore_and_mcp_share_items(dsn: str) -> None:
     with MemoriStore.from_dsn(dsn, user_id="bob") as other:
         assert other.get(("memories",), "from-mcp") is None
         assert other.search(("memories",)) == []
+
+
+def test_http_concurrent_users_stay_apart(http_server: str, dsn: str) -> None:
+    """Two users' sessions interleaved on one server: each call acts for its own token's user."""
+    with pymemdb.connect(dsn) as db:
+        tokens = {user: db.mcp_tokens.create(user, "load").token for user in ("alice", "bob")}
+    seen: dict[str, set[str]] = {"alice": set(), "bob": set()}
+
+    async def session(user: str) -> None:
+        async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {tokens[user]}"}, timeout=60) as http:
+            async with Client(streamable_http_client(http_server, http_client=http)) as client:
+                for i in range(15):
+                    await client.call_tool("remember", {"content": f"{user} item {i}", "key": f"{user}-{i}"})
+                    listed = structured(await client.call_tool("list_memories", {"limit": 100}))
+                    seen[user] |= {m["value"]["text"].split()[0] for m in listed["memories"]}
+
+    async def both() -> None:
+        async with anyio.create_task_group() as group:
+            for user in ("alice", "bob", "alice", "bob"):
+                group.start_soon(session, user)
+
+    anyio.run(both)
+    assert seen == {"alice": {"alice"}, "bob": {"bob"}}
