@@ -27,6 +27,7 @@ comment on table memori.store_vectors is 'Embeddings of store items, one per ind
 
 insert into memori.settings (key, value, description) values
   ('store.search_candidates', '50', 'Each ranking of a store query search (full text, vectors) contributes at least this many candidates (and at least limit + offset) to the fusion.'),
+  ('store.search_exact_max', '1000', 'A store query search ranks vectors exactly when at most this many items match its namespace prefix and filter, else through the ANN index with an iterative scan (exact again when that comes back short).'),
   ('store.text_search_config', '"english"', 'Text search configuration of store items'' full-text vectors and queries.')
 on conflict (key) do nothing;
 
@@ -592,12 +593,17 @@ declare
   v_max  integer;
 begin
   perform memori._store_check_vector_config(p_distance, p_vector_type);
-  if p_method is null or p_method not in ('hnsw', 'ivfflat', 'flat') then
+  if p_method is null or p_method not in ('hnsw', 'ivfflat', 'flat', 'text') then
     raise exception 'unknown ANN index kind %', coalesce(quote_literal(p_method), 'NULL')
-      using errcode = 'PM122', hint = 'Use hnsw, ivfflat or flat (exact search, no index).';
+      using errcode = 'PM122', hint = 'Use hnsw, ivfflat or flat (exact search, no index); text for the full-text GIN index.';
+  end if;
+  if p_method = 'text' then
+    create index if not exists idx_store_items_search_tsv on memori.store_items using gin (search_tsv)
+     where search_tsv is not null;
+    return 'idx_store_items_search_tsv';
   end if;
   v_max := (case p_vector_type when 'halfvec' then 4000 else 2000 end);
-  if p_dims is null or p_dims < 1 or p_dims > v_max then
+  if p_method <> 'text' and (p_dims is null or p_dims < 1 or p_dims > v_max) then
     raise exception 'dimension % cannot be indexed as %', coalesce(p_dims::text, 'NULL'), p_vector_type
       using errcode = 'PM122', hint = 'Index up to 2,000 dimensions as vector or 4,000 as halfvec.';
   end if;
@@ -620,7 +626,7 @@ begin
 end
 $func$ language plpgsql volatile security invoker
 set search_path = pg_catalog, memori, pg_temp;
-comment on function memori.store_index_ensure(integer, text, text, text, jsonb) is 'Create (if missing) the ANN index of a store configuration: dimension, distance (cosine, l2, inner_product), vector type (vector, halfvec), kind (hnsw, ivfflat; flat = none); returns its name. Owner only.';
+comment on function memori.store_index_ensure(integer, text, text, text, jsonb) is 'Create (if missing) the ANN index of a store configuration: dimension, distance (cosine, l2, inner_product), vector type (vector, halfvec), kind (hnsw, ivfflat; flat = none; text = the full-text GIN index, dimension ignored); returns its name. Owner only.';
 
 -------------------------------------------------------------------------------
 -- store_search: items under a namespace prefix, filtered, optionally ranked by a query
@@ -662,6 +668,8 @@ declare
   v_q      text;
   v_op     text;
   v_page   bigint[];
+  v_exact  integer;
+  v_match  bigint[];
 begin
   perform memori._store_check_namespace(v_prefix, true);
   perform memori._store_check_vector_config(p_distance, p_vector_type);
@@ -699,32 +707,46 @@ begin
         into v_ft using v_user, p_now, v_prefix, v_tsq, v_k;
     end if;
 
-    -- ranking 2: vector distance, best field per item. Through the ANN index
-    -- of this dimension with an iterative scan (the filter applies during the
-    -- scan, which goes on until enough rows pass); exactly when it comes back
-    -- short (hnsw.max_scan_tuples reached, fewer embedded items than v_k).
+    -- ranking 2: vector distance, best field per item. Exactly when at most
+    -- store.search_exact_max items match the prefix and filter (one pass finds
+    -- them; their embeddings are read by key). Else through the ANN index of
+    -- this dimension with an iterative scan (the filter applies during the
+    -- scan, which goes on until enough rows pass), and exactly over every
+    -- match when that comes back short (hnsw.max_scan_tuples reached).
     if p_query_embedding is not null then
       v_dims := public.vector_dims(p_query_embedding);
-      v_emb := format('(v.embedding::public.%s(%s))', p_vector_type, v_dims);
-      v_q := format('($4::public.%s(%s))', p_vector_type, v_dims);
       v_op := case p_distance when 'cosine' then '<=>' when 'l2' then '<->' else '<#>' end;
-      execute format('select coalesce(array_agg(item_id order by d, item_id), ''{}'') from ('
-                     'select a.item_id, min(a.d) as d from ('
-                     'select v.item_id, %1$s operator(public.%3$s) %2$s as d '
-                     'from memori.store_vectors v join memori.store_items i on i.user_id = v.user_id and i.id = v.item_id '
-                     'where v.user_id = $1 and public.vector_dims(v.embedding) = %4$s and %5$s '
-                     'order by %1$s operator(public.%3$s) %2$s limit $5) a '
-                     'group by a.item_id order by min(a.d), a.item_id limit $6) b',
-                     v_emb, v_q, v_op, v_dims, v_where)
-        into v_vec using v_user, p_now, v_prefix, p_query_embedding, v_k * 2, v_k;
-      if cardinality(v_vec) < v_k then
+      v_emb := format('(v.embedding::public.%s(%s))', p_vector_type, v_dims);
+      v_exact := coalesce((memori._setting('store.search_exact_max') #>> '{}')::integer, 1000);
+      execute format('select array(select i.id from memori.store_items i where %s limit $4)', v_where)
+        into v_match using v_user, p_now, v_prefix, v_exact + 1;
+      if cardinality(v_match) <= v_exact then
         execute format('select coalesce(array_agg(item_id order by d, item_id), ''{}'') from ('
-                       'select v.item_id, min(%1$s operator(public.%3$s) %2$s) as d '
+                       'select v.item_id, min(%1$s operator(public.%3$s) %2$s) as d from memori.store_vectors v '
+                       'where v.user_id = $1 and v.item_id = any ($2) and public.vector_dims(v.embedding) = %4$s '
+                       'group by v.item_id order by 2, 1 limit $4) b',
+                       v_emb, format('($3::public.%s(%s))', p_vector_type, v_dims), v_op, v_dims)
+          into v_vec using v_user, v_match, p_query_embedding, v_k;
+      else
+        v_q := format('($4::public.%s(%s))', p_vector_type, v_dims);
+        execute format('select coalesce(array_agg(item_id order by d, item_id), ''{}'') from ('
+                       'select a.item_id, min(a.d) as d from ('
+                       'select v.item_id, %1$s operator(public.%3$s) %2$s as d '
                        'from memori.store_vectors v join memori.store_items i on i.user_id = v.user_id and i.id = v.item_id '
                        'where v.user_id = $1 and public.vector_dims(v.embedding) = %4$s and %5$s '
-                       'group by v.item_id order by 2, 1 limit $5) b',
+                       'order by %1$s operator(public.%3$s) %2$s limit $5) a '
+                       'group by a.item_id order by min(a.d), a.item_id limit $6) b',
                        v_emb, v_q, v_op, v_dims, v_where)
-          into v_vec using v_user, p_now, v_prefix, p_query_embedding, v_k;
+          into v_vec using v_user, p_now, v_prefix, p_query_embedding, v_k * 2, v_k;
+        if cardinality(v_vec) < v_k then
+          execute format('select coalesce(array_agg(item_id order by d, item_id), ''{}'') from ('
+                         'select v.item_id, min(%1$s operator(public.%3$s) %2$s) as d '
+                         'from memori.store_vectors v join memori.store_items i on i.user_id = v.user_id and i.id = v.item_id '
+                         'where v.user_id = $1 and public.vector_dims(v.embedding) = %4$s and %5$s '
+                         'group by v.item_id order by 2, 1 limit $5) b',
+                         v_emb, v_q, v_op, v_dims, v_where)
+            into v_vec using v_user, p_now, v_prefix, p_query_embedding, v_k;
+        end if;
       end if;
     end if;
 
