@@ -56,12 +56,14 @@ from pymemdb._sql import SqlFunction
 from pymemdb.db import Database
 from pymemdb.errors import CleanupAlreadyRunning, InvalidIndexConfig, wrap_exceptions
 from pymemdb.store import (
+    STORE_GET,
     STORE_GET_MANY,
     STORE_INDEX_ENSURE,
     STORE_LIST_NAMESPACES,
     STORE_PUT_MANY,
     STORE_SEARCH,
     StoreGetResult,
+    StoreItem,
     StoreNamespace,
     StoreSearchResult,
     vector_text,
@@ -216,6 +218,12 @@ class _MemoriStoreBase(BaseStore):
             else:  # pragma: no cover - BaseStore defines no other op
                 raise ValueError(f"unknown store operation {op!r}")
         for refresh, group in gets.items():
+            if len(group) == 1:  # the common single get: the plain function, no request array to unpack
+                i, op = group[0]
+                plan.calls.append((STORE_GET, {"p_user_id": self.user_id, "p_namespace": list(op.namespace),
+                                               "p_key": op.key, "p_refresh_ttl": refresh}))
+                plan.targets.append(("get1", i))
+                continue
             for start in range(0, len(group), GET_CHUNK):
                 chunk = group[start:start + GET_CHUNK]
                 plan.calls.append((STORE_GET_MANY, {
@@ -255,6 +263,10 @@ class _MemoriStoreBase(BaseStore):
                 for r in cast(list[StoreGetResult], found):
                     out[target[r.ord - 1]] = Item(value=r.value, key=r.key, namespace=tuple(r.namespace),
                                                   created_at=r.created_at, updated_at=r.updated_at)
+            elif kind == "get1":
+                for one in cast(list[StoreItem], found):
+                    out[target] = Item(value=one.value, key=one.key, namespace=tuple(one.namespace),
+                                       created_at=one.created_at, updated_at=one.updated_at)
             elif kind == "search":
                 index, vector = target
                 out[index] = [
