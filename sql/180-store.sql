@@ -27,8 +27,7 @@ comment on table memori.store_vectors is 'Embeddings of store items, one per ind
 
 insert into memori.settings (key, value, description) values
   ('store.search_candidates', '50', 'Each ranking of a store query search (full text, vectors) contributes at least this many candidates (and at least limit + offset) to the fusion.'),
-  ('store.search_exact_max', '1000', 'A store query search ranks vectors exactly when at most this many items match its namespace prefix and filter, else through the ANN index with an iterative scan (exact again when that comes back short).'),
-  ('store.text_search_config', '"english"', 'Text search configuration of store items'' full-text vectors and queries.')
+  ('store.search_exact_max', '1000', 'A store query search ranks vectors exactly when at most this many items match its namespace prefix and filter, else through the ANN index with an iterative scan (exact again when that comes back short).')
 on conflict (key) do nothing;
 
 -------------------------------------------------------------------------------
@@ -60,15 +59,7 @@ $func$ language plpgsql immutable security invoker
 set search_path = pg_catalog, memori, pg_temp;
 comment on function memori._store_check_namespace(text[], boolean) is 'Raise PM121 unless the namespace is a one-dimensional array of non-empty labels (empty only when allowed).';
 
--------------------------------------------------------------------------------
--- _store_ts_config: the text search configuration of the store
-create or replace function memori._store_ts_config() returns regconfig
-as $func$
-  select coalesce((select value #>> '{}' from memori.settings where key = 'store.text_search_config'),
-                  'english')::regconfig
-$func$ language sql stable security invoker
-set search_path = pg_catalog, memori, pg_temp;
-comment on function memori._store_ts_config() is 'memori.settings store.text_search_config as a regconfig (default english).';
+drop function if exists memori._store_ts_config();
 
 -------------------------------------------------------------------------------
 -- _store_jsonpath: a LangGraph field path (a.b, a[*].b, a[0], a[-1]) as an SQL/JSON path
@@ -113,7 +104,7 @@ create or replace function memori._store_tsv(p_value jsonb, p_index text[], p_te
 returns tsvector
 as $func$
 declare
-  v_cfg  regconfig := memori._store_ts_config();
+  v_cfg  regconfig := 'english';
   v_tsv  tsvector;
   v_path text;
 begin
@@ -258,50 +249,11 @@ set search_path = pg_catalog, memori, pg_temp;
 comment on function memori._store_check_vector_config(text, text) is 'Raise PM122 unless the distance is cosine, l2 or inner_product and the vector type vector or halfvec.';
 
 -------------------------------------------------------------------------------
--- _store_upsert: write one item (the body of store_put and store_put_many)
-create or replace function memori._store_upsert(
-  p_user        text,
-  p_namespace   text[],
-  p_key         text,
-  p_value       jsonb,
-  p_ttl         interval,
-  p_tsv         tsvector,
-  p_fields      text[],
-  p_embeddings  text[],
-  p_now         timestamptz
-) returns memori.store_item
-as $func$
-declare
-  v_item    memori.store_item;
-  v_id      bigint;
-  v_updated boolean;
-begin
-  insert into memori.store_items as s (user_id, namespace, key, value, created_at, updated_at, expires_at, ttl, search_tsv)
-  values (p_user, p_namespace, p_key, p_value, p_now, p_now, p_now + p_ttl, p_ttl, p_tsv)
-  on conflict (user_id, namespace, key) do update
-     set value = excluded.value,
-         -- an expired item the cleaner has not reached yet is replaced, not continued
-         created_at = case when s.expires_at <= p_now then excluded.created_at else s.created_at end,
-         updated_at = excluded.updated_at, expires_at = excluded.expires_at, ttl = excluded.ttl,
-         search_tsv = excluded.search_tsv
-  returning s.namespace, s.key, s.value, s.created_at, s.updated_at, s.expires_at, s.ttl, s.id, (s.xmax <> 0)
-       into v_item.namespace, v_item.key, v_item.value, v_item.created_at, v_item.updated_at, v_item.expires_at,
-            v_item.ttl, v_id, v_updated;
-  if v_updated then
-    delete from memori.store_vectors v where v.user_id = p_user and v.item_id = v_id;
-  end if;
-  if cardinality(p_fields) > 0 then
-    insert into memori.store_vectors (user_id, item_id, field, embedding)
-    select p_user, v_id, f.field, f.embedding::public.vector
-      from unnest(p_fields, p_embeddings) f(field, embedding)
-     where f.field is not null and f.embedding is not null
-    on conflict (user_id, item_id, field) do update set embedding = excluded.embedding;
-  end if;
-  return v_item;
-end
-$func$ language plpgsql volatile security invoker
-set search_path = pg_catalog, memori, pg_temp;
-comment on function memori._store_upsert(text, text[], text, jsonb, interval, tsvector, text[], text[], timestamptz) is 'Upsert one store item and replace its embeddings (no checks: store_put and store_put_many validate).';
+-- The hot paths (store_put, store_put_many, store_get) inline the acting-user
+-- and namespace checks and the item write: a nested call of a function with a
+-- pinned search_path costs as much as the write itself. The helpers run only
+-- to raise their error (or for field paths).
+drop function if exists memori._store_upsert(text, text[], text, jsonb, interval, tsvector, text[], text[], timestamptz);
 
 -------------------------------------------------------------------------------
 -- store_put: upsert one item
@@ -319,9 +271,21 @@ create or replace function memori.store_put(
 ) returns memori.store_item
 as $func$
 declare
-  v_user text := memori._acting_user(p_user_id);
+  v_set     text := nullif(current_setting('memori.user_id', true), '');
+  v_user    text := p_user_id;
+  v_tsv     tsvector;
+  v_item    memori.store_item;
+  v_id      bigint;
+  v_updated boolean;
 begin
-  perform memori._store_check_namespace(p_namespace);
+  if p_user_id is null or (v_set is not null and v_set <> p_user_id) or btrim(p_user_id) = ''
+     or length(p_user_id) > 256 or p_user_id ~ '[[:cntrl:]]' then
+    v_user := memori._acting_user(p_user_id);
+  end if;
+  if p_namespace is null or cardinality(p_namespace) = 0 or array_position(p_namespace, null) is not null
+     or array_position(p_namespace, '') is not null or array_ndims(p_namespace) > 1 then
+    perform memori._store_check_namespace(p_namespace);
+  end if;
   if p_key is null then
     perform memori._invalid('store key must not be NULL', 'Pass p_key => ''my-key''.');
   end if;
@@ -334,8 +298,38 @@ begin
   if cardinality(coalesce(p_fields, '{}')) <> cardinality(coalesce(p_embeddings, '{}')) then
     perform memori._invalid('p_fields and p_embeddings differ in length', 'Pass one embedding per indexed field.');
   end if;
-  return memori._store_upsert(v_user, p_namespace, p_key, p_value, p_ttl, memori._store_tsv(p_value, p_index, p_text),
-                               p_fields, p_embeddings::text[], p_now);
+  if p_index is null or cardinality(p_index) > 0 then
+    if p_text is not null then
+      v_tsv := to_tsvector('english'::regconfig, p_text);
+    elsif p_index is null or '$' = any (p_index) then
+      v_tsv := jsonb_to_tsvector('english'::regconfig,
+                                 p_value, '["string"]');
+    else
+      v_tsv := memori._store_tsv(p_value, p_index);
+    end if;
+  end if;
+  insert into memori.store_items as s (user_id, namespace, key, value, created_at, updated_at, expires_at, ttl, search_tsv)
+  values (v_user, p_namespace, p_key, p_value, p_now, p_now, p_now + p_ttl, p_ttl, v_tsv)
+  on conflict (user_id, namespace, key) do update
+     set value = excluded.value,
+         -- an expired item the cleaner has not reached yet is replaced, not continued
+         created_at = case when s.expires_at <= p_now then excluded.created_at else s.created_at end,
+         updated_at = excluded.updated_at, expires_at = excluded.expires_at, ttl = excluded.ttl,
+         search_tsv = excluded.search_tsv
+  returning s.namespace, s.key, s.value, s.created_at, s.updated_at, s.expires_at, s.ttl, s.id, (s.xmax <> 0)
+       into v_item.namespace, v_item.key, v_item.value, v_item.created_at, v_item.updated_at, v_item.expires_at,
+            v_item.ttl, v_id, v_updated;
+  if v_updated then
+    delete from memori.store_vectors v where v.user_id = v_user and v.item_id = v_id;
+  end if;
+  if cardinality(p_fields) > 0 then
+    insert into memori.store_vectors (user_id, item_id, field, embedding)
+    select v_user, v_id, f.field, f.embedding
+      from unnest(p_fields, p_embeddings) f(field, embedding)
+     where f.field is not null and f.embedding is not null
+    on conflict (user_id, item_id, field) do update set embedding = excluded.embedding;
+  end if;
+  return v_item;
 end
 $func$ language plpgsql volatile security invoker
 set search_path = pg_catalog, memori, pg_temp;
@@ -354,16 +348,20 @@ create or replace function memori.store_put_many(
 ) returns bigint
 as $func$
 declare
-  v_user  text := memori._acting_user(p_user_id);
-  v_it    record;
-  v_n     bigint := 0;
+  v_user    text := memori._acting_user(p_user_id);
+  v_cfg     regconfig := 'english'::regconfig;
+  v_it      record;
+  v_n       bigint := 0;
+  v_tsv     tsvector;
+  v_id      bigint;
+  v_updated boolean;
 begin
   if p_items is null or jsonb_typeof(p_items) <> 'array' then
     perform memori._invalid('p_items must be a JSON array', 'Pass [{"namespace": ["a"], "key": "k", "value": {...}}, ...].');
   end if;
   for v_it in
     select distinct on (s.ns, s.key) s.*
-      from (select memori._store_check_namespace(array(select jsonb_array_elements_text(e.x -> 'namespace'))) as ns,
+      from (select array(select jsonb_array_elements_text(e.x -> 'namespace')) as ns,
                    e.x ->> 'key' as key, e.x -> 'value' as value,
                    case when jsonb_typeof(e.x -> 'ttl_seconds') = 'number'
                         then make_interval(secs => (e.x ->> 'ttl_seconds')::double precision) end as ttl,
@@ -372,11 +370,14 @@ begin
                         when 'boolean' then case when (e.x -> 'index')::boolean then null else '{}'::text[] end
                    end as idx,
                    e.x ->> 'text' as txt,
-                   e.x -> 'vectors' as vectors,
+                   case when jsonb_typeof(e.x -> 'vectors') = 'object' then e.x -> 'vectors' end as vectors,
                    e.ord
               from jsonb_array_elements(p_items) with ordinality e(x, ord)) s
      order by s.ns, s.key, s.ord desc
   loop
+    if cardinality(v_it.ns) = 0 or array_position(v_it.ns, '') is not null then
+      perform memori._store_check_namespace(v_it.ns);
+    end if;
     if v_it.key is null then
       perform memori._invalid('store key must not be NULL', 'Every item needs a "key".');
     end if;
@@ -386,11 +387,29 @@ begin
       if v_it.ttl is not null and v_it.ttl <= interval '0' then
         perform memori._invalid(format('ttl %s is not positive', v_it.ttl), 'Pass a positive ttl_seconds, or null.');
       end if;
-      perform memori._store_upsert(
-        v_user, v_it.ns, v_it.key, v_it.value, v_it.ttl, memori._store_tsv(v_it.value, v_it.idx, v_it.txt),
-        array(select f.key from jsonb_each(v_it.vectors) f where jsonb_typeof(v_it.vectors) = 'object' order by f.key),
-        array(select f.value::text from jsonb_each(v_it.vectors) f where jsonb_typeof(v_it.vectors) = 'object' order by f.key),
-        p_now);
+      v_tsv := case when v_it.idx is not null and cardinality(v_it.idx) = 0 then null
+                    when v_it.txt is not null then to_tsvector(v_cfg, v_it.txt)
+                    when v_it.idx is null or '$' = any (v_it.idx) then jsonb_to_tsvector(v_cfg, v_it.value, '["string"]')
+                    else memori._store_tsv(v_it.value, v_it.idx) end;
+      insert into memori.store_items as s (user_id, namespace, key, value, created_at, updated_at, expires_at, ttl,
+                                           search_tsv)
+      values (v_user, v_it.ns, v_it.key, v_it.value, p_now, p_now, p_now + v_it.ttl, v_it.ttl, v_tsv)
+      on conflict (user_id, namespace, key) do update
+         set value = excluded.value,
+             created_at = case when s.expires_at <= p_now then excluded.created_at else s.created_at end,
+             updated_at = excluded.updated_at, expires_at = excluded.expires_at, ttl = excluded.ttl,
+             search_tsv = excluded.search_tsv
+      returning s.id, (s.xmax <> 0) into v_id, v_updated;
+      if v_updated then
+        delete from memori.store_vectors v where v.user_id = v_user and v.item_id = v_id;
+      end if;
+      if v_it.vectors is not null then
+        insert into memori.store_vectors (user_id, item_id, field, embedding)
+        select v_user, v_id, f.key, f.value::text::public.vector
+          from jsonb_each(v_it.vectors) f
+         where jsonb_typeof(f.value) = 'array'
+        on conflict (user_id, item_id, field) do update set embedding = excluded.embedding;
+      end if;
     end if;
     v_n := v_n + 1;
   end loop;
@@ -411,10 +430,14 @@ create or replace function memori.store_get(
 ) returns setof memori.store_item
 as $func$
 declare
-  v_user text := memori._acting_user(p_user_id);
+  v_set  text := nullif(current_setting('memori.user_id', true), '');
+  v_user text := p_user_id;
   v_row  memori.store_item;
   v_id   bigint;
 begin
+  if p_user_id is null or (v_set is not null and v_set <> p_user_id) then
+    v_user := memori._acting_user(p_user_id);
+  end if;
   select i.namespace, i.key, i.value, i.created_at, i.updated_at, i.expires_at, i.ttl, i.id
     into v_row.namespace, v_row.key, v_row.value, v_row.created_at, v_row.updated_at, v_row.expires_at, v_row.ttl, v_id
     from memori.store_items i
@@ -688,7 +711,7 @@ begin
     return;
   end if;
   v_tsq := case when nullif(btrim(coalesce(p_query, '')), '') is not null
-                then websearch_to_tsquery(memori._store_ts_config(), left(p_query, 10000)) end;
+                then websearch_to_tsquery('english'::regconfig, left(p_query, 10000)) end;
 
   if (v_tsq is null or numnode(v_tsq) = 0) and p_query_embedding is null then
     -- no query: newest first
