@@ -29,6 +29,7 @@ import threading
 from collections.abc import AsyncIterator, Iterable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any, Literal, cast
 
 import psycopg
@@ -60,6 +61,7 @@ from pymemdb.store import (
     STORE_GET_MANY,
     STORE_INDEX_ENSURE,
     STORE_LIST_NAMESPACES,
+    STORE_PUT,
     STORE_PUT_MANY,
     STORE_SEARCH,
     StoreGetResult,
@@ -231,6 +233,10 @@ class _MemoriStoreBase(BaseStore):
                     "p_keys": [op.key for _, op in chunk], "p_refresh_ttl": refresh}))
                 plan.targets.append(("get", [i for i, _ in chunk]))
         items = [self._put_item(op, vectors) for op in _dedupe_puts(puts)]
+        if len(items) == 1 and items[0]["value"] is not None:  # the common single put: the plain function
+            plan.calls.append((STORE_PUT, self._put_args(items[0])))
+            plan.targets.append(("put", None))
+            return plan
         for start in range(0, len(items), PUT_CHUNK):
             chunk_items = Jsonb(items[start:start + PUT_CHUNK])
             plan.calls.append((STORE_PUT_MANY, {"p_user_id": self.user_id, "p_items": chunk_items}))
@@ -255,6 +261,23 @@ class _MemoriStoreBase(BaseStore):
             if self.index_config:
                 item["vectors"] = {name: vectors[text] for name, text in fields if text in vectors}
         return item
+
+    def _put_args(self, item: dict[str, Any]) -> dict[str, Any]:
+        """store_put's arguments for one store_put_many item."""
+        args: dict[str, Any] = {"p_user_id": self.user_id, "p_namespace": item["namespace"], "p_key": item["key"],
+                                "p_value": Jsonb(item["value"])}
+        if "ttl_seconds" in item:
+            args["p_ttl"] = timedelta(seconds=item["ttl_seconds"])
+        if item.get("index") is False:
+            args["p_index"] = []
+        elif "index" in item:
+            args["p_index"] = item["index"]
+        if "text" in item:
+            args["p_text"] = item["text"]
+        if item.get("vectors"):
+            args["p_fields"] = list(item["vectors"])
+            args["p_embeddings"] = [vector_text(v) for v in item["vectors"].values()]
+        return args
 
     def _results(self, ops: list[Op], plan: _Plan, rows: list[Any]) -> list[Result]:
         out: list[Result] = [None] * len(ops)
