@@ -355,6 +355,18 @@ def bench_lifecycle(
     _bench("lifecycle", dsn, rows, seed, as_json)
 
 
+@bench_app.command("store")
+@handle_errors
+def bench_store(
+    rows: RowsOption = 20_000, dsn: DsnOption = None, as_json: JsonOption = False, seed: SeedOption = 1
+) -> None:
+    r"""MemoriStore vs. LangGraph's PostgresStore: put, get, filtered and 1 % vector search, namespaces, storage.
+
+    Needs the bench extra: pip install 'pymemdb\[bench]'.
+    """
+    _bench("store", dsn, rows, seed, as_json)
+
+
 @bench_app.command("ttl")
 @handle_errors
 def bench_ttl(

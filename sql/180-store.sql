@@ -27,7 +27,7 @@ comment on table memori.store_vectors is 'Embeddings of store items, one per ind
 
 insert into memori.settings (key, value, description) values
   ('store.search_candidates', '50', 'Each ranking of a store query search (full text, vectors) contributes at least this many candidates (and at least limit + offset) to the fusion.'),
-  ('store.text_search_config', '"english"', 'Text search configuration of store items'' full-text vectors and queries.')
+  ('store.search_exact_max', '1000', 'A store query search ranks vectors exactly when at most this many items match its namespace prefix and filter, else through the ANN index with an iterative scan (exact again when that comes back short).')
 on conflict (key) do nothing;
 
 -------------------------------------------------------------------------------
@@ -59,15 +59,7 @@ $func$ language plpgsql immutable security invoker
 set search_path = pg_catalog, memori, pg_temp;
 comment on function memori._store_check_namespace(text[], boolean) is 'Raise PM121 unless the namespace is a one-dimensional array of non-empty labels (empty only when allowed).';
 
--------------------------------------------------------------------------------
--- _store_ts_config: the text search configuration of the store
-create or replace function memori._store_ts_config() returns regconfig
-as $func$
-  select coalesce((select value #>> '{}' from memori.settings where key = 'store.text_search_config'),
-                  'english')::regconfig
-$func$ language sql stable security invoker
-set search_path = pg_catalog, memori, pg_temp;
-comment on function memori._store_ts_config() is 'memori.settings store.text_search_config as a regconfig (default english).';
+drop function if exists memori._store_ts_config();
 
 -------------------------------------------------------------------------------
 -- _store_jsonpath: a LangGraph field path (a.b, a[*].b, a[0], a[-1]) as an SQL/JSON path
@@ -112,7 +104,7 @@ create or replace function memori._store_tsv(p_value jsonb, p_index text[], p_te
 returns tsvector
 as $func$
 declare
-  v_cfg  regconfig := memori._store_ts_config();
+  v_cfg  regconfig := 'english';
   v_tsv  tsvector;
   v_path text;
 begin
@@ -257,50 +249,11 @@ set search_path = pg_catalog, memori, pg_temp;
 comment on function memori._store_check_vector_config(text, text) is 'Raise PM122 unless the distance is cosine, l2 or inner_product and the vector type vector or halfvec.';
 
 -------------------------------------------------------------------------------
--- _store_upsert: write one item (the body of store_put and store_put_many)
-create or replace function memori._store_upsert(
-  p_user        text,
-  p_namespace   text[],
-  p_key         text,
-  p_value       jsonb,
-  p_ttl         interval,
-  p_tsv         tsvector,
-  p_fields      text[],
-  p_embeddings  text[],
-  p_now         timestamptz
-) returns memori.store_item
-as $func$
-declare
-  v_item    memori.store_item;
-  v_id      bigint;
-  v_updated boolean;
-begin
-  insert into memori.store_items as s (user_id, namespace, key, value, created_at, updated_at, expires_at, ttl, search_tsv)
-  values (p_user, p_namespace, p_key, p_value, p_now, p_now, p_now + p_ttl, p_ttl, p_tsv)
-  on conflict (user_id, namespace, key) do update
-     set value = excluded.value,
-         -- an expired item the cleaner has not reached yet is replaced, not continued
-         created_at = case when s.expires_at <= p_now then excluded.created_at else s.created_at end,
-         updated_at = excluded.updated_at, expires_at = excluded.expires_at, ttl = excluded.ttl,
-         search_tsv = excluded.search_tsv
-  returning s.namespace, s.key, s.value, s.created_at, s.updated_at, s.expires_at, s.ttl, s.id, (s.xmax <> 0)
-       into v_item.namespace, v_item.key, v_item.value, v_item.created_at, v_item.updated_at, v_item.expires_at,
-            v_item.ttl, v_id, v_updated;
-  if v_updated then
-    delete from memori.store_vectors v where v.user_id = p_user and v.item_id = v_id;
-  end if;
-  if cardinality(p_fields) > 0 then
-    insert into memori.store_vectors (user_id, item_id, field, embedding)
-    select p_user, v_id, f.field, f.embedding::public.vector
-      from unnest(p_fields, p_embeddings) f(field, embedding)
-     where f.field is not null and f.embedding is not null
-    on conflict (user_id, item_id, field) do update set embedding = excluded.embedding;
-  end if;
-  return v_item;
-end
-$func$ language plpgsql volatile security invoker
-set search_path = pg_catalog, memori, pg_temp;
-comment on function memori._store_upsert(text, text[], text, jsonb, interval, tsvector, text[], text[], timestamptz) is 'Upsert one store item and replace its embeddings (no checks: store_put and store_put_many validate).';
+-- The hot paths (store_put, store_put_many, store_get) inline the acting-user
+-- and namespace checks and the item write: a nested call of a function with a
+-- pinned search_path costs as much as the write itself. The helpers run only
+-- to raise their error (or for field paths).
+drop function if exists memori._store_upsert(text, text[], text, jsonb, interval, tsvector, text[], text[], timestamptz);
 
 -------------------------------------------------------------------------------
 -- store_put: upsert one item
@@ -318,9 +271,21 @@ create or replace function memori.store_put(
 ) returns memori.store_item
 as $func$
 declare
-  v_user text := memori._acting_user(p_user_id);
+  v_set     text := nullif(current_setting('memori.user_id', true), '');
+  v_user    text := p_user_id;
+  v_tsv     tsvector;
+  v_item    memori.store_item;
+  v_id      bigint;
+  v_updated boolean;
 begin
-  perform memori._store_check_namespace(p_namespace);
+  if p_user_id is null or (v_set is not null and v_set <> p_user_id) or btrim(p_user_id) = ''
+     or length(p_user_id) > 256 or p_user_id ~ '[[:cntrl:]]' then
+    v_user := memori._acting_user(p_user_id);
+  end if;
+  if p_namespace is null or cardinality(p_namespace) = 0 or array_position(p_namespace, null) is not null
+     or array_position(p_namespace, '') is not null or array_ndims(p_namespace) > 1 then
+    perform memori._store_check_namespace(p_namespace);
+  end if;
   if p_key is null then
     perform memori._invalid('store key must not be NULL', 'Pass p_key => ''my-key''.');
   end if;
@@ -333,8 +298,38 @@ begin
   if cardinality(coalesce(p_fields, '{}')) <> cardinality(coalesce(p_embeddings, '{}')) then
     perform memori._invalid('p_fields and p_embeddings differ in length', 'Pass one embedding per indexed field.');
   end if;
-  return memori._store_upsert(v_user, p_namespace, p_key, p_value, p_ttl, memori._store_tsv(p_value, p_index, p_text),
-                               p_fields, p_embeddings::text[], p_now);
+  if p_index is null or cardinality(p_index) > 0 then
+    if p_text is not null then
+      v_tsv := to_tsvector('english'::regconfig, p_text);
+    elsif p_index is null or '$' = any (p_index) then
+      v_tsv := jsonb_to_tsvector('english'::regconfig,
+                                 p_value, '["string"]');
+    else
+      v_tsv := memori._store_tsv(p_value, p_index);
+    end if;
+  end if;
+  insert into memori.store_items as s (user_id, namespace, key, value, created_at, updated_at, expires_at, ttl, search_tsv)
+  values (v_user, p_namespace, p_key, p_value, p_now, p_now, p_now + p_ttl, p_ttl, v_tsv)
+  on conflict (user_id, namespace, key) do update
+     set value = excluded.value,
+         -- an expired item the cleaner has not reached yet is replaced, not continued
+         created_at = case when s.expires_at <= p_now then excluded.created_at else s.created_at end,
+         updated_at = excluded.updated_at, expires_at = excluded.expires_at, ttl = excluded.ttl,
+         search_tsv = excluded.search_tsv
+  returning s.namespace, s.key, s.value, s.created_at, s.updated_at, s.expires_at, s.ttl, s.id, (s.xmax <> 0)
+       into v_item.namespace, v_item.key, v_item.value, v_item.created_at, v_item.updated_at, v_item.expires_at,
+            v_item.ttl, v_id, v_updated;
+  if v_updated then
+    delete from memori.store_vectors v where v.user_id = v_user and v.item_id = v_id;
+  end if;
+  if cardinality(p_fields) > 0 then
+    insert into memori.store_vectors (user_id, item_id, field, embedding)
+    select v_user, v_id, f.field, f.embedding
+      from unnest(p_fields, p_embeddings) f(field, embedding)
+     where f.field is not null and f.embedding is not null
+    on conflict (user_id, item_id, field) do update set embedding = excluded.embedding;
+  end if;
+  return v_item;
 end
 $func$ language plpgsql volatile security invoker
 set search_path = pg_catalog, memori, pg_temp;
@@ -353,16 +348,20 @@ create or replace function memori.store_put_many(
 ) returns bigint
 as $func$
 declare
-  v_user  text := memori._acting_user(p_user_id);
-  v_it    record;
-  v_n     bigint := 0;
+  v_user    text := memori._acting_user(p_user_id);
+  v_cfg     regconfig := 'english'::regconfig;
+  v_it      record;
+  v_n       bigint := 0;
+  v_tsv     tsvector;
+  v_id      bigint;
+  v_updated boolean;
 begin
   if p_items is null or jsonb_typeof(p_items) <> 'array' then
     perform memori._invalid('p_items must be a JSON array', 'Pass [{"namespace": ["a"], "key": "k", "value": {...}}, ...].');
   end if;
   for v_it in
     select distinct on (s.ns, s.key) s.*
-      from (select memori._store_check_namespace(array(select jsonb_array_elements_text(e.x -> 'namespace'))) as ns,
+      from (select array(select jsonb_array_elements_text(e.x -> 'namespace')) as ns,
                    e.x ->> 'key' as key, e.x -> 'value' as value,
                    case when jsonb_typeof(e.x -> 'ttl_seconds') = 'number'
                         then make_interval(secs => (e.x ->> 'ttl_seconds')::double precision) end as ttl,
@@ -371,11 +370,14 @@ begin
                         when 'boolean' then case when (e.x -> 'index')::boolean then null else '{}'::text[] end
                    end as idx,
                    e.x ->> 'text' as txt,
-                   e.x -> 'vectors' as vectors,
+                   case when jsonb_typeof(e.x -> 'vectors') = 'object' then e.x -> 'vectors' end as vectors,
                    e.ord
               from jsonb_array_elements(p_items) with ordinality e(x, ord)) s
      order by s.ns, s.key, s.ord desc
   loop
+    if cardinality(v_it.ns) = 0 or array_position(v_it.ns, '') is not null then
+      perform memori._store_check_namespace(v_it.ns);
+    end if;
     if v_it.key is null then
       perform memori._invalid('store key must not be NULL', 'Every item needs a "key".');
     end if;
@@ -385,11 +387,29 @@ begin
       if v_it.ttl is not null and v_it.ttl <= interval '0' then
         perform memori._invalid(format('ttl %s is not positive', v_it.ttl), 'Pass a positive ttl_seconds, or null.');
       end if;
-      perform memori._store_upsert(
-        v_user, v_it.ns, v_it.key, v_it.value, v_it.ttl, memori._store_tsv(v_it.value, v_it.idx, v_it.txt),
-        array(select f.key from jsonb_each(v_it.vectors) f where jsonb_typeof(v_it.vectors) = 'object' order by f.key),
-        array(select f.value::text from jsonb_each(v_it.vectors) f where jsonb_typeof(v_it.vectors) = 'object' order by f.key),
-        p_now);
+      v_tsv := case when v_it.idx is not null and cardinality(v_it.idx) = 0 then null
+                    when v_it.txt is not null then to_tsvector(v_cfg, v_it.txt)
+                    when v_it.idx is null or '$' = any (v_it.idx) then jsonb_to_tsvector(v_cfg, v_it.value, '["string"]')
+                    else memori._store_tsv(v_it.value, v_it.idx) end;
+      insert into memori.store_items as s (user_id, namespace, key, value, created_at, updated_at, expires_at, ttl,
+                                           search_tsv)
+      values (v_user, v_it.ns, v_it.key, v_it.value, p_now, p_now, p_now + v_it.ttl, v_it.ttl, v_tsv)
+      on conflict (user_id, namespace, key) do update
+         set value = excluded.value,
+             created_at = case when s.expires_at <= p_now then excluded.created_at else s.created_at end,
+             updated_at = excluded.updated_at, expires_at = excluded.expires_at, ttl = excluded.ttl,
+             search_tsv = excluded.search_tsv
+      returning s.id, (s.xmax <> 0) into v_id, v_updated;
+      if v_updated then
+        delete from memori.store_vectors v where v.user_id = v_user and v.item_id = v_id;
+      end if;
+      if v_it.vectors is not null then
+        insert into memori.store_vectors (user_id, item_id, field, embedding)
+        select v_user, v_id, f.key, f.value::text::public.vector
+          from jsonb_each(v_it.vectors) f
+         where jsonb_typeof(f.value) = 'array'
+        on conflict (user_id, item_id, field) do update set embedding = excluded.embedding;
+      end if;
     end if;
     v_n := v_n + 1;
   end loop;
@@ -410,10 +430,14 @@ create or replace function memori.store_get(
 ) returns setof memori.store_item
 as $func$
 declare
-  v_user text := memori._acting_user(p_user_id);
+  v_set  text := nullif(current_setting('memori.user_id', true), '');
+  v_user text := p_user_id;
   v_row  memori.store_item;
   v_id   bigint;
 begin
+  if p_user_id is null or (v_set is not null and v_set <> p_user_id) then
+    v_user := memori._acting_user(p_user_id);
+  end if;
   select i.namespace, i.key, i.value, i.created_at, i.updated_at, i.expires_at, i.ttl, i.id
     into v_row.namespace, v_row.key, v_row.value, v_row.created_at, v_row.updated_at, v_row.expires_at, v_row.ttl, v_id
     from memori.store_items i
@@ -592,12 +616,17 @@ declare
   v_max  integer;
 begin
   perform memori._store_check_vector_config(p_distance, p_vector_type);
-  if p_method is null or p_method not in ('hnsw', 'ivfflat', 'flat') then
+  if p_method is null or p_method not in ('hnsw', 'ivfflat', 'flat', 'text') then
     raise exception 'unknown ANN index kind %', coalesce(quote_literal(p_method), 'NULL')
-      using errcode = 'PM122', hint = 'Use hnsw, ivfflat or flat (exact search, no index).';
+      using errcode = 'PM122', hint = 'Use hnsw, ivfflat or flat (exact search, no index); text for the full-text GIN index.';
+  end if;
+  if p_method = 'text' then
+    create index if not exists idx_store_items_search_tsv on memori.store_items using gin (search_tsv)
+     where search_tsv is not null;
+    return 'idx_store_items_search_tsv';
   end if;
   v_max := (case p_vector_type when 'halfvec' then 4000 else 2000 end);
-  if p_dims is null or p_dims < 1 or p_dims > v_max then
+  if p_method <> 'text' and (p_dims is null or p_dims < 1 or p_dims > v_max) then
     raise exception 'dimension % cannot be indexed as %', coalesce(p_dims::text, 'NULL'), p_vector_type
       using errcode = 'PM122', hint = 'Index up to 2,000 dimensions as vector or 4,000 as halfvec.';
   end if;
@@ -620,7 +649,7 @@ begin
 end
 $func$ language plpgsql volatile security invoker
 set search_path = pg_catalog, memori, pg_temp;
-comment on function memori.store_index_ensure(integer, text, text, text, jsonb) is 'Create (if missing) the ANN index of a store configuration: dimension, distance (cosine, l2, inner_product), vector type (vector, halfvec), kind (hnsw, ivfflat; flat = none); returns its name. Owner only.';
+comment on function memori.store_index_ensure(integer, text, text, text, jsonb) is 'Create (if missing) the ANN index of a store configuration: dimension, distance (cosine, l2, inner_product), vector type (vector, halfvec), kind (hnsw, ivfflat; flat = none; text = the full-text GIN index, dimension ignored); returns its name. Owner only.';
 
 -------------------------------------------------------------------------------
 -- store_search: items under a namespace prefix, filtered, optionally ranked by a query
@@ -662,6 +691,8 @@ declare
   v_q      text;
   v_op     text;
   v_page   bigint[];
+  v_exact  integer;
+  v_match  bigint[];
 begin
   perform memori._store_check_namespace(v_prefix, true);
   perform memori._store_check_vector_config(p_distance, p_vector_type);
@@ -680,7 +711,7 @@ begin
     return;
   end if;
   v_tsq := case when nullif(btrim(coalesce(p_query, '')), '') is not null
-                then websearch_to_tsquery(memori._store_ts_config(), left(p_query, 10000)) end;
+                then websearch_to_tsquery('english'::regconfig, left(p_query, 10000)) end;
 
   if (v_tsq is null or numnode(v_tsq) = 0) and p_query_embedding is null then
     -- no query: newest first
@@ -699,32 +730,46 @@ begin
         into v_ft using v_user, p_now, v_prefix, v_tsq, v_k;
     end if;
 
-    -- ranking 2: vector distance, best field per item. Through the ANN index
-    -- of this dimension with an iterative scan (the filter applies during the
-    -- scan, which goes on until enough rows pass); exactly when it comes back
-    -- short (hnsw.max_scan_tuples reached, fewer embedded items than v_k).
+    -- ranking 2: vector distance, best field per item. Exactly when at most
+    -- store.search_exact_max items match the prefix and filter (one pass finds
+    -- them; their embeddings are read by key). Else through the ANN index of
+    -- this dimension with an iterative scan (the filter applies during the
+    -- scan, which goes on until enough rows pass), and exactly over every
+    -- match when that comes back short (hnsw.max_scan_tuples reached).
     if p_query_embedding is not null then
       v_dims := public.vector_dims(p_query_embedding);
-      v_emb := format('(v.embedding::public.%s(%s))', p_vector_type, v_dims);
-      v_q := format('($4::public.%s(%s))', p_vector_type, v_dims);
       v_op := case p_distance when 'cosine' then '<=>' when 'l2' then '<->' else '<#>' end;
-      execute format('select coalesce(array_agg(item_id order by d, item_id), ''{}'') from ('
-                     'select a.item_id, min(a.d) as d from ('
-                     'select v.item_id, %1$s operator(public.%3$s) %2$s as d '
-                     'from memori.store_vectors v join memori.store_items i on i.user_id = v.user_id and i.id = v.item_id '
-                     'where v.user_id = $1 and public.vector_dims(v.embedding) = %4$s and %5$s '
-                     'order by %1$s operator(public.%3$s) %2$s limit $5) a '
-                     'group by a.item_id order by min(a.d), a.item_id limit $6) b',
-                     v_emb, v_q, v_op, v_dims, v_where)
-        into v_vec using v_user, p_now, v_prefix, p_query_embedding, v_k * 2, v_k;
-      if cardinality(v_vec) < v_k then
+      v_emb := format('(v.embedding::public.%s(%s))', p_vector_type, v_dims);
+      v_exact := coalesce((memori._setting('store.search_exact_max') #>> '{}')::integer, 1000);
+      execute format('select array(select i.id from memori.store_items i where %s limit $4)', v_where)
+        into v_match using v_user, p_now, v_prefix, v_exact + 1;
+      if cardinality(v_match) <= v_exact then
         execute format('select coalesce(array_agg(item_id order by d, item_id), ''{}'') from ('
-                       'select v.item_id, min(%1$s operator(public.%3$s) %2$s) as d '
+                       'select v.item_id, min(%1$s operator(public.%3$s) %2$s) as d from memori.store_vectors v '
+                       'where v.user_id = $1 and v.item_id = any ($2) and public.vector_dims(v.embedding) = %4$s '
+                       'group by v.item_id order by 2, 1 limit $4) b',
+                       v_emb, format('($3::public.%s(%s))', p_vector_type, v_dims), v_op, v_dims)
+          into v_vec using v_user, v_match, p_query_embedding, v_k;
+      else
+        v_q := format('($4::public.%s(%s))', p_vector_type, v_dims);
+        execute format('select coalesce(array_agg(item_id order by d, item_id), ''{}'') from ('
+                       'select a.item_id, min(a.d) as d from ('
+                       'select v.item_id, %1$s operator(public.%3$s) %2$s as d '
                        'from memori.store_vectors v join memori.store_items i on i.user_id = v.user_id and i.id = v.item_id '
                        'where v.user_id = $1 and public.vector_dims(v.embedding) = %4$s and %5$s '
-                       'group by v.item_id order by 2, 1 limit $5) b',
+                       'order by %1$s operator(public.%3$s) %2$s limit $5) a '
+                       'group by a.item_id order by min(a.d), a.item_id limit $6) b',
                        v_emb, v_q, v_op, v_dims, v_where)
-          into v_vec using v_user, p_now, v_prefix, p_query_embedding, v_k;
+          into v_vec using v_user, p_now, v_prefix, p_query_embedding, v_k * 2, v_k;
+        if cardinality(v_vec) < v_k then
+          execute format('select coalesce(array_agg(item_id order by d, item_id), ''{}'') from ('
+                         'select v.item_id, min(%1$s operator(public.%3$s) %2$s) as d '
+                         'from memori.store_vectors v join memori.store_items i on i.user_id = v.user_id and i.id = v.item_id '
+                         'where v.user_id = $1 and public.vector_dims(v.embedding) = %4$s and %5$s '
+                         'group by v.item_id order by 2, 1 limit $5) b',
+                         v_emb, v_q, v_op, v_dims, v_where)
+            into v_vec using v_user, p_now, v_prefix, p_query_embedding, v_k;
+        end if;
       end if;
     end if;
 

@@ -288,7 +288,6 @@ begin
   revoke execute on function
     memori.store_put(text, text[], text, jsonb, interval, text[], timestamptz, text, text[], public.vector[]),
     memori.store_put_many(text, jsonb, timestamptz),
-    memori._store_upsert(text, text[], text, jsonb, interval, tsvector, text[], text[], timestamptz),
     memori.store_get(text, text[], text, boolean, timestamptz),
     memori.store_get_many(text, jsonb, text[], boolean, timestamptz),
     memori.store_delete(text, text[], text),

@@ -44,8 +44,9 @@ def upgrade() -> None:
           check ((ttl is null) = (expires_at is null))
         );
         create index idx_store_items_expires_at on memori.store_items (expires_at) where expires_at is not null;
-        create index idx_store_items_search_tsv on memori.store_items using gin (search_tsv)
-          where search_tsv is not null;
+        -- no GIN index on search_tsv by default: a search ranks the items under its namespace
+        -- prefix and filter, and the index would cost about a third of the table
+        -- (memori.store_index_ensure(p_method => 'text') creates it for very large namespaces)
 
         -- one embedding per indexed field of an item; deleted with the item
         create table memori.store_vectors (

@@ -29,6 +29,7 @@ import threading
 from collections.abc import AsyncIterator, Iterable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any, Literal, cast
 
 import psycopg
@@ -56,12 +57,15 @@ from pymemdb._sql import SqlFunction
 from pymemdb.db import Database
 from pymemdb.errors import CleanupAlreadyRunning, InvalidIndexConfig, wrap_exceptions
 from pymemdb.store import (
+    STORE_GET,
     STORE_GET_MANY,
     STORE_INDEX_ENSURE,
     STORE_LIST_NAMESPACES,
+    STORE_PUT,
     STORE_PUT_MANY,
     STORE_SEARCH,
     StoreGetResult,
+    StoreItem,
     StoreNamespace,
     StoreSearchResult,
     vector_text,
@@ -216,6 +220,12 @@ class _MemoriStoreBase(BaseStore):
             else:  # pragma: no cover - BaseStore defines no other op
                 raise ValueError(f"unknown store operation {op!r}")
         for refresh, group in gets.items():
+            if len(group) == 1:  # the common single get: the plain function, no request array to unpack
+                i, op = group[0]
+                plan.calls.append((STORE_GET, {"p_user_id": self.user_id, "p_namespace": list(op.namespace),
+                                               "p_key": op.key, "p_refresh_ttl": refresh}))
+                plan.targets.append(("get1", i))
+                continue
             for start in range(0, len(group), GET_CHUNK):
                 chunk = group[start:start + GET_CHUNK]
                 plan.calls.append((STORE_GET_MANY, {
@@ -223,6 +233,10 @@ class _MemoriStoreBase(BaseStore):
                     "p_keys": [op.key for _, op in chunk], "p_refresh_ttl": refresh}))
                 plan.targets.append(("get", [i for i, _ in chunk]))
         items = [self._put_item(op, vectors) for op in _dedupe_puts(puts)]
+        if len(items) == 1 and items[0]["value"] is not None:  # the common single put: the plain function
+            plan.calls.append((STORE_PUT, self._put_args(items[0])))
+            plan.targets.append(("put", None))
+            return plan
         for start in range(0, len(items), PUT_CHUNK):
             chunk_items = Jsonb(items[start:start + PUT_CHUNK])
             plan.calls.append((STORE_PUT_MANY, {"p_user_id": self.user_id, "p_items": chunk_items}))
@@ -248,6 +262,23 @@ class _MemoriStoreBase(BaseStore):
                 item["vectors"] = {name: vectors[text] for name, text in fields if text in vectors}
         return item
 
+    def _put_args(self, item: dict[str, Any]) -> dict[str, Any]:
+        """store_put's arguments for one store_put_many item."""
+        args: dict[str, Any] = {"p_user_id": self.user_id, "p_namespace": item["namespace"], "p_key": item["key"],
+                                "p_value": Jsonb(item["value"])}
+        if "ttl_seconds" in item:
+            args["p_ttl"] = timedelta(seconds=item["ttl_seconds"])
+        if item.get("index") is False:
+            args["p_index"] = []
+        elif "index" in item:
+            args["p_index"] = item["index"]
+        if "text" in item:
+            args["p_text"] = item["text"]
+        if item.get("vectors"):
+            args["p_fields"] = list(item["vectors"])
+            args["p_embeddings"] = [vector_text(v) for v in item["vectors"].values()]
+        return args
+
     def _results(self, ops: list[Op], plan: _Plan, rows: list[Any]) -> list[Result]:
         out: list[Result] = [None] * len(ops)
         for (kind, target), found in zip(plan.targets, rows, strict=True):
@@ -255,6 +286,10 @@ class _MemoriStoreBase(BaseStore):
                 for r in cast(list[StoreGetResult], found):
                     out[target[r.ord - 1]] = Item(value=r.value, key=r.key, namespace=tuple(r.namespace),
                                                   created_at=r.created_at, updated_at=r.updated_at)
+            elif kind == "get1":
+                for one in cast(list[StoreItem], found):
+                    out[target] = Item(value=one.value, key=one.key, namespace=tuple(one.namespace),
+                                       created_at=one.created_at, updated_at=one.updated_at)
             elif kind == "search":
                 index, vector = target
                 out[index] = [
