@@ -23,6 +23,7 @@ from pymemdb.cli._common import (
 from pymemdb.cli.budget import app as budget_app
 from pymemdb.cli.checkpoint import app as checkpoint_app
 from pymemdb.cli.context import app as context_app
+from pymemdb.cli.mcp import app as mcp_app
 from pymemdb.cli.pages import app as pages_app
 from pymemdb.cli.session import app as session_app
 from pymemdb.cli.vm import app as vm_app
@@ -51,6 +52,7 @@ app.add_typer(pages_app, name="pages")
 register_vm_fork(pages_app)  # pages fork | fork-chain | storage | gc | region ... (issue 7)
 app.add_typer(vm_app, name="vm")
 app.add_typer(memory_app, name="memory")
+app.add_typer(mcp_app, name="mcp")
 app.add_typer(bench_app, name="bench")
 
 
@@ -353,6 +355,18 @@ def bench_lifecycle(
 ) -> None:
     """vm_turn_start with the pre-pass vs. a plain turn; vm_prepass vs. search_pages; vm_metrics; segment_close."""
     _bench("lifecycle", dsn, rows, seed, as_json)
+
+
+@bench_app.command("store")
+@handle_errors
+def bench_store(
+    rows: RowsOption = 20_000, dsn: DsnOption = None, as_json: JsonOption = False, seed: SeedOption = 1
+) -> None:
+    r"""MemoriStore vs. LangGraph's PostgresStore: put, get, filtered and 1 % vector search, namespaces, storage.
+
+    Needs the bench extra: pip install 'pymemdb\[bench]'.
+    """
+    _bench("store", dsn, rows, seed, as_json)
 
 
 @bench_app.command("ttl")

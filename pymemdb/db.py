@@ -79,9 +79,11 @@ class Database:
         from pymemdb.context import Business, Context, Projects, Sessions
         from pymemdb.events import Events
         from pymemdb.goals import Goals
+        from pymemdb.mcp.tokens import McpTokens
         from pymemdb.memories import Memories
         from pymemdb.pages import Pages
         from pymemdb.snapshots import Snapshots
+        from pymemdb.store import Store
         from pymemdb.vm_fork import VmFork
         from pymemdb.vm_lifecycle import VmLifecycle
 
@@ -100,6 +102,8 @@ class Database:
         self.pages = Pages(self)
         self.vm_fork = VmFork(self)
         self.vm = VmLifecycle(self)
+        self.store = Store(self)
+        self.mcp_tokens = McpTokens(self)
 
     def as_user(self, user_id: str) -> Database:
         """The same database and pool, acting for ``user_id`` (closing it leaves the pool open)."""

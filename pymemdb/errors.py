@@ -261,6 +261,62 @@ class ForkTooDeep(VmError):
     sqlstate = "PM098"
 
 
+class StoreError(PymemdbError):
+    """Errors of the long-term memory store (``db.store``, MemoriStore): PM120-PM129."""
+
+
+class InvalidFilter(StoreError, InvalidArgument, ValueError):
+    """PM120: a store search filter with an unsupported operator or an operand of the wrong type."""
+
+    sqlstate = "PM120"
+
+
+class InvalidNamespace(StoreError, InvalidArgument, ValueError):
+    """PM121: a store namespace that is empty, or has an empty or NULL label."""
+
+    sqlstate = "PM121"
+
+
+class InvalidIndexConfig(StoreError, InvalidArgument, ValueError):
+    """PM122: an unknown distance type, vector type or ANN index kind, or a dimension it cannot index."""
+
+    sqlstate = "PM122"
+
+
+class McpError(PymemdbError):
+    """Base of the MCP server's errors (issue 18)."""
+
+
+class McpInvalidArgument(McpError, InvalidArgument):
+    """PM130: an MCP tool argument is malformed (a TTL, a namespace, a value that is not JSON)."""
+
+    sqlstate = "PM130"
+
+
+class McpTokenNameTaken(McpError):
+    """PM131: the user already has an active MCP token of this name."""
+
+    sqlstate = "PM131"
+
+
+class McpTokenNotFound(McpError):
+    """PM132: no active MCP token matches the name or id given to revoke."""
+
+    sqlstate = "PM132"
+
+
+class McpTokenTtlInvalid(McpError, InvalidArgument):
+    """PM133: an MCP token lifetime that is not positive or exceeds mcp.token_max_ttl."""
+
+    sqlstate = "PM133"
+
+
+class McpUnsafeRole(McpError):
+    """PM134: the MCP server's database role bypasses row-level security and cannot SET ROLE to memori_app."""
+
+    sqlstate = "PM134"
+
+
 class ServerError(PymemdbError):
     """The embedded server could not be started, stopped or reached."""
 
@@ -312,6 +368,14 @@ _BY_SQLSTATE: dict[str, type[PymemdbError]] = {
         RegionScopeMismatch,
         ForkTooDeep,
         EmbeddedServerBusy,
+        InvalidFilter,
+        InvalidNamespace,
+        InvalidIndexConfig,
+        McpInvalidArgument,
+        McpTokenNameTaken,
+        McpTokenNotFound,
+        McpTokenTtlInvalid,
+        McpUnsafeRole,
     )
     if cls.sqlstate
 }

@@ -279,6 +279,42 @@ begin
                              memori.vm_turn_start(text, text, text, text, timestamptz),
                              memori.vm_cite(text, text[], timestamptz)
     from memori_cleaner;
+
+  -- long-term memory store (issue 17): items and their embeddings; the cleaner deletes expired items
+  -- (their embeddings go by the foreign key's cascade)
+  grant select, insert, update, delete on memori.store_items, memori.store_vectors to memori_app;
+  grant select on memori._retention_store_items to memori_app, memori_cleaner;
+  grant select, delete on memori.store_items to memori_cleaner;
+  revoke execute on function
+    memori.store_put(text, text[], text, jsonb, interval, text[], timestamptz, text, text[], public.vector[]),
+    memori.store_put_many(text, jsonb, timestamptz),
+    memori.store_get(text, text[], text, boolean, timestamptz),
+    memori.store_get_many(text, jsonb, text[], boolean, timestamptz),
+    memori.store_delete(text, text[], text),
+    memori.store_namespace_delete(text, text[], timestamptz),
+    memori.store_search(text, text[], jsonb, text, public.vector, integer, integer, boolean, timestamptz, text, text)
+    from memori_cleaner;
+  -- an ANN index is DDL: the installer's job (pymemdb init, MemoriStore.setup() as the owner)
+  revoke execute on function memori.store_index_ensure(integer, text, text, text, jsonb) from memori_app, memori_cleaner;
+  -- MCP server bearer tokens (issue 18): issued, listed and revoked by memori_admin (or the owner);
+  -- the app role only verifies (mcp_token_verify, security definer) and never reads a hash. Its
+  -- column grant serves the retention views (cleanup_preview of its own rows).
+  grant select (id, user_id, name, token_prefix, created_at, expires_at, revoked_at, last_used_at, created_by)
+    on memori.mcp_tokens to memori_app;
+  grant select on memori._retention_mcp_tokens to memori_app, memori_cleaner;
+  grant select, delete on memori.mcp_tokens to memori_cleaner;
+  revoke execute on function memori.mcp_token_create(text, text, interval, timestamptz),
+                             memori.mcp_token_list(text, boolean, timestamptz),
+                             memori.mcp_token_revoke(text, text, bigint, timestamptz)
+    from memori_app, memori_cleaner;
+  revoke execute on function memori.mcp_token_verify(text, text, timestamptz) from memori_cleaner;
+  if exists (select 1 from pg_catalog.pg_roles where rolname = 'memori_admin') then
+    grant select, insert, update on memori.mcp_tokens to memori_admin;
+    grant execute on function memori.mcp_token_create(text, text, interval, timestamptz),
+                              memori.mcp_token_list(text, boolean, timestamptz),
+                              memori.mcp_token_revoke(text, text, bigint, timestamptz)
+      to memori_admin;
+  end if;
 end
 $grants$;
 
@@ -428,6 +464,18 @@ begin
   execute format('create policy region_read on memori.page_representations for select to %I using (exists ('
                  'select 1 from memori.pages p where p.session_id = page_representations.session_id '
                  'and p.page_id = page_representations.page_id and p.user_id = page_representations.user_id))', v_app);
+
+  -- MCP token verification (sql/185-mcp.sql): memori.mcp_token_verify runs as memori_owner (security
+  -- definer) and is the only code that does. It finds a token by its hash across users, stamps its
+  -- last use, and records a refusal as a system event (no user).
+  if exists (select 1 from pg_catalog.pg_roles where rolname = 'memori_owner') then
+    execute 'create policy verify_read on memori.mcp_tokens for select to memori_owner using (true)';
+    execute 'create policy verify_touch on memori.mcp_tokens for update to memori_owner using (true) with check (true)';
+    execute 'create policy mcp_refusal on memori.events for insert to memori_owner '
+            'with check (user_id is null and event_type = ''mcp.auth_refused'')';
+    execute 'create policy mcp_refusal_read on memori.events for select to memori_owner '
+            'using (user_id is null and event_type = ''mcp.auth_refused'')';
+  end if;
 
   -- context windows: on the user's own sessions
   execute format('create policy session_owner on memori.context_windows as restrictive for insert to %I '

@@ -21,6 +21,9 @@ for _module in pkgutil.iter_modules(pymemdb.__path__):
         importlib.import_module(f"pymemdb.{_module.name}")
 # Integrations are sub-packages with optional dependencies (installed by the test extra).
 importlib.import_module("pymemdb.integrations.langgraph")
+# The MCP server is a sub-package too (the mcp extra, also in the test extra).
+importlib.import_module("pymemdb.mcp.tokens")
+importlib.import_module("pymemdb.mcp.server")
 
 # SQL functions deliberately without a client method.
 NO_WRAPPER = {

@@ -46,6 +46,9 @@ TABLES: dict[str, tuple[str, str, str]] = {
     "context_entries": ("id::text", "value = value",
                         "insert into memori.context_entries (key, value, type, scope, user_id) "
                         "values ('k', '1', 'user_preferences', 'user', 'alice')"),
+    "mcp_tokens": ("id::text", "last_used_at = last_used_at",
+                   "insert into memori.mcp_tokens (user_id, name, token_hash, token_prefix, created_at, expires_at) "
+                   "values ('alice', 'x', sha256('x'), 'pmdb_x', now(), now() + interval '1 day')"),
     "context_windows": ("window_id::text", "priority = priority",
                         "insert into memori.context_windows (session_id, user_id, window_type, content, priority, "
                         "retention_policy) values ('s1', 'alice', 'conversation', '{}', 1, 'session')"),
@@ -110,6 +113,7 @@ def alice_world(conn: psycopg.Connection) -> dict[str, Any]:
     conn.execute("select memori.context_set('alice.project', '1', 'business_context', 'project', 'alice', 'p1')")
     conn.execute("select memori.business_context_set('{\"focus_mode\": \"planning\"}', 'alice')")
     conn.execute("select memori.session_checkpoint_save('api', 'alice', 'secret', '{}')")
+    conn.execute("select memori.mcp_token_create('alice', 'laptop')")
     cp = value(conn, "select (memori.checkpoint_create('s1', 'alice', 'manual', 'secret', '{\"a\": 1}')).id")
     conn.execute("select memori.checkpoint_update(%s, '{\"a\": 2}')", (cp,))
     conn.execute("reset memori.user_id")

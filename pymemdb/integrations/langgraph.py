@@ -67,7 +67,7 @@ from pymemdb.integrations._langgraph_cache import (
 from pymemdb.integrations._libpq import Prepared
 from pymemdb.types import LangGraphPruneResult, LangGraphStamp, LangGraphTuple, LangGraphWritesPut
 
-__all__ = ["AsyncMemoriSaver", "MemoriSaver", "blob_value", "set_policy"]
+__all__ = ["AsyncMemoriSaver", "AsyncMemoriStore", "MemoriSaver", "MemoriStore", "blob_value", "set_policy"]
 
 register_array_dumpers(psycopg.adapters)  # connections made from now on write our arrays fast
 
@@ -929,3 +929,6 @@ class AsyncMemoriSaver(_MemoriSaverBase):
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         self._sync(self.aprune(thread_ids, strategy=strategy))
 
+
+# the long-term memory store (issue 17) lives in its own module; exported here beside the savers
+from pymemdb.integrations.langgraph_store import AsyncMemoriStore, MemoriStore  # noqa: E402

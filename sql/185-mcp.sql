@@ -1,0 +1,224 @@
+-- pymemdb SQL API, part 18: the MCP server's bearer tokens (issue 18).
+--
+-- `pymemdb mcp serve http` refuses every request without a valid bearer
+-- token; a token maps to exactly one user, and every tool call then runs with
+-- memori.user_id set to that user (row-level security applies). Tokens are
+-- issued, listed and revoked by an operator (`pymemdb mcp token ...`, or these
+-- functions as memori_admin or the owner). Only the sha256 of a secret is
+-- stored; the secret itself is returned once, by mcp_token_create.
+--
+-- mcp_token_verify is the one function here that looks across users (a
+-- request's user is not known until its token is), so it is security definer,
+-- owned by memori_owner, executable by memori_app only, and does nothing else:
+-- it returns the token's user, or no row, in which case the refusal is stored
+-- as an `mcp.auth_refused` system event (no user; retained like other events).
+-- The policies that let it read tokens and write that event are in
+-- sql/900-security.sql (policies are re-created there).
+--
+-- The MCP tools themselves add no SQL of their own: they call the documented
+-- functions of the other concerns (store_*, context_resolve,
+-- session_checkpoint_load_latest, cleanup_preview).
+
+-------------------------------------------------------------------------------
+-- configuration
+insert into memori.settings (key, value, description) values
+  ('mcp.token_default_ttl', '"90 days"', 'Lifetime of an MCP bearer token when mcp_token_create is given none.'),
+  ('mcp.token_max_ttl', '"366 days"', 'Longest lifetime mcp_token_create accepts (PM133 beyond it).'),
+  ('mcp.token_touch_interval', '"60 seconds"', 'mcp_token_verify updates a token''s last_used_at at most this often.')
+on conflict (key) do nothing;
+
+comment on table memori.mcp_tokens is 'MCP bearer tokens: the sha256 of each secret, its user, name, expiry, revocation and last use.';
+
+-------------------------------------------------------------------------------
+-- retention: an expired (or revoked, which expires it) token is reclaimed by cleanup
+create or replace view memori._retention_mcp_tokens with (security_invoker = true) as
+select t.id, t.user_id as owner, 'mcp_token'::text as category,
+       case when t.revoked_at is null then 'expired' else 'revoked' end as kind,
+       t.expires_at, false as important
+  from memori.mcp_tokens t;
+comment on view memori._retention_mcp_tokens is 'memori.mcp_tokens as retention candidates: revoked or expired as kind.';
+
+select memori.retention_register('mcp_tokens', 'memori.mcp_tokens', 'memori._retention_mcp_tokens', 'id',
+                                 'MCP bearer tokens (issue 18): reclaimed once expired or revoked', 2, null);
+
+-------------------------------------------------------------------------------
+-- _mcp_token_hash: what is stored of a secret
+create or replace function memori._mcp_token_hash(p_token text) returns bytea
+as $func$
+  select pg_catalog.sha256(pg_catalog.convert_to(p_token, 'UTF8'))
+$func$ language sql immutable strict security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._mcp_token_hash(text) is 'The sha256 of a bearer token''s secret: the only form in which it is stored.';
+
+-------------------------------------------------------------------------------
+-- _mcp_token_status: active | expired | revoked
+create or replace function memori._mcp_token_status(p_token memori.mcp_tokens, p_now timestamptz) returns text
+as $func$
+  select case when p_token.revoked_at is not null then 'revoked'
+              when p_token.expires_at <= p_now then 'expired'
+              else 'active' end
+$func$ language sql immutable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._mcp_token_status(memori.mcp_tokens, timestamptz) is 'A token''s status at p_now: revoked, expired (expires_at <= p_now) or active.';
+
+-------------------------------------------------------------------------------
+-- _mcp_interval_setting: an interval from memori.settings
+create or replace function memori._mcp_interval_setting(p_key text, p_default interval) returns interval
+as $func$
+  select coalesce((memori._setting(p_key) #>> '{}')::interval, p_default)
+$func$ language sql stable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._mcp_interval_setting(text, interval) is 'An interval-valued mcp.* setting, else the default.';
+
+-------------------------------------------------------------------------------
+-- mcp_token_create: issue a token for a user (the secret is returned once)
+create or replace function memori.mcp_token_create(
+  p_user_id text default null,
+  p_name    text default 'default',
+  p_ttl     interval default null,
+  p_now     timestamptz default now()
+) returns memori.mcp_token_secret
+as $func$
+declare
+  v_user   text := memori._acting_user(p_user_id);
+  v_ttl    interval := coalesce(p_ttl, memori._mcp_interval_setting('mcp.token_default_ttl', interval '90 days'));
+  v_max    interval := memori._mcp_interval_setting('mcp.token_max_ttl', interval '366 days');
+  -- two random UUIDs: 244 random bits from the server's strong random source
+  v_token  text := 'pmdb_' || replace(gen_random_uuid()::text, '-', '') || replace(gen_random_uuid()::text, '-', '');
+  v_row    memori.mcp_tokens;
+begin
+  perform memori._check_identifier('token name', p_name, 100);
+  if p_now is null then
+    perform memori._invalid('p_now must not be NULL', 'Omit p_now to use the current time.');
+  end if;
+  if v_ttl <= interval '0' or p_now + v_ttl > p_now + v_max then
+    raise exception 'token lifetime % is not between 0 and % (mcp.token_max_ttl)', v_ttl, v_max
+      using errcode = 'PM133',
+            hint = 'Pass a positive lifetime such as ''30 days'', or raise mcp.token_max_ttl in memori.settings.';
+  end if;
+  if exists (select 1 from memori.mcp_tokens t
+              where t.user_id = v_user and t.name = p_name and t.revoked_at is null) then
+    raise exception 'user % already has a token named %', quote_literal(v_user), quote_literal(p_name)
+      using errcode = 'PM131',
+            hint = 'Pick another name, or revoke the old token first (pymemdb mcp token revoke).';
+  end if;
+  insert into memori.mcp_tokens (user_id, name, token_hash, token_prefix, created_at, expires_at)
+  values (v_user, p_name, memori._mcp_token_hash(v_token), left(v_token, 12), p_now, p_now + v_ttl)
+  returning * into v_row;
+  return (v_row.id, v_row.user_id, v_row.name, v_token, v_row.token_prefix, v_row.created_at,
+          v_row.expires_at)::memori.mcp_token_secret;
+end
+$func$ language plpgsql volatile security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori.mcp_token_create(text, text, interval, timestamptz) is 'Issue an MCP bearer token for a user with a lifetime; returns the secret, which is stored only as a sha256 hash.';
+
+-------------------------------------------------------------------------------
+-- mcp_token_list: tokens the caller may see, without their hashes
+create or replace function memori.mcp_token_list(
+  p_user_id          text default null,
+  p_include_inactive boolean default false,
+  p_now              timestamptz default now()
+) returns setof memori.mcp_token_info
+as $func$
+  select t.id, t.user_id, t.name, t.token_prefix, memori._mcp_token_status(t, p_now),
+         t.created_at, t.expires_at, t.revoked_at, t.last_used_at, t.created_by
+    from memori.mcp_tokens t
+   where (p_user_id is null or t.user_id = p_user_id)
+     and (p_include_inactive or (t.revoked_at is null and t.expires_at > p_now))
+   order by t.user_id, t.created_at desc, t.id desc
+$func$ language sql stable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori.mcp_token_list(text, boolean, timestamptz) is 'MCP tokens (all users the caller may see, or one), active only unless p_include_inactive; never the secret or its hash.';
+
+-------------------------------------------------------------------------------
+-- mcp_token_revoke: revoke active tokens by name or id (returns how many)
+create or replace function memori.mcp_token_revoke(
+  p_user_id  text default null,
+  p_name     text default null,
+  p_token_id bigint default null,
+  p_now      timestamptz default now()
+) returns integer
+as $func$
+declare
+  v_count integer;
+begin
+  if p_name is null and p_token_id is null then
+    perform memori._invalid('name a token to revoke', 'Pass p_name (with p_user_id) or p_token_id.');
+  end if;
+  -- a revoked token expires now, so cleanup reclaims it like an expired one
+  update memori.mcp_tokens t
+     set revoked_at = p_now, expires_at = least(t.expires_at, greatest(p_now, t.created_at + interval '1 microsecond'))
+   where (p_user_id is null or t.user_id = p_user_id)
+     and (p_name is null or t.name = p_name)
+     and (p_token_id is null or t.id = p_token_id)
+     and t.revoked_at is null;
+  get diagnostics v_count = row_count;
+  if v_count = 0 then
+    raise exception 'no active token matches (user %, name %, id %)',
+                    coalesce(quote_literal(p_user_id), 'any'), coalesce(quote_literal(p_name), 'any'),
+                    coalesce(p_token_id::text, 'any')
+      using errcode = 'PM132', hint = 'List the tokens with `pymemdb mcp token list --all` (or memori.mcp_token_list).';
+  end if;
+  return v_count;
+end
+$func$ language plpgsql volatile security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori.mcp_token_revoke(text, text, bigint, timestamptz) is 'Revoke the active MCP tokens of a name (of a user) or an id at once; returns how many; PM132 when none matched.';
+
+-------------------------------------------------------------------------------
+-- mcp_token_verify: the user of a presented token, or no row (refusal recorded)
+create or replace function memori.mcp_token_verify(
+  p_token  text,
+  p_client text default null,
+  p_now    timestamptz default now()
+) returns setof memori.mcp_principal
+as $func$
+declare
+  v_row    memori.mcp_tokens;
+  v_reason text;
+  v_touch  interval;
+  v_id     bigint;
+  v_body   jsonb;
+begin
+  if p_now is null then
+    perform memori._invalid('p_now must not be NULL', 'Omit p_now to use the current time.');
+  end if;
+  if p_token is null or p_token = '' then
+    v_reason := 'missing';
+  elsif p_token !~ '^pmdb_[0-9a-f]{64}$' then
+    v_reason := 'malformed';
+  else
+    select * into v_row from memori.mcp_tokens t where t.token_hash = memori._mcp_token_hash(p_token)
+     order by t.id limit 1;
+    if not found then
+      v_reason := 'unknown';
+    elsif v_row.revoked_at is not null then
+      v_reason := 'revoked';
+    elsif v_row.expires_at <= p_now then
+      v_reason := 'expired';
+    end if;
+  end if;
+
+  if v_reason is not null then
+    -- a system event (no user): an unauthenticated request acts for nobody
+    v_body := jsonb_strip_nulls(jsonb_build_object(
+      'reason', v_reason, 'token_id', v_row.id,
+      'token_prefix', case when p_token ~ '^pmdb_' then left(p_token, 12) end,
+      'client', left(p_client, 200)));
+    insert into memori.events (event_type, occurred_at, payload, expires_at, user_id)
+    values ('mcp.auth_refused', p_now, v_body, p_now + memori._event_retention('mcp.auth_refused'), null)
+    returning id into v_id;
+    perform memori._event_notify(v_id, 'mcp.auth_refused', p_now, v_body, null);
+    return;
+  end if;
+
+  v_touch := memori._mcp_interval_setting('mcp.token_touch_interval', interval '60 seconds');
+  if v_row.last_used_at is null or v_row.last_used_at <= p_now - v_touch then
+    update memori.mcp_tokens t set last_used_at = p_now
+     where t.user_id = v_row.user_id and t.id = v_row.id;
+  end if;
+  return query select v_row.id, v_row.user_id, v_row.name, v_row.expires_at;
+end
+$func$ language plpgsql volatile security definer
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori.mcp_token_verify(text, text, timestamptz) is 'The user an MCP bearer token acts for (one row), or no row when it is missing, malformed, unknown, revoked or expired; refusals are stored as mcp.auth_refused events. Security definer: executable by memori_app only.';
