@@ -123,6 +123,7 @@ def install(
             if not force and before == wanted and (not apply_sql or _installed_sql_sha(cur) == digest):
                 changed = embedding_dim is not None and _set_embedding_dim(cur, embedding_dim) != embedding_dim
                 return InstallResult(changed, before, wanted, digest, _embedding_dim(cur))
+            _citus_local_install(cur)
             cur.execute("create schema if not exists memori")
         cfg = alembic_config()
         cfg.attributes["connection"] = conn
@@ -141,6 +142,24 @@ def install(
             dim = _embedding_dim(cur) if apply_sql else None
             after = MigrationContext.configure(conn).get_current_revision()
     return InstallResult(True, before, after or wanted, digest, dim)
+
+
+def _citus_local_install(cur: psycopg.Cursor[Any]) -> None:
+    """On a Citus coordinator whose memori tables are not distributed yet, install locally.
+
+    Citus would otherwise propagate each new object whose dependencies it can
+    (schema, types, functions, the empty first version of a generated view) and
+    then refuse to replace that view once it reads local tables. The local
+    objects reach the workers when ``memori.distribute()`` distributes them.
+    """
+    if cur.execute("select 1 from pg_extension where extname = 'citus'").fetchone() is None:
+        return
+    distributed = cur.execute(
+        "select 1 from pg_dist_partition p join pg_class c on c.oid = p.logicalrelid"
+        " where c.relnamespace = 'memori'::regnamespace limit 1"
+    ).fetchone()
+    if distributed is None:
+        cur.execute("set local citus.enable_ddl_propagation = off")
 
 
 def _set_embedding_dim(cur: psycopg.Cursor[Any], dim: int) -> int | None:
