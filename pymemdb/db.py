@@ -75,6 +75,7 @@ class Database:
         from pymemdb.budget import Budget
         from pymemdb.checkpoints import Checkpoints
         from pymemdb.cleanup import Cleanup
+        from pymemdb.cluster import Cluster
         from pymemdb.compression import Compression
         from pymemdb.context import Business, Context, Projects, Sessions
         from pymemdb.events import Events
@@ -100,6 +101,7 @@ class Database:
         self.pages = Pages(self)
         self.vm_fork = VmFork(self)
         self.vm = VmLifecycle(self)
+        self.cluster = Cluster(self)
 
     def as_user(self, user_id: str) -> Database:
         """The same database and pool, acting for ``user_id`` (closing it leaves the pool open)."""

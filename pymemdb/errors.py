@@ -261,6 +261,34 @@ class ForkTooDeep(VmError):
     sqlstate = "PM098"
 
 
+class ClusterError(PymemdbError):
+    """Placing the schema on a Citus cluster (memori.distribute) failed."""
+
+
+class CitusMissing(ClusterError):
+    """PM140: the citus extension is not installed in this database."""
+
+    sqlstate = "PM140"
+
+
+class NotCoordinator(ClusterError):
+    """PM141: memori.distribute() ran on a node that is not the Citus coordinator."""
+
+    sqlstate = "PM141"
+
+
+class CoordinatorHoldsShards(ClusterError):
+    """PM142: the coordinator is a node of the cluster (citus_set_coordinator_host); pymemdb keeps it shard-free."""
+
+    sqlstate = "PM142"
+
+
+class DistributeWouldConvert(ClusterError):
+    """PM143: placing the tables would turn a local table into a Citus-managed one; nothing was changed."""
+
+    sqlstate = "PM143"
+
+
 class ServerError(PymemdbError):
     """The embedded server could not be started, stopped or reached."""
 
@@ -305,6 +333,10 @@ _BY_SQLSTATE: dict[str, type[PymemdbError]] = {
         RegionExists,
         RegionScopeMismatch,
         ForkTooDeep,
+        CitusMissing,
+        NotCoordinator,
+        CoordinatorHoldsShards,
+        DistributeWouldConvert,
     )
     if cls.sqlstate
 }

@@ -145,7 +145,7 @@ def install(
 
 
 def _citus_local_install(cur: psycopg.Cursor[Any]) -> None:
-    """On a Citus coordinator whose memori tables are not distributed yet, install locally.
+    """On a Citus coordinator: install locally while no memori table is placed, else propagate.
 
     Citus would otherwise propagate each new object whose dependencies it can
     (schema, types, functions, the empty first version of a generated view) and
@@ -156,10 +156,13 @@ def _citus_local_install(cur: psycopg.Cursor[Any]) -> None:
         return
     distributed = cur.execute(
         "select 1 from pg_dist_partition p join pg_class c on c.oid = p.logicalrelid"
-        " where c.relnamespace = 'memori'::regnamespace limit 1"
+        " join pg_namespace n on n.oid = c.relnamespace where n.nspname = 'memori' limit 1"
     ).fetchone()
     if distributed is None:
         cur.execute("set local citus.enable_ddl_propagation = off")
+    else:
+        # one transaction writes reference tables and then propagates DDL to the same nodes
+        cur.execute("set local citus.multi_shard_modify_mode = 'sequential'")
 
 
 def _set_embedding_dim(cur: psycopg.Cursor[Any], dim: int) -> int | None:

@@ -6,6 +6,8 @@
 #   cluster.sh stop   [DIR]   # fast-stop every node this script started in DIR
 #   cluster.sh status [DIR]   # each node: role, port, pid, running; the coordinator DSN (exit 1 if a node is down)
 #   cluster.sh env    [DIR]   # shell exports: PYMEMDB_CITUS_DSN, PYMEMDB_CITUS_WORKER1_DSN, ... (eval "$(... env)")
+#   cluster.sh createdb NAME [DIR]  # a database on every node with citus + vector and the workers added; prints its DSN
+#   cluster.sh dropdb NAME [DIR]    # drop it on every node
 #   cluster.sh paths          # where the archive, the cache and the default DIR resolve to (for debugging)
 #
 # Environment:
@@ -25,7 +27,8 @@
 set -euo pipefail
 
 die() { echo "cluster.sh: $1" >&2; exit "${2:-1}"; }
-[[ $# -ge 1 && $1 =~ ^(build|start|stop|status|env|paths)$ ]] || die "usage: $0 build|start|stop|status|env|paths [DIR]" 2
+[[ $# -ge 1 && $1 =~ ^(build|start|stop|status|env|paths|createdb|dropdb)$ ]] ||
+    die "usage: $0 build|start|stop|status|env|paths [DIR] | createdb|dropdb NAME [DIR]" 2
 cmd=$1
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
@@ -204,6 +207,43 @@ start_node() {
         { tail -5 "$dir/$node/postgres.log" >&2; die "$node failed to start on port $(port_of "$node") (log $dir/$node/postgres.log)" 5; }
 }
 
+# A database on every node with citus and vector, the workers registered (pg_dist_node is per database).
+setup_db() {
+    local db=$1 node
+    [[ $db =~ ^[a-z_][a-z0-9_]*$ ]] || die "invalid database name: $db" 2
+    for node in "${NODES[@]}"; do
+        psql_node "$node" -d postgres -tAc "select 1 from pg_database where datname = '$db'" | grep -q 1 ||
+            psql_node "$node" -d postgres -c "create database $db" >&2
+        # (a worker that has Citus metadata refuses even CREATE EXTENSION IF NOT EXISTS: ask first)
+        local ext
+        for ext in citus vector; do
+            psql_node "$node" -d "$db" -tAc "select 1 from pg_extension where extname = '$ext'" | grep -q 1 ||
+                psql_node "$node" -d "$db" -c "create extension $ext" >&2
+        done
+    done
+    # Membership is idempotent: a restarted cluster keeps its pg_dist_node.
+    # The coordinator is not a node of the metadata unless PYMEMDB_CITUS_COORDINATOR_SHARDS=1: then
+    # reference tables get a placement on it, and a later transaction that writes one and then
+    # runs DDL (every pymemdb init) trips Citus's local-execution rules.
+    local coord=""
+    [[ ${PYMEMDB_CITUS_COORDINATOR_SHARDS:-0} == 1 ]] && coord="select citus_set_coordinator_host('127.0.0.1', $(port_of coordinator));"
+    psql_node coordinator -d "$db" -tA >/dev/null <<SQL
+$coord
+select citus_add_node('127.0.0.1', $(port_of worker1)) where not exists
+  (select 1 from pg_dist_node where nodeport = $(port_of worker1));
+select citus_add_node('127.0.0.1', $(port_of worker2)) where not exists
+  (select 1 from pg_dist_node where nodeport = $(port_of worker2));
+SQL
+}
+
+dropdb() {
+    local db=$1 node
+    [[ $db =~ ^[a-z_][a-z0-9_]*$ && $db != "$DB" ]] || die "refusing to drop database: $db" 2
+    for node in worker2 worker1 coordinator; do
+        psql_node "$node" -d postgres -c "drop database if exists $db with (force)" >&2
+    done
+}
+
 start() {
     build
     dir=$(cluster_dir "${1:-}")
@@ -215,19 +255,7 @@ start() {
     t0=$(date +%s.%N)
     for node in "${NODES[@]}"; do init_node "$node"; done
     for node in "${NODES[@]}"; do start_node "$node"; done
-    for node in "${NODES[@]}"; do
-        psql_node "$node" -d postgres -tAc "select 1 from pg_database where datname = '$DB'" | grep -q 1 ||
-            psql_node "$node" -d postgres -c "create database $DB" >&2
-        psql_node "$node" -d "$DB" -c 'create extension if not exists citus' -c 'create extension if not exists vector' >&2
-    done
-    # Membership is idempotent: a restarted cluster keeps its pg_dist_node.
-    psql_node coordinator -d "$DB" >&2 <<SQL
-select citus_set_coordinator_host('127.0.0.1', $(port_of coordinator));
-select citus_add_node('127.0.0.1', $(port_of worker1)) where not exists
-  (select 1 from pg_dist_node where nodeport = $(port_of worker1));
-select citus_add_node('127.0.0.1', $(port_of worker2)) where not exists
-  (select 1 from pg_dist_node where nodeport = $(port_of worker2));
-SQL
+    setup_db "$DB"
     local secs
     secs=$(python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.1f}')" "$t0" "$(date +%s.%N)")
     echo "cluster.sh: cluster up in ${secs}s: coordinator $(port_of coordinator), workers $(port_of worker1) $(port_of worker2)" >&2
@@ -283,4 +311,8 @@ start) start "${2:-}" ;;
 stop) stop "${2:-}" ;;
 status) status "${2:-}" ;;
 env) envs "${2:-}" ;;
+createdb) [[ $# -ge 2 ]] || die "usage: $0 createdb NAME [DIR]" 2
+    need_dir "${3:-}"; setup_db "$2"; echo "postgresql://$SUPERUSER@127.0.0.1:$(port_of coordinator)/$2" ;;
+dropdb) [[ $# -ge 2 ]] || die "usage: $0 dropdb NAME [DIR]" 2
+    need_dir "${3:-}"; dropdb "$2" ;;
 esac
