@@ -19,7 +19,7 @@ begin
       ord                 integer,  -- apply order: reference tables first, then by foreign-key depth
       table_name          text,
       placement           text,     -- distributed | reference | local
-      distribution_column text,     -- user_id for distributed tables, null otherwise
+      distribution_column text,     -- the owning user's column of a distributed table, null otherwise
       change_needed       text      -- what the next schema migration must change (null: nothing)
     );
   end if;
@@ -65,9 +65,15 @@ as $func$
     ('alembic_version',     'local', null),
     ('installs',            'local', null),
     ('cleanup_runs',        'local', null),
-    ('cleanup_queue',       'local', 'carry the row owner and distribute by it (PK (owner, run_id, seq)) so each shard deletes its own rows'),
+    ('cleanup_queue',       'local', 'Citus refuses DELETE ... USING this local queue on a distributed table (complex joins): '
+                                     'carry the row owner, distribute by it (PK (owner, run_id, seq)) and join on it, '
+                                     'or pass each batch''s ids as an array'),
     -- distributed by the owning user
-    ('memories',            'distributed', 'PK (id) -> (user_id, id)'),
+    -- seed 05: memories.user_id is the namespace (shared by every user of a skill and month);
+    -- the owning user is owner_id
+    ('memories',            'distributed', 'distribute by owner_id, not user_id (the namespace): owner_id NOT NULL after a backfill '
+                                           '(legacy rows: owner = their namespace, which seed 05 made the user; ownerless namespace '
+                                           'memories: owner = the namespace); PK (id) -> (owner_id, id)'),
     ('events',              'distributed', 'PK (id) -> (user_id, id); user_id is nullable (system events): give them a system user'),
     ('checkpoints',         'distributed', 'PK (id) -> (user_id, id); trigger checkpoints_pxyz'),
     ('checkpoint_versions', 'distributed', 'add user_id; PK (user_id, checkpoint_id, version); FK (user_id, checkpoint_id) -> checkpoints (user_id, id)'),
@@ -119,7 +125,9 @@ as $func$
   select (row_number() over (order by case p.placement when 'local' then 0 when 'reference' then 1 else 2 end,
                                       coalesce(depths.d, 0), p.table_name))::integer,
          p.table_name, p.placement,
-         case when p.placement = 'distributed' then 'user_id' end,
+         case when p.placement <> 'distributed' then null
+              when p.table_name = 'memories' then 'owner_id'
+              else 'user_id' end,
          p.change_needed
     from plan p
     left join depths on depths.rel = pg_catalog.to_regclass('memori.' || p.table_name)
@@ -445,7 +453,18 @@ begin
   end if;
 end
 $grants$;
--- A DBA's function: nobody but the owner and superusers.
-revoke all on function memori.distribution_plan() from public;
-revoke all on function memori._distribution_blockers(regclass, text, text) from public;
-revoke all on function memori.distribute(boolean) from public;
+-- A DBA's functions: nobody but the owner and superusers (900-security.sql grants every
+-- function of the schema to the app roles on a re-install: take that back too).
+do $revoke$
+declare
+  v_grantee text;
+begin
+  foreach v_grantee in array array['public', 'memori_app', 'memori_cleaner', 'memori_admin'] loop
+    if v_grantee = 'public' or exists (select 1 from pg_catalog.pg_roles where rolname = v_grantee) then
+      execute format('revoke all on function memori.distribution_plan(), '
+                     'memori._distribution_blockers(regclass, text, text), memori.distribute(boolean) from %s',
+                     case when v_grantee = 'public' then 'public' else quote_ident(v_grantee) end);
+    end if;
+  end loop;
+end
+$revoke$;
