@@ -459,7 +459,8 @@ do $revoke$
 declare
   v_grantee text;
 begin
-  foreach v_grantee in array array['public', 'memori_app', 'memori_cleaner', 'memori_admin'] loop
+  -- (memori_admin has them through memori_app; on a Citus cluster it may exist on the coordinator only)
+  foreach v_grantee in array array['public', 'memori_app', 'memori_cleaner'] loop
     if v_grantee = 'public' or exists (select 1 from pg_catalog.pg_roles where rolname = v_grantee) then
       execute format('revoke all on function memori.distribution_plan(), '
                      'memori._distribution_blockers(regclass, text, text), memori.distribute(boolean) from %s',
