@@ -7,6 +7,7 @@ the keys, policies and triggers that the next schema migration must change.
 
 from __future__ import annotations
 
+import psutil
 import psycopg
 import pytest
 from typer.testing import CliRunner
@@ -130,3 +131,18 @@ def test_a_coordinator_that_holds_shards_is_pm142(citus_dsn: str, citus_cluster:
     with pymemdb.connect(citus_dsn) as db, pytest.raises(CoordinatorHoldsShards) as caught:
         db.cluster.distribute()
     assert caught.value.hint and "citus_remove_node" in caught.value.hint
+
+
+def test_cluster_script_reports_and_exports(citus_cluster: CitusCluster) -> None:
+    status = citus_cluster.run("status", str(citus_cluster.directory))
+    assert [line.split()[0] for line in status.splitlines()[:3]] == ["coordinator", "worker1", "worker2"]
+    assert status.count("running") == 3 and f"dsn {citus_cluster.dsn}" in status
+    exports = citus_cluster.exports()
+    assert exports["PYMEMDB_CITUS_DSN"] == citus_cluster.dsn
+    for worker in ("PYMEMDB_CITUS_WORKER1_DSN", "PYMEMDB_CITUS_WORKER2_DSN"):
+        with psycopg.connect(exports[worker], autocommit=True) as conn:
+            assert rows(conn, "select extname from pg_extension where extname in ('citus', 'vector') order by 1") == [
+                {"extname": "citus"}, {"extname": "vector"}]
+    # the servers run as an unprivileged user, never as root
+    pids = [int(line.split()[4]) for line in status.splitlines()[:3]]
+    assert all(psutil.Process(pid).username() != "root" for pid in pids)
