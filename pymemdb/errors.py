@@ -289,6 +289,12 @@ class DistributeWouldConvert(ClusterError):
     sqlstate = "PM143"
 
 
+class RolesNotOnWorkers(ClusterError):
+    """PM144: memori.distribute() could not create the memori roles on every worker."""
+
+    sqlstate = "PM144"
+
+
 class ServerError(PymemdbError):
     """The embedded server could not be started, stopped or reached."""
 
@@ -337,6 +343,7 @@ _BY_SQLSTATE: dict[str, type[PymemdbError]] = {
         NotCoordinator,
         CoordinatorHoldsShards,
         DistributeWouldConvert,
+        RolesNotOnWorkers,
     )
     if cls.sqlstate
 }

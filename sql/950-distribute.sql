@@ -247,6 +247,8 @@ declare
   v_detail   text;
   v_state    text;
   v_blocked  regclass[] := '{}';  -- tables that stay where they are: their referrers cannot follow
+  v_role     text;
+  v_failed   text;
 begin
   if not exists (select 1 from pg_catalog.pg_extension where extname = 'citus') then
     raise exception 'the citus extension is not installed in this database'
@@ -268,6 +270,31 @@ begin
                      '(which writes reference tables and then changes the schema in one transaction) fails there.',
             hint = 'Keep the coordinator out of pg_dist_node: SELECT citus_remove_node(''<coordinator host>'', <port>) '
                    'before distributing (docs/scale-out.md).';
+  end if;
+  -- Delegated calls run on the workers as the calling role: every memori role must exist on
+  -- every node. The install created them on the coordinator only (DDL propagation was off);
+  -- Citus brings a role along only when a placed object depends on it (memori_admin: none).
+  if not p_dry_run then
+    for v_role in select r.rolname::text from pg_catalog.pg_roles r
+                   where r.rolname in ('memori_owner', 'memori_app', 'memori_cleaner', 'memori_admin')
+                   order by r.rolname loop
+      select string_agg(w.nodename || ':' || w.nodeport || ' ' || w.result, '; ') into v_failed
+        from run_command_on_workers(format(
+               'set citus.enable_ddl_propagation to off; '
+               'do $r$ begin if not exists (select 1 from pg_catalog.pg_roles where rolname = %L) then '
+               'create role %I nologin; end if; end $r$', v_role, v_role)) w
+       where not w.success;
+      if v_failed is not null then
+        raise exception 'memori.distribute() could not create role % on every worker', v_role
+          using errcode = 'PM144', detail = v_failed,
+                hint = 'Create the memori roles (memori_owner, memori_app, memori_cleaner, memori_admin, NOLOGIN) '
+                       'on every node as a superuser, then call memori.distribute() again.';
+      end if;
+    end loop;
+    if exists (select 1 from pg_catalog.pg_roles where rolname = 'memori_admin')
+       and pg_catalog.pg_has_role('memori_admin', 'memori_app', 'member') then
+      perform run_command_on_workers('set citus.enable_ddl_propagation to off; grant memori_app to memori_admin');
+    end if;
   end if;
   -- several create_distributed_table calls with foreign keys to reference tables in one transaction
   perform pg_catalog.set_config('citus.multi_shard_modify_mode', 'sequential', true);

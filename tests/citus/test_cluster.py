@@ -110,6 +110,10 @@ def test_distribute_places_what_it_can_and_reports_every_table(citus_dsn: str) -
         kinds = {r["t"]: r["k"] for r in rows(conn, """
             select logicalrelid::regclass::text as t, repmodel::text as k from pg_dist_partition""")}
         assert kinds == {f"memori.{t}": "t" for t in REFERENCE_TODAY}
+        # every memori role exists on every worker (delegated calls run there as the caller)
+        on_workers = rows(conn, """select result from run_command_on_workers(
+            $$select string_agg(rolname, ',' order by rolname) from pg_roles where rolname like 'memori%'$$)""")
+        assert [r["result"] for r in on_workers] == ["memori_admin,memori_app,memori_cleaner,memori_owner"] * 2
         # idempotent
         again = {r["table_name"]: r["status"] for r in rows(conn, "select * from memori.distribute()")}
         assert {t for t, s in again.items() if s == "already"} == REFERENCE_TODAY
