@@ -8,6 +8,7 @@
 #   cluster.sh env    [DIR]   # shell exports: PYMEMDB_CITUS_DSN, PYMEMDB_CITUS_WORKER1_DSN, ... (eval "$(... env)")
 #   cluster.sh createdb NAME [DIR]  # a database on every node with citus + vector and the workers added; prints its DSN
 #   cluster.sh dropdb NAME [DIR]    # drop it on every node
+#   cluster.sh restart NODE [DIR]   # fast-stop and start one node (coordinator|worker1|worker2), same port
 #   cluster.sh paths          # where the archive, the cache and the default DIR resolve to (for debugging)
 #
 # Environment:
@@ -27,8 +28,8 @@
 set -euo pipefail
 
 die() { echo "cluster.sh: $1" >&2; exit "${2:-1}"; }
-[[ $# -ge 1 && $1 =~ ^(build|start|stop|status|env|paths|createdb|dropdb)$ ]] ||
-    die "usage: $0 build|start|stop|status|env|paths [DIR] | createdb|dropdb NAME [DIR]" 2
+[[ $# -ge 1 && $1 =~ ^(build|start|stop|status|env|paths|createdb|dropdb|restart)$ ]] ||
+    die "usage: $0 build|start|stop|status|env|paths [DIR] | createdb|dropdb NAME [DIR] | restart NODE [DIR]" 2
 cmd=$1
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
@@ -313,6 +314,12 @@ status) status "${2:-}" ;;
 env) envs "${2:-}" ;;
 createdb) [[ $# -ge 2 ]] || die "usage: $0 createdb NAME [DIR]" 2
     need_dir "${3:-}"; setup_db "$2"; echo "postgresql://$SUPERUSER@127.0.0.1:$(port_of coordinator)/$2" ;;
+restart) [[ $# -ge 2 && $2 =~ ^(coordinator|worker1|worker2)$ ]] || die "usage: $0 restart coordinator|worker1|worker2 [DIR]" 2
+    need_dir "${3:-}"
+    if node_running "$2"; then
+        (cd "$dir" && as_run "$(pgbin)/pg_ctl" -D "$dir/$2/data" -m fast -w -t 60 stop >&2)
+    fi
+    start_node "$2"; echo "cluster.sh: restarted $2 on port $(port_of "$2")" >&2 ;;
 dropdb) [[ $# -ge 2 ]] || die "usage: $0 dropdb NAME [DIR]" 2
     need_dir "${3:-}"; dropdb "$2" ;;
 esac

@@ -150,3 +150,14 @@ def test_cluster_script_reports_and_exports(citus_cluster: CitusCluster) -> None
     # the servers run as an unprivileged user, never as root
     pids = [int(line.split()[4]) for line in status.splitlines()[:3]]
     assert all(psutil.Process(pid).username() != "root" for pid in pids)
+
+
+def test_a_worker_restart_keeps_the_placed_rows(citus_dsn: str, citus_cluster: CitusCluster) -> None:
+    with pymemdb.connect(citus_dsn) as db:
+        db.cluster.distribute()
+    with psycopg.connect(citus_dsn, autocommit=True) as conn:
+        before = rows(conn, "select key, value from memori.settings order by key")
+        citus_cluster.run("restart", "worker2", str(citus_cluster.directory))
+        assert rows(conn, "select key, value from memori.settings order by key") == before
+        conn.execute("update memori.settings set value = value where key = 'cleanup.enabled'")  # 2PC on both workers
+    _smoke(citus_dsn)
