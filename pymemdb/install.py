@@ -144,6 +144,25 @@ def install(
     return InstallResult(True, before, after or wanted, digest, dim)
 
 
+# The same rule as _citus_local_install for psql, session-wide: the script has several transactions.
+_CITUS_LOCAL_INSTALL_SQL = """\
+do $citus$
+declare
+  v_placed boolean;
+begin
+  if exists (select 1 from pg_catalog.pg_extension where extname = 'citus') then
+    execute 'select exists (select 1 from pg_dist_partition p join pg_class c on c.oid = p.logicalrelid'
+            ' join pg_namespace n on n.oid = c.relnamespace where n.nspname = ''memori'')' into v_placed;
+    if v_placed then
+      perform pg_catalog.set_config('citus.multi_shard_modify_mode', 'sequential', false);
+    else
+      perform pg_catalog.set_config('citus.enable_ddl_propagation', 'off', false);
+    end if;
+  end if;
+end
+$citus$;"""
+
+
 def _citus_local_install(cur: psycopg.Cursor[Any]) -> None:
     """On a Citus coordinator: install locally while no memori table is placed, else propagate.
 
@@ -193,6 +212,7 @@ def install_script(from_revision: str | None = None, *, embedding_dim: int | Non
         f"-- pymemdb {package_version()} install script (alembic head {head_revision()})",
         "-- Run with: psql -v ON_ERROR_STOP=1 -f this.sql",
         "\\set ON_ERROR_STOP on",
+        _CITUS_LOCAL_INSTALL_SQL,
         "create schema if not exists memori;",
         buffer.getvalue(),
         "begin;",

@@ -7,6 +7,8 @@ the keys, policies and triggers that the next schema migration must change.
 
 from __future__ import annotations
 
+import subprocess
+
 import psutil
 import psycopg
 import pytest
@@ -161,3 +163,21 @@ def test_a_worker_restart_keeps_the_placed_rows(citus_dsn: str, citus_cluster: C
         assert rows(conn, "select key, value from memori.settings order by key") == before
         conn.execute("update memori.settings set value = value where key = 'cleanup.enabled'")  # 2PC on both workers
     _smoke(citus_dsn)
+
+
+def test_the_psql_install_script_works_on_the_coordinator_before_and_after_distribute(
+        citus_db: str, citus_cluster: CitusCluster) -> None:
+    from pymemdb.install import head_revision, install_script
+
+    psql = citus_cluster.exports()["PYMEMDB_CITUS_PGBIN"] + "/psql"
+
+    def run(script: str) -> None:
+        done = subprocess.run([psql, "-X", "-q", "-v", "ON_ERROR_STOP=1", citus_db], input=script,
+                              capture_output=True, text=True, check=False)
+        assert done.returncode == 0, done.stderr[-2000:]
+
+    run(install_script())
+    with psycopg.connect(citus_db, autocommit=True) as conn:
+        placed = [r for r in rows(conn, "select * from memori.distribute()") if r["status"] == "reference"]
+        assert len(placed) == len(REFERENCE_TODAY)
+    run(install_script(head_revision()))  # the upgrade script (sql/ re-applied) after the placement
