@@ -205,7 +205,7 @@ start_node() {
     local node=$1
     node_running "$node" && return
     # Ports are fixed at init (pg_dist_node records them): say so when another process took one.
-    python3 -c 'import socket, sys; s = socket.socket(); s.bind(("127.0.0.1", int(sys.argv[1])))' "$(port_of "$node")" 2>/dev/null ||
+    python3 -c 'import socket, sys; s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(("127.0.0.1", int(sys.argv[1])))' "$(port_of "$node")" 2>/dev/null ||
         die "$node: port $(port_of "$node") is taken by another process; the cluster's ports are fixed at init (free it, or remove $dir for a new cluster)" 5
     (cd "$dir" && as_run "$(pgbin)/pg_ctl" -D "$dir/$node/data" -l "$dir/$node/postgres.log" -w -t 60 start >&2) ||
         { tail -5 "$dir/$node/postgres.log" >&2; die "$node failed to start on port $(port_of "$node") (log $dir/$node/postgres.log)" 5; }
