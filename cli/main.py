@@ -73,6 +73,10 @@ def init(
         typer.Option("--embedding-dim", help="Dimension of page embeddings (1-2000; 384 on a new install). "
                      "Refused once pages have embeddings.", show_default=False),
     ] = None,
+    distribute: Annotated[
+        bool, typer.Option("--distribute", help="Then place the tables on the Citus cluster this DSN's coordinator "
+                           "runs (memori.distribute(); docs/scale-out.md). Fails without Citus.")
+    ] = False,
 ) -> None:
     """Install or upgrade the memori schema (alembic revisions, then every sql/ file)."""
     from pymemdb.install import install, install_script
@@ -89,6 +93,25 @@ def init(
     else:
         console.print(f"up to date: schema memori at revision {result.to_revision}, "
                       f"sql {result.sql_sha256[:12]}{dim}")
+    if distribute:
+        _print_distribution(target)
+
+
+def _print_distribution(dsn: str) -> None:
+    """memori.distribute() and one line per table that is not simply where it was."""
+    with database(dsn) as db:
+        results = db.cluster.distribute()
+    table = Table("table", "placement", "status", "blockers / error")
+    counts: dict[str, int] = {}
+    for r in results:
+        counts[r.status] = counts.get(r.status, 0) + 1
+        if r.status in ("local", "already"):
+            continue
+        why = "; ".join(r.blockers) if r.blockers else (r.error or "")
+        table.add_row(r.table_name, r.placement, r.status, why)
+    console.print(table)
+    summary = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
+    console.print(f"distribute: {summary} (memori.distribute(p_dry_run => true) lists the blockers again)")
 
 
 # -- db -----------------------------------------------------------------------

@@ -75,6 +75,7 @@ class Database:
         from pymemdb.budget import Budget
         from pymemdb.checkpoints import Checkpoints
         from pymemdb.cleanup import Cleanup
+        from pymemdb.cluster import Cluster
         from pymemdb.compression import Compression
         from pymemdb.context import Business, Context, Projects, Sessions
         from pymemdb.events import Events
@@ -104,6 +105,7 @@ class Database:
         self.vm = VmLifecycle(self)
         self.store = Store(self)
         self.mcp_tokens = McpTokens(self)
+        self.cluster = Cluster(self)
 
     def as_user(self, user_id: str) -> Database:
         """The same database and pool, acting for ``user_id`` (closing it leaves the pool open)."""

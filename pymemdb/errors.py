@@ -315,6 +315,38 @@ class McpUnsafeRole(McpError):
     """PM134: the MCP server's database role bypasses row-level security and cannot SET ROLE to memori_app."""
 
     sqlstate = "PM134"
+class ClusterError(PymemdbError):
+    """Placing the schema on a Citus cluster (memori.distribute) failed."""
+
+
+class CitusMissing(ClusterError):
+    """PM140: the citus extension is not installed in this database."""
+
+    sqlstate = "PM140"
+
+
+class NotCoordinator(ClusterError):
+    """PM141: memori.distribute() ran on a node that is not the Citus coordinator."""
+
+    sqlstate = "PM141"
+
+
+class CoordinatorHoldsShards(ClusterError):
+    """PM142: the coordinator is a node of the cluster (citus_set_coordinator_host); pymemdb keeps it shard-free."""
+
+    sqlstate = "PM142"
+
+
+class DistributeWouldConvert(ClusterError):
+    """PM143: placing the tables would turn a local table into a Citus-managed one; nothing was changed."""
+
+    sqlstate = "PM143"
+
+
+class RolesNotOnWorkers(ClusterError):
+    """PM144: memori.distribute() could not create the memori roles on every worker."""
+
+    sqlstate = "PM144"
 
 
 class ServerError(PymemdbError):
@@ -376,6 +408,11 @@ _BY_SQLSTATE: dict[str, type[PymemdbError]] = {
         McpTokenNotFound,
         McpTokenTtlInvalid,
         McpUnsafeRole,
+        CitusMissing,
+        NotCoordinator,
+        CoordinatorHoldsShards,
+        DistributeWouldConvert,
+        RolesNotOnWorkers,
     )
     if cls.sqlstate
 }

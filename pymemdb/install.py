@@ -124,6 +124,7 @@ def install(
             if not force and before == wanted and (not apply_sql or _installed_sql_sha(cur) == digest):
                 changed = embedding_dim is not None and _set_embedding_dim(cur, embedding_dim) != embedding_dim
                 return InstallResult(changed, before, wanted, digest, _embedding_dim(cur))
+            _citus_local_install(cur)
             cur.execute("create schema if not exists memori")
         _replay_missed_revisions(conn, before)
         cfg = alembic_config()
@@ -218,6 +219,44 @@ def _replay_script(stamped: str) -> list[str]:
             "  end if;\nend\n$pymemdb_replay$;\n"
         )
     return parts
+# The same rule as _citus_local_install for psql, session-wide: the script has several transactions.
+_CITUS_LOCAL_INSTALL_SQL = """\
+do $citus$
+declare
+  v_placed boolean;
+begin
+  if exists (select 1 from pg_catalog.pg_extension where extname = 'citus') then
+    execute 'select exists (select 1 from pg_dist_partition p join pg_class c on c.oid = p.logicalrelid'
+            ' join pg_namespace n on n.oid = c.relnamespace where n.nspname = ''memori'')' into v_placed;
+    if v_placed then
+      perform pg_catalog.set_config('citus.multi_shard_modify_mode', 'sequential', false);
+    else
+      perform pg_catalog.set_config('citus.enable_ddl_propagation', 'off', false);
+    end if;
+  end if;
+end
+$citus$;"""
+
+
+def _citus_local_install(cur: psycopg.Cursor[Any]) -> None:
+    """On a Citus coordinator: install locally while no memori table is placed, else propagate.
+
+    Citus would otherwise propagate each new object whose dependencies it can
+    (schema, types, functions, the empty first version of a generated view) and
+    then refuse to replace that view once it reads local tables. The local
+    objects reach the workers when ``memori.distribute()`` distributes them.
+    """
+    if cur.execute("select 1 from pg_extension where extname = 'citus'").fetchone() is None:
+        return
+    distributed = cur.execute(
+        "select 1 from pg_dist_partition p join pg_class c on c.oid = p.logicalrelid"
+        " join pg_namespace n on n.oid = c.relnamespace where n.nspname = 'memori' limit 1"
+    ).fetchone()
+    if distributed is None:
+        cur.execute("set local citus.enable_ddl_propagation = off")
+    else:
+        # one transaction writes reference tables and then propagates DDL to the same nodes
+        cur.execute("set local citus.multi_shard_modify_mode = 'sequential'")
 
 
 def _set_embedding_dim(cur: psycopg.Cursor[Any], dim: int) -> int | None:
@@ -248,6 +287,7 @@ def install_script(from_revision: str | None = None, *, embedding_dim: int | Non
         f"-- pymemdb {package_version()} install script (alembic head {head_revision()})",
         "-- Run with: psql -v ON_ERROR_STOP=1 -f this.sql",
         "\\set ON_ERROR_STOP on",
+        _CITUS_LOCAL_INSTALL_SQL,
         "create schema if not exists memori;",
         *(_replay_script(from_revision) if from_revision else []),
         buffer.getvalue(),

@@ -9,7 +9,9 @@
 -- Skipped unless 000-core.sql ran in this same transaction (the installer and
 -- `pymemdb init --sql` run every file in one), so applying files one by one
 -- never drops anything. Runs before 900-security.sql, whose grants rewrite
--- every function's row; files after it must not define functions.
+-- every function's row; a function defined in a later file (950-distribute.sql)
+-- is dropped here and re-created by its file, so it must own its grants and
+-- nothing may depend on it.
 
 do $sweep$
 declare

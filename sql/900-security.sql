@@ -64,7 +64,9 @@ begin
       select 'type', format('%I.%I', n.nspname, t.typname)
         from pg_catalog.pg_type t join pg_catalog.pg_namespace n on n.oid = t.typnamespace
        where n.nspname = 'memori' and t.typtype = 'c'
-         and not exists (select 1 from pg_catalog.pg_class c where c.oid = t.typrelid and c.relkind <> 'c')
+         -- a standalone composite type has a pg_class row of kind c (not: the row type of a
+         -- table, nor of a Citus shard, whose pg_class row Citus hides)
+         and exists (select 1 from pg_catalog.pg_class c where c.oid = t.typrelid and c.relkind = 'c')
     loop
       execute format('alter %s %s owner to memori_owner', v_obj.kind, v_obj.name);
     end loop;

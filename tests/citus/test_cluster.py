@@ -1,0 +1,183 @@
+"""pymemdb on the three-node Citus cluster (marker ``citus``): install, smoke, distribute.
+
+What distributes today is what the plan table in docs/scale-out.md says: the
+reference tables without blockers. Every user table is reported blocked with
+the keys, policies and triggers that the next schema migration must change.
+"""
+
+from __future__ import annotations
+
+import subprocess
+
+import psutil
+import psycopg
+import pytest
+from typer.testing import CliRunner
+
+import pymemdb
+from pymemdb.cli.main import app
+from pymemdb.errors import CoordinatorHoldsShards
+from pymemdb.install import install
+from tests.citus.conftest import CitusCluster
+from tests.helpers import T0, rows
+
+pytestmark = pytest.mark.citus
+
+# The reference tables nothing blocks today (docs/scale-out.md).
+REFERENCE_TODAY = {"milestone_criteria", "priority_boosts", "session_skills", "settings", "token_budgets"}
+
+
+def _smoke(dsn: str) -> None:
+    """One call or a few per concern, through the client, as two users."""
+    from pymemdb.budget import Chunk
+    from pymemdb.context import Scope
+    from pymemdb.integrations.langgraph import MemoriSaver
+    from tests.test_langgraph_saver import _graph
+
+    with pymemdb.connect(dsn) as db:
+        # memories (seed 05)
+        db.memories.save_session_checkpoint("skill:api-builder", "alice", "state 1", now=T0)
+        assert db.memories.load_latest_checkpoint("api", "alice", now=T0).content == "state 1"  # type: ignore[union-attr]
+        # typed checkpoints
+        row = db.checkpoints.create("s1", "alice", "manual", "Designed the API", {"step": 1}, now=T0)
+        assert db.checkpoints.get(row.id, now=T0) == row
+        # scoped context with resolution
+        alice = db.as_user("alice")
+        alice.sessions.set("s1", now=T0)
+        alice.context.set("theme", {"mode": "dark"}, type="user_preferences", scope="user", now=T0)
+        alice.context.set("theme", {"mode": "light"}, type="session_context", scope="session",
+                          who=Scope(session_id="s1"), now=T0)
+        assert alice.context.get("theme", Scope(session_id="s1"), now=T0).value == {"mode": "light"}  # type: ignore[union-attr]
+        assert db.as_user("bob").context.get("theme", now=T0) is None
+        # token budget
+        result = db.budget.optimize([Chunk("sys", "system_prompt", content="You are terse."),
+                                     Chunk("h", "chat_history_user", tokens=50)], 2100,
+                                    user_id="alice", session_id="s1", now=T0)
+        assert result.optimization_id is not None
+        # virtual memory: pages, compression levels, a fault, search
+        assert db.pages.turn_begin("vm1", user_id="alice", now=T0) == 1
+        db.pages.create("vm1", "msg_1", "What about the paging model?", role="user", now=T0)
+        db.pages.create("vm1", "doc_1", "The page table maps page ids to tiers. " * 8, page_type="artifact",
+                        add_to_working_set=False, now=T0)
+        db.pages.compress("vm1")
+        assert db.pages.fault("vm1", "doc_1", 2, "user_requested_recall", now=T0)["page"]["level"] == 2
+        assert [p.page_id for p in db.pages.search("vm1", "page table tiers", now=T0)][:1] == ["doc_1"]
+        # compression (seed 04)
+        db.compression.message_add("c1", "user", "[GOAL] Ship the cluster - HIGH", user_id="alice", now=T0)
+        # the retention engine (a year later everything but permanent rows has expired; events the
+        # preview itself records with the real clock are expired then too, hence events aside)
+        later = T0.replace(year=2027)
+        preview = [c for c in db.cleanup.preview(now=later) if c.table_name != "events"]
+        summary = db.cleanup.execute(now=later)
+        assert summary.deleted == summary.planned
+        assert sum(n for t, n in summary.deleted_by_table.items() if t != "events") == len(preview) > 0
+    # the LangGraph saver
+    with MemoriSaver(dsn, user_id="alice") as saver:
+        graph = _graph().compile(checkpointer=saver)
+        config = {"configurable": {"thread_id": "chat-1"}}
+        assert graph.invoke({"messages": ["hi"]}, config)["messages"] == ["hi", "echo hi"]
+    with MemoriSaver(dsn, user_id="mallory") as mallory:
+        assert mallory.get_tuple({"configurable": {"thread_id": "chat-1"}}) is None
+
+
+def test_schema_installs_on_the_coordinator_and_every_concern_works(citus_dsn: str) -> None:
+    with psycopg.connect(citus_dsn, autocommit=True) as conn:
+        assert rows(conn, "select count(*) as n from pg_dist_node where isactive")[0]["n"] == 2
+        assert rows(conn, "select extversion from pg_extension where extname = 'citus'")[0]["extversion"] >= "14"
+    _smoke(citus_dsn)
+    assert install(citus_dsn, force=True).changed  # re-applying sql/ on the coordinator works
+
+
+def test_distribute_places_what_it_can_and_reports_every_table(citus_dsn: str) -> None:
+    with psycopg.connect(citus_dsn, autocommit=True) as conn:
+        settings_before = rows(conn, "select key, value from memori.settings order by key")
+        plan = {p["table_name"]: p for p in rows(conn, "select * from memori.distribution_plan()")}
+        dry = {r["table_name"]: r for r in rows(conn, "select * from memori.distribute(p_dry_run => true)")}
+        assert set(dry) == set(plan)
+        assert {t for t, r in dry.items() if r["status"] == "ready"} == REFERENCE_TODAY
+        done = {r["table_name"]: r for r in rows(conn, "select * from memori.distribute()")}
+        assert set(done) == set(plan)
+        placed = {t for t, r in done.items() if r["status"] in ("reference", "distributed")}
+        assert placed == REFERENCE_TODAY
+        for table, r in done.items():
+            if r["status"] == "blocked":
+                assert r["blockers"], f"{table}: blocked without a blocker"
+        # every user table is blocked today by its keys, policies or triggers (the next migration's work)
+        assert all(done[t]["status"] == "blocked" for t, p in plan.items() if p["placement"] == "distributed")
+        assert any(b.startswith("memories_pkey PRIMARY KEY (id)") for b in done["memories"]["blockers"])
+        assert "policy member_read has a subquery" in done["projects"]["blockers"]
+        assert done["settings"]["rows_moved"] == len(settings_before) > 0
+        # Citus moved the rows: the same rows, now read from the workers' shards
+        assert rows(conn, "select key, value from memori.settings order by key") == settings_before
+        kinds = {r["t"]: r["k"] for r in rows(conn, """
+            select logicalrelid::regclass::text as t, repmodel::text as k from pg_dist_partition""")}
+        assert kinds == {f"memori.{t}": "t" for t in REFERENCE_TODAY}
+        # every memori role exists on every worker (delegated calls run there as the caller)
+        on_workers = rows(conn, """select result from run_command_on_workers(
+            $$select string_agg(rolname, ',' order by rolname) from pg_roles where rolname like 'memori%'$$)""")
+        assert [r["result"] for r in on_workers] == ["memori_admin,memori_app,memori_cleaner,memori_owner"] * 2
+        # idempotent
+        again = {r["table_name"]: r["status"] for r in rows(conn, "select * from memori.distribute()")}
+        assert {t for t, s in again.items() if s == "already"} == REFERENCE_TODAY
+    # an upgrade after distribute still installs, and everything still works
+    assert install(citus_dsn, force=True).changed
+    _smoke(citus_dsn)
+
+
+def test_init_distribute_on_the_cluster(citus_db: str) -> None:
+    result = CliRunner().invoke(app, ["init", "--distribute", "--dsn", citus_db])
+    assert result.exit_code == 0, result.output
+    assert "5 reference" in result.output and "blocked" in result.output
+
+
+def test_a_coordinator_that_holds_shards_is_pm142(citus_dsn: str, citus_cluster: CitusCluster) -> None:
+    port = int(citus_dsn.rsplit(":", 1)[1].split("/")[0])
+    with psycopg.connect(citus_dsn, autocommit=True) as conn:
+        conn.execute("select citus_set_coordinator_host('127.0.0.1', %s)", (port,))
+    with pymemdb.connect(citus_dsn) as db, pytest.raises(CoordinatorHoldsShards) as caught:
+        db.cluster.distribute()
+    assert caught.value.hint and "citus_remove_node" in caught.value.hint
+
+
+def test_cluster_script_reports_and_exports(citus_cluster: CitusCluster) -> None:
+    status = citus_cluster.run("status", str(citus_cluster.directory))
+    assert [line.split()[0] for line in status.splitlines()[:3]] == ["coordinator", "worker1", "worker2"]
+    assert status.count("running") == 3 and f"dsn {citus_cluster.dsn}" in status
+    exports = citus_cluster.exports()
+    assert exports["PYMEMDB_CITUS_DSN"] == citus_cluster.dsn
+    for worker in ("PYMEMDB_CITUS_WORKER1_DSN", "PYMEMDB_CITUS_WORKER2_DSN"):
+        with psycopg.connect(exports[worker], autocommit=True) as conn:
+            assert rows(conn, "select extname from pg_extension where extname in ('citus', 'vector') order by 1") == [
+                {"extname": "citus"}, {"extname": "vector"}]
+    # the servers run as an unprivileged user, never as root
+    pids = [int(line.split()[4]) for line in status.splitlines()[:3]]
+    assert all(psutil.Process(pid).username() != "root" for pid in pids)
+
+
+def test_a_worker_restart_keeps_the_placed_rows(citus_dsn: str, citus_cluster: CitusCluster) -> None:
+    with pymemdb.connect(citus_dsn) as db:
+        db.cluster.distribute()
+    with psycopg.connect(citus_dsn, autocommit=True) as conn:
+        before = rows(conn, "select key, value from memori.settings order by key")
+        citus_cluster.run("restart", "worker2", str(citus_cluster.directory))
+        assert rows(conn, "select key, value from memori.settings order by key") == before
+        conn.execute("update memori.settings set value = value where key = 'cleanup.enabled'")  # 2PC on both workers
+    _smoke(citus_dsn)
+
+
+def test_the_psql_install_script_works_on_the_coordinator_before_and_after_distribute(
+        citus_db: str, citus_cluster: CitusCluster) -> None:
+    from pymemdb.install import head_revision, install_script
+
+    psql = citus_cluster.exports()["PYMEMDB_CITUS_PGBIN"] + "/psql"
+
+    def run(script: str) -> None:
+        done = subprocess.run([psql, "-X", "-q", "-v", "ON_ERROR_STOP=1", citus_db], input=script,
+                              capture_output=True, text=True, check=False)
+        assert done.returncode == 0, done.stderr[-2000:]
+
+    run(install_script())
+    with psycopg.connect(citus_db, autocommit=True) as conn:
+        placed = [r for r in rows(conn, "select * from memori.distribute()") if r["status"] == "reference"]
+        assert len(placed) == len(REFERENCE_TODAY)
+    run(install_script(head_revision()))  # the upgrade script (sql/ re-applied) after the placement
