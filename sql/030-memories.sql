@@ -174,16 +174,19 @@ comment on function memori.session_checkpoint_save(text, text, text, jsonb, time
 -- Rows of other users are skipped (rows without owner predate pymemdb and
 -- match everyone, as in the seed); expired rows never come back.
 --
--- A hot path, so one SQL statement, inlined into the caller's query: without
--- a SET clause PostgreSQL inlines a SQL function (a plpgsql body of three
--- statements cost a fixed ~31 µs per call). Its SQL-standard body (BEGIN
--- ATOMIC) is parsed when it is created, so every name in it is resolved then,
--- never at call time: the caller's search_path cannot change what it reads.
+-- A hot path, so one SQL statement, inlined into the caller's query (its plan
+-- is cached with the caller's prepared statement): without a SET clause
+-- PostgreSQL inlines a SQL function (the plpgsql body it replaces ran three
+-- statements). Its SQL-standard body (BEGIN ATOMIC) is parsed when it is
+-- created, so every name in it is resolved then, never at call time: the
+-- caller's search_path cannot change what it reads.
 -- The tiers are the branches of one UNION ALL under LIMIT 1: an Append runs
 -- its branches in order and stops at the first row, so a later tier is only
--- probed when the earlier ones found nothing. Each branch is an index probe:
--- (1) two of idx_memories_session_checkpoints (the user's rows, rows without
--- owner), (2) one of idx_memories_checkpoint_latest, (3) a prefix range.
+-- probed when the earlier ones found nothing. Each branch is an index probe
+-- with no sort: (1) idx_memories_session_checkpoints for the user's rows and
+-- idx_memories_checkpoint_unowned for rows without owner, merged; (2)
+-- idx_memories_checkpoint_latest; (3) a prefix range of
+-- idx_memories_session_checkpoints (sorted: it spans months).
 -- The helpers are only called to raise errors (PM001 bad user id, PM002
 -- unknown skill), in that order.
 create or replace function memori.session_checkpoint_load_latest(
@@ -199,17 +202,17 @@ begin atomic
                  end as namespace,
                  'session_' || (k.skill).short_name || '_' as prefix  -- NULL for a permanent skill
             from (select coalesce(
+                           -- the skill id, else a short name or an id without 'skill:' (key probes, no sort)
+                           (select s from memori.session_skills s where s.skill = p_skill),
                            (select s from memori.session_skills s
-                             where s.skill = p_skill or s.short_name = p_skill or s.skill = 'skill:' || p_skill
-                             order by (s.skill = p_skill) desc
+                             where s.short_name = p_skill or s.skill = 'skill:' || p_skill
                              limit 1),
                            memori._session_skill(p_skill)) as skill  -- raises PM001/PM002 with a hint
                     -- PM001 for a bad user id, before the skill is looked up
                    where (p_user_id is not null and btrim(p_user_id) <> '' and length(p_user_id) <= 256
                           and p_user_id !~ '[[:cntrl:]]')
                       or memori._check_identifier('user id', p_user_id) is null
-                  offset 0) k  -- fences: the skill is looked up once, not once per use of its fields
-          offset 0) n
+                  offset 0) k) n  -- a fence: the skill is looked up once, not once per use of its fields
    cross join lateral (
      -- (1) the current namespace: the user's newest row and the newest row without owner
      (select t.*, 'current'::text as source

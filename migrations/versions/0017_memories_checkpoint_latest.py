@@ -12,8 +12,14 @@ reads need it), so that statement read and sorted the whole namespace (295 ms
 for a current session namespace of 87,000 rows at 1M rows). This index walks
 one namespace newest first: the statement stops at the first unexpired row.
 It also serves session_checkpoint_load_latest's legacy tier (``ORDER BY
-created_at DESC, id DESC``) without a sort. ~48 bytes a checkpoint (48 MB at
+created_at DESC, id DESC``) without a sort. ~53 bytes a checkpoint (48 MB at
 1M rows, 900,000 of them checkpoints).
+
+idx_memories_checkpoint_unowned is the same key for checkpoints without owner
+(written by the seed's own client, before pymemdb): the current-namespace tier
+of session_checkpoint_load_latest probes them newest first instead of sorting
+what ``owner_id IS NULL`` finds in idx_memories_session_checkpoints. It holds
+only those rows (empty where every row has an owner).
 """
 
 from alembic import op
@@ -30,6 +36,9 @@ def upgrade() -> None:
         create index idx_memories_checkpoint_latest on memori.memories
           (user_id, created_at desc, id desc)
           where metadata->>'type' = 'session_checkpoint';
+        create index idx_memories_checkpoint_unowned on memori.memories
+          (user_id, created_at desc, id desc)
+          where metadata->>'type' = 'session_checkpoint' and owner_id is null;
         """
     )
 
