@@ -538,19 +538,20 @@ def _cleanup(
     """One cleanup way with WAL, readers idle (fixed time) vs. during, their waits, and correctness checks."""
     expired_before, unexpired_before = _counts(conn)
     specs = _reader_specs(targets, seed)
-    with ReaderProcesses(dsn, specs) as idle:
+    # the same reader processes measure the idle window and, right after it, the cleanup:
+    # no gap in which the machine's other load could drift between the two
+    with ReaderProcesses(dsn, specs) as readers:
         load_idle = _loadavg()
         t0 = time.monotonic_ns()
         time.sleep(idle_seconds)
         t1 = time.monotonic_ns()
-    idle_samples = {spec.name: idle.window(spec.name, t0, t1) for spec in specs}
-    lsn = wal_lsn(conn)
-    with ReaderProcesses(dsn, specs) as during, WaitSampler(dsn, during.pids) as waits:
-        load_before = _loadavg()
-        t2 = time.monotonic_ns()
-        out = _pymemdb_cleanup(dsn, batch_size) if name == "pymemdb" else _naive_cleanup(dsn)
-        t3 = time.monotonic_ns()
-        load_after = _loadavg()
+        lsn = wal_lsn(conn)
+        with WaitSampler(dsn, readers.pids) as waits:
+            load_before = _loadavg()
+            t2 = time.monotonic_ns()
+            out = _pymemdb_cleanup(dsn, batch_size) if name == "pymemdb" else _naive_cleanup(dsn)
+            t3 = time.monotonic_ns()
+            load_after = _loadavg()
     out["wal_bytes"] = wal_bytes_since(conn, lsn)
     expired_after, unexpired_after = _counts(conn)
     out["rows_per_s"] = round(out["deleted"] / out["seconds"])
@@ -560,8 +561,8 @@ def _cleanup(
     out["waits"] = waits.summary()
     out["reader"] = {}
     for spec in specs:
-        a = _reader_summary(idle_samples[spec.name])
-        b = _reader_summary(during.window(spec.name, t2, t3))
+        a = _reader_summary(readers.window(spec.name, t0, t1))
+        b = _reader_summary(readers.window(spec.name, t2, t3))
         out["reader"][spec.name] = {
             "rate_per_s": spec.rate, "idle": a, "during": b,
             "p99_ratio": ratio(b["p99_us"], a["p99_us"]) if a["p99_us"] and b["p99_us"] else None,
