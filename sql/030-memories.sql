@@ -173,83 +173,81 @@ comment on function memori.session_checkpoint_save(text, text, text, jsonb, time
 -- named by the user id, (3) any earlier session_{short}_YYYY_MM namespace.
 -- Rows of other users are skipped (rows without owner predate pymemdb and
 -- match everyone, as in the seed); expired rows never come back.
--- A hot path: its queries are inline (each nested call with a SET clause
--- costs several microseconds); the helpers are only called to raise errors.
+--
+-- A hot path, so one SQL statement, inlined into the caller's query (its plan
+-- is cached with the caller's prepared statement): without a SET clause
+-- PostgreSQL inlines a SQL function (the plpgsql body it replaces ran three
+-- statements). Its SQL-standard body (BEGIN ATOMIC) is parsed when it is
+-- created, so every name in it is resolved then, never at call time: the
+-- caller's search_path cannot change what it reads.
+-- The tiers are the branches of one UNION ALL under LIMIT 1: an Append runs
+-- its branches in order and stops at the first row, so a later tier is only
+-- probed when the earlier ones found nothing. Each branch is an index probe
+-- with no sort: (1) idx_memories_session_checkpoints for the user's rows and
+-- idx_memories_checkpoint_unowned for rows without owner, merged; (2)
+-- idx_memories_checkpoint_latest; (3) a prefix range of
+-- idx_memories_session_checkpoints (sorted: it spans months).
+-- The helpers are only called to raise errors (PM001 bad user id, PM002
+-- unknown skill), in that order.
 create or replace function memori.session_checkpoint_load_latest(
   p_skill   text,
   p_user_id text,
   p_now     timestamptz default now()
 ) returns setof memori.session_checkpoint
-as $func$
-declare
-  v_skill     memori.session_skills;
-  v_namespace text;
-  v_row       memori.memories;
-  v_prefix    text;
-begin
-  if p_user_id is null or btrim(p_user_id) = '' or length(p_user_id) > 256 or p_user_id ~ '[[:cntrl:]]' then
-    perform memori._check_identifier('user id', p_user_id);
-  end if;
-  select * into v_skill from memori.session_skills s
-   where s.skill = p_skill or s.short_name = p_skill or s.skill = 'skill:' || p_skill
-   order by (s.skill = p_skill) desc
-   limit 1;
-  if not found then
-    v_skill := memori._session_skill(p_skill);  -- raises PM001/PM002 with a hint
-  end if;
-
-  -- (1) the current namespace: one index probe for the user's rows, one for
-  -- rows without owner (a monthly namespace holds every user's checkpoints)
-  v_namespace := memori._skill_namespace(v_skill, p_now);
-  select m.* into v_row
-    from ((select * from memori.memories
-            where user_id = v_namespace and owner_id = p_user_id
-              and metadata->>'type' = 'session_checkpoint' and (expires_at is null or expires_at > p_now)
-            order by created_at desc, id desc limit 1)
-          union all
-          (select * from memori.memories
-            where user_id = v_namespace and owner_id is null
-              and metadata->>'type' = 'session_checkpoint' and (expires_at is null or expires_at > p_now)
-            order by created_at desc, id desc limit 1)) m
-   order by m.created_at desc, m.id desc
-   limit 1;
-  if found then
-    return query select v_row.*, 'current'::text;
-    return;
-  end if;
-
-  -- (2) the legacy namespace named by the user
-  select m.* into v_row
-    from memori.memories m
-   where m.user_id = p_user_id
-     and m.metadata->>'type' = 'session_checkpoint'
-     and (m.expires_at is null or m.expires_at > p_now)
-   order by m.created_at desc, m.id desc
-   limit 1;
-  if found then
-    return query select v_row.*, 'legacy'::text;
-    return;
-  end if;
-
-  -- (3) earlier months of the skill's session namespace
-  if v_skill.short_name is not null then
-    v_prefix := 'session_' || v_skill.short_name || '_';
-    select m.* into v_row
-      from memori.memories m
-     where m.user_id ~>=~ v_prefix and m.user_id ~<~ (v_prefix || chr(1114111))  -- index range for the prefix
-       and m.user_id ~ ('^' || v_prefix || '[0-9]{4}_[0-9]{2}$')
-       and m.metadata->>'type' = 'session_checkpoint'
-       and (m.expires_at is null or m.expires_at > p_now)
-       and (m.owner_id = p_user_id or m.owner_id is null)
-     order by m.created_at desc, m.id desc
-     limit 1;
-    if found then
-      return query select v_row.*, 'previous'::text;
-    end if;
-  end if;
-end
-$func$ language plpgsql stable security invoker
-set search_path = pg_catalog, memori, pg_temp;
+language sql stable security invoker
+begin atomic
+  select c.id, c.user_id, c.content, c.category, c.metadata, c.created_at, c.expires_at, c.owner_id, c.source
+    from (select case when (k.skill).short_name is null then (k.skill).permanent_namespace
+                      else format('session_%s_%s', (k.skill).short_name, to_char(p_now at time zone 'UTC', 'YYYY_MM'))
+                 end as namespace,
+                 'session_' || (k.skill).short_name || '_' as prefix  -- NULL for a permanent skill
+            from (select coalesce(
+                           -- the skill id, else a short name or an id without 'skill:' (key probes, no sort)
+                           (select s from memori.session_skills s where s.skill = p_skill),
+                           (select s from memori.session_skills s
+                             where s.short_name = p_skill or s.skill = 'skill:' || p_skill
+                             limit 1),
+                           memori._session_skill(p_skill)) as skill  -- raises PM001/PM002 with a hint
+                    -- PM001 for a bad user id, before the skill is looked up
+                   where (p_user_id is not null and btrim(p_user_id) <> '' and length(p_user_id) <= 256
+                          and p_user_id !~ '[[:cntrl:]]')
+                      or memori._check_identifier('user id', p_user_id) is null
+                  offset 0) k) n  -- a fence: the skill is looked up once, not once per use of its fields
+   cross join lateral (
+     -- (1) the current namespace: the user's newest row and the newest row without owner
+     (select t.*, 'current'::text as source
+        from ((select m.* from memori.memories m
+                where m.user_id = n.namespace and m.owner_id = p_user_id
+                  and m.metadata->>'type' = 'session_checkpoint' and (m.expires_at is null or m.expires_at > p_now)
+                order by m.created_at desc, m.id desc limit 1)
+              union all
+              (select m.* from memori.memories m
+                where m.user_id = n.namespace and m.owner_id is null
+                  and m.metadata->>'type' = 'session_checkpoint' and (m.expires_at is null or m.expires_at > p_now)
+                order by m.created_at desc, m.id desc limit 1)) t
+       order by t.created_at desc, t.id desc
+       limit 1)
+     union all
+     -- (2) the legacy namespace named by the user
+     (select m.*, 'legacy'::text
+        from memori.memories m
+       where m.user_id = p_user_id
+         and m.metadata->>'type' = 'session_checkpoint' and (m.expires_at is null or m.expires_at > p_now)
+       order by m.created_at desc, m.id desc
+       limit 1)
+     union all
+     -- (3) earlier months of the skill's session namespace (none for a permanent skill)
+     (select m.*, 'previous'::text
+        from memori.memories m
+       where n.prefix is not null
+         and m.user_id ~>=~ n.prefix and m.user_id ~<~ (n.prefix || chr(1114111))  -- index range for the prefix
+         and m.user_id ~ ('^' || n.prefix || '[0-9]{4}_[0-9]{2}$')
+         and m.metadata->>'type' = 'session_checkpoint' and (m.expires_at is null or m.expires_at > p_now)
+         and (m.owner_id = p_user_id or m.owner_id is null)
+       order by m.created_at desc, m.id desc
+       limit 1)
+     limit 1) c;
+end;
 comment on function memori.session_checkpoint_load_latest(text, text, timestamptz) is 'Latest unexpired session checkpoint of a skill for a user: current namespace, then legacy user namespace, then earlier session namespaces; source says which.';
 
 -------------------------------------------------------------------------------

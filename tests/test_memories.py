@@ -102,6 +102,67 @@ def test_expired_rows_never_come_back(conn: psycopg.Connection) -> None:
     assert rows(conn, "select * from memori.memory_list('session_api_2026_11', 10, %s)", (T0 + 8 * DAY,)) == []
 
 
+def test_rows_without_owner_in_the_current_namespace_match_everyone(conn: psycopg.Connection) -> None:
+    """Rows written by the seed's client (no owner) are found beside the user's own, newest first."""
+    save(conn, "api", "alice", "alice's", T0)
+    legacy = memory(conn, "session_api_2026_11", None, '{"type": "session_checkpoint"}', created_at=T0 + SEC)
+    found = one(conn, LOAD, ("api", "alice", T0 + DAY))
+    assert found is not None and found["id"] == legacy and found["source"] == "current"
+    assert one(conn, LOAD, ("api", "bob", T0 + DAY))["id"] == legacy  # type: ignore[index]
+    # another user's row is never returned, even when newest
+    save(conn, "api", "bob", "bob's", T0 + 2 * SEC)
+    assert one(conn, LOAD, ("api", "alice", T0 + DAY))["id"] == legacy  # type: ignore[index]
+
+
+def test_legacy_namespace_wins_over_earlier_months_even_if_older(conn: psycopg.Connection) -> None:
+    save(conn, "api", "alice", "october", T0.replace(month=10, day=30))
+    memory(conn, "alice", None, '{"type": "session_checkpoint"}', created_at=T0.replace(month=10, day=1))
+    found = one(conn, LOAD, ("api", "alice", T0.replace(month=11, day=2)))
+    assert found is not None and found["source"] == "legacy"
+    # a permanent skill has no earlier months: its namespace is the current one
+    save(conn, "skill-creator", "alice", "how", T0)
+    assert one(conn, LOAD, ("skill-creator", "alice", T0 + DAY))["source"] == "current"  # type: ignore[index]
+
+
+@pytest.mark.parametrize(
+    ("skill", "user", "code"),
+    [("api", "", "PM001"), ("api", None, "PM001"), ("api", "a\tb", "PM001"), ("nope", "alice", "PM002"),
+     ("nope", "", "PM001"), (None, "alice", "PM001")],
+)
+def test_latest_checkpoint_rejects_bad_input_user_first(
+    conn: psycopg.Connection, skill: str | None, user: str | None, code: str
+) -> None:
+    assert_sqlstate(conn, code, LOAD, (skill, user, T0))
+
+
+def test_latest_checkpoint_is_one_inlined_statement(conn: psycopg.Connection) -> None:
+    """No function call at run time: the caller's query holds the tiers (one plan, no plpgsql)."""
+    plan = "\n".join(r[0] for r in conn.execute(
+        "explain (costs off) select * from memori.session_checkpoint_load_latest('api', 'alice', %s)", (T0,)))
+    assert "Function Scan" not in plan and "idx_memories_session_checkpoints" in plan
+    assert value(conn, "select l.lanname from pg_proc p join pg_language l on l.oid = p.prolang"
+                       " where p.oid = 'memori.session_checkpoint_load_latest'::regproc") == "sql"
+
+
+SEED05_LATEST = """SELECT * FROM memori.memories WHERE user_id = %s AND metadata->>'type' = 'session_checkpoint'
+  AND (expires_at IS NULL OR expires_at > NOW()) ORDER BY created_at DESC LIMIT 1"""
+
+
+def test_seed05_latest_checkpoint_is_an_index_probe(conn: psycopg.Connection) -> None:
+    """Seed 05's verbatim read walks one namespace newest first: no sort of the namespace."""
+    now = value(conn, "select now()")
+    for i in range(50):
+        save(conn, "api", f"user{i % 5}", f"c{i}", now - DAY + i * SEC)
+    ns = value(conn, "select memori.session_namespace('api')")
+    conn.execute("analyze memori.memories")
+    with conn.transaction(force_rollback=True):
+        conn.execute("set local enable_seqscan = off")  # a tiny table: ask for the plan of a big one
+        conn.execute("set local enable_bitmapscan = off")
+        plan = "\n".join(r[0] for r in conn.execute("explain (costs off) " + SEED05_LATEST, (ns,)))
+    assert "idx_memories_checkpoint_latest" in plan and "Sort" not in plan, plan
+    assert one(conn, SEED05_LATEST, (ns,))["content"] == "c49"  # type: ignore[index]
+
+
 def test_active_memories_view_hides_expired(conn: psycopg.Connection) -> None:
     memory(conn, "ns", None)
     memory(conn, "ns", T0 + DAY * 365 * 10)
