@@ -106,7 +106,13 @@ as $func$
     ('working_set',         'distributed', 'PK and FK (session_id, page_id) -> pages must include user_id'),
     ('page_mutations',      'distributed', 'PK (id) -> (user_id, id); trigger page_mutations_append_only'),
     ('page_faults',         'distributed', 'PK (id) -> (user_id, id)'),
-    ('vm_region_pages',     'distributed', 'PK must include user_id; FK region_id -> vm_regions is to a reference table; FK session_id -> vm_sessions must include user_id; reading a shared region is multi-shard by design')
+    ('vm_region_pages',     'distributed', 'PK must include user_id; FK region_id -> vm_regions is to a reference table; FK session_id -> vm_sessions must include user_id; reading a shared region is multi-shard by design'),
+    -- long-term memory (issue 17): keys already lead with the user
+    ('store_items',         'distributed', null),
+    ('store_vectors',       'distributed', null),
+    -- MCP bearer tokens (issue 18): keyed by user, but mcp_token_verify finds a token by its hash
+    -- before the user is known: one multi-shard lookup per HTTP request, by design
+    ('mcp_tokens',          'distributed', 'mcp_token_verify looks a token up by hash across users (multi-shard by design); a hash -> user reference table would make it one probe')
   ),
   -- foreign-key depth among memori tables: a referenced table is placed before its referrers
   fk(child, parent) as (
