@@ -739,6 +739,7 @@ declare
   v_s memori.vm_sessions := memori._vm_session(p_session_id, null, false, p_now);
   v_p memori.pages := memori._page_get(p_session_id, p_page_id, p_now, false);
   v_w memori.working_set;
+  v_recent boolean;
 begin
   if p_pinned is null then
     perform memori._invalid('p_pinned must be true or false', 'Pass true to pin, false to unpin.');
@@ -752,15 +753,27 @@ begin
     perform memori._vm_map(v_s, v_p, 0, true, 'fault_in', p_actor, 'pin', p_now);
     return true;
   end if;
-  if v_w.pinned = p_pinned then
-    return false;
+  -- the recent-turn window is a separate default (seed 2.3): an explicit pin
+  -- replaces it as the reason, and an unpin leaves it while it still applies
+  v_recent := v_p.page_type = 'transcript' and v_s.pinned_last_turns > 0
+              and v_p.turn > v_s.turn - v_s.pinned_last_turns;
+  if p_pinned then
+    if v_w.pinned and v_w.pin_reason = 'explicit' then
+      return false;
+    end if;
+    update memori.working_set set pinned = true, pin_reason = 'explicit'
+     where session_id = p_session_id and page_id = p_page_id;
+  else
+    if not v_w.pinned or (v_w.pin_reason = 'recent_turn' and v_recent) then
+      return false;
+    end if;
+    update memori.working_set set pinned = v_recent, pin_reason = case when v_recent then 'recent_turn' end
+     where session_id = p_session_id and page_id = p_page_id;
   end if;
-  update memori.working_set set pinned = p_pinned, pin_reason = case when p_pinned then 'explicit' end
-   where session_id = p_session_id and page_id = p_page_id;
   perform memori._page_mutation(v_s, p_page_id, case when p_pinned then 'pin' else 'unpin' end, 'L0', 'L0',
                                 v_w.level, v_w.level, v_w.tokens, p_actor, 'explicit', p_now);
   return true;
 end
 $func$ language plpgsql volatile security invoker
 set search_path = pg_catalog, memori, pg_temp;
-comment on function memori.page_pin(text, text, boolean, text, timestamptz) is 'Pin (never evicted) or unpin a page; pinning an unmapped page maps it at level 0. True when something changed.';
+comment on function memori.page_pin(text, text, boolean, text, timestamptz) is 'Pin (never evicted) or unpin a page; an explicit pin replaces a recent-turn or default-set pin as the reason and outlives turn aging; unpinning keeps a recent-turn pin that still applies; pinning an unmapped page maps it at level 0. True when something changed.';

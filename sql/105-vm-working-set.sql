@@ -244,14 +244,18 @@ begin
   values (p_s.session_id, p_page.page_id, p_s.user_id, p_level, v_tokens, p_s.turn, p_s.turn, v_pin, v_reason, p_now)
   on conflict (session_id, page_id) do update
      set level = excluded.level, tokens = excluded.tokens, last_access_turn = excluded.last_access_turn,
-         pinned = excluded.pinned, pin_reason = coalesce(memori.working_set.pin_reason, excluded.pin_reason);
+         pinned = excluded.pinned,
+         -- an explicit pin replaces a recent-turn or default-set reason (it must outlive turn aging)
+         pin_reason = case when excluded.pin_reason = 'explicit' then 'explicit'
+                           else coalesce(memori.working_set.pin_reason, excluded.pin_reason) end;
   update memori.pages set tier = 'L0', compression_level = p_level
    where session_id = p_s.session_id and page_id = p_page.page_id;
   if v_old.page_id is null or v_old.level <> p_level or v_old.tokens <> v_tokens or p_type <> 'fault_in' then
     perform memori._page_mutation(p_s, p_page.page_id, p_type, case when p_type = 'create' then null else p_page.tier end,
                                   'L0', v_old.level, p_level, v_tokens, p_actor, p_cause, p_now);
   end if;
-  if v_pin and not coalesce(v_old.pinned, false) and p_type <> 'create' then
+  if v_pin and p_type <> 'create'
+     and (not coalesce(v_old.pinned, false) or (v_reason = 'explicit' and v_old.pin_reason is distinct from 'explicit')) then
     perform memori._page_mutation(p_s, p_page.page_id, 'pin', 'L0', 'L0', p_level, p_level, v_tokens, p_actor,
                                   v_reason, p_now);
   end if;
