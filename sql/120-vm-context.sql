@@ -34,7 +34,10 @@ begin
         join memori.pages p on p.session_id = w.session_id and p.page_id = w.page_id
        where w.session_id = v_s.session_id), '[]'::jsonb),
     'available_pages', coalesce((
-      select jsonb_agg(jsonb_build_object('page_id', a.page_id, 'modality', a.modality, 'tier', a.tier,
+      -- the seed's manifest schema has tier L2 | L3 | L4 for available pages: L1 (the
+      -- cache of recently evicted pages) is session storage to the model, so L2
+      select jsonb_agg(jsonb_build_object('page_id', a.page_id, 'modality', a.modality,
+                                          'tier', case when a.tier = 'L1' then 'L2' else a.tier end,
                                           'levels', a.levels, 'hint', a.hint)
                        order by a.importance desc, a.last_accessed desc, a.page_id)
         from (select t.page_id, t.modality, t.tier, t.importance, t.last_accessed,
@@ -66,7 +69,7 @@ begin
 end
 $func$ language plpgsql stable security invoker
 set search_path = pg_catalog, memori, pg_temp;
-comment on function memori.vm_manifest(text, integer, boolean, timestamptz) is 'VM:MANIFEST_JSON of a session: working_set (creation order), available_pages with tier, levels and hint (importance order, limited), policies.';
+comment on function memori.vm_manifest(text, integer, boolean, timestamptz) is 'VM:MANIFEST_JSON of a session: working_set (creation order), available_pages with the seed''s tier (L2 | L3 | L4; an L1 page is listed as L2), levels and hint (importance order, limited), policies.';
 
 -------------------------------------------------------------------------------
 -- _vm_duration: m:ss of a duration in seconds
