@@ -229,8 +229,13 @@ class Pages:
                                                      p_now=now)))
 
     def lookup(self, session_id: str, page_id: str, *, now: datetime | None = None) -> PageTableEntry | None:
-        """memori.page_lookup through the TLB: cached entries are hits, others are read and cached."""
-        entry = self.tlb.lookup(session_id, page_id)
+        """memori.page_lookup through the TLB: cached entries are hits, others are read and cached.
+
+        A cached entry is served only before its page's ``expires_at`` (checked
+        against ``now``, default the current time): at or after it, the lookup
+        is a miss and reads the database, which returns None for an expired page.
+        """
+        entry = self.tlb.lookup(session_id, page_id, now)
         if entry is not None:
             return entry
         found = _one_or_none(self._db.call(PAGE_LOOKUP, **given(p_session_id=session_id, p_page_id=page_id,

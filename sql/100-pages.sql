@@ -641,13 +641,14 @@ create or replace function memori.page_lookup(p_session_id text, p_page_id text,
 returns memori.page_table_entry
 as $func$
   select row(p.page_id, p.tier, p.compression_level, p.version, p.dirty, p.last_flushed, p.last_accessed,
-             p.access_count, w.page_id is not null, w.level, coalesce(w.pinned, false))::memori.page_table_entry
+             p.access_count, w.page_id is not null, w.level, coalesce(w.pinned, false),
+             p.expires_at)::memori.page_table_entry
     from memori.vm_visible_pages p
     left join memori.working_set w on w.session_id = p.viewer_session_id and w.page_id = p.page_id
    where p.viewer_session_id = p_session_id and p.page_id = p_page_id and (p.expires_at is null or p.expires_at > p_now)
 $func$ language sql stable security invoker
 set search_path = pg_catalog, memori, pg_temp;
-comment on function memori.page_lookup(text, text, timestamptz) is 'The page-table entry of a page (tier, level, version, dirty, access, mapping); NULL when missing.';
+comment on function memori.page_lookup(text, text, timestamptz) is 'The page-table entry of a page (tier, level, version, dirty, access, mapping, expires_at for a cache to honour); NULL when missing or expired.';
 
 -------------------------------------------------------------------------------
 -- page_representation_put: store a Compressor's level 1, 2 (or 3) output
