@@ -724,6 +724,20 @@ class Page:
 
 
 @dataclass(frozen=True)
+class ClaimConflict:
+    """memori.claim_conflict: two current claims on one topic that say different things (issue 15)."""
+
+    session_id: str
+    topic: str
+    claim_id: str
+    content: str | None
+    created_at: datetime
+    other_claim_id: str
+    other_content: str | None
+    other_created_at: datetime
+
+
+@dataclass(frozen=True)
 class PageRepresentation:
     """A row of memori.page_representations: a page at level 1 (reduced), 2 (abstract) or 3 (reference)."""
 

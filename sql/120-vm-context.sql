@@ -39,23 +39,26 @@ begin
       select jsonb_agg(jsonb_build_object('page_id', a.page_id, 'modality', a.modality,
                                           'tier', case when a.tier = 'L1' then 'L2' else a.tier end,
                                           'levels', a.levels, 'hint', a.hint)
-                       order by a.importance desc, a.last_accessed desc, a.page_id)
-        from (select t.page_id, t.modality, t.tier, t.importance, t.last_accessed,
+                       order by a.superseded, a.importance desc, a.last_accessed desc, a.page_id)
+        from (select t.page_id, t.modality, t.tier, t.importance, t.last_accessed, t.superseded,
                      (select jsonb_agg(l order by l desc)
                         from (select 0 as l
                               union all
                               select r.level from memori.page_representations r
                                where r.session_id = t.session_id and r.page_id = t.page_id and r.level < 3) x) as levels,
-                     coalesce(t.hint, (select r.content from memori.page_representations r
-                                        where r.session_id = t.session_id and r.page_id = t.page_id and r.level = 3),
-                              '') as hint
+                     case when t.superseded then format('superseded by %s: ', t.superseded_by) else '' end
+                     || coalesce(t.hint, (select r.content from memori.page_representations r
+                                           where r.session_id = t.session_id and r.page_id = t.page_id and r.level = 3),
+                                 '') as hint
                 -- the limit first, then levels and hints for those pages only (a fork's
                 -- shared pages come from no ordered index: the subqueries would run for each)
-                from (select p.session_id, p.page_id, p.modality, p.tier, p.importance, p.last_accessed, p.hint
+                from (select p.session_id, p.page_id, p.modality, p.tier, p.importance, p.last_accessed, p.hint,
+                             p.superseded_by, p.superseded_by is not null as superseded
                         from memori.vm_visible_pages p
                        where p.viewer_session_id = v_s.session_id and p.tier <> 'L0'
                          and (p.expires_at is null or p.expires_at > p_now)
-                       order by p.importance desc, p.last_accessed desc, p.page_id
+                       -- a superseded claim is history: listed after every current page
+                       order by p.superseded_by is not null, p.importance desc, p.last_accessed desc, p.page_id
                        limit p_available_limit) t) a), '[]'::jsonb),
     'total_available', (select count(*) from memori.vm_visible_pages p
                          where p.viewer_session_id = v_s.session_id and p.tier <> 'L0'

@@ -238,7 +238,8 @@ def test_explicit_pin_over_a_recent_turn_pin_survives_turn_aging(conn: psycopg.C
     evicted = [e["page_id"] for e in rows(conn, "select * from memori.vm_evict(%s, 1)", (S,))]
     assert evicted == ["msg_2"]
     assert set(ws(conn)) == {"msg_1"}
-    hist = [(h["mutation_type"], h["cause"]) for h in rows(conn, "select * from memori.page_history(%s, 'msg_1')", (S,))]
+    hist = [(h["mutation_type"], h["cause"])
+            for h in rows(conn, "select * from memori.page_history(%s, 'msg_1')", (S,))]
     assert hist == [("create", "page_create"), ("pin", "explicit")]
 
 
