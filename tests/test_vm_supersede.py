@@ -160,3 +160,18 @@ def test_supersede_refusals_and_page_update_provenance(conn: psycopg.Connection)
     kept = call(conn, "page_update", p_session_id=S, p_page_id="claim_cache_layer_002", p_content="same sources",
                 p_now=T0)[0]
     assert kept["provenance"] == [b, a]
+
+
+def test_a_superseded_claim_is_not_kept_like_a_decision(conn: psycopg.Connection) -> None:
+    configure(conn, {"pinned_last_turns": 0, "fault_protection_turns": 0})
+    a = say(conn, "Use Redis for cache_layer.")
+    b = say(conn, "Switch cache_layer to Memcached.")
+    old = call(conn, "claim_create", p_session_id=S, p_content="Decision: use Redis for cache_layer",
+               p_provenance=[a], p_topic="cache_layer", p_now=T0)[0]["page_id"]
+    new = call(conn, "claim_supersede", p_session_id=S, p_claim_id=old, p_content="Decision: use Memcached for "
+               "cache_layer", p_provenance=[b], p_reason="changed", p_now=T0)[0]["page_id"]
+    assert value(conn, "select tier from memori.pages where page_id = %s", (old,)) == "L2"
+    # the model faults the old decision back in (history is readable): it goes like any page, current claims last
+    conn.execute("select memori.page_fault(%s, %s, 0, 'user_requested_recall', p_now => %s)", (S, old, T0))
+    order = [r["page_id"] for r in call(conn, "vm_eviction_candidates", p_session_id=S)]
+    assert order.index(old) < order.index(new) and order[-1] == new
