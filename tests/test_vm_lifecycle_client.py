@@ -73,10 +73,13 @@ def test_prepass_prefetch_turns_and_citations(db: pymemdb.Database) -> None:
     _segment(db)
     db.vm.claim_create(S, "Decision: roll kestrel out in waves", ["msg_0001_user"], topic="kestrel", now=T0)
     db.vm.segment_close(S, "Kestrel rollout in waves.", now=T0)
-    assert db.vm.prepass_topics("As we decided earlier, the kestrel rollout?") == ["kestrel", "rollout"]
+    # the segment's summary mapped as topic tags only: not in context, so the pre-pass pages the discussion back
+    # (with the summary in context at a useful level it would fault no transcript of the topic: issue 15)
+    db.pages.add_page(S, "summary_seg_0001", 3, now=T0)
+    assert db.vm.prepass_topics("As we decided earlier, the kestrel rollout?") == ["kestrel rollout"]
     proposed = db.vm.prepass(S, "As we decided earlier, the kestrel rollout?", now=T0)
     assert all(isinstance(i, VmPrefetchItem) and not i.applied for i in proposed)
-    assert proposed[0].why == "recall_signal"
+    assert proposed[0].why == "topic:kestrel rollout" and "recall_signal" in {i.why for i in proposed}
     started = db.vm.turn_start(S, "As we decided earlier, the kestrel rollout?", user_id="alice", now=T0)
     served = [i for i in started["prefetch"] if i["outcome"] == "served"]
     assert served and len(served) <= 2
