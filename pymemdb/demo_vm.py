@@ -275,7 +275,7 @@ def render(result: NorthStarResult) -> list[Table]:
         ("decisions recalled with a citation", f"{result.recalled}/{len(DECISIONS)}", "5/5"),
         ("most faults on a recall turn", str(result.max_recall_faults), "<= 2"),
         ("largest L0 (tokens)", f"{result.max_l0_tokens:,}", "<= 32,000"),
-        ("thrash index (last window / worst window)",
+        ("thrash index right after the recall turns (last window / worst window)",
          f"{m.get('thrash_index')} / {m.get('thrash_index_max')}", "< 0.5"),
         ("faults per turn (mean / max)",
          f"{m['faults_per_turn']['per_turn']} / {m['faults_per_turn']['max_per_turn']}", ""),
@@ -285,7 +285,8 @@ def render(result: NorthStarResult) -> list[Table]:
         ("segments closed", str(m["segments"]["closed"]), ""),
         ("compression ratio (segment tokens per summary token)", str(m["compression_ratio"]), "> 10"),
         ("prefetch hit rate (cited / prefetched)",
-         f"{m['prefetch']['hit_rate']} ({m['prefetch']['used']}/{m['prefetch']['prefetched']})", "> 0.6"),
+         "none needed" if not m["prefetch"]["prefetched"]
+         else f"{m['prefetch']['hit_rate']} ({m['prefetch']['used']}/{m['prefetch']['prefetched']})", "> 0.6"),
         # every turn changes L0, so the packed context is rebuilt each time
         ("pack cache hit rate", str(m["pack_cache"]["hit_rate"]), ""),
         # the scripted model reads through vm_context and page_fault, never page_lookup
