@@ -115,6 +115,20 @@ def test_vm_cli(env: str) -> None:
     out = run("vm", "segment-close", "cli_s", "--summary", "DB.")
     assert "seg_0001 closed: 1 pages" in out
     assert "summary_seg_0001" in run("vm", "segments", "cli_s")
+    # a decision that changes, and a conflict the user resolves (issue 15)
+    run("pages", "add", "cli_s", "msg_2", "Switch to MySQL.", "--role", "user", "--user", "alice")
+    run("vm", "claim", "cli_s", "Decision: MySQL", "--from", "msg_2", "--topic", "database_choice")
+    found = json.loads(run("vm", "conflicts", "cli_s", "--json", code=1))
+    assert [(c["claim_id"], c["other_claim_id"]) for c in found] == [
+        ("claim_database_choice_001", "claim_database_choice_002")]
+    out = run("vm", "supersede", "cli_s", "claim_database_choice_001", "Decision: MySQL", "--from", "msg_2",
+              "--reason", "hosting")
+    assert "claim_database_choice_003 supersedes claim_database_choice_001" in out
+    # 002 and 003 say the same: no conflict left
+    assert json.loads(run("vm", "conflicts", "cli_s", "--json")) == []
+    err = run("vm", "supersede", "cli_s", "claim_database_choice_001", "x", "--from", "msg_2", "--reason", "r",
+              code=1)
+    assert "already superseded" in err
     assert json.loads(run("vm", "metrics", "cli_s"))["segments"]["closed"] == 1
 
 
