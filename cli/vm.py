@@ -47,6 +47,45 @@ def claim(
         console.print(f"{page.page_id}: {page.tier}, {page.tokens} tokens, from {', '.join(page.provenance)}")
 
 
+@app.command()
+@handle_errors
+def supersede(
+    session_id: SessionArg,
+    claim_id: Annotated[str, typer.Argument(help="The claim the new decision replaces.")],
+    content: Annotated[str, typer.Argument(help="The new decision, e.g. 'Decision: use MySQL for database_choice'.")],
+    provenance: Annotated[list[str], typer.Option("--from", help="Page id it was decided in (repeat).")],
+    reason: Annotated[str, typer.Option("--reason", help="Why the decision changed.")],
+    dsn: DsnOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Replace a claim with a new one on its topic; the old one stays as history (memori.claim_supersede)."""
+    with database(dsn) as db:
+        page = db.vm.claim_supersede(session_id, claim_id, content, provenance, reason)
+    if as_json:
+        print_json(page)
+    else:
+        console.print(f"{page.page_id} supersedes {claim_id}: {page.tier}, from {', '.join(page.provenance)}")
+
+
+@app.command()
+@handle_errors
+def conflicts(session_id: SessionArg, dsn: DsnOption = None, as_json: JsonOption = False) -> None:
+    """Pairs of current claims on one topic that disagree (memori.claim_conflicts); exit 1 when there are some."""
+    with database(dsn) as db:
+        found = db.vm.claim_conflicts(session_id)
+    if as_json:
+        print_json(found)
+    else:
+        table = Table(title="Conflicting current claims (resolve with: pymemdb vm supersede)")
+        for column in ("topic", "claim", "says", "other claim", "other says"):
+            table.add_column(column)
+        for c in found:
+            table.add_row(c.topic, c.claim_id, c.content or "", c.other_claim_id, c.other_content or "")
+        console.print(table)
+    if found:
+        raise typer.Exit(1)
+
+
 @app.command("segment-close")
 @handle_errors
 def segment_close(

@@ -1,10 +1,15 @@
 """`pymemdb demo vm`: the seed's North Star acceptance run, end to end against the database, no LLM.
 
-A 200+ turn conversation: five decisions made early and recorded as claims,
-120 turns of unrelated implementation detail (segments closed every 50 turns
-by the infinite-conversation hook), then "As we decided earlier, what's our
-X?" five times among filler turns. The session runs in ``hybrid`` paging
-mode with the seed's VMConfig (32,000 L0 tokens, 2 faults per turn).
+A 205-turn conversation at the seed's timing: five decisions made early
+(turns 1-10) and recorded as claims, 190 turns of unrelated implementation
+detail (segments closed every 50 turns by the infinite-conversation hook),
+then "As we decided earlier, what's our X?" for the five topics on turns
+201-205; the figures (thrash index included) are read right after turn 205,
+before any later turn can dilute the window. ``spoken=True`` says each subject
+as words ("database choice") instead of the seed's identifier
+("database_choice"): a multi-word subject is still one topic. The session
+runs in ``hybrid`` paging mode with the seed's VMConfig (32,000 L0 tokens, 2
+faults per turn).
 
 The model is a deterministic script that behaves like a grounded one: it
 answers only from the text of VM:CONTEXT (``vm_context``) or, when the
@@ -78,7 +83,9 @@ class NorthStarResult:
     recalls: list[Recall] = field(default_factory=list)
     max_l0_tokens: int = 0
     max_recall_faults: int = 0
+    # read right after the last recall turn (the seed's timing), then at the very end
     metrics: dict[str, Any] = field(default_factory=dict)
+    final_metrics: dict[str, Any] = field(default_factory=dict)
 
     @property
     def recalled(self) -> int:
@@ -187,11 +194,20 @@ def _detail(i: int) -> tuple[str, str]:
 
 
 def run_north_star(
-    db: pymemdb.Database, *, session_id: str = SESSION, start: datetime | None = None, detail_turns: int = 120,
-    segment_turns: int = 50, filler_turns: int = 15, progress: Callable[[str], None] | None = None,
+    db: pymemdb.Database, *, session_id: str = SESSION, start: datetime | None = None, detail_turns: int = 190,
+    segment_turns: int = 50, filler_turns: int = 0, spoken: bool = False,
+    progress: Callable[[str], None] | None = None,
 ) -> NorthStarResult:
-    """The seed's acceptance scenario on ``db``; returns what happened (assert on ``result.passed``)."""
+    """The seed's acceptance scenario on ``db``; returns what happened (assert on ``result.passed``).
+
+    ``result.metrics`` is read right after the recall turns; ``filler_turns``
+    more turns follow them (``result.final_metrics`` is read after those).
+    """
     say = progress or (lambda _msg: None)
+
+    def subject(topic: str) -> str:
+        return topic.replace("_", " ") if spoken else topic
+
     start = start or datetime(2026, 11, 22, 9, 0, tzinfo=UTC)
     db.pages.session_configure(session_id, VM_CONFIG, user_id=USER, now=start)
     chat = Conversation(db, session_id, start)
@@ -201,11 +217,12 @@ def run_north_star(
 
     say("phase 1: five decisions, recorded as claims")
     for topic, value in DECISIONS.items():
-        asked = chat.user_says(f"For {topic}, what should we use?")
-        advised = chat.ai_responds(f"I recommend {value} for {topic}: it fits the team and the load we expect.")
-        agreed = chat.user_says(f"Agreed, let's go with {value} for {topic}.")
-        chat.ai_responds(f"Noted: {value} for {topic}.")
-        claim = db.vm.claim_create(session_id, f"Decision: use {value} for {topic}", [asked, advised, agreed],
+        said = subject(topic)
+        asked = chat.user_says(f"For {said}, what should we use?")
+        advised = chat.ai_responds(f"I recommend {value} for {said}: it fits the team and the load we expect.")
+        agreed = chat.user_says(f"Agreed, let's go with {value} for {said}.")
+        chat.ai_responds(f"Noted: {value} for {said}.")
+        claim = db.vm.claim_create(session_id, f"Decision: use {value} for {said}", [asked, advised, agreed],
                                    topic=topic, now=chat.now)
         claims[topic] = (claim.page_id, tuple(claim.provenance))
     chat.close_segment()
@@ -218,23 +235,26 @@ def run_north_star(
         if (i + 1) % segment_turns == 0:
             chat.close_segment()
 
-    say("phase 3: recall challenges among filler turns")
-    for n, (topic, value) in enumerate(DECISIONS.items()):
-        chat.user_says(f"As we decided earlier, what's our {topic}?")
-        answer = model.recall(topic, chat.now)
+    say("phase 3: recall challenges, one per topic on consecutive turns (the seed's timing)")
+    for topic, value in DECISIONS.items():
+        said = subject(topic)
+        chat.user_says(f"As we decided earlier, what's our {said}?")
+        answer = model.recall(said, chat.now)
         chat.ai_responds(answer.text)
         db.vm.cite(session_id, answer.citations, now=chat.now)
         faults = sum(1 for f in db.pages.fault_list(session_id, turn=chat.turn) if f.outcome == "served")
         claim_id, provenance = claims[topic]
         result.recalls.append(Recall(topic, chat.turn, value, answer, faults, claim_id, provenance))
-        for k in range(filler_turns):
-            chat.user_says(f"Next task {n}.{k}: draft the release notes paragraph.")
-            chat.ai_responds(f"Release notes paragraph {n}.{k}: small fixes and better logs.")
+    result.metrics = db.pages.metrics(session_id, now=chat.now)  # right after the recall turns
+
+    for k in range(filler_turns):
+        chat.user_says(f"Next task {k}: draft the release notes paragraph.")
+        chat.ai_responds(f"Release notes paragraph {k}: small fixes and better logs.")
 
     result.turns = chat.turn
     result.max_l0_tokens = chat.max_l0
     result.max_recall_faults = max((r.faults for r in result.recalls), default=0)
-    result.metrics = db.pages.metrics(session_id, now=chat.now)
+    result.final_metrics = db.pages.metrics(session_id, now=chat.now)
     return result
 
 
@@ -255,7 +275,7 @@ def render(result: NorthStarResult) -> list[Table]:
         ("decisions recalled with a citation", f"{result.recalled}/{len(DECISIONS)}", "5/5"),
         ("most faults on a recall turn", str(result.max_recall_faults), "<= 2"),
         ("largest L0 (tokens)", f"{result.max_l0_tokens:,}", "<= 32,000"),
-        ("thrash index (last window / worst window)",
+        ("thrash index right after the recall turns (last window / worst window)",
          f"{m.get('thrash_index')} / {m.get('thrash_index_max')}", "< 0.5"),
         ("faults per turn (mean / max)",
          f"{m['faults_per_turn']['per_turn']} / {m['faults_per_turn']['max_per_turn']}", ""),
@@ -265,7 +285,8 @@ def render(result: NorthStarResult) -> list[Table]:
         ("segments closed", str(m["segments"]["closed"]), ""),
         ("compression ratio (segment tokens per summary token)", str(m["compression_ratio"]), "> 10"),
         ("prefetch hit rate (cited / prefetched)",
-         f"{m['prefetch']['hit_rate']} ({m['prefetch']['used']}/{m['prefetch']['prefetched']})", "> 0.6"),
+         "none needed" if not m["prefetch"]["prefetched"]
+         else f"{m['prefetch']['hit_rate']} ({m['prefetch']['used']}/{m['prefetch']['prefetched']})", "> 0.6"),
         # every turn changes L0, so the packed context is rebuilt each time
         ("pack cache hit rate", str(m["pack_cache"]["hit_rate"]), ""),
         # the scripted model reads through vm_context and page_fault, never page_lookup

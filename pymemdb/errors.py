@@ -231,6 +231,12 @@ class EmbeddingsPresent(VmError):
     sqlstate = "PM099"
 
 
+class ClaimNotCurrent(VmError):
+    """PM100: claim_supersede of a page that is not a claim, or of a claim already superseded."""
+
+    sqlstate = "PM100"
+
+
 class SessionExists(VmError):
     """PM094: session_fork into a session id that already exists."""
 
@@ -394,6 +400,7 @@ _BY_SQLSTATE: dict[str, type[PymemdbError]] = {
         SegmentSummaryTooLong,
         InvalidRecallSignal,
         EmbeddingsPresent,
+        ClaimNotCurrent,
         SessionExists,
         RegionAccessDenied,
         RegionExists,

@@ -5,6 +5,12 @@
 (the trigger on memori.pages notifies on every update and delete); the cache
 drains those notifications before each lookup. Notifications arrive after the
 writer commits, so a worker's own writes invalidate its cache directly.
+
+Expiry sends no notification (nothing is written when a page's
+``expires_at`` passes), so each entry carries the page's ``expires_at`` and a
+lookup at or after it is a miss that drops the entry: like the database's
+reads, the cache never serves an expired page. The clock is the lookup's
+``now`` (tests inject it), else this machine's UTC time.
 """
 
 from __future__ import annotations
@@ -12,6 +18,8 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import OrderedDict
+from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
@@ -30,10 +38,11 @@ def page_tag(session_id: str, page_id: str) -> str:
 class PageTLB:
     """An LRU map of (session_id, page_id) -> PageTableEntry with hit/miss counters."""
 
-    def __init__(self, max_entries: int = 512) -> None:
+    def __init__(self, max_entries: int = 512, *, clock: Callable[[], datetime] | None = None) -> None:
         if max_entries < 1:
             raise ValueError("max_entries must be >= 1")
         self.max_entries = max_entries
+        self.clock: Callable[[], datetime] = clock or (lambda: datetime.now(UTC))
         self.entries: OrderedDict[Key, PageTableEntry] = OrderedDict()
         self._by_tag: dict[str, Key] = {}
         self.hits = 0
@@ -41,10 +50,17 @@ class PageTLB:
         self._listener: psycopg.Connection[Any] | None = None
 
     # -- the cache -------------------------------------------------------------
-    def lookup(self, session_id: str, page_id: str) -> PageTableEntry | None:
-        """The cached entry (counted as a hit, moved to most recent) or None (a miss)."""
+    def lookup(self, session_id: str, page_id: str, now: datetime | None = None) -> PageTableEntry | None:
+        """The cached entry (counted as a hit, moved to most recent) or None (a miss).
+
+        An entry whose page expires at or before ``now`` (default: the clock) is
+        dropped and counted as a miss.
+        """
         self.poll()
         entry = self.entries.get((session_id, page_id))
+        if entry is not None and entry.expires_at is not None and (now or self.clock()) >= entry.expires_at:
+            self.invalidate(session_id, page_id)
+            entry = None
         if entry is None:
             self.misses += 1
             return None

@@ -58,7 +58,7 @@ PAGE_CREATE = fn(
 )
 PAGE_UPDATE = fn(
     "page_update", ("p_session_id", "text"), ("p_page_id", "text"), ("p_content", "text"), ("p_data", "jsonb"),
-    ("p_tokens", "integer"), ("p_actor", "text"), ("p_now", "timestamptz"), result=Page,
+    ("p_tokens", "integer"), ("p_actor", "text"), ("p_now", "timestamptz"), ("p_provenance", "text[]"), result=Page,
 )
 PAGE_FLUSH = fn("page_flush", ("p_session_id", "text"), ("p_page_ids", "text[]"), ("p_now", "timestamptz"),
                 returns="scalar")
@@ -213,13 +213,14 @@ class Pages:
     def update(
         self, session_id: str, page_id: str, content: str | None = None, *, data: Any = None,
         tokens: int | None = None, actor: str | None = None, now: datetime | None = None,
+        provenance: Sequence[str] | None = None,
     ) -> Page:
-        """memori.page_update: a new version; the page is dirty until flushed."""
+        """memori.page_update: a new version (with ``provenance``, new sources too); dirty until flushed."""
         self.tlb.invalidate_session(session_id)  # re-mapping may evict others
         return self._db.call(  # type: ignore[no-any-return]
             PAGE_UPDATE, **given(p_session_id=session_id, p_page_id=page_id, p_content=content,
                                  p_data=None if data is None else Jsonb(data), p_tokens=tokens, p_actor=actor,
-                                 p_now=now))
+                                 p_now=now, p_provenance=None if provenance is None else list(provenance)))
 
     def flush(self, session_id: str, page_ids: Sequence[str] | None = None, *, now: datetime | None = None) -> int:
         """memori.page_flush: clear dirty bits; returns how many pages."""
@@ -229,8 +230,13 @@ class Pages:
                                                      p_now=now)))
 
     def lookup(self, session_id: str, page_id: str, *, now: datetime | None = None) -> PageTableEntry | None:
-        """memori.page_lookup through the TLB: cached entries are hits, others are read and cached."""
-        entry = self.tlb.lookup(session_id, page_id)
+        """memori.page_lookup through the TLB: cached entries are hits, others are read and cached.
+
+        A cached entry is served only before its page's ``expires_at`` (checked
+        against ``now``, default the current time): at or after it, the lookup
+        is a miss and reads the database, which returns None for an expired page.
+        """
+        entry = self.tlb.lookup(session_id, page_id, now)
         if entry is not None:
             return entry
         found = _one_or_none(self._db.call(PAGE_LOOKUP, **given(p_session_id=session_id, p_page_id=page_id,

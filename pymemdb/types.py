@@ -717,6 +717,24 @@ class Page:
     embedding: str | None  # pgvector text form '[0.1,...]' (issue 7); NULL: full-text search only
     search_tsv: str | None  # generated tsvector over hint and content (issue 7)
     gc_marked_at: datetime | None = None  # when memori.vm_gc found the page unreachable (issue 7)
+    # a claim a newer one replaces (claim_supersede, issue 15): which, when, why; NULL while current
+    superseded_by: str | None = None
+    superseded_at: datetime | None = None
+    supersede_reason: str | None = None
+
+
+@dataclass(frozen=True)
+class ClaimConflict:
+    """memori.claim_conflict: two current claims on one topic that say different things (issue 15)."""
+
+    session_id: str
+    topic: str
+    claim_id: str
+    content: str | None
+    created_at: datetime
+    other_claim_id: str
+    other_content: str | None
+    other_created_at: datetime
 
 
 @dataclass(frozen=True)
@@ -765,6 +783,7 @@ class PageTableEntry:
     in_working_set: bool
     level: int | None
     pinned: bool
+    expires_at: datetime | None = None  # a cache must not serve the entry at or after this instant
 
 
 @dataclass(frozen=True)

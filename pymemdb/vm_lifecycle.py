@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from pymemdb._sql import fn, given
 from pymemdb.summarizers import ExtractiveSummarizer, Summarizer, estimate_tokens
-from pymemdb.types import CompressionRequest, Page, SegmentPage, VmPrefetchItem, VmSegment
+from pymemdb.types import ClaimConflict, CompressionRequest, Page, SegmentPage, VmPrefetchItem, VmSegment
 
 if TYPE_CHECKING:
     from pymemdb.db import Database
@@ -26,6 +26,15 @@ CLAIM_CREATE = fn(
     ("p_importance", "double precision"), ("p_topic", "text"), ("p_claim_id", "text"), ("p_pin", "boolean"),
     ("p_actor", "text"), ("p_user_id", "text"), ("p_now", "timestamptz"), result=Page,
 )
+CLAIM_SUPERSEDE = fn(
+    "claim_supersede", ("p_session_id", "text"), ("p_claim_id", "text"), ("p_content", "text"),
+    ("p_provenance", "text[]"), ("p_reason", "text"), ("p_importance", "double precision"),
+    ("p_new_claim_id", "text"), ("p_pin", "boolean"), ("p_actor", "text"), ("p_now", "timestamptz"), result=Page,
+)
+CLAIM_HISTORY = fn("claim_history", ("p_session_id", "text"), ("p_topic", "text"), ("p_now", "timestamptz"),
+                   result=Page, returns="many")
+CLAIM_CONFLICTS = fn("claim_conflicts", ("p_session_id", "text"), ("p_now", "timestamptz"), result=ClaimConflict,
+                     returns="many")
 SEGMENT_CURRENT = fn("segment_current", ("p_session_id", "text"), returns="scalar")
 SEGMENT_PAGES = fn("segment_pages", ("p_session_id", "text"), ("p_now", "timestamptz"), result=SegmentPage,
                    returns="many")
@@ -82,6 +91,32 @@ class VmLifecycle:
             CLAIM_CREATE, p_session_id=session_id, p_content=content, p_provenance=list(provenance), **given(
                 p_importance=importance, p_topic=topic, p_claim_id=claim_id, p_pin=pin, p_actor=actor,
                 p_user_id=user_id, p_now=now))
+
+    def claim_supersede(
+        self, session_id: str, claim_id: str, content: str, provenance: Sequence[str], reason: str, *,
+        importance: float | None = None, new_claim_id: str | None = None, pin: bool | None = None,
+        actor: str | None = None, now: datetime | None = None,
+    ) -> Page:
+        """memori.claim_supersede: a new claim replaces ``claim_id`` on its topic; returns the new claim.
+
+        The old claim stays (provenance, superseded_by/at/reason) and ranks after current pages
+        (ClaimNotCurrent when it is not a current claim, ProvenanceNotFound for a missing source).
+        """
+        self._invalidate(session_id)
+        return self._db.call(  # type: ignore[no-any-return]
+            CLAIM_SUPERSEDE, p_session_id=session_id, p_claim_id=claim_id, p_content=content,
+            p_provenance=list(provenance), p_reason=reason, **given(
+                p_importance=importance, p_new_claim_id=new_claim_id, p_pin=pin, p_actor=actor, p_now=now))
+
+    def claim_history(self, session_id: str, topic: str, *, now: datetime | None = None) -> builtins.list[Page]:
+        """memori.claim_history: the claims of a topic, current first, then superseded ones newest first."""
+        return self._db.call(  # type: ignore[no-any-return]
+            CLAIM_HISTORY, p_session_id=session_id, p_topic=topic, **given(p_now=now))
+
+    def claim_conflicts(self, session_id: str, *, now: datetime | None = None) -> builtins.list[ClaimConflict]:
+        """memori.claim_conflicts: pairs of current claims on one topic that disagree (resolve with claim_supersede)."""
+        return self._db.call(  # type: ignore[no-any-return]
+            CLAIM_CONFLICTS, p_session_id=session_id, **given(p_now=now))
 
     # -- segments ------------------------------------------------------------------------
     def segment_current(self, session_id: str) -> str:

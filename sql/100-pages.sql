@@ -555,7 +555,33 @@ set search_path = pg_catalog, memori, pg_temp;
 comment on function memori.page_create(text, text, text, text, text, text, jsonb, double precision, text[], text, text, text, text, text, integer, bigint, integer[], numeric, boolean, boolean, text, text, timestamptz, timestamptz) is 'Register a page (type, modality, content, provenance, media metadata) and, unless told not to, map it into L0 at level 0, evicting as needed.';
 
 -------------------------------------------------------------------------------
+-- _page_check_provenance: every cited page is a live page of the session (PM090)
+create or replace function memori._page_check_provenance(p_session_id text, p_provenance text[], p_now timestamptz)
+returns void
+as $func$
+declare
+  v_missing text[];
+begin
+  if p_provenance is null or cardinality(p_provenance) = 0 then
+    perform memori._invalid('provenance is empty: pass the page ids it derives from',
+                            'Pass p_provenance => ARRAY[''msg_042'', ''msg_043''].');
+  end if;
+  select array_agg(x order by o) into v_missing
+    from unnest(p_provenance) with ordinality as u(x, o)
+   where x is null or (memori.page_lookup(p_session_id, x, p_now)).page_id is null;
+  if v_missing is not null then
+    raise exception 'provenance page(s) % not in session %', array_to_string(v_missing, ', ', 'NULL'), quote_literal(p_session_id)
+      using errcode = 'PM090', detail = format('missing: %s', array_to_string(v_missing, ', ', 'NULL')),
+            hint = 'Cite pages of this session (memori.vm_manifest or memori.search_pages lists them); create the source pages first.';
+  end if;
+end
+$func$ language plpgsql stable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._page_check_provenance(text, text[], timestamptz) is 'PM001 for empty provenance, PM090 (listing them) when a cited page is not a live page of the session.';
+
+-------------------------------------------------------------------------------
 -- page_update: new content is a new version
+drop function if exists memori.page_update(text, text, text, jsonb, integer, text, timestamptz);
 create or replace function memori.page_update(
   p_session_id text,
   p_page_id    text,
@@ -563,7 +589,8 @@ create or replace function memori.page_update(
   p_data       jsonb default null,
   p_tokens     integer default null,
   p_actor      text default 'system',
-  p_now        timestamptz default now()
+  p_now        timestamptz default now(),
+  p_provenance text[] default null
 ) returns memori.pages
 as $func$
 declare
@@ -575,6 +602,10 @@ begin
   if p_content is null and p_data is null then
     perform memori._invalid('nothing to update: pass p_content or p_data', 'Pass the page''s new content.');
   end if;
+  if p_provenance is not null then
+    -- new provenance: the pages the new content was decided or derived in (PM090 when one is missing)
+    perform memori._page_check_provenance(p_session_id, p_provenance, p_now);
+  end if;
   if p_tokens is not null and p_tokens < 0 then
     perform memori._invalid(format('tokens must be >= 0, got %s', p_tokens), 'Omit p_tokens to estimate them from the content.');
   end if;
@@ -584,6 +615,9 @@ begin
   v_new := coalesce(p_tokens, memori._tokens_estimate(coalesce(p_content, v_p.content, coalesce(p_data, v_p.data)::text)));
   update memori.pages
      set content = coalesce(p_content, content), data = coalesce(p_data, data), tokens = v_new,
+         provenance = case when p_provenance is null then provenance
+                           else array(select u.x from unnest(p_provenance) with ordinality u(x, o)
+                                       group by u.x order by min(u.o)) end,
          size_bytes = memori._page_check_content(coalesce(p_content, content), coalesce(p_data, data)),
          version = version + 1, dirty = true, updated_at = p_now
    where id = v_p.id
@@ -607,7 +641,7 @@ begin
 end
 $func$ language plpgsql volatile security invoker
 set search_path = pg_catalog, memori, pg_temp;
-comment on function memori.page_update(text, text, text, jsonb, integer, text, timestamptz) is 'Replace a page''s content: the old one goes to page_versions, the page is dirty until flushed, stale representations and cached packs are dropped.';
+comment on function memori.page_update(text, text, text, jsonb, integer, text, timestamptz, text[]) is 'Replace a page''s content (and, with p_provenance, its provenance: PM090 when a cited page is missing): the old one goes to page_versions, the page is dirty until flushed, stale representations and cached packs are dropped.';
 
 -------------------------------------------------------------------------------
 -- page_flush: mark dirty pages as persisted
@@ -641,13 +675,14 @@ create or replace function memori.page_lookup(p_session_id text, p_page_id text,
 returns memori.page_table_entry
 as $func$
   select row(p.page_id, p.tier, p.compression_level, p.version, p.dirty, p.last_flushed, p.last_accessed,
-             p.access_count, w.page_id is not null, w.level, coalesce(w.pinned, false))::memori.page_table_entry
+             p.access_count, w.page_id is not null, w.level, coalesce(w.pinned, false),
+             p.expires_at)::memori.page_table_entry
     from memori.vm_visible_pages p
     left join memori.working_set w on w.session_id = p.viewer_session_id and w.page_id = p.page_id
    where p.viewer_session_id = p_session_id and p.page_id = p_page_id and (p.expires_at is null or p.expires_at > p_now)
 $func$ language sql stable security invoker
 set search_path = pg_catalog, memori, pg_temp;
-comment on function memori.page_lookup(text, text, timestamptz) is 'The page-table entry of a page (tier, level, version, dirty, access, mapping); NULL when missing.';
+comment on function memori.page_lookup(text, text, timestamptz) is 'The page-table entry of a page (tier, level, version, dirty, access, mapping, expires_at for a cache to honour); NULL when missing or expired.';
 
 -------------------------------------------------------------------------------
 -- page_representation_put: store a Compressor's level 1, 2 (or 3) output
@@ -739,6 +774,7 @@ declare
   v_s memori.vm_sessions := memori._vm_session(p_session_id, null, false, p_now);
   v_p memori.pages := memori._page_get(p_session_id, p_page_id, p_now, false);
   v_w memori.working_set;
+  v_recent boolean;
 begin
   if p_pinned is null then
     perform memori._invalid('p_pinned must be true or false', 'Pass true to pin, false to unpin.');
@@ -752,15 +788,27 @@ begin
     perform memori._vm_map(v_s, v_p, 0, true, 'fault_in', p_actor, 'pin', p_now);
     return true;
   end if;
-  if v_w.pinned = p_pinned then
-    return false;
+  -- the recent-turn window is a separate default (seed 2.3): an explicit pin
+  -- replaces it as the reason, and an unpin leaves it while it still applies
+  v_recent := v_p.page_type = 'transcript' and v_s.pinned_last_turns > 0
+              and v_p.turn > v_s.turn - v_s.pinned_last_turns;
+  if p_pinned then
+    if v_w.pinned and v_w.pin_reason = 'explicit' then
+      return false;
+    end if;
+    update memori.working_set set pinned = true, pin_reason = 'explicit'
+     where session_id = p_session_id and page_id = p_page_id;
+  else
+    if not v_w.pinned or (v_w.pin_reason = 'recent_turn' and v_recent) then
+      return false;
+    end if;
+    update memori.working_set set pinned = v_recent, pin_reason = case when v_recent then 'recent_turn' end
+     where session_id = p_session_id and page_id = p_page_id;
   end if;
-  update memori.working_set set pinned = p_pinned, pin_reason = case when p_pinned then 'explicit' end
-   where session_id = p_session_id and page_id = p_page_id;
   perform memori._page_mutation(v_s, p_page_id, case when p_pinned then 'pin' else 'unpin' end, 'L0', 'L0',
                                 v_w.level, v_w.level, v_w.tokens, p_actor, 'explicit', p_now);
   return true;
 end
 $func$ language plpgsql volatile security invoker
 set search_path = pg_catalog, memori, pg_temp;
-comment on function memori.page_pin(text, text, boolean, text, timestamptz) is 'Pin (never evicted) or unpin a page; pinning an unmapped page maps it at level 0. True when something changed.';
+comment on function memori.page_pin(text, text, boolean, text, timestamptz) is 'Pin (never evicted) or unpin a page; an explicit pin replaces a recent-turn or default-set pin as the reason and outlives turn aging; unpinning keeps a recent-turn pin that still applies; pinning an unmapped page maps it at level 0. True when something changed.';

@@ -32,10 +32,13 @@ returns table (page_id text, level integer, tokens integer, page_type text, moda
 as $func$
   select c.page_id, c.level, c.tokens, c.page_type, c.modality, c.keep_score
     from (select w.page_id, w.level, w.tokens, p.page_type, p.modality, w.last_access_turn, w.turn_added,
+                 -- a superseded claim is history: evicted like any page, not last (issue 15)
+                 (p.page_type = 'claim' and p.superseded_by is null) as current_claim,
                  -- written out here: a function with SET cannot be inlined, and this runs per mapped page
                  -- the seed's eviction priority by type (claims and index pages very low, summaries and procedures low)
-                 (case p.page_type when 'claim' then 1.0 when 'index' then 1.0 when 'procedure' then 0.5
-                                   when 'summary' then 0.5 else 0.0 end
+                 (case when p.superseded_by is not null then 0.0
+                       when p.page_type in ('claim', 'index') then 1.0 when p.page_type = 'procedure' then 0.5
+                       when p.page_type = 'summary' then 0.5 else 0.0 end
                   -- anti-thrash: a page evicted within the cooldown carries a penalty against another eviction
                   + case when p.last_evict_turn is not null
                               and p_s.turn - p.last_evict_turn < p_s.eviction_cooldown_turns then 0.5 else 0.0 end
@@ -55,7 +58,7 @@ as $func$
              -- anti-thrash: pages faulted in during the last fault_protection_turns stay
              and not (p.last_fault_turn is not null and p_s.turn - p.last_fault_turn < p_s.fault_protection_turns)) c
    -- claims last whatever their score (issue 7): decisions stay available while anything else can go
-   order by c.page_type = 'claim',
+   order by c.current_claim,
             case when p_policy = 'modality_aware_lru' and c.modality in ('image', 'audio', 'video') then 0 else 1 end,
             c.keep_score, c.last_access_turn, c.turn_added, c.page_id
 $func$ language sql stable security invoker
@@ -244,14 +247,18 @@ begin
   values (p_s.session_id, p_page.page_id, p_s.user_id, p_level, v_tokens, p_s.turn, p_s.turn, v_pin, v_reason, p_now)
   on conflict (session_id, page_id) do update
      set level = excluded.level, tokens = excluded.tokens, last_access_turn = excluded.last_access_turn,
-         pinned = excluded.pinned, pin_reason = coalesce(memori.working_set.pin_reason, excluded.pin_reason);
+         pinned = excluded.pinned,
+         -- an explicit pin replaces a recent-turn or default-set reason (it must outlive turn aging)
+         pin_reason = case when excluded.pin_reason = 'explicit' then 'explicit'
+                           else coalesce(memori.working_set.pin_reason, excluded.pin_reason) end;
   update memori.pages set tier = 'L0', compression_level = p_level
    where session_id = p_s.session_id and page_id = p_page.page_id;
   if v_old.page_id is null or v_old.level <> p_level or v_old.tokens <> v_tokens or p_type <> 'fault_in' then
     perform memori._page_mutation(p_s, p_page.page_id, p_type, case when p_type = 'create' then null else p_page.tier end,
                                   'L0', v_old.level, p_level, v_tokens, p_actor, p_cause, p_now);
   end if;
-  if v_pin and not coalesce(v_old.pinned, false) and p_type <> 'create' then
+  if v_pin and p_type <> 'create'
+     and (not coalesce(v_old.pinned, false) or (v_reason = 'explicit' and v_old.pin_reason is distinct from 'explicit')) then
     perform memori._page_mutation(p_s, p_page.page_id, 'pin', 'L0', 'L0', p_level, p_level, v_tokens, p_actor,
                                   v_reason, p_now);
   end if;

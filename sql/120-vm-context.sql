@@ -34,25 +34,31 @@ begin
         join memori.pages p on p.session_id = w.session_id and p.page_id = w.page_id
        where w.session_id = v_s.session_id), '[]'::jsonb),
     'available_pages', coalesce((
-      select jsonb_agg(jsonb_build_object('page_id', a.page_id, 'modality', a.modality, 'tier', a.tier,
+      -- the seed's manifest schema has tier L2 | L3 | L4 for available pages: L1 (the
+      -- cache of recently evicted pages) is session storage to the model, so L2
+      select jsonb_agg(jsonb_build_object('page_id', a.page_id, 'modality', a.modality,
+                                          'tier', case when a.tier = 'L1' then 'L2' else a.tier end,
                                           'levels', a.levels, 'hint', a.hint)
-                       order by a.importance desc, a.last_accessed desc, a.page_id)
-        from (select t.page_id, t.modality, t.tier, t.importance, t.last_accessed,
+                       order by a.superseded, a.importance desc, a.last_accessed desc, a.page_id)
+        from (select t.page_id, t.modality, t.tier, t.importance, t.last_accessed, t.superseded,
                      (select jsonb_agg(l order by l desc)
                         from (select 0 as l
                               union all
                               select r.level from memori.page_representations r
                                where r.session_id = t.session_id and r.page_id = t.page_id and r.level < 3) x) as levels,
-                     coalesce(t.hint, (select r.content from memori.page_representations r
-                                        where r.session_id = t.session_id and r.page_id = t.page_id and r.level = 3),
-                              '') as hint
+                     case when t.superseded then format('superseded by %s: ', t.superseded_by) else '' end
+                     || coalesce(t.hint, (select r.content from memori.page_representations r
+                                           where r.session_id = t.session_id and r.page_id = t.page_id and r.level = 3),
+                                 '') as hint
                 -- the limit first, then levels and hints for those pages only (a fork's
                 -- shared pages come from no ordered index: the subqueries would run for each)
-                from (select p.session_id, p.page_id, p.modality, p.tier, p.importance, p.last_accessed, p.hint
+                from (select p.session_id, p.page_id, p.modality, p.tier, p.importance, p.last_accessed, p.hint,
+                             p.superseded_by, p.superseded_by is not null as superseded
                         from memori.vm_visible_pages p
                        where p.viewer_session_id = v_s.session_id and p.tier <> 'L0'
                          and (p.expires_at is null or p.expires_at > p_now)
-                       order by p.importance desc, p.last_accessed desc, p.page_id
+                       -- a superseded claim is history: listed after every current page
+                       order by p.superseded_by is not null, p.importance desc, p.last_accessed desc, p.page_id
                        limit p_available_limit) t) a), '[]'::jsonb),
     'total_available', (select count(*) from memori.vm_visible_pages p
                          where p.viewer_session_id = v_s.session_id and p.tier <> 'L0'
@@ -66,7 +72,7 @@ begin
 end
 $func$ language plpgsql stable security invoker
 set search_path = pg_catalog, memori, pg_temp;
-comment on function memori.vm_manifest(text, integer, boolean, timestamptz) is 'VM:MANIFEST_JSON of a session: working_set (creation order), available_pages with tier, levels and hint (importance order, limited), policies.';
+comment on function memori.vm_manifest(text, integer, boolean, timestamptz) is 'VM:MANIFEST_JSON of a session: working_set (creation order), available_pages with the seed''s tier (L2 | L3 | L4; an L1 page is listed as L2), levels and hint (importance order, limited), policies.';
 
 -------------------------------------------------------------------------------
 -- _vm_duration: m:ss of a duration in seconds

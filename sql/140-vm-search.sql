@@ -317,15 +317,15 @@ begin
          and (p_modality is null or p.modality = p_modality)
          and (p_page_types is null or p.page_type = any (p_page_types)))
     select (select count(*) from c where c.r is not null or c.d is not null),
-           coalesce((select array_agg(id order by r desc, id)
-                       from (select id, r from c where r is not null order by r desc, id limit v_k) ft), '{}'),
+           coalesce((select array_agg(id order by r desc, id desc)
+                       from (select id, r from c where r is not null order by r desc, id desc limit v_k) ft), '{}'),
            coalesce((select array_agg(id order by d, id)
                        from (select id, d from c where d is not null order by d, id limit v_k) vr), '{}')
       into v_total, v_ft, v_vec;
   else
     -- ranking 1: full text (weights: hint A, content B), best v_k, through the GIN index
     if numnode(v_tsq) > 0 then
-      select coalesce(array_agg(id order by r desc, id), '{}') into v_ft
+      select coalesce(array_agg(id order by r desc, id desc), '{}') into v_ft
         from (select p.id, ts_rank_cd(p.search_tsv, v_tsq) as r
                 from memori.pages p
                where p.search_tsv @@ v_tsq
@@ -333,7 +333,7 @@ begin
                  and (p.expires_at is null or p.expires_at > p_now)
                  and (p_modality is null or p.modality = p_modality)
                  and (p_page_types is null or p.page_type = any (p_page_types))
-               order by r desc, p.id
+               order by r desc, p.id desc
                limit v_k) ft;
     end if;
 
@@ -388,9 +388,12 @@ begin
       union all
       select y.id, y.rnk from unnest(v_vec) with ordinality as y(id, rnk)),
     fused as (
-      select r.id, sum(1.0 / (60 + r.rnk)) as score, min(r.rnk) as best
-        from ranked r group by r.id
-       order by score desc, best, r.id
+      -- a superseded claim is history: current pages first (issue 15); among equal
+      -- scores the newer page first (last write wins, seed 03 8.3)
+      select r.id, sum(1.0 / (60 + r.rnk)) as score, min(r.rnk) as best,
+             bool_or(q.superseded_by is not null) as superseded
+        from ranked r join memori.pages q on q.id = r.id group by r.id
+       order by superseded, score desc, best, r.id desc
        limit p_limit)
     -- a fork's shared page is reported in the fork (page_fault takes it there)
     select p.page_id, case when p_scope = 'session' then p_session_id else p.session_id end, p.modality, p.tier,
@@ -399,12 +402,12 @@ begin
            round((f.score / (greatest(v_lists, 1) / 61.0))::numeric, 4)::double precision,
            v_total, v_mode
       from fused f join memori.pages p on p.id = f.id
-     order by f.score desc, f.best, f.id;
+     order by f.superseded, f.score desc, f.best, f.id desc;
 end
 $func$ language plpgsql stable security invoker
 set search_path = pg_catalog, memori, pg_temp
 set hnsw.iterative_scan = 'relaxed_order';
-comment on function memori.search_pages(text, text, public.vector, text, text[], integer, text, text, timestamptz) is 'Hybrid page search (full-text rank + cosine distance, reciprocal-rank fusion k=60) in a session or all the user''s sessions: metadata, never content; never fewer than p_limit rows when that many match.';
+comment on function memori.search_pages(text, text, public.vector, text, text[], integer, text, text, timestamptz) is 'Hybrid page search (full-text rank + cosine distance, reciprocal-rank fusion k=60) in a session or all the user''s sessions: metadata, never content; superseded claims after current pages, the newer page first on a tie; never fewer than p_limit rows when that many match.';
 
 -------------------------------------------------------------------------------
 -- pages_by_type: a session's pages of one type (seed 03 phase 13 query_by_type)
@@ -493,9 +496,9 @@ begin
      where p.viewer_session_id = p_session_id
        and (p_type is null or p.page_type = p_type)
        and (p.expires_at is null or p.expires_at > p_now)
-     order by p.importance desc, p.access_count desc, p.last_accessed desc, p.page_id
+     order by p.superseded_by is not null, p.importance desc, p.access_count desc, p.last_accessed desc, p.page_id
      limit p_n;
 end
 $func$ language plpgsql stable security invoker
 set search_path = pg_catalog, memori, pg_temp;
-comment on function memori.pages_top_importance(text, integer, text, timestamptz) is 'A session''s top p_n (1..100) unexpired pages by importance, then access count and recency; optionally of one type.';
+comment on function memori.pages_top_importance(text, integer, text, timestamptz) is 'A session''s top p_n (1..100) unexpired pages by importance, then access count and recency (superseded claims last); optionally of one type.';

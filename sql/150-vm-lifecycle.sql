@@ -23,7 +23,8 @@ insert into memori.settings (key, value, description) values
   ('vm.prepass_max_faults', '2', 'Faults the runtime pre-pass and the prefetcher may use per call (never more than the session''s max_faults_per_turn left this turn).'),
   ('vm.prepass_topics', '3', 'Topics the pre-pass extracts from a user message.'),
   ('vm.prepass_stopwords', '["about", "again", "before", "choice", "could", "decided", "decision", "earlier", "remember", "previously", "regarding", "return", "revisit", "should", "their", "there", "these", "thing", "those", "what", "whats", "where", "which", "would"]', 'Words of 5+ letters the pre-pass never takes as a topic (recall phrasing, not subject matter).'),
-  ('vm.thrash_window_turns', '5', 'Window of the seed''s thrash index, in turns.')
+  ('vm.thrash_window_turns', '5', 'Window of the seed''s thrash index, in turns.'),
+  ('vm.prepass_useful_level', '2', 'Deepest level at which a mapped page still counts as in context for the pre-pass (3 is a line of topic tags: it does not).')
 on conflict (key) do nothing;
 
 -- the seed's three recall signals (11.2); DBAs add or disable rows
@@ -163,6 +164,123 @@ end
 $func$ language plpgsql volatile security invoker
 set search_path = pg_catalog, memori, pg_temp;
 comment on function memori.claim_create(text, text, text[], double precision, text, text, boolean, text, text, timestamptz) is 'Record a decision as a claim page (at most vm.claim_max_tokens, importance 0.95 by default) citing pages of the session (PM090 when one is missing), mapped into L0 where eviction takes it last.';
+
+-------------------------------------------------------------------------------
+-- claim_supersede: a new decision replaces an earlier claim on the same topic
+-- Seed 03, 8.3: last write wins for simple cases. The new claim takes the old
+-- one's topic (and importance unless given); the old one stays a page with its
+-- provenance, marked superseded_by / superseded_at / supersede_reason, leaves
+-- L0 and ranks after current pages in search_pages, pages_top_importance, the
+-- pre-pass and the manifest. Its history shows a 'supersede' mutation.
+create or replace function memori.claim_supersede(
+  p_session_id   text,
+  p_claim_id     text,
+  p_content      text,
+  p_provenance   text[],
+  p_reason       text,
+  p_importance   double precision default null,
+  p_new_claim_id text default null,
+  p_pin          boolean default null,
+  p_actor        text default 'system',
+  p_now          timestamptz default now()
+) returns memori.pages
+as $func$
+declare
+  v_s   memori.vm_sessions := memori._vm_session(p_session_id, null, false, p_now);
+  v_old memori.pages := memori._page_get(p_session_id, p_claim_id, p_now, true);
+  v_new memori.pages;
+  v_lvl integer;
+begin
+  if v_old.page_type <> 'claim' then
+    raise exception 'page % is a % page, not a claim', quote_literal(p_claim_id), v_old.page_type
+      using errcode = 'PM100', hint = 'Supersede a claim (memori.pages_by_type(session, ''claim'') lists them); update other pages with memori.page_update.';
+  end if;
+  if v_old.superseded_by is not null then
+    raise exception 'claim % was already superseded by %', quote_literal(p_claim_id), quote_literal(v_old.superseded_by)
+      using errcode = 'PM100', detail = format('superseded at %s: %s', v_old.superseded_at, v_old.supersede_reason),
+            hint = format('Supersede the current claim of the topic instead (%s).',
+                          memori._claim_current(p_session_id, p_claim_id, p_now));
+  end if;
+  if nullif(btrim(coalesce(p_reason, '')), '') is null then
+    perform memori._invalid('a supersession needs a reason',
+                            'Say why the decision changed, e.g. ''load tests showed MySQL fits better''.');
+  end if;
+  v_new := memori.claim_create(p_session_id => p_session_id, p_content => p_content, p_provenance => p_provenance,
+                               p_importance => coalesce(p_importance, v_old.importance), p_topic => v_old.hint,
+                               p_claim_id => p_new_claim_id, p_pin => p_pin, p_actor => p_actor,
+                               p_user_id => v_s.user_id, p_now => p_now);
+  -- the old claim: history now (a fork's shared row is copied first: the mark is the fork's)
+  if v_old.session_id <> v_s.session_id then
+    v_old := memori._page_copy(v_old.id, v_s.session_id);
+  end if;
+  select * into v_old from memori.pages where id = v_old.id;  -- its tier now (mapping the new claim may have moved it)
+  if v_old.tier in ('L0', 'L1') then
+    perform memori._vm_swap_out(v_s, v_old, 'L2', p_actor, 'superseded', p_now);
+  end if;
+  update memori.pages set superseded_by = v_new.page_id, superseded_at = p_now, supersede_reason = p_reason
+   where id = v_old.id
+  returning * into v_old;
+  select level into v_lvl from memori.working_set where session_id = v_s.session_id and page_id = v_old.page_id;
+  perform memori._page_mutation(v_s, v_old.page_id, 'supersede', v_old.tier, v_old.tier, v_lvl, v_lvl, null, p_actor,
+                                left(format('superseded_by %s: %s', v_new.page_id, p_reason), 500), p_now);
+  perform memori._event_emit('claim.superseded', jsonb_build_object('session_id', p_session_id, 'page_id', v_old.page_id,
+                                                                     'superseded_by', v_new.page_id, 'topic', v_old.hint,
+                                                                     'reason', p_reason), p_now);
+  return v_new;
+end
+$func$ language plpgsql volatile security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori.claim_supersede(text, text, text, text[], text, double precision, text, boolean, text, timestamptz) is 'Replace a claim with a new one on the same topic (last write wins): the new claim is created with its own provenance; the old one stays with its provenance, marked superseded_by/at/reason, leaves L0 and ranks after current pages; PM100 when the page is not a current claim. Returns the new claim.';
+
+-------------------------------------------------------------------------------
+-- _claim_current: the current claim a (possibly superseded) claim leads to
+create or replace function memori._claim_current(p_session_id text, p_claim_id text, p_now timestamptz)
+returns text
+as $func$
+  with recursive chain(page_id, next, depth) as (
+    select p.page_id, p.superseded_by, 0 from memori.vm_visible_pages p
+     where p.viewer_session_id = p_session_id and p.page_id = p_claim_id
+    union all
+    select p.page_id, p.superseded_by, c.depth + 1
+      from chain c join memori.vm_visible_pages p on p.viewer_session_id = p_session_id and p.page_id = c.next
+     where c.depth < 100 and (p.expires_at is null or p.expires_at > p_now))
+  select page_id from chain order by depth desc limit 1
+$func$ language sql stable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._claim_current(text, text, timestamptz) is 'Follow superseded_by from a claim to the current claim of its topic (the claim itself when current).';
+
+-------------------------------------------------------------------------------
+-- claim_history: every claim of a topic, current first, then the superseded newest first
+create or replace function memori.claim_history(p_session_id text, p_topic text, p_now timestamptz default now())
+returns setof memori.pages
+as $func$
+  select q.* from memori.vm_visible_pages p join memori.pages q on q.id = p.id
+   where p.viewer_session_id = p_session_id and p.page_type = 'claim'
+     and lower(p.hint) = lower(p_topic) and (p.expires_at is null or p.expires_at > p_now)
+   order by p.superseded_by is not null, p.id desc
+$func$ language sql stable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori.claim_history(text, text, timestamptz) is 'The claims of a topic: current ones first, then superseded ones newest first, each with its provenance and superseded_by/at/reason.';
+
+-------------------------------------------------------------------------------
+-- claim_conflicts: two current claims on one topic that say different things
+-- Seed 03, 8.3: user-resolvable conflicts for important content. Resolve one
+-- with claim_supersede (the one the user keeps supersedes the other).
+create or replace function memori.claim_conflicts(p_session_id text, p_now timestamptz default now())
+returns setof memori.claim_conflict
+as $func$
+  with c as (
+    select p.page_id, lower(p.hint) as topic, p.content, p.created_at, p.id,
+           lower(regexp_replace(btrim(coalesce(p.content, '')), '\s+', ' ', 'g')) as said
+      from memori.vm_visible_pages p
+     where p.viewer_session_id = p_session_id and p.page_type = 'claim' and p.hint is not null
+       and p.superseded_by is null and (p.expires_at is null or p.expires_at > p_now))
+  select p_session_id, a.topic, a.page_id, a.content, a.created_at, b.page_id, b.content, b.created_at
+    from c a join c b on b.topic = a.topic and b.id > a.id and b.said <> a.said
+   order by a.topic, a.id, b.id
+$func$ language sql stable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori.claim_conflicts(text, timestamptz) is 'Pairs of current (not superseded) claims on the same topic whose content differs, older first: conflicts for the user to resolve with claim_supersede.';
 
 -------------------------------------------------------------------------------
 -- _vm_segment_open: the transcript pages of a session's open segment
@@ -363,6 +481,7 @@ declare
   v_budget integer;
   v_groups text[] := '{}';
   v_group  text;
+  v_topic  text;
   v_env    jsonb;
 begin
   select count(*) into v_served from memori.page_faults
@@ -371,14 +490,17 @@ begin
                     p_s.max_faults_per_turn - v_served);
   foreach v_item in array p_items loop
     v_group := case when v_item.why like 'topic:%' then v_item.why else v_item.page_id end;
-    if v_item.tier = 'L0' then
+    -- the topic the thrash index counts the page under (its claim's topic for a claim's discussion)
+    v_topic := 'page_topic:' || coalesce(memori._vm_page_topic(p_s.session_id, v_item.page_id), v_item.page_id);
+    if memori._vm_resident(p_s.session_id, v_item.page_id) then
+      -- in L0 at a useful level; a page mapped as a line of topic tags (level 3) is faulted up
       v_item.outcome := 'in_context';
     elsif not p_s.faults_allowed then
       v_item.outcome := 'skipped:faults_disabled';
     elsif (p_s.fault_confidence_threshold = 'explicit' and v_item.reason <> 'user_requested_recall')
           or (p_s.fault_confidence_threshold = 'referenced' and v_item.reason = 'speculative') then
       v_item.outcome := 'skipped:confidence_threshold';
-    elsif v_group = any (v_groups) then
+    elsif v_group = any (v_groups) or v_topic = any (v_groups) then
       v_item.outcome := 'skipped:topic_has_fault';
     elsif v_budget <= 0 then
       v_item.outcome := 'skipped:fault_budget';
@@ -392,7 +514,7 @@ begin
         v_item.tier := 'L0';
         v_item.tokens := coalesce((v_env->'effects'->>'tokens_est')::integer, 0);
         v_budget := v_budget - 1;
-        v_groups := v_groups || v_group;
+        v_groups := v_groups || v_group || v_topic;
         insert into memori.vm_prefetches (session_id, user_id, page_id, turn, source, reason, why, tokens, at, expires_at)
         values (p_s.session_id, p_s.user_id, v_item.page_id, p_s.turn, p_source, v_item.reason, v_item.why,
                 v_item.tokens, p_now, memori._vm_retention('vm_prefetches', p_now));
@@ -406,7 +528,7 @@ begin
 end
 $func$ language plpgsql volatile security invoker
 set search_path = pg_catalog, memori, pg_temp;
-comment on function memori._vm_prefetch_apply(memori.vm_sessions, memori.vm_prefetch_item[], text, integer, integer, timestamptz) is 'Fault proposed pages in through page_fault (actor system) in order: unmapped only, within the confidence threshold, one per topic, at most the pre-pass budget and the turn''s remaining faults; records served ones in vm_prefetches.';
+comment on function memori._vm_prefetch_apply(memori.vm_sessions, memori.vm_prefetch_item[], text, integer, integer, timestamptz) is 'Fault proposed pages in through page_fault (actor system) in order: those not in L0 at a useful level, within the confidence threshold, one per topic (the message topic and the page''s thrash-index topic), at most the pre-pass budget and the turn''s remaining faults; records served ones in vm_prefetches.';
 
 -------------------------------------------------------------------------------
 -- _vm_check_prefetch_args: shared argument checks of vm_prepass and vm_prefetch
@@ -426,8 +548,9 @@ set search_path = pg_catalog, memori, pg_temp;
 comment on function memori._vm_check_prefetch_args(integer, integer) is 'PM001 unless max faults >= 0 (or NULL) and the target level is 0..3.';
 
 -------------------------------------------------------------------------------
--- _vm_prefetch_proposed: proposals left unapplied (mapped ones marked in_context)
-create or replace function memori._vm_prefetch_proposed(p_items memori.vm_prefetch_item[])
+-- _vm_prefetch_proposed: proposals left unapplied (those in context marked in_context)
+drop function if exists memori._vm_prefetch_proposed(memori.vm_prefetch_item[]);
+create or replace function memori._vm_prefetch_proposed(p_s memori.vm_sessions, p_items memori.vm_prefetch_item[])
 returns memori.vm_prefetch_item[]
 as $func$
 declare
@@ -435,31 +558,76 @@ declare
   v_item memori.vm_prefetch_item;
 begin
   foreach v_item in array p_items loop
-    v_item.outcome := case when v_item.tier = 'L0' then 'in_context' end;
+    v_item.outcome := case when memori._vm_resident(p_s.session_id, v_item.page_id) then 'in_context' end;
     v_out := v_out || v_item;
   end loop;
   return v_out;
 end
-$func$ language plpgsql immutable security invoker
+$func$ language plpgsql stable security invoker
 set search_path = pg_catalog, memori, pg_temp;
-comment on function memori._vm_prefetch_proposed(memori.vm_prefetch_item[]) is 'Proposals without applying them: pages already in L0 are marked in_context.';
+comment on function memori._vm_prefetch_proposed(memori.vm_sessions, memori.vm_prefetch_item[]) is 'Proposals without applying them: pages in L0 at a useful level are marked in_context.';
 
 -------------------------------------------------------------------------------
 -- vm_prepass_topics: the topics the pre-pass takes from a user message
+-- A topic is a run of adjacent subject words (5+ letters, not a stopword): a
+-- multi-word subject ("deployment strategy") is one topic, searched as one
+-- query, so it gets one fault, not one per word (issue 15).
 create or replace function memori.vm_prepass_topics(p_user_message text, p_limit integer default null) returns text[]
 as $func$
-  select coalesce(string_to_array(memori._page_topics(
-           array_to_string(array(
-             select w from regexp_split_to_table(left(coalesce(p_user_message, ''), 10000), '[^[:alnum:]_]+') w
-              where lower(w) <> all (array(select jsonb_array_elements_text(
-                                             coalesce(memori._setting('vm.prepass_stopwords'), '[]'::jsonb))))), ' '),
-           coalesce(p_limit, memori._vm_setting_int('vm.prepass_topics', 3))), ', '), '{}')
+  with stop as (
+    select array(select jsonb_array_elements_text(coalesce(memori._setting('vm.prepass_stopwords'), '[]'::jsonb))) as words
+  ), w as (
+    select lower(t.w) as w, t.o,
+           (t.w ~ '^[[:alpha:]][[:alnum:]_]{4,}$' and lower(t.w) <> all (stop.words)) as subject
+      -- words and punctuation marks: a mark (a comma, a question mark) ends a run too
+      from stop, regexp_matches(left(coalesce(p_user_message, ''), 10000), '[[:alnum:]_]+|[^[:alnum:]_[:space:]]', 'g')
+                 with ordinality m(w, o), lateral (select m.w[1] as w, m.o as o) t
+  ), runs as (
+    -- a new run starts after every word that is not a subject word
+    select w.w, w.o, w.subject, count(*) filter (where not w.subject) over (order by w.o) as run from w
+  ), phrases as (
+    select string_agg(r.w, ' ' order by r.o) as topic, min(r.o) as first from runs r where r.subject group by r.run
+  )
+  select coalesce(array(select p.topic from phrases p group by p.topic
+                         order by count(*) desc, min(p.first)
+                         limit greatest(coalesce(p_limit, memori._vm_setting_int('vm.prepass_topics', 3)), 0)), '{}')
 $func$ language sql stable security invoker
 set search_path = pg_catalog, memori, pg_temp;
-comment on function memori.vm_prepass_topics(text, integer) is 'Topics of a user message for the pre-pass: memori._page_topics of its words minus vm.prepass_stopwords (most frequent 5+ letter words).';
+comment on function memori.vm_prepass_topics(text, integer) is 'Topics of a user message for the pre-pass: runs of adjacent 5+ letter words that are not vm.prepass_stopwords, each run one topic (a multi-word subject stays whole), most frequent first, then in message order.';
+
+-------------------------------------------------------------------------------
+-- _vm_resident: a page mapped at a level that still carries its content
+create or replace function memori._vm_resident(p_session_id text, p_page_id text) returns boolean
+as $func$
+  -- level 3 is a line of topic tags: mapped, but it answers nothing
+  select exists (select 1 from memori.working_set w
+                  where w.session_id = p_session_id and w.page_id = p_page_id
+                    and w.level <= memori._vm_setting_int('vm.prepass_useful_level', 2))
+$func$ language sql stable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._vm_resident(text, text) is 'True when a page is in L0 at a useful level (vm.prepass_useful_level, default 2): what the pre-pass counts as in context.';
+
+-------------------------------------------------------------------------------
+-- _vm_old_discussion: a page cited only by superseded claims (a decision that changed)
+create or replace function memori._vm_old_discussion(p_session_id text, p_page_id text) returns boolean
+as $func$
+  select exists (select 1 from memori.vm_visible_pages c
+                  where c.viewer_session_id = p_session_id and c.page_type = 'claim'
+                    and c.superseded_by is not null and c.provenance @> array[p_page_id])
+     and not exists (select 1 from memori.vm_visible_pages c
+                      where c.viewer_session_id = p_session_id and c.page_type = 'claim'
+                        and c.superseded_by is null and c.provenance @> array[p_page_id])
+$func$ language sql stable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._vm_old_discussion(text, text) is 'True when a page is the source of superseded claims only: the discussion of a decision that was replaced.';
 
 -------------------------------------------------------------------------------
 -- vm_prepass: the runtime pre-pass (seed 11.2): which pages to prefetch for a user message
+-- Anti-thrash (issue 15): a topic whose current claim is in context at a
+-- useful level gets no fault at all; a topic whose summary is, gets no
+-- transcript faults; a multi-word subject is one topic; superseded claims and
+-- the discussion only they cite are never proposed; and _vm_prefetch_apply
+-- serves at most one fault per topic.
 create or replace function memori.vm_prepass(
   p_session_id   text,
   p_user_message text,
@@ -471,14 +639,17 @@ create or replace function memori.vm_prepass(
 ) returns setof memori.vm_prefetch_item
 as $func$
 declare
-  v_s      memori.vm_sessions;
-  v_signal boolean;
-  v_items  memori.vm_prefetch_item[] := '{}';
-  v_seen   text[] := '{}';
-  v_topic  text;
-  v_n      integer;
-  v_r      record;
-  v_p      memori.pages;
+  v_s       memori.vm_sessions;
+  v_signal  boolean;
+  v_reason  text;
+  v_items   memori.vm_prefetch_item[] := '{}';
+  v_seen    text[] := '{}';
+  v_topic   text;
+  v_best    text;
+  v_summary boolean;
+  v_n       integer;
+  v_r       record;
+  v_p       memori.pages;
 begin
   if p_user_message is null or length(p_user_message) > 100000 then
     perform memori._invalid('the user message is missing or longer than 100,000 characters', 'Pass the user''s message as text.');
@@ -491,62 +662,92 @@ begin
   v_s := case when coalesce(p_apply, false) then memori._vm_session(p_session_id, null, false, p_now)
               else memori._vm_session_read(p_session_id) end;
   v_signal := exists (select 1 from memori.vm_recall_signals where enabled and p_user_message ~* pattern);
+  v_reason := case when v_signal then 'user_requested_recall' else 'speculative' end;
 
-  -- 1. a recall signal: the top claims (decisions are what users recall most)
-  if v_signal then
-    for v_r in select * from memori.pages_top_importance(p_session_id, 5, 'claim', p_now) loop
-      v_p := memori._page_get(p_session_id, v_r.page_id, p_now, false);
-      v_items := v_items || memori._vm_prefetch_item(v_p, 'user_requested_recall', 'recall_signal');
-      v_seen := v_seen || v_p.page_id;
-    end loop;
-  end if;
-  -- 2. the best matches of each topic of the message; on a recall signal, the
-  -- sources of the topic's best claim first, newest first (where it was decided)
+  -- 1. each topic of the message (a multi-word subject is one topic)
   foreach v_topic in array memori.vm_prepass_topics(p_user_message) loop
     v_n := 0;
-    for v_r in select src.page_id
-                 from (select c.page_id from memori.search_pages(p_session_id, v_topic, p_page_types => array['claim'],
-                                                                 p_limit => 1, p_now => p_now) c
-                        where v_signal) best
-                cross join lateral memori.page_provenance_chain(p_session_id, best.page_id, 'up', 1, p_now) ch
-                cross join lateral memori._page_get(p_session_id, ch.page_id, p_now, false) src
-                order by src.turn desc, src.id desc loop
-      exit when v_n >= p_per_topic;
-      continue when v_r.page_id = any (v_seen);
-      v_p := memori._page_get(p_session_id, v_r.page_id, p_now, false);
-      v_items := v_items || memori._vm_prefetch_item(v_p, 'user_requested_recall', 'topic:' || v_topic);
-      v_seen := v_seen || v_p.page_id;
-      v_n := v_n + 1;
-    end loop;
+    -- the topic's current claim: search ranks current claims first, and a
+    -- superseded match leads to the claim that replaced it
+    v_best := null;
+    select memori._claim_current(p_session_id, c.page_id, p_now) into v_best
+      from memori.search_pages(p_session_id, v_topic, p_page_types => array['claim'], p_limit => 1, p_now => p_now) c;
+    if v_best is not null and memori._vm_resident(p_session_id, v_best) then
+      -- the decision is in context, readable: the topic needs no fault
+      if not v_best = any (v_seen) then
+        v_items := v_items || memori._vm_prefetch_item(memori._page_get(p_session_id, v_best, p_now, false), v_reason,
+                                                       'topic:' || v_topic);
+        v_seen := v_seen || v_best;
+      end if;
+      continue;
+    end if;
+    -- a summary of the topic in context at a useful level stands in for its transcript
+    v_summary := exists (select 1 from memori.search_pages(p_session_id, v_topic, p_page_types => array['summary'],
+                                                           p_limit => 3, p_now => p_now) m
+                          where memori._vm_resident(p_session_id, m.page_id));
+    -- on a recall signal: the claim itself (token-cheap, it is the answer), then
+    -- where it was decided, newest first
+    if v_signal and v_best is not null then
+      if not v_best = any (v_seen) then
+        v_items := v_items || memori._vm_prefetch_item(memori._page_get(p_session_id, v_best, p_now, false), v_reason,
+                                                       'topic:' || v_topic);
+        v_seen := v_seen || v_best;
+      end if;
+      if not v_summary then
+        for v_r in select src.page_id
+                     from memori.page_provenance_chain(p_session_id, v_best, 'up', 1, p_now) ch
+                    cross join lateral memori._page_get(p_session_id, ch.page_id, p_now, false) src
+                    order by src.turn desc, src.id desc loop
+          exit when v_n >= p_per_topic;
+          continue when v_r.page_id = any (v_seen);
+          v_p := memori._page_get(p_session_id, v_r.page_id, p_now, false);
+          v_items := v_items || memori._vm_prefetch_item(v_p, v_reason, 'topic:' || v_topic);
+          v_seen := v_seen || v_p.page_id;
+          v_n := v_n + 1;
+        end loop;
+      end if;
+    end if;
+    -- then its best matches: never a superseded claim or the discussion only
+    -- superseded claims cite, never this turn's own message; only claims and
+    -- summaries when a summary covers the topic
     for v_r in select * from memori.search_pages(p_session_id, v_topic, p_limit => 20, p_now => p_now) loop
       exit when v_n >= p_per_topic;
       continue when v_r.page_id = any (v_seen);
       v_p := memori._page_get(p_session_id, v_r.page_id, p_now, false);
-      -- this turn's transcript is the message itself (vm_turn_start stored it): not a match
       continue when v_p.page_type = 'transcript' and v_p.turn = v_s.turn;
-      v_items := v_items || memori._vm_prefetch_item(v_p, case when v_signal then 'user_requested_recall' else 'speculative' end,
-                                                     'topic:' || v_topic);
+      continue when v_p.superseded_by is not null or memori._vm_old_discussion(p_session_id, v_p.page_id);
+      continue when v_summary and v_p.page_type not in ('claim', 'summary');
+      v_items := v_items || memori._vm_prefetch_item(v_p, v_reason, 'topic:' || v_topic);
       v_seen := v_seen || v_p.page_id;
       v_n := v_n + 1;
     end loop;
   end loop;
+  -- 2. a recall signal: the top current claims (decisions are what users recall most)
+  if v_signal then
+    for v_r in select * from memori.pages_top_importance(p_session_id, 5, 'claim', p_now) loop
+      continue when v_r.page_id = any (v_seen);
+      v_p := memori._page_get(p_session_id, v_r.page_id, p_now, false);
+      continue when v_p.superseded_by is not null;
+      v_items := v_items || memori._vm_prefetch_item(v_p, 'user_requested_recall', 'recall_signal');
+      v_seen := v_seen || v_p.page_id;
+    end loop;
+  end if;
   -- 3. always the last segment summary
   v_p := memori._vm_last_summary(p_session_id, p_now);
   if v_p.page_id is not null and not v_p.page_id = any (v_seen) then
-    v_items := v_items || memori._vm_prefetch_item(v_p, case when v_signal then 'user_requested_recall' else 'speculative' end,
-                                                   'last_segment_summary');
+    v_items := v_items || memori._vm_prefetch_item(v_p, v_reason, 'last_segment_summary');
   end if;
 
   if coalesce(p_apply, false) then
     v_items := memori._vm_prefetch_apply(v_s, v_items, 'prepass', p_max_faults, p_target_level, p_now);
   else
-    v_items := memori._vm_prefetch_proposed(v_items);
+    v_items := memori._vm_prefetch_proposed(v_s, v_items);
   end if;
   return query select * from unnest(v_items);
 end
 $func$ language plpgsql volatile security invoker
 set search_path = pg_catalog, memori, pg_temp;
-comment on function memori.vm_prepass(text, text, boolean, integer, integer, integer, timestamptz) is 'The runtime pre-pass: top claims when a recall signal matches, the best matches of each topic (on a recall, the sources of its best claim first; then search_pages), the last segment summary; with p_apply, faults the unmapped ones in (user_requested_recall or speculative) within the turn''s fault budget, one per topic.';
+comment on function memori.vm_prepass(text, text, boolean, integer, integer, integer, timestamptz) is 'The runtime pre-pass: per topic of the message (a multi-word subject is one), nothing when its current claim is in context at a useful level, else the claim and on a recall where it was decided (not when a summary of the topic is in context), then its best matches (never superseded claims or their discussion); on a recall the top current claims; the last segment summary. With p_apply, faults the ones not in context in within the turn''s budget, one per topic.';
 
 -------------------------------------------------------------------------------
 -- vm_prefetch: the seed's simple prefetcher (2.6)
@@ -590,6 +791,10 @@ begin
   end if;
   -- 2. the most referenced claims
   for v_r in select c.page_id from memori.pages_by_type(p_session_id, 'claim', 10000, p_now) c
+              -- current claims only: a superseded one is history
+              where not exists (select 1 from memori.vm_visible_pages v
+                                 where v.viewer_session_id = p_session_id and v.page_id = c.page_id
+                                   and v.superseded_by is not null)
               order by c.access_count desc, c.importance desc, c.last_accessed desc, c.page_id
               limit p_claims loop
     v_p := memori._page_get(p_session_id, v_r.page_id, p_now, false);
@@ -626,7 +831,7 @@ begin
   if coalesce(p_apply, false) then
     v_items := memori._vm_prefetch_apply(v_s, v_items, 'prefetch', p_max_faults, p_target_level, p_now);
   else
-    v_items := memori._vm_prefetch_proposed(v_items);
+    v_items := memori._vm_prefetch_proposed(v_s, v_items);
   end if;
   return query select * from unnest(v_items);
 end

@@ -229,7 +229,7 @@ begin
   revoke execute on function memori.turn_begin(text, text, timestamptz),
                              memori.vm_session_configure(text, jsonb, text, timestamptz),
                              memori.page_create(text, text, text, text, text, text, jsonb, double precision, text[], text, text, text, text, text, integer, bigint, integer[], numeric, boolean, boolean, text, text, timestamptz, timestamptz),
-                             memori.page_update(text, text, text, jsonb, integer, text, timestamptz),
+                             memori.page_update(text, text, text, jsonb, integer, text, timestamptz, text[]),
                              memori.page_flush(text, text[], timestamptz),
                              memori.page_representation_put(text, text, integer, text, jsonb, integer, integer, timestamptz),
                              memori.page_pin(text, text, boolean, text, timestamptz),
@@ -275,6 +275,7 @@ begin
   grant select on memori._retention_vm_prefetches to memori_app, memori_cleaner;
   grant select, delete on memori.vm_prefetches to memori_cleaner;
   revoke execute on function memori.claim_create(text, text, text[], double precision, text, text, boolean, text, text, timestamptz),
+                             memori.claim_supersede(text, text, text, text[], text, double precision, text, boolean, text, timestamptz),
                              memori.segment_close(text, text, text, double precision, text, timestamptz),
                              memori.vm_prepass(text, text, boolean, integer, integer, integer, timestamptz),
                              memori.vm_prefetch(text, boolean, integer, text[], integer, integer, integer, timestamptz),

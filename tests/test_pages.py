@@ -215,3 +215,48 @@ def test_lowering_the_budget_evicts_at_once(conn: psycopg.Connection) -> None:
     assert_sqlstate(conn, "PM001", "select memori.vm_session_configure('sess_1', '{\"colour\": 1}')")
     assert_sqlstate(conn, "PM004", "select memori.vm_session_configure('sess_1', "
                                    "'{\"fault_confidence_threshold\": \"maybe\"}')")
+
+
+def test_explicit_pin_over_a_recent_turn_pin_survives_turn_aging(conn: psycopg.Connection) -> None:
+    # issue 15.1 (seed 2.3): an explicit pin becomes the pin reason; the recent-turn window is a separate default
+    page(conn, "msg_1", "hello", p_role="user")
+    page(conn, "msg_2", "world", p_role="user")
+    pins = {r["page_id"]: r["pin_reason"] for r in rows(conn, "select * from memori.working_set_list(%s)", (S,))}
+    assert pins == {"msg_1": "recent_turn", "msg_2": "recent_turn"}
+    assert value(conn, "select memori.page_pin(%s, 'msg_1', true, p_now => %s)", (S, T0)) is True
+    # unpinning a page the recent-turn window still covers keeps that protection
+    assert value(conn, "select memori.page_pin(%s, 'msg_2', false, p_now => %s)", (S, T0)) is False
+    pins = {r["page_id"]: (r["pinned"], r["pin_reason"])
+            for r in rows(conn, "select * from memori.working_set_list(%s)", (S,))}
+    assert pins == {"msg_1": (True, "explicit"), "msg_2": (True, "recent_turn")}
+    for _ in range(4):
+        conn.execute("select memori.turn_begin(%s, 'alice', %s)", (S, T0))
+    pins = {r["page_id"]: (r["pinned"], r["pin_reason"])
+            for r in rows(conn, "select * from memori.working_set_list(%s)", (S,))}
+    assert pins == {"msg_1": (True, "explicit"), "msg_2": (False, None)}
+    # the explicit pin is never evicted; the aged-out page is
+    evicted = [e["page_id"] for e in rows(conn, "select * from memori.vm_evict(%s, 1)", (S,))]
+    assert evicted == ["msg_2"]
+    assert set(ws(conn)) == {"msg_1"}
+    hist = [(h["mutation_type"], h["cause"])
+            for h in rows(conn, "select * from memori.page_history(%s, 'msg_1')", (S,))]
+    assert hist == [("create", "page_create"), ("pin", "explicit")]
+
+
+def test_explicit_unpin_falls_back_to_a_recent_turn_pin_that_still_applies(conn: psycopg.Connection) -> None:
+    page(conn, "msg_1", "hello", p_role="user")
+    assert value(conn, "select memori.page_pin(%s, 'msg_1', true, p_now => %s)", (S, T0)) is True
+    conn.execute("select memori.turn_begin(%s, 'alice', %s)", (S, T0))
+    # turn 1: msg_1 (turn 0) is still one of the last 3 turns: the unpin drops the explicit pin only
+    assert value(conn, "select memori.page_pin(%s, 'msg_1', false, p_now => %s)", (S, T0)) is True
+    got = one(conn, "select pinned, pin_reason from memori.working_set where page_id = 'msg_1'")
+    assert got == {"pinned": True, "pin_reason": "recent_turn"}
+    for _ in range(3):
+        conn.execute("select memori.turn_begin(%s, 'alice', %s)", (S, T0))
+    got = one(conn, "select pinned, pin_reason from memori.working_set where page_id = 'msg_1'")
+    assert got == {"pinned": False, "pin_reason": None}
+    # mapping a recent-turn page with p_pin => true also makes the pin explicit
+    page(conn, "msg_9", "later", p_role="user")
+    conn.execute("select memori.vm_add_page(%s, 'msg_9', 0, true, p_now => %s)", (S, T0))
+    got = one(conn, "select pinned, pin_reason from memori.working_set where page_id = 'msg_9'")
+    assert got == {"pinned": True, "pin_reason": "explicit"}

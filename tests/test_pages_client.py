@@ -72,6 +72,30 @@ def test_tlb_counts_hits_and_is_invalidated_by_notify(db: pymemdb.Database, dsn:
     assert db.pages.metrics(S)["tlb"]["hit_rate"] == 0.25
 
 
+def test_tlb_never_serves_an_expired_page(db: pymemdb.Database) -> None:
+    # issue 15.5: expiry sends no notification, so the entry carries expires_at and a lookup at or after it misses
+    from datetime import timedelta
+    expires = T0 + timedelta(seconds=60)
+    db.pages.create(S, "tmp_1", "short-lived", user_id="alice", expires_at=expires, now=T0)
+    first = db.pages.lookup(S, "tmp_1", now=T0)
+    assert first is not None and first.expires_at == expires
+    assert db.pages.lookup(S, "tmp_1", now=expires - timedelta(seconds=1)) == first  # a hit, one second before
+    assert db.pages.tlb.stats()["hits"] == 1
+    assert db.pages.lookup(S, "tmp_1", now=expires) is None  # at expiry: a miss, and the database agrees
+    assert (S, "tmp_1") not in db.pages.tlb.entries
+    assert db.pages.tlb.stats()["misses"] == 2
+    assert db.pages.lookup(S, "tmp_1", now=expires + timedelta(seconds=1)) is None
+    # the injected clock of the cache itself (no now passed)
+    tlb = PageTLB(clock=lambda: expires)
+    tlb.insert(S, first)
+    assert tlb.lookup(S, "tmp_1") is None and tlb.lookup(S, "tmp_1", expires - timedelta(seconds=1)) is None
+    tlb.insert(S, first)
+    assert tlb.lookup(S, "tmp_1", expires - timedelta(seconds=1)) == first
+    never = entry("forever")
+    tlb.insert(S, never)
+    assert tlb.lookup(S, "forever") == never  # no expiry: served
+
+
 def entry(page_id: str) -> PageTableEntry:
     return PageTableEntry(page_id, "L0", 0, 1, False, None, T0, 0, True, 0, False)
 

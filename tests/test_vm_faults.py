@@ -162,6 +162,22 @@ def test_manifest_shape(conn: psycopg.Connection) -> None:
     assert json.loads(text) == m and text == value(conn, "select memori.vm_manifest(%s)::text", (S,))
 
 
+def test_manifest_tiers_follow_the_seed_schema(conn: psycopg.Connection) -> None:
+    # issue 15.4: the seed's manifest allows tier L2 | L3 | L4 for available pages; an evicted page sits in L1
+    # (the cache), which the manifest reports as L2 (session storage, where the model's page_fault finds it)
+    configure(conn, '{"pinned_last_turns": 0}')
+    page(conn, "msg_1", "evicted recently, so in the L1 cache")
+    page(conn, "msg_2", "never mapped", p_add_to_working_set=False)
+    page(conn, "img_3", "archived diagram", p_modality="image", p_add_to_working_set=False)
+    conn.execute("update memori.pages set tier = 'L4' where page_id = 'img_3'")
+    rows(conn, "select * from memori.vm_evict(%s, (select sum(tokens)::integer from memori.working_set))", (S,))
+    assert value(conn, "select tier from memori.pages where page_id = 'msg_1'") == "L1"
+    m = value(conn, "select memori.vm_manifest(%s)", (S,))
+    tiers = {a["page_id"]: a["tier"] for a in m["available_pages"]}
+    assert tiers == {"msg_1": "L2", "msg_2": "L2", "img_3": "L4"}
+    assert m["total_available"] == 3
+
+
 def test_context_block_and_budget(conn: psycopg.Connection) -> None:
     page(conn, "msg_301", "User message text here", p_role="user")
     page(conn, "msg_302", "Assistant response here", p_role="assistant")

@@ -190,8 +190,13 @@ def test_paging_mode_is_configured_per_session(conn: psycopg.Connection) -> None
 def test_prepass_topics_drop_recall_phrasing(conn: psycopg.Connection) -> None:
     assert scalar(conn, "vm_prepass_topics", p_user_message="As we decided earlier, what's our database_choice?") == [
         "database_choice"]
+    # a run of subject words is one topic; punctuation ends a run (issue 15: "deployment strategy" is one subject)
     assert scalar(conn, "vm_prepass_topics", p_user_message="Tell me about kestrel caching, kestrel again") == [
-        "kestrel", "caching"]
+        "kestrel caching", "kestrel"]
+    assert scalar(conn, "vm_prepass_topics", p_user_message="As we decided earlier, what's our deployment strategy?"
+                  ) == ["deployment strategy"]
+    assert scalar(conn, "vm_prepass_topics", p_user_message="kestrel rollout: kestrel rollout again, then quartz"
+                  ) == ["kestrel rollout", "quartz"]
     assert scalar(conn, "vm_prepass_topics", p_user_message="ok") == []
 
 
@@ -206,38 +211,57 @@ def closed_decision(conn: psycopg.Connection) -> None:
         turn(conn)
 
 
+def shrink_claim(conn: psycopg.Connection) -> None:
+    """The decision page mapped as a line of topic tags (level 3): in L0, but not in context usefully."""
+    conn.execute("select memori.vm_add_page(%s, 'claim_database_choice_001', 3, p_now => %s)", (S, T0))
+
+
 def test_prepass_proposes_claims_topic_matches_and_the_last_summary(conn: psycopg.Connection) -> None:
     closed_decision(conn)
-    items = call(conn, "vm_prepass", p_session_id=S, p_user_message=RECALL,
-                 p_now=T0)
+    # the topic's claim is in context: the topic needs nothing more (issue 15)
+    items = call(conn, "vm_prepass", p_session_id=S, p_user_message=RECALL, p_now=T0)
     assert [(i["page_id"], i["why"], i["reason"], i["outcome"]) for i in items] == [
-        ("claim_database_choice_001", "recall_signal", "user_requested_recall", "in_context"),
-        # on a recall: the claim's sources first, newest first
+        ("claim_database_choice_001", "topic:database_choice", "user_requested_recall", "in_context"),
+        ("summary_seg_0001", "last_segment_summary", "user_requested_recall", "in_context"),
+    ]
+    shrink_claim(conn)
+    items = call(conn, "vm_prepass", p_session_id=S, p_user_message=RECALL, p_now=T0)
+    assert [(i["page_id"], i["why"], i["reason"], i["outcome"]) for i in items] == [
+        # on a recall: the claim itself, then where it was decided, newest first
+        ("claim_database_choice_001", "topic:database_choice", "user_requested_recall", None),
         ("msg_003", "topic:database_choice", "user_requested_recall", None),
         ("msg_001", "topic:database_choice", "user_requested_recall", None),
         ("summary_seg_0001", "last_segment_summary", "user_requested_recall", "in_context"),
     ]
     assert not any(i["applied"] for i in items)
-    # without a recall signal: no claims, and the topic matches are speculative
+    # without a recall signal: the topic matches are speculative (equal ranks: the newer page first)
     plain = call(conn, "vm_prepass", p_session_id=S, p_user_message="Tell me about database_choice", p_now=T0)
     assert [(i["page_id"], i["reason"]) for i in plain][:2] == [("claim_database_choice_001", "speculative"),
-                                                                ("msg_001", "speculative")]
+                                                                ("msg_003", "speculative")]
     # nothing was faulted by a proposal
     assert value(conn, "select count(*) from memori.page_faults") == 0
 
 
 def test_prepass_applies_one_fault_per_topic_within_the_budget(conn: psycopg.Connection) -> None:
     closed_decision(conn)
+    shrink_claim(conn)
     now_turn = turn(conn)
     items = call(conn, "vm_prepass", p_session_id=S, p_user_message=RECALL,
                  p_apply=True, p_now=T0)
     by_id = {i["page_id"]: i for i in items}
-    assert by_id["msg_003"]["outcome"] == "served" and by_id["msg_003"]["applied"] and by_id["msg_003"]["tier"] == "L0"
+    c = "claim_database_choice_001"
+    assert by_id[c]["outcome"] == "served" and by_id[c]["applied"] and by_id[c]["tier"] == "L0"
+    assert by_id["msg_003"]["outcome"] == "skipped:topic_has_fault" and not by_id["msg_003"]["applied"]
     assert by_id["msg_001"]["outcome"] == "skipped:topic_has_fault" and not by_id["msg_001"]["applied"]
     faults = rows(conn, "select page_id, reason, outcome, turn from memori.page_faults")
-    assert faults == [{"page_id": "msg_003", "reason": "user_requested_recall", "outcome": "served", "turn": now_turn}]
+    assert faults == [{"page_id": c, "reason": "user_requested_recall", "outcome": "served", "turn": now_turn}]
     pre = rows(conn, "select page_id, source, why, used_turn from memori.vm_prefetches")
-    assert pre == [{"page_id": "msg_003", "source": "prepass", "why": "topic:database_choice", "used_turn": None}]
+    assert pre == [{"page_id": c, "source": "prepass", "why": "topic:database_choice", "used_turn": None}]
+    # the next recall of the topic: the claim is in context now, no fault
+    turn(conn)
+    again = call(conn, "vm_prepass", p_session_id=S, p_user_message=RECALL, p_apply=True, p_now=T0)
+    assert [i["outcome"] for i in again if i["page_id"] == c] == ["in_context"]
+    assert value(conn, "select count(*) from memori.page_faults") == 1
     # the fault budget: one fault left this turn (max 2), asked for none
     again = call(conn, "vm_prepass", p_session_id=S, p_user_message="go back to Redis caching", p_apply=True,
                  p_max_faults=0, p_now=T0)
@@ -247,6 +271,7 @@ def test_prepass_applies_one_fault_per_topic_within_the_budget(conn: psycopg.Con
 
 def test_prepass_respects_the_confidence_threshold_and_disabled_faults(conn: psycopg.Connection) -> None:
     closed_decision(conn)
+    shrink_claim(conn)
     turn(conn)
     # no recall signal: speculative, refused by the default 'referenced' threshold, so not even tried
     items = call(conn, "vm_prepass", p_session_id=S, p_user_message="Tell me about database_choice", p_apply=True,
@@ -258,9 +283,10 @@ def test_prepass_respects_the_confidence_threshold_and_disabled_faults(conn: psy
     assert [i["outcome"] for i in items if i["applied"]] == ["served"]
     configure(conn, {"faults_allowed": False})
     turn(conn)
+    shrink_claim(conn)
     items = call(conn, "vm_prepass", p_session_id=S, p_user_message="As we decided earlier, the database_choice?",
                  p_apply=True, p_now=T0)
-    assert {i["outcome"] for i in items if i["tier"] != "L0"} == {"skipped:faults_disabled"}
+    assert {i["outcome"] for i in items if i["outcome"] != "in_context"} == {"skipped:faults_disabled"}
 
 
 def test_turn_start_runs_the_prepass_by_paging_mode(conn: psycopg.Connection) -> None:
@@ -273,13 +299,14 @@ def test_turn_start_runs_the_prepass_by_paging_mode(conn: psycopg.Connection) ->
     assert one(conn, "select role, segment, page_type from memori.pages where page_id = %s", (out["page_id"],)) == {
         "role": "user", "segment": "seg_0002", "page_type": "transcript"}
     configure(conn, {"paging_mode": "hybrid"})
+    shrink_claim(conn)
     out = scalar(conn, "vm_turn_start", p_session_id=S, p_user_message=RECALL,
                  p_page_id="q2", p_now=T0)
     served = [i["page_id"] for i in out["prefetch"] if i["outcome"] == "served"]
-    assert served == ["msg_003"]
+    assert served == ["claim_database_choice_001"]
     # the model cites it: a prefetch hit
     assert scalar(conn, "vm_cite", p_session_id=S, p_page_ids=["msg_003", "claim_database_choice_001"], p_now=T0) == 1
-    assert scalar(conn, "vm_cite", p_session_id=S, p_page_ids=["msg_003"], p_now=T0) == 0
+    assert scalar(conn, "vm_cite", p_session_id=S, p_page_ids=["claim_database_choice_001"], p_now=T0) == 0
     m = metrics(conn)
     assert m["prefetch"] == {"prefetched": 1, "used": 1, "hit_rate": 1.0, "by_source": {"prepass": 1}}
 
@@ -294,7 +321,8 @@ def test_recall_signals_are_data_and_validated(conn: psycopg.Connection) -> None
     assert all(i["reason"] == "speculative" for i in proposed)
     conn.execute("insert into memori.vm_recall_signals (pattern, description)"
                  " values ('per our agreement', 'house style')")
-    assert call(conn, "vm_prepass", p_session_id=S, p_user_message=msg, p_now=T0)[0]["why"] == "recall_signal"
+    assert all(i["reason"] == "user_requested_recall"
+               for i in call(conn, "vm_prepass", p_session_id=S, p_user_message=msg, p_now=T0))
 
 
 # -- the simple prefetcher -------------------------------------------------------------------------------
@@ -366,13 +394,69 @@ def test_thrash_index_is_the_seeds_formula(conn: psycopg.Connection) -> None:
 
 
 # -- isolation: the app role under row-level security --------------------------------------------------
+SUBJECTS = {"deployment strategy": "Kubernetes", "testing approach": "Pytest", "frontend stack": "React",
+            "database engine": "PostgreSQL", "message broker": "RabbitMQ"}
+
+
+def decide_all(conn: psycopg.Connection) -> None:
+    """Five decisions on two-word subjects, recorded as claims (in L0); their discussion swapped out to L2."""
+    configure(conn, {"pinned_last_turns": 1, "max_faults_per_turn": 2, "paging_mode": "hybrid"})
+    for subject, choice in SUBJECTS.items():
+        asked = scalar(conn, "vm_turn_start", p_session_id=S, p_user_message=f"For {subject}, what should we use?",
+                       p_user_id="alice", p_now=T0)["page_id"]
+        page(conn, f"{asked}_a", f"I recommend {choice} for {subject}.", p_role="assistant")
+        agreed = scalar(conn, "vm_turn_start", p_session_id=S, p_user_message=f"Agreed, let's go with {choice} for "
+                        f"{subject}.", p_now=T0)["page_id"]
+        call(conn, "claim_create", p_session_id=S, p_content=f"Decision: use {choice} for {subject}",
+             p_provenance=[asked, f"{asked}_a", agreed], p_topic=subject.replace(" ", "_"), p_now=T0)
+    conn.execute("select memori.segment_close(%s, 'Five stack decisions.', p_now => %s)", (S, T0))
+    for k in range(5):
+        scalar(conn, "vm_turn_start", p_session_id=S, p_user_message=f"Draft release note {k}.", p_now=T0)
+
+
+def test_recall_turns_do_not_thrash_on_multi_word_subjects(conn: psycopg.Connection) -> None:
+    # issue 15.2: every claim in L0; "what's our deployment strategy?" must not fault transcript pages, and a
+    # two-word subject is one topic (today: one fault per word, two per turn, thrash index 1.0)
+    decide_all(conn)
+    assert all(r["tier"] == "L0" for r in call(conn, "pages_by_type", p_session_id=S, p_page_type="claim"))
+    faults = []
+    for subject in SUBJECTS:
+        out = scalar(conn, "vm_turn_start", p_session_id=S,
+                     p_user_message=f"As we decided earlier, what's our {subject}?", p_now=T0)
+        faults.append([i["page_id"] for i in out["prefetch"] if i["outcome"] == "served"])
+    assert faults == [[]] * 5
+    m = metrics(conn)
+    assert m["thrash_index"] < 0.5 and m["thrash_index"] == 0
+    # a decision page shrunk to a line of topic tags is not in context: the claim is faulted, one fault, not its
+    # transcript
+    conn.execute("select memori.vm_add_page(%s, 'claim_testing_approach_001', 3, p_now => %s)", (S, T0))
+    out = scalar(conn, "vm_turn_start", p_session_id=S, p_user_message="As we decided earlier, what's our testing "
+                 "approach?", p_now=T0)
+    assert [i["page_id"] for i in out["prefetch"] if i["outcome"] == "served"] == ["claim_testing_approach_001"]
+    assert metrics(conn)["thrash_index"] == 0
+
+
+def test_a_resident_summary_covers_its_topic_transcript(conn: psycopg.Connection) -> None:
+    decide_all(conn)
+    # the claim leaves L0; the segment's summary (which names the subject) is in context at level 0
+    conn.execute("select memori.page_update(%s, 'summary_seg_0001', 'Decided the message broker and four more.',"
+                 " p_now => %s)", (S, T0))
+    conn.execute("select memori.vm_add_page(%s, 'claim_message_broker_001', 3, p_now => %s)", (S, T0))
+    items = call(conn, "vm_prepass", p_session_id=S, p_user_message="As we decided earlier, what's our message broker?",
+                 p_now=T0)
+    proposed = [i["page_id"] for i in items if i["outcome"] is None]
+    # the claim, and no transcript page of the topic
+    assert proposed == ["claim_message_broker_001"]
+
+
 def test_lifecycle_works_as_memori_app_and_stays_per_user(conn: psycopg.Connection) -> None:
     conn.execute("set role memori_app")
     conn.execute("select set_config('memori.user_id', 'alice', false)")
     closed_decision(conn)
+    shrink_claim(conn)
     out = scalar(conn, "vm_turn_start", p_session_id=S, p_user_message=RECALL, p_now=T0)
-    assert [i["page_id"] for i in out["prefetch"] if i["outcome"] == "served"] == ["msg_003"]
-    assert scalar(conn, "vm_cite", p_session_id=S, p_page_ids=["msg_003"], p_now=T0) == 1
+    assert [i["page_id"] for i in out["prefetch"] if i["outcome"] == "served"] == ["claim_database_choice_001"]
+    assert scalar(conn, "vm_cite", p_session_id=S, p_page_ids=["claim_database_choice_001"], p_now=T0) == 1
     assert metrics(conn)["prefetch"]["used"] == 1
     conn.execute("select set_config('memori.user_id', 'bob', false)")
     # bob sees none of alice's segments, prefetches or claims, and cannot act on her session

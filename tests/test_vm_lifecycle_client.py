@@ -73,10 +73,13 @@ def test_prepass_prefetch_turns_and_citations(db: pymemdb.Database) -> None:
     _segment(db)
     db.vm.claim_create(S, "Decision: roll kestrel out in waves", ["msg_0001_user"], topic="kestrel", now=T0)
     db.vm.segment_close(S, "Kestrel rollout in waves.", now=T0)
-    assert db.vm.prepass_topics("As we decided earlier, the kestrel rollout?") == ["kestrel", "rollout"]
+    # the segment's summary mapped as topic tags only: not in context, so the pre-pass pages the discussion back
+    # (with the summary in context at a useful level it would fault no transcript of the topic: issue 15)
+    db.pages.add_page(S, "summary_seg_0001", 3, now=T0)
+    assert db.vm.prepass_topics("As we decided earlier, the kestrel rollout?") == ["kestrel rollout"]
     proposed = db.vm.prepass(S, "As we decided earlier, the kestrel rollout?", now=T0)
     assert all(isinstance(i, VmPrefetchItem) and not i.applied for i in proposed)
-    assert proposed[0].why == "recall_signal"
+    assert proposed[0].why == "topic:kestrel rollout" and "recall_signal" in {i.why for i in proposed}
     started = db.vm.turn_start(S, "As we decided earlier, the kestrel rollout?", user_id="alice", now=T0)
     served = [i for i in started["prefetch"] if i["outcome"] == "served"]
     assert served and len(served) <= 2
@@ -112,6 +115,20 @@ def test_vm_cli(env: str) -> None:
     out = run("vm", "segment-close", "cli_s", "--summary", "DB.")
     assert "seg_0001 closed: 1 pages" in out
     assert "summary_seg_0001" in run("vm", "segments", "cli_s")
+    # a decision that changes, and a conflict the user resolves (issue 15)
+    run("pages", "add", "cli_s", "msg_2", "Switch to MySQL.", "--role", "user", "--user", "alice")
+    run("vm", "claim", "cli_s", "Decision: MySQL", "--from", "msg_2", "--topic", "database_choice")
+    found = json.loads(run("vm", "conflicts", "cli_s", "--json", code=1))
+    assert [(c["claim_id"], c["other_claim_id"]) for c in found] == [
+        ("claim_database_choice_001", "claim_database_choice_002")]
+    out = run("vm", "supersede", "cli_s", "claim_database_choice_001", "Decision: MySQL", "--from", "msg_2",
+              "--reason", "hosting")
+    assert "claim_database_choice_003 supersedes claim_database_choice_001" in out
+    # 002 and 003 say the same: no conflict left
+    assert json.loads(run("vm", "conflicts", "cli_s", "--json")) == []
+    err = run("vm", "supersede", "cli_s", "claim_database_choice_001", "x", "--from", "msg_2", "--reason", "r",
+              code=1)
+    assert "already superseded" in err
     assert json.loads(run("vm", "metrics", "cli_s"))["segments"]["closed"] == 1
 
 
