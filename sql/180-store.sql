@@ -696,8 +696,8 @@ declare
 begin
   perform memori._store_check_namespace(v_prefix, true);
   perform memori._store_check_vector_config(p_distance, p_vector_type);
-  if p_limit is null or p_limit < 0 or p_limit > 10000 or p_offset is null or p_offset < 0 then
-    perform memori._invalid('limit must be 0..10000 and offset 0 or more', 'Page through results with p_limit and p_offset.');
+  if p_limit is null or p_limit < 0 or p_limit > 100000 or p_offset is null or p_offset < 0 then
+    perform memori._invalid('limit must be 0..100000 and offset 0 or more', 'Page through results with p_limit and p_offset.');
   end if;
   if p_now is null then
     perform memori._invalid('p_now must not be NULL', 'Omit p_now to use the current time.');

@@ -344,6 +344,20 @@ class MemoriStore(_MemoriStoreBase):
         finally:
             store.close()
 
+    @classmethod
+    @contextmanager
+    def from_conn_string(cls, conn_string: str, *, user_id: str = "default", index: MemoriIndexConfig | None = None,
+                         ttl: TTLConfig | None = None, pipeline: bool = False,
+                         pool_config: dict[str, Any] | None = None) -> Iterator[MemoriStore]:
+        """PostgresStore's constructor, for drop-in use: acts for ``user_id`` (``"default"`` unless given).
+
+        ``pipeline`` is accepted and ignored (every batch is pipelined); ``pool_config``'s ``max_size`` is used.
+        """
+        del pipeline
+        with cls.from_dsn(conn_string, user_id=user_id, index=index, ttl=ttl,
+                          max_size=int((pool_config or {}).get("max_size") or 8)) as store:
+            yield store
+
     def close(self) -> None:
         self.stop_ttl_sweeper()
         self.pool.close()
