@@ -266,11 +266,12 @@ def test_ttl_refresh_off(dsn: str, conn: psycopg.Connection) -> None:
 
 # -- vector and full-text search -------------------------------------------------------------------
 
-@pytest.mark.parametrize(("distance", "vector_type"),
-                         [("cosine", "vector"), ("l2", "vector"), ("inner_product", "halfvec"), ("cosine", "halfvec")])
-def test_vector_search(dsn: str, distance: str, vector_type: str) -> None:
+@pytest.mark.parametrize(("distance", "vector_type", "kind"),
+                         [("cosine", "vector", "hnsw"), ("l2", "vector", "ivfflat"),
+                          ("inner_product", "halfvec", "hnsw"), ("cosine", "halfvec", "flat")])
+def test_vector_search(dsn: str, distance: str, vector_type: str, kind: str) -> None:
     emb = CharEmbeddings()
-    s = vector_store(dsn, distance=distance, vector_type=vector_type, emb=emb)
+    s = vector_store(dsn, distance=distance, vector_type=vector_type, kind=kind, emb=emb)
     try:
         assert s.index_config and s.index_config["dims"] == 64
         for key, val in [("doc1", {"text": "red apple", "color": "red", "score": 4.5}),
