@@ -219,6 +219,42 @@ def test_invalid_namespaces(store: MemoriStore) -> None:
     assert store.search(("langgraph", "foo"))[0].value == {"foo": "bar"}
 
 
+@pytest.mark.parametrize("namespace", [("foo.bar",), ("foo", ""), ("foo", 1)])
+@pytest.mark.parametrize("kind", ["get", "put", "delete", "search", "prefix", "suffix"])
+def test_invalid_namespace_fails_the_whole_batch(store: MemoriStore, namespace: Any, kind: str) -> None:
+    op = {"get": GetOp(namespace, "key"), "put": PutOp(namespace, "key", {"changed": True}),
+          "delete": PutOp(namespace, "key", None), "search": SearchOp(namespace),
+          "prefix": ListNamespacesOp((MatchCondition("prefix", namespace),)),
+          "suffix": ListNamespacesOp((MatchCondition("suffix", namespace),))}[kind]
+    store.put(("foo", "bar"), "key", {"original": True})
+    with pytest.raises(InvalidNamespaceError):
+        store.batch([PutOp(("valid",), "key", {}), op])
+    assert store.get(("foo", "bar"), "key").value == {"original": True}  # type: ignore[union-attr]
+    assert store.get(("valid",), "key") is None
+
+
+def test_like_metacharacters_are_plain_labels(store: MemoriStore) -> None:
+    namespaces = [("user_%",), ("user_%", "child"), ("userX%",), ("USER_%",)]
+    for ns in namespaces:
+        store.put(ns, "key", {})
+    assert {i.namespace for i in store.search(())} == set(namespaces)
+    assert {i.namespace for i in store.search(("user_%",))} == set(namespaces[:2])
+    assert store.list_namespaces(prefix=("user_%", "*")) == [("user_%", "child")]
+
+
+def test_drop_in_constructor(dsn: str) -> None:
+    with MemoriStore.from_conn_string(dsn, ttl={"default_ttl": 1}) as s:
+        s.setup()
+        s.put(("a",), "k", {"v": 1})
+        assert s.user_id == "default" and s.get(("a",), "k").value == {"v": 1}  # type: ignore[union-attr]
+
+    async def run() -> None:
+        async with AsyncMemoriStore.from_conn_string(dsn) as a:
+            assert (await a.aget(("a",), "k")).value == {"v": 1}  # type: ignore[union-attr]
+
+    asyncio.run(run())
+
+
 # -- TTL ---------------------------------------------------------------------------------------
 
 def _expires(conn: psycopg.Connection, key: str) -> Any:

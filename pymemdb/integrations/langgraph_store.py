@@ -53,6 +53,12 @@ from psycopg.rows import class_row, dict_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
+try:  # langgraph >= 1.1: the labels an op carries, checked before a batch runs
+    from langgraph.store.base import validate_op_namespace
+except ImportError:  # pragma: no cover - older langgraph checks labels in its public methods only
+    def validate_op_namespace(op: Op) -> None:
+        return None
+
 from pymemdb._sql import SqlFunction
 from pymemdb.db import Database
 from pymemdb.errors import CleanupAlreadyRunning, InvalidIndexConfig, wrap_exceptions
@@ -163,7 +169,12 @@ class _MemoriStoreBase(BaseStore):
 
     # -- planning -------------------------------------------------------------------
     def _embed_requests(self, ops: list[Op]) -> tuple[list[str], list[str]]:
-        """Texts to embed as documents (indexed fields of puts) and as queries (searches)."""
+        """Texts to embed as documents (indexed fields of puts) and as queries (searches).
+
+        Every op's namespace is checked first, so a bad label fails the whole batch before anything runs.
+        """
+        for op in ops:
+            validate_op_namespace(op)
         docs: dict[str, None] = {}
         queries: dict[str, None] = {}
         if self.index_config:
@@ -502,6 +513,16 @@ class AsyncMemoriStore(_MemoriStoreBase):
         finally:
             await store.stop_ttl_sweeper()
             await pool.close()
+
+    @classmethod
+    @asynccontextmanager
+    async def from_conn_string(cls, conn_string: str, *, user_id: str = "default",
+                               index: MemoriIndexConfig | None = None, ttl: TTLConfig | None = None,
+                               pool_config: dict[str, Any] | None = None) -> AsyncIterator[AsyncMemoriStore]:
+        """AsyncPostgresStore's constructor, for drop-in use: acts for ``user_id`` (``"default"`` unless given)."""
+        async with cls.from_dsn(conn_string, user_id=user_id, index=index, ttl=ttl,
+                                max_size=int((pool_config or {}).get("max_size") or 8)) as store:
+            yield store
 
     async def setup(self) -> None:
         """Install or upgrade schema memori (idempotent) and create the index configuration's ANN index."""
