@@ -59,6 +59,7 @@ $func$ language plpgsql immutable security invoker
 set search_path = pg_catalog, memori, pg_temp;
 comment on function memori._store_check_namespace(text[], boolean) is 'Raise PM121 unless the namespace is a one-dimensional array of non-empty labels (empty only when allowed).';
 
+-- (a development version read the text search configuration from a setting; it is english, as search_pages)
 drop function if exists memori._store_ts_config();
 
 -------------------------------------------------------------------------------
