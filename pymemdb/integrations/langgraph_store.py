@@ -116,8 +116,9 @@ class _MemoriStoreBase(BaseStore):
     supports_ttl: bool = True
 
     def __init__(self, *, user_id: str, index: MemoriIndexConfig | None = None,
-                 ttl: TTLConfig | None = None) -> None:
+                 ttl: TTLConfig | None = None, full_text: bool = True) -> None:
         self.user_id = user_id
+        self.full_text = full_text
         self.ttl_config = ttl
         self.index_config: MemoriIndexConfig | None = None
         self.embeddings: Any = None
@@ -210,7 +211,7 @@ class _MemoriStoreBase(BaseStore):
                     "p_limit": op.limit, "p_offset": op.offset, "p_refresh_ttl": bool(op.refresh_ttl)}
                 if op.filter:
                     args["p_filter"] = Jsonb(op.filter)
-                if op.query:
+                if op.query and self.full_text:
                     args["p_query"] = op.query
                 if embedding is not None:
                     args["p_query_embedding"] = vector_text(embedding)
@@ -262,6 +263,10 @@ class _MemoriStoreBase(BaseStore):
             item["ttl_seconds"] = float(op.ttl) * 60
         if op.index is False:
             item["index"] = False
+        elif not self.full_text:  # no full-text vector (vector search only): a narrower row
+            item["index"] = False
+            if self.index_config:
+                item["vectors"] = {name: vectors[text] for name, text in self._field_texts(op) if text in vectors}
         elif self.index_config or op.index:
             fields = self._field_texts(op)
             paths = [p for p, _ in self._fields] if op.index is None else list(op.index)
@@ -335,8 +340,8 @@ class MemoriStore(_MemoriStoreBase):
     """
 
     def __init__(self, db: Database | str | None = None, *, user_id: str, index: MemoriIndexConfig | None = None,
-                 ttl: TTLConfig | None = None, max_size: int = 8) -> None:
-        super().__init__(user_id=user_id, index=index, ttl=ttl)
+                 ttl: TTLConfig | None = None, max_size: int = 8, full_text: bool = True) -> None:
+        super().__init__(user_id=user_id, index=index, ttl=ttl, full_text=full_text)
         self.dsn = _dsn_of(db)
         self.pool = ConnectionPool(self.dsn, min_size=1, max_size=max_size, kwargs=_pool_kwargs(user_id),
                                    open=False, name="pymemdb-store")
@@ -347,9 +352,9 @@ class MemoriStore(_MemoriStoreBase):
     @classmethod
     @contextmanager
     def from_dsn(cls, db: Database | str | None = None, *, user_id: str, index: MemoriIndexConfig | None = None,
-                 ttl: TTLConfig | None = None, max_size: int = 8) -> Iterator[MemoriStore]:
+                 ttl: TTLConfig | None = None, max_size: int = 8, full_text: bool = True) -> Iterator[MemoriStore]:
         """A store with its own pool, closed (and its sweeper stopped) on exit."""
-        store = cls(db, user_id=user_id, index=index, ttl=ttl, max_size=max_size)
+        store = cls(db, user_id=user_id, index=index, ttl=ttl, max_size=max_size, full_text=full_text)
         try:
             yield store
         finally:
@@ -488,8 +493,8 @@ class AsyncMemoriStore(_MemoriStoreBase):
     """
 
     def __init__(self, pool: AsyncConnectionPool, *, dsn: str, user_id: str,
-                 index: MemoriIndexConfig | None = None, ttl: TTLConfig | None = None) -> None:
-        super().__init__(user_id=user_id, index=index, ttl=ttl)
+                 index: MemoriIndexConfig | None = None, ttl: TTLConfig | None = None, full_text: bool = True) -> None:
+        super().__init__(user_id=user_id, index=index, ttl=ttl, full_text=full_text)
         self.pool = pool
         self.dsn = dsn
         self.loop = asyncio.get_running_loop()
@@ -499,7 +504,7 @@ class AsyncMemoriStore(_MemoriStoreBase):
     @asynccontextmanager
     async def from_dsn(cls, db: Database | str | None = None, *, user_id: str,
                        index: MemoriIndexConfig | None = None, ttl: TTLConfig | None = None,
-                       max_size: int = 8) -> AsyncIterator[AsyncMemoriStore]:
+                       max_size: int = 8, full_text: bool = True) -> AsyncIterator[AsyncMemoriStore]:
         """A store with its own pool, closed (and its sweeper stopped) on exit."""
         dsn = _dsn_of(db)
         pool = AsyncConnectionPool(dsn, min_size=1, max_size=max_size, kwargs=_pool_kwargs(user_id),
@@ -507,7 +512,7 @@ class AsyncMemoriStore(_MemoriStoreBase):
         with wrap_exceptions():
             await (await psycopg.AsyncConnection.connect(dsn, connect_timeout=10)).close()
             await pool.open(wait=True, timeout=30)
-        store = cls(pool, dsn=dsn, user_id=user_id, index=index, ttl=ttl)
+        store = cls(pool, dsn=dsn, user_id=user_id, index=index, ttl=ttl, full_text=full_text)
         try:
             yield store
         finally:
