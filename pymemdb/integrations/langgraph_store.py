@@ -82,6 +82,7 @@ __all__ = ["AsyncMemoriStore", "MemoriIndexConfig", "MemoriStore"]
 logger = logging.getLogger(__name__)
 
 GET_CHUNK = 1000   # (namespace, key) pairs per store_get_many call
+_DISCARD = frozenset({"store_put"})  # functions whose result rows a batch does not use
 PUT_CHUNK = 500    # items per store_put_many call
 
 
@@ -165,7 +166,10 @@ class _MemoriStoreBase(BaseStore):
         key = (function.name, frozenset(args))
         text = self._queries.get(key)
         if text is None:
-            text = self._queries[key] = function.query(args).as_string(None)
+            text = function.query(args).as_string(None)
+            if function.name in _DISCARD:  # a put's row is not read: do not send it back
+                text = "select 1 as value from" + text.removeprefix("select * from")
+            self._queries[key] = text
         return text
 
     # -- planning -------------------------------------------------------------------
@@ -317,7 +321,7 @@ class _MemoriStoreBase(BaseStore):
         return out
 
     def _row_factory(self, function: SqlFunction) -> Any:
-        return dict_row if function.result is None else class_row(function.result)
+        return dict_row if function.result is None or function.name in _DISCARD else class_row(function.result)
 
 
 def _pool_kwargs(user_id: str) -> dict[str, Any]:
@@ -343,6 +347,8 @@ class MemoriStore(_MemoriStoreBase):
                  ttl: TTLConfig | None = None, max_size: int = 8, full_text: bool = True) -> None:
         super().__init__(user_id=user_id, index=index, ttl=ttl, full_text=full_text)
         self.dsn = _dsn_of(db)
+        self._own: psycopg.Connection[Any] | None = None
+        self._own_lock = threading.Lock()
         self.pool = ConnectionPool(self.dsn, min_size=1, max_size=max_size, kwargs=_pool_kwargs(user_id),
                                    open=False, name="pymemdb-store")
         with wrap_exceptions():
@@ -376,6 +382,10 @@ class MemoriStore(_MemoriStoreBase):
 
     def close(self) -> None:
         self.stop_ttl_sweeper()
+        with self._own_lock:
+            if self._own is not None:
+                self._own.close()
+                self._own = None
         self.pool.close()
 
     def __enter__(self) -> MemoriStore:
@@ -393,8 +403,23 @@ class MemoriStore(_MemoriStoreBase):
         if call is not None:
             self._execute([call])
 
+    @contextmanager
+    def _connection(self) -> Iterator[psycopg.Connection[Any]]:
+        """The store's own connection when no other thread holds it (no pool checkout), else one from the pool."""
+        if self._own_lock.acquire(blocking=False):
+            try:
+                conn = self._own
+                if conn is None or conn.closed or conn.broken:
+                    conn = self._own = psycopg.connect(self.dsn, **_pool_kwargs(self.user_id))
+                yield conn
+            finally:
+                self._own_lock.release()
+        else:
+            with self.pool.connection() as pooled:
+                yield pooled
+
     def _execute(self, calls: list[Call]) -> list[Any]:
-        with wrap_exceptions(), self.pool.connection() as conn:
+        with wrap_exceptions(), self._connection() as conn:
             if len(calls) == 1:
                 function, args = calls[0]
                 with conn.cursor(row_factory=self._row_factory(function)) as cur:
