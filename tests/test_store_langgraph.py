@@ -247,6 +247,11 @@ def test_drop_in_constructor(dsn: str) -> None:
         s.setup()
         s.put(("a",), "k", {"v": 1})
         assert s.user_id == "default" and s.get(("a",), "k").value == {"v": 1}  # type: ignore[union-attr]
+        # what LangGraph's fixtures reach into: MIGRATIONS (none here) and _cursor()
+        s.MIGRATIONS = [m.replace("INT;", "FLOAT;") for m in s.MIGRATIONS]
+        with s._cursor() as cur:
+            cur.execute("drop table if exists store_migrations")
+        s.setup()
 
     async def run() -> None:
         async with AsyncMemoriStore.from_conn_string(dsn) as a:

@@ -30,7 +30,7 @@ from collections.abc import AsyncIterator, Iterable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, Literal, cast
+from typing import Any, ClassVar, Literal, cast
 
 import psycopg
 from langgraph.store.base import (
@@ -402,6 +402,16 @@ class MemoriStore(_MemoriStoreBase):
         call = self._index_call()
         if call is not None:
             self._execute([call])
+
+    # PostgresStore compatibility for code (and LangGraph's own test fixtures) that reach into it:
+    # there are no store migrations here (alembic and sql/ install schema memori), and ``_cursor``
+    # gives a cursor on the store's connection.
+    MIGRATIONS: ClassVar[list[str]] = []
+
+    @contextmanager
+    def _cursor(self) -> Iterator[psycopg.Cursor[Any]]:
+        with wrap_exceptions(), self._connection() as conn, conn.cursor() as cur:
+            yield cur
 
     @contextmanager
     def _connection(self) -> Iterator[psycopg.Connection[Any]]:
