@@ -115,6 +115,8 @@ def _dedupe_puts(puts: list[tuple[int, PutOp]]) -> list[PutOp]:
 
 class _MemoriStoreBase(BaseStore):
     supports_ttl: bool = True
+    # PostgresStore's migration list, for code that reads it: none here (alembic and sql/ install schema memori)
+    MIGRATIONS: ClassVar[list[str]] = []
 
     def __init__(self, *, user_id: str, index: MemoriIndexConfig | None = None,
                  ttl: TTLConfig | None = None, full_text: bool = True) -> None:
@@ -404,10 +406,7 @@ class MemoriStore(_MemoriStoreBase):
             self._execute([call])
 
     # PostgresStore compatibility for code (and LangGraph's own test fixtures) that reach into it:
-    # there are no store migrations here (alembic and sql/ install schema memori), and ``_cursor``
-    # gives a cursor on the store's connection.
-    MIGRATIONS: ClassVar[list[str]] = []
-
+    # ``_cursor`` gives a cursor on the store's connection.
     @contextmanager
     def _cursor(self) -> Iterator[psycopg.Cursor[Any]]:
         with wrap_exceptions(), self._connection() as conn, conn.cursor() as cur:
@@ -572,6 +571,13 @@ class AsyncMemoriStore(_MemoriStoreBase):
         call = self._index_call()
         if call is not None:
             await self._execute([call])
+
+    @asynccontextmanager
+    async def _cursor(self) -> AsyncIterator[psycopg.AsyncCursor[Any]]:
+        """A cursor on a pooled connection (AsyncPostgresStore compatibility)."""
+        with wrap_exceptions():
+            async with self.pool.connection() as conn, conn.cursor() as cur:
+                yield cur
 
     async def _execute(self, calls: list[Call]) -> list[Any]:
         with wrap_exceptions():
