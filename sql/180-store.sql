@@ -59,6 +59,7 @@ $func$ language plpgsql immutable security invoker
 set search_path = pg_catalog, memori, pg_temp;
 comment on function memori._store_check_namespace(text[], boolean) is 'Raise PM121 unless the namespace is a one-dimensional array of non-empty labels (empty only when allowed).';
 
+-- (a development version read the text search configuration from a setting; it is english, as search_pages)
 drop function if exists memori._store_ts_config();
 
 -------------------------------------------------------------------------------
@@ -160,7 +161,8 @@ begin
               hint = 'Operators ($eq, $ne, $gt, $gte, $lt, $lte) go inside a field: {"score": {"$gte": 10}}.';
     end if;
     v_path := p_path || string_to_array(v_key, '.');
-    v_x := format('(i.value #> %L::text[])', v_path);
+    v_x := '(i.value' || (select string_agg(format(' -> %L', k), '' order by o)
+                          from unnest(v_path) with ordinality u(k, o)) || ')';
     if jsonb_typeof(v_val) = 'object' and exists (select 1 from jsonb_object_keys(v_val) k where k like '$%') then
       for v_op, v_arg in select e.key, e.value from jsonb_each(v_val) e order by e.key loop
         v_type := jsonb_typeof(v_arg);
@@ -205,9 +207,13 @@ comment on function memori._store_filter_sql(jsonb, text[]) is 'Translate a Lang
 -- _store_where: the condition every store read shares ($1 user, $2 now, $3 prefix)
 create or replace function memori._store_where(p_prefix text[], p_filter jsonb) returns text
 as $func$
+  -- the prefix as one comparison per label (subscripts, no array built per row), and a
+  -- lower bound on the primary key's range
   select format('i.user_id = $1 and (i.expires_at is null or i.expires_at > $2)%s and %s',
                 case when cardinality(coalesce(p_prefix, '{}')) > 0
-                     then format(' and i.namespace >= $3 and i.namespace[1:%s] = $3', cardinality(p_prefix)) else '' end,
+                     then ' and i.namespace >= $3' || (select string_agg(format(' and i.namespace[%s] = %L', o, l), '')
+                                                        from unnest(p_prefix) with ordinality u(l, o))
+                     else '' end,
                 memori._store_filter_sql(p_filter))
 $func$ language sql immutable security invoker
 set search_path = pg_catalog, memori, pg_temp;
@@ -693,11 +699,12 @@ declare
   v_page   bigint[];
   v_exact  integer;
   v_match  bigint[];
+  v_few    boolean;
 begin
   perform memori._store_check_namespace(v_prefix, true);
   perform memori._store_check_vector_config(p_distance, p_vector_type);
-  if p_limit is null or p_limit < 0 or p_limit > 10000 or p_offset is null or p_offset < 0 then
-    perform memori._invalid('limit must be 0..10000 and offset 0 or more', 'Page through results with p_limit and p_offset.');
+  if p_limit is null or p_limit < 0 or p_limit > 100000 or p_offset is null or p_offset < 0 then
+    perform memori._invalid('limit must be 0..100000 and offset 0 or more', 'Page through results with p_limit and p_offset.');
   end if;
   if p_now is null then
     perform memori._invalid('p_now must not be NULL', 'Omit p_now to use the current time.');
@@ -722,12 +729,26 @@ begin
   else
     v_k := greatest(v_need, coalesce((memori._setting('store.search_candidates') #>> '{}')::integer, 50));
 
-    -- ranking 1: full text, through the GIN index
+    -- the matching items, up to one more than the exact threshold: when there are
+    -- few, both rankings read them by key instead of scanning again
+    v_exact := coalesce((memori._setting('store.search_exact_max') #>> '{}')::integer, 1000);
+    execute format('select array(select i.id from memori.store_items i where %s limit $4)', v_where)
+      into v_match using v_user, p_now, v_prefix, v_exact + 1;
+    v_few := cardinality(v_match) <= v_exact;
+
+    -- ranking 1: full text (over the few matches by key, else through the GIN index if there is one)
     if v_tsq is not null and numnode(v_tsq) > 0 then
-      execute format('select coalesce(array_agg(id order by r desc, id), ''{}'') from ('
-                     'select i.id, ts_rank_cd(i.search_tsv, $4) as r from memori.store_items i '
-                     'where %s and i.search_tsv @@ $4 order by r desc, i.id limit $5) s', v_where)
-        into v_ft using v_user, p_now, v_prefix, v_tsq, v_k;
+      if v_few then
+        select coalesce(array_agg(s.id order by s.r desc, s.id), '{}') into v_ft
+          from (select i.id, ts_rank_cd(i.search_tsv, v_tsq) as r from memori.store_items i
+                 where i.user_id = v_user and i.id = any (v_match) and i.search_tsv @@ v_tsq
+                 order by r desc, i.id limit v_k) s;
+      else
+        execute format('select coalesce(array_agg(id order by r desc, id), ''{}'') from ('
+                       'select i.id, ts_rank_cd(i.search_tsv, $4) as r from memori.store_items i '
+                       'where %s and i.search_tsv @@ $4 order by r desc, i.id limit $5) s', v_where)
+          into v_ft using v_user, p_now, v_prefix, v_tsq, v_k;
+      end if;
     end if;
 
     -- ranking 2: vector distance, best field per item. Exactly when at most
@@ -740,10 +761,7 @@ begin
       v_dims := public.vector_dims(p_query_embedding);
       v_op := case p_distance when 'cosine' then '<=>' when 'l2' then '<->' else '<#>' end;
       v_emb := format('(v.embedding::public.%s(%s))', p_vector_type, v_dims);
-      v_exact := coalesce((memori._setting('store.search_exact_max') #>> '{}')::integer, 1000);
-      execute format('select array(select i.id from memori.store_items i where %s limit $4)', v_where)
-        into v_match using v_user, p_now, v_prefix, v_exact + 1;
-      if cardinality(v_match) <= v_exact then
+      if v_few then
         execute format('select coalesce(array_agg(item_id order by d, item_id), ''{}'') from ('
                        'select v.item_id, min(%1$s operator(public.%3$s) %2$s) as d from memori.store_vectors v '
                        'where v.user_id = $1 and v.item_id = any ($2) and public.vector_dims(v.embedding) = %4$s '
@@ -786,7 +804,12 @@ begin
              group by r.id) f;
 
     -- the rest of the matching items, newest first, when the rankings are short
-    if cardinality(v_ids) < v_need then
+    if cardinality(v_ids) < v_need and v_few then
+      select v_ids || coalesce(array_agg(s.id order by s.updated_at desc, s.id desc), '{}') into v_ids
+        from (select i.id, i.updated_at from memori.store_items i
+               where i.user_id = v_user and i.id = any (v_match) and not (i.id = any (v_ids))
+               order by i.updated_at desc, i.id desc limit v_need - cardinality(v_ids)) s;
+    elsif cardinality(v_ids) < v_need then
       execute format('select coalesce(array_agg(id order by updated_at desc, id desc), ''{}'') from ('
                      'select i.id, i.updated_at from memori.store_items i where %s and not (i.id = any ($4)) '
                      'order by i.updated_at desc, i.id desc limit $5) s', v_where)

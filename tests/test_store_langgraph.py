@@ -219,6 +219,47 @@ def test_invalid_namespaces(store: MemoriStore) -> None:
     assert store.search(("langgraph", "foo"))[0].value == {"foo": "bar"}
 
 
+@pytest.mark.parametrize("namespace", [("foo.bar",), ("foo", ""), ("foo", 1)])
+@pytest.mark.parametrize("kind", ["get", "put", "delete", "search", "prefix", "suffix"])
+def test_invalid_namespace_fails_the_whole_batch(store: MemoriStore, namespace: Any, kind: str) -> None:
+    op = {"get": GetOp(namespace, "key"), "put": PutOp(namespace, "key", {"changed": True}),
+          "delete": PutOp(namespace, "key", None), "search": SearchOp(namespace),
+          "prefix": ListNamespacesOp((MatchCondition("prefix", namespace),)),
+          "suffix": ListNamespacesOp((MatchCondition("suffix", namespace),))}[kind]
+    store.put(("foo", "bar"), "key", {"original": True})
+    with pytest.raises(InvalidNamespaceError):
+        store.batch([PutOp(("valid",), "key", {}), op])
+    assert store.get(("foo", "bar"), "key").value == {"original": True}  # type: ignore[union-attr]
+    assert store.get(("valid",), "key") is None
+
+
+def test_like_metacharacters_are_plain_labels(store: MemoriStore) -> None:
+    namespaces = [("user_%",), ("user_%", "child"), ("userX%",), ("USER_%",)]
+    for ns in namespaces:
+        store.put(ns, "key", {})
+    assert {i.namespace for i in store.search(())} == set(namespaces)
+    assert {i.namespace for i in store.search(("user_%",))} == set(namespaces[:2])
+    assert store.list_namespaces(prefix=("user_%", "*")) == [("user_%", "child")]
+
+
+def test_drop_in_constructor(dsn: str) -> None:
+    with MemoriStore.from_conn_string(dsn, ttl={"default_ttl": 1}) as s:
+        s.setup()
+        s.put(("a",), "k", {"v": 1})
+        assert s.user_id == "default" and s.get(("a",), "k").value == {"v": 1}  # type: ignore[union-attr]
+        # what LangGraph's fixtures reach into: MIGRATIONS (none here) and _cursor()
+        s.MIGRATIONS = [m.replace("INT;", "FLOAT;") for m in s.MIGRATIONS]
+        with s._cursor() as cur:
+            cur.execute("drop table if exists store_migrations")
+        s.setup()
+
+    async def run() -> None:
+        async with AsyncMemoriStore.from_conn_string(dsn) as a:
+            assert (await a.aget(("a",), "k")).value == {"v": 1}  # type: ignore[union-attr]
+
+    asyncio.run(run())
+
+
 # -- TTL ---------------------------------------------------------------------------------------
 
 def _expires(conn: psycopg.Connection, key: str) -> Any:
@@ -266,11 +307,12 @@ def test_ttl_refresh_off(dsn: str, conn: psycopg.Connection) -> None:
 
 # -- vector and full-text search -------------------------------------------------------------------
 
-@pytest.mark.parametrize(("distance", "vector_type"),
-                         [("cosine", "vector"), ("l2", "vector"), ("inner_product", "halfvec"), ("cosine", "halfvec")])
-def test_vector_search(dsn: str, distance: str, vector_type: str) -> None:
+@pytest.mark.parametrize(("distance", "vector_type", "kind"),
+                         [("cosine", "vector", "hnsw"), ("l2", "vector", "ivfflat"),
+                          ("inner_product", "halfvec", "hnsw"), ("cosine", "halfvec", "flat")])
+def test_vector_search(dsn: str, distance: str, vector_type: str, kind: str) -> None:
     emb = CharEmbeddings()
-    s = vector_store(dsn, distance=distance, vector_type=vector_type, emb=emb)
+    s = vector_store(dsn, distance=distance, vector_type=vector_type, kind=kind, emb=emb)
     try:
         assert s.index_config and s.index_config["dims"] == 64
         for key, val in [("doc1", {"text": "red apple", "color": "red", "score": 4.5}),
@@ -342,6 +384,17 @@ def test_embed_fields_and_update(dsn: str) -> None:
         assert after < before  # type: ignore[operator]
     finally:
         s.close()
+
+
+def test_vector_only_store_keeps_no_full_text(dsn: str, conn: psycopg.Connection) -> None:
+    index = {"dims": 64, "embed": CharEmbeddings(), "fields": ["text"]}
+    with MemoriStore.from_dsn(dsn, user_id="alice", index=index, full_text=False) as s:  # type: ignore[arg-type]
+        s.put(("d",), "a", {"text": "red apple"})
+        s.batch([PutOp(("d",), "b", {"text": "blue car"}), PutOp(("d",), "c", {"text": "green apple"})])
+        assert value(conn, "select count(*) from memori.store_items where search_tsv is not null") == 0
+        assert value(conn, "select count(*) from memori.store_vectors") == 3
+        found = s.search(("d",), query="blue car")
+        assert found[0].key == "b" and all(i.score is not None for i in found)
 
 
 def test_full_text_search_without_an_embedder(store: MemoriStore) -> None:

@@ -163,7 +163,12 @@ def test_search_without_query_is_newest_first_with_paging(conn: psycopg.Connecti
     assert len(search(conn, [])) == 6
 
 
-def test_full_text_search_without_embeddings(conn: psycopg.Connection) -> None:
+@pytest.mark.parametrize("exact_max", [1000, 0])  # few matches read by key; many: scans (and the GIN index)
+def test_full_text_search_without_embeddings(conn: psycopg.Connection, exact_max: int) -> None:
+    conn.execute("update memori.settings set value = %s::jsonb where key = 'store.search_exact_max'",
+                 (str(exact_max),))
+    if not exact_max:
+        assert value(conn, "select memori.store_index_ensure(1, p_method => 'text')") == "idx_store_items_search_tsv"
     put(conn, ["d"], "fox", {"text": "The quick brown fox jumps"}, at=T0)
     put(conn, ["d"], "dog", {"text": "A lazy dog sleeps"}, at=T0 + SEC)
     put(conn, ["d"], "foxes", {"text": "foxes and more foxes", "n": 1}, at=T0 + 2 * SEC)
@@ -315,7 +320,9 @@ def test_retention_engine_reclaims_expired_items(conn: psycopg.Connection) -> No
     put(conn, ["n"], "kept", {"x": 1})
     preview = rows(conn, "select * from memori.cleanup_preview(%s)", (T0 + MIN,))
     assert [(r["table_name"]) for r in preview] == ["store_items"]
+    conn.execute("set role memori_cleaner")  # the cleaner role alone: its embeddings go by the cascade
     assert rows(conn, "select * from memori.cleanup_execute(%s)", (T0 + MIN,))[0]["deleted"] == 1
+    conn.execute("reset role")
     assert sorted(keys(search(conn, ["n"], at=T0))) == ["kept", "new"]
     assert value(conn, "select count(*) from memori.store_vectors") == 0
 

@@ -30,7 +30,7 @@ from collections.abc import AsyncIterator, Iterable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, Literal, cast
+from typing import Any, ClassVar, Literal, cast
 
 import psycopg
 from langgraph.store.base import (
@@ -52,6 +52,12 @@ from langgraph.store.base import (
 from psycopg.rows import class_row, dict_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
+
+try:  # langgraph >= 1.1: the labels an op carries, checked before a batch runs
+    from langgraph.store.base import validate_op_namespace
+except ImportError:  # pragma: no cover - older langgraph checks labels in its public methods only
+    def validate_op_namespace(op: Op) -> None:
+        return None
 
 from pymemdb._sql import SqlFunction
 from pymemdb.db import Database
@@ -76,6 +82,7 @@ __all__ = ["AsyncMemoriStore", "MemoriIndexConfig", "MemoriStore"]
 logger = logging.getLogger(__name__)
 
 GET_CHUNK = 1000   # (namespace, key) pairs per store_get_many call
+_DISCARD = frozenset({"store_put"})  # functions whose result rows a batch does not use
 PUT_CHUNK = 500    # items per store_put_many call
 
 
@@ -108,10 +115,13 @@ def _dedupe_puts(puts: list[tuple[int, PutOp]]) -> list[PutOp]:
 
 class _MemoriStoreBase(BaseStore):
     supports_ttl: bool = True
+    # PostgresStore's migration list, for code that reads it: none here (alembic and sql/ install schema memori)
+    MIGRATIONS: ClassVar[list[str]] = []
 
     def __init__(self, *, user_id: str, index: MemoriIndexConfig | None = None,
-                 ttl: TTLConfig | None = None) -> None:
+                 ttl: TTLConfig | None = None, full_text: bool = True) -> None:
         self.user_id = user_id
+        self.full_text = full_text
         self.ttl_config = ttl
         self.index_config: MemoriIndexConfig | None = None
         self.embeddings: Any = None
@@ -158,12 +168,20 @@ class _MemoriStoreBase(BaseStore):
         key = (function.name, frozenset(args))
         text = self._queries.get(key)
         if text is None:
-            text = self._queries[key] = function.query(args).as_string(None)
+            text = function.query(args).as_string(None)
+            if function.name in _DISCARD:  # a put's row is not read: do not send it back
+                text = "select 1 as value from" + text.removeprefix("select * from")
+            self._queries[key] = text
         return text
 
     # -- planning -------------------------------------------------------------------
     def _embed_requests(self, ops: list[Op]) -> tuple[list[str], list[str]]:
-        """Texts to embed as documents (indexed fields of puts) and as queries (searches)."""
+        """Texts to embed as documents (indexed fields of puts) and as queries (searches).
+
+        Every op's namespace is checked first, so a bad label fails the whole batch before anything runs.
+        """
+        for op in ops:
+            validate_op_namespace(op)
         docs: dict[str, None] = {}
         queries: dict[str, None] = {}
         if self.index_config:
@@ -199,7 +217,7 @@ class _MemoriStoreBase(BaseStore):
                     "p_limit": op.limit, "p_offset": op.offset, "p_refresh_ttl": bool(op.refresh_ttl)}
                 if op.filter:
                     args["p_filter"] = Jsonb(op.filter)
-                if op.query:
+                if op.query and self.full_text:
                     args["p_query"] = op.query
                 if embedding is not None:
                     args["p_query_embedding"] = vector_text(embedding)
@@ -251,6 +269,10 @@ class _MemoriStoreBase(BaseStore):
             item["ttl_seconds"] = float(op.ttl) * 60
         if op.index is False:
             item["index"] = False
+        elif not self.full_text:  # no full-text vector (vector search only): a narrower row
+            item["index"] = False
+            if self.index_config:
+                item["vectors"] = {name: vectors[text] for name, text in self._field_texts(op) if text in vectors}
         elif self.index_config or op.index:
             fields = self._field_texts(op)
             paths = [p for p, _ in self._fields] if op.index is None else list(op.index)
@@ -301,7 +323,7 @@ class _MemoriStoreBase(BaseStore):
         return out
 
     def _row_factory(self, function: SqlFunction) -> Any:
-        return dict_row if function.result is None else class_row(function.result)
+        return dict_row if function.result is None or function.name in _DISCARD else class_row(function.result)
 
 
 def _pool_kwargs(user_id: str) -> dict[str, Any]:
@@ -324,9 +346,11 @@ class MemoriStore(_MemoriStoreBase):
     """
 
     def __init__(self, db: Database | str | None = None, *, user_id: str, index: MemoriIndexConfig | None = None,
-                 ttl: TTLConfig | None = None, max_size: int = 8) -> None:
-        super().__init__(user_id=user_id, index=index, ttl=ttl)
+                 ttl: TTLConfig | None = None, max_size: int = 8, full_text: bool = True) -> None:
+        super().__init__(user_id=user_id, index=index, ttl=ttl, full_text=full_text)
         self.dsn = _dsn_of(db)
+        self._own: psycopg.Connection[Any] | None = None
+        self._own_lock = threading.Lock()
         self.pool = ConnectionPool(self.dsn, min_size=1, max_size=max_size, kwargs=_pool_kwargs(user_id),
                                    open=False, name="pymemdb-store")
         with wrap_exceptions():
@@ -336,16 +360,34 @@ class MemoriStore(_MemoriStoreBase):
     @classmethod
     @contextmanager
     def from_dsn(cls, db: Database | str | None = None, *, user_id: str, index: MemoriIndexConfig | None = None,
-                 ttl: TTLConfig | None = None, max_size: int = 8) -> Iterator[MemoriStore]:
+                 ttl: TTLConfig | None = None, max_size: int = 8, full_text: bool = True) -> Iterator[MemoriStore]:
         """A store with its own pool, closed (and its sweeper stopped) on exit."""
-        store = cls(db, user_id=user_id, index=index, ttl=ttl, max_size=max_size)
+        store = cls(db, user_id=user_id, index=index, ttl=ttl, max_size=max_size, full_text=full_text)
         try:
             yield store
         finally:
             store.close()
 
+    @classmethod
+    @contextmanager
+    def from_conn_string(cls, conn_string: str, *, user_id: str = "default", index: MemoriIndexConfig | None = None,
+                         ttl: TTLConfig | None = None, pipeline: bool = False,
+                         pool_config: dict[str, Any] | None = None) -> Iterator[MemoriStore]:
+        """PostgresStore's constructor, for drop-in use: acts for ``user_id`` (``"default"`` unless given).
+
+        ``pipeline`` is accepted and ignored (every batch is pipelined); ``pool_config``'s ``max_size`` is used.
+        """
+        del pipeline
+        with cls.from_dsn(conn_string, user_id=user_id, index=index, ttl=ttl,
+                          max_size=int((pool_config or {}).get("max_size") or 8)) as store:
+            yield store
+
     def close(self) -> None:
         self.stop_ttl_sweeper()
+        with self._own_lock:
+            if self._own is not None:
+                self._own.close()
+                self._own = None
         self.pool.close()
 
     def __enter__(self) -> MemoriStore:
@@ -363,8 +405,30 @@ class MemoriStore(_MemoriStoreBase):
         if call is not None:
             self._execute([call])
 
+    # PostgresStore compatibility for code (and LangGraph's own test fixtures) that reach into it:
+    # ``_cursor`` gives a cursor on the store's connection.
+    @contextmanager
+    def _cursor(self) -> Iterator[psycopg.Cursor[Any]]:
+        with wrap_exceptions(), self._connection() as conn, conn.cursor() as cur:
+            yield cur
+
+    @contextmanager
+    def _connection(self) -> Iterator[psycopg.Connection[Any]]:
+        """The store's own connection when no other thread holds it (no pool checkout), else one from the pool."""
+        if self._own_lock.acquire(blocking=False):
+            try:
+                conn = self._own
+                if conn is None or conn.closed or conn.broken:
+                    conn = self._own = psycopg.connect(self.dsn, **_pool_kwargs(self.user_id))
+                yield conn
+            finally:
+                self._own_lock.release()
+        else:
+            with self.pool.connection() as pooled:
+                yield pooled
+
     def _execute(self, calls: list[Call]) -> list[Any]:
-        with wrap_exceptions(), self.pool.connection() as conn:
+        with wrap_exceptions(), self._connection() as conn:
             if len(calls) == 1:
                 function, args = calls[0]
                 with conn.cursor(row_factory=self._row_factory(function)) as cur:
@@ -463,8 +527,8 @@ class AsyncMemoriStore(_MemoriStoreBase):
     """
 
     def __init__(self, pool: AsyncConnectionPool, *, dsn: str, user_id: str,
-                 index: MemoriIndexConfig | None = None, ttl: TTLConfig | None = None) -> None:
-        super().__init__(user_id=user_id, index=index, ttl=ttl)
+                 index: MemoriIndexConfig | None = None, ttl: TTLConfig | None = None, full_text: bool = True) -> None:
+        super().__init__(user_id=user_id, index=index, ttl=ttl, full_text=full_text)
         self.pool = pool
         self.dsn = dsn
         self.loop = asyncio.get_running_loop()
@@ -474,7 +538,7 @@ class AsyncMemoriStore(_MemoriStoreBase):
     @asynccontextmanager
     async def from_dsn(cls, db: Database | str | None = None, *, user_id: str,
                        index: MemoriIndexConfig | None = None, ttl: TTLConfig | None = None,
-                       max_size: int = 8) -> AsyncIterator[AsyncMemoriStore]:
+                       max_size: int = 8, full_text: bool = True) -> AsyncIterator[AsyncMemoriStore]:
         """A store with its own pool, closed (and its sweeper stopped) on exit."""
         dsn = _dsn_of(db)
         pool = AsyncConnectionPool(dsn, min_size=1, max_size=max_size, kwargs=_pool_kwargs(user_id),
@@ -482,12 +546,22 @@ class AsyncMemoriStore(_MemoriStoreBase):
         with wrap_exceptions():
             await (await psycopg.AsyncConnection.connect(dsn, connect_timeout=10)).close()
             await pool.open(wait=True, timeout=30)
-        store = cls(pool, dsn=dsn, user_id=user_id, index=index, ttl=ttl)
+        store = cls(pool, dsn=dsn, user_id=user_id, index=index, ttl=ttl, full_text=full_text)
         try:
             yield store
         finally:
             await store.stop_ttl_sweeper()
             await pool.close()
+
+    @classmethod
+    @asynccontextmanager
+    async def from_conn_string(cls, conn_string: str, *, user_id: str = "default",
+                               index: MemoriIndexConfig | None = None, ttl: TTLConfig | None = None,
+                               pool_config: dict[str, Any] | None = None) -> AsyncIterator[AsyncMemoriStore]:
+        """AsyncPostgresStore's constructor, for drop-in use: acts for ``user_id`` (``"default"`` unless given)."""
+        async with cls.from_dsn(conn_string, user_id=user_id, index=index, ttl=ttl,
+                                max_size=int((pool_config or {}).get("max_size") or 8)) as store:
+            yield store
 
     async def setup(self) -> None:
         """Install or upgrade schema memori (idempotent) and create the index configuration's ANN index."""
@@ -497,6 +571,13 @@ class AsyncMemoriStore(_MemoriStoreBase):
         call = self._index_call()
         if call is not None:
             await self._execute([call])
+
+    @asynccontextmanager
+    async def _cursor(self) -> AsyncIterator[psycopg.AsyncCursor[Any]]:
+        """A cursor on a pooled connection (AsyncPostgresStore compatibility)."""
+        with wrap_exceptions():
+            async with self.pool.connection() as conn, conn.cursor() as cur:
+                yield cur
 
     async def _execute(self, calls: list[Call]) -> list[Any]:
         with wrap_exceptions():
