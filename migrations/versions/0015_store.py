@@ -1,7 +1,7 @@
 """Long-term memory store (issue 17): one item table and its embeddings.
 
 Revision ID: 0015
-Revises: 0011
+Revises: 0014
 Create Date: 2026-11-24
 
 Run-once DDL only; the API is sql/180-store.sql.
@@ -18,7 +18,7 @@ Every key includes the user (the table is distributed by user on Citus).
 from alembic import op
 
 revision = "0015"
-down_revision = "0011"
+down_revision = "0014"
 branch_labels = None
 depends_on = None
 

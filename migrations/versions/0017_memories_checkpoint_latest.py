@@ -1,7 +1,7 @@
 """Seed 05's latest-checkpoint read as an index probe (issue 16 item 5).
 
 Revision ID: 0017
-Revises: 0011
+Revises: 0016
 Create Date: 2026-11-24
 
 Run-once DDL only. Seed 05 reads the newest checkpoint of a namespace with
@@ -25,7 +25,7 @@ only those rows (empty where every row has an owner).
 from alembic import op
 
 revision = "0017"
-down_revision = "0011"
+down_revision = "0016"
 branch_labels = None
 depends_on = None
 
