@@ -414,13 +414,21 @@ begin
         from ranked r group by r.id
        order by score desc, best, r.id
        limit p_limit)
-    -- a fork's shared page is reported in the fork (page_fault takes it there)
+    -- a fork's shared page is reported in the fork (page_fault takes it there).
+    -- Levels and hint as _page_levels and _page_hint give them, written out: a
+    -- function with SET cannot be inlined, and two calls per row were half of a
+    -- user-scope search once the count was bounded (issue 21).
     select p.page_id, case when p_scope = 'session' then p_session_id else p.session_id end, p.modality, p.tier,
-           memori._page_levels(p.session_id, p.page_id),
-           memori._page_hint(p.session_id, p.page_id, p.hint),
+           array[0] || coalesce(r.levels, '{}'),
+           coalesce(p.hint, r.reference, ''),
            round((f.score / (greatest(v_lists, 1) / 61.0))::numeric, 4)::double precision,
            v_total, v_mode, v_total_exact
       from fused f join memori.pages p on p.id = f.id
+     cross join lateral (
+       select array_agg(x.level order by x.level) filter (where x.level < 3) as levels,
+              min(x.content) filter (where x.level = 3) as reference
+         from memori.page_representations x
+        where x.session_id = p.session_id and x.page_id = p.page_id) r
      order by f.score desc, f.best, f.id;
 end
 $func$ language plpgsql stable security invoker
