@@ -128,11 +128,11 @@ def _scenarios(conn: psycopg.Connection[Any], rng: random.Random, rows: int, n: 
     short = dict.fromkeys(recall, 0)
     for (key, scope, modality, _exact, session, q), found in zip(plan, got, strict=True):
         if scope == "session":
-            exact, _ = _ids(conn, EXACT_SESSION, (q, session, modality, modality))
+            truth, _ = _ids(conn, EXACT_SESSION, (q, session, modality, modality))
         else:
-            exact, _ = _ids(conn, EXACT_USER, (q, USER, modality, modality))
-        short[key] += len(found) < min(10, len(exact))
-        recall[key].append(len(set(found) & set(exact)) / max(1, len(exact)))
+            truth, _ = _ids(conn, EXACT_USER, (q, USER, modality, modality))
+        short[key] += len(found) < min(10, len(truth))
+        recall[key].append(len(set(found) & set(truth)) / max(1, len(truth)))
     out: dict[str, Any] = {}
     for key, scope, modality, _exact in SCENARIOS:
         s, b = _summary(times[key]), _summary(base[key])
