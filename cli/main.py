@@ -351,7 +351,7 @@ def bench_budget(
     = 20_000,
     dsn: DsnOption = None, as_json: JsonOption = False, seed: SeedOption = 1,
 ) -> None:
-    """context_optimize_stored vs. the naive client (fetch all, rank in Python) at rows/10 and rows chunks."""
+    """context_optimize_stored vs. a lean client (metadata, rank in Python, winners' content) and the naive one."""
     _bench("budget", dsn, rows, seed, as_json)
 
 

@@ -198,8 +198,9 @@ def search(
         print_json(found)
         return
     total = found[0].total_available if found else 0
+    at_least = "" if not found or found[0].total_exact is not False else "at least "
     mode = found[0].mode if found else ("hybrid" if embed else "full_text")
-    table = Table(title=f"{len(found)} of {total} matching pages ({mode})")
+    table = Table(title=f"{len(found)} of {at_least}{total} matching pages ({mode})")
     for column in ("page", "session", "modality", "tier", "levels", "relevance", "hint"):
         table.add_column(column, overflow="fold")
     for r in found:

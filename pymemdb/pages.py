@@ -109,7 +109,8 @@ PAGE_EMBEDDING_SET = fn("page_embedding_set", ("p_session_id", "text"), ("p_page
 SEARCH_PAGES = fn(
     "search_pages", ("p_session_id", "text"), ("p_query", "text"), ("p_query_embedding", "public.vector"),
     ("p_modality", "text"), ("p_page_types", "text[]"), ("p_limit", "integer"), ("p_scope", "text"),
-    ("p_user_id", "text"), ("p_now", "timestamptz"), result=PageSearchResult, returns="many",
+    ("p_user_id", "text"), ("p_now", "timestamptz"), ("p_exact_total", "boolean"), result=PageSearchResult,
+    returns="many",
 )
 VM_EMBEDDING_DIM = fn("vm_embedding_dim", returns="scalar")
 VM_EMBEDDING_DIM_SET = fn("vm_embedding_dim_set", ("p_dim", "integer"), returns="scalar")
@@ -401,9 +402,11 @@ class Pages:
         scope: str | None = None,
         user_id: str | None = None,
         now: datetime | None = None,
+        exact_total: bool | None = None,
     ) -> builtins.list[PageSearchResult]:
         """memori.search_pages: hybrid when given an embedding or an embedder (which embeds the query),
-        else full text only (``mode == 'full_text'`` on every row)."""
+        else full text only (``mode == 'full_text'`` on every row). In user scope ``total_available``
+        is a lower bound (``total_exact`` False) above ``vm.search_exact_max`` unless ``exact_total``."""
         embedder = embedder or self.embedder
         if query_embedding is None and embedder is not None and query:
             query_embedding = embedder.embed([query])[0]
@@ -413,7 +416,7 @@ class Pages:
             SEARCH_PAGES, p_session_id=session_id, p_query=query, **given(
                 p_query_embedding=None if query_embedding is None else to_pgvector(query_embedding),
                 p_modality=modality, p_page_types=None if page_types is None else list(page_types),
-                p_limit=limit, p_scope=scope, p_user_id=user_id, p_now=now))
+                p_limit=limit, p_scope=scope, p_user_id=user_id, p_now=now, p_exact_total=exact_total))
 
     def by_type(self, session_id: str, page_type: str, *, limit: int | None = None,
                 now: datetime | None = None) -> builtins.list[PageIndexEntry]:

@@ -890,6 +890,9 @@ class PageSearchResult:
     relevance: float
     total_available: int
     mode: str  # 'hybrid' (full text + vectors) or 'full_text' (no query embedding)
+    # True: total_available is the exact number of matches; False: a lower bound (user scope above
+    # vm.search_exact_max pages without exact_total); None from a schema before issue 21
+    total_exact: bool | None = None
 
 
 @dataclass(frozen=True)

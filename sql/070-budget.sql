@@ -499,7 +499,7 @@ begin
       return v_alloc;
     end if;
     -- the walk can stop once nothing left is small enough to fit
-    select min(u.tokens) into v_min from unnest(p_tokens) with ordinality u(tokens, pos) where u.pos > i;
+    select min(t) into v_min from unnest(p_tokens[i + 1:n]) t;
     for j in i + 1 .. n loop
       exit when v_left < v_min;
       if p_tokens[j] <= v_left then
@@ -664,7 +664,10 @@ begin
                              from unnest(v_c1, v_c2, v_why) with ordinality c(c1, c2, why, k)), '[]'),
     'conflicts_count', case when v_first is null then 0 else (v_n - v_first) - (cardinality(v_alloc) - 1) end,
     'requires_summarization', v_summary,
-    'optimization_metrics', v_metrics);
+    'optimization_metrics', v_metrics,
+    -- set by _budget_record when the optimisation is persisted; here already, so an
+    -- unpersisted result (the hot path) is returned without copying it again
+    'optimization_id', null);
 end
 $func$ language plpgsql stable security invoker
 set search_path = pg_catalog, memori, pg_temp;
@@ -680,7 +683,9 @@ declare
   v_id   uuid;
 begin
   if not (p_opt->>'persist')::boolean then
-    return p_result || jsonb_build_object('optimization_id', null);
+    -- _budget_resolve's result already has the key: no copy of a result that can be megabytes
+    return case when p_result ? 'optimization_id' then p_result
+                else p_result || jsonb_build_object('optimization_id', null) end;
   end if;
   if v_user is null then
     perform memori._invalid('no user for the optimisation record',

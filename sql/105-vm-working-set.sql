@@ -252,7 +252,8 @@ begin
          pin_reason = case when excluded.pin_reason = 'explicit' then 'explicit'
                            else coalesce(memori.working_set.pin_reason, excluded.pin_reason) end;
   update memori.pages set tier = 'L0', compression_level = p_level
-   where session_id = p_s.session_id and page_id = p_page.page_id;
+   where session_id = p_s.session_id and page_id = p_page.page_id
+     and (tier, compression_level) is distinct from ('L0', p_level);  -- page_fault wrote it already
   if v_old.page_id is null or v_old.level <> p_level or v_old.tokens <> v_tokens or p_type <> 'fault_in' then
     perform memori._page_mutation(p_s, p_page.page_id, p_type, case when p_type = 'create' then null else p_page.tier end,
                                   'L0', v_old.level, p_level, v_tokens, p_actor, p_cause, p_now);

@@ -186,10 +186,15 @@ begin
   end if;
 
   begin
-    -- access tracking; faulted pages are protected from eviction for fault_protection_turns (anti-thrash)
-    update memori.pages set last_accessed = p_now, access_count = access_count + 1, last_fault_turn = v_s.turn
+    -- access tracking; faulted pages are protected from eviction for fault_protection_turns (anti-thrash).
+    -- The same statement maps the row into L0 at its level, which _vm_map would otherwise
+    -- write as a second row version (issue 21: every version of a page costs its indexes);
+    -- _vm_map logs the move from the tier the page had, and skips its own update.
+    update memori.pages set last_accessed = p_now, access_count = access_count + 1, last_fault_turn = v_s.turn,
+                            tier = 'L0', compression_level = v_level
      where id = v_p.id
     returning * into v_p;
+    v_p.tier := v_source;
     v_evicted := memori._vm_map(v_s, v_p, v_level, null, 'fault_in', p_actor, 'page_fault:' || p_reason, p_now);
   exception when sqlstate 'PM060' then
     perform memori._fault_record(v_s, p_page_id, p_reason, p_target_level, null, 'refused', 0, v_source, null, p_now);

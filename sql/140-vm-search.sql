@@ -261,6 +261,8 @@ comment on function memori.page_embedding_set(text, text, public.vector, timesta
 
 -------------------------------------------------------------------------------
 -- search_pages: hybrid full-text + vector search, fused by reciprocal rank
+-- (issue 21 added p_exact_total: the old signature goes)
+drop function if exists memori.search_pages(text, text, public.vector, text, text[], integer, text, text, timestamptz);
 create or replace function memori.search_pages(
   p_session_id      text,
   p_query           text,
@@ -270,7 +272,8 @@ create or replace function memori.search_pages(
   p_limit           integer default 5,
   p_scope           text default 'session',
   p_user_id         text default null,
-  p_now             timestamptz default now()
+  p_now             timestamptz default now(),
+  p_exact_total     boolean default false
 ) returns setof memori.page_search_result
 as $func$
 declare
@@ -283,6 +286,7 @@ declare
   v_vec    bigint[] := '{}';
   v_total  bigint;
   v_exact  integer;
+  v_total_exact boolean := true;
 begin
   perform memori._vm_check_filters(p_modality, p_page_types, p_limit);
   perform memori._vm_check_embedding(p_query_embedding);
@@ -338,15 +342,33 @@ begin
     end if;
 
     -- how many pages match in all (full-text matches and, in hybrid mode, every
-    -- embedded page); also the size the choice of vector ranking below goes by
-    select count(*) into v_total
-      from memori.pages p
-     where p.user_id = v_user
-       and (p.expires_at is null or p.expires_at > p_now)
-       and (p_modality is null or p.modality = p_modality)
-       and (p_page_types is null or p.page_type = any (p_page_types))
-       and ((numnode(v_tsq) > 0 and p.search_tsv @@ v_tsq)
-            or (p_query_embedding is not null and p.embedding is not null));
+    -- embedded page); also the size the choice of vector ranking below goes by.
+    -- Counting all of a user's pages is linear in them (87 % of a search at
+    -- 100k pages): unless p_exact_total, the count stops after
+    -- vm.search_exact_max + 1, which is all the choice needs, and
+    -- total_exact says the total is a lower bound.
+    if coalesce(p_exact_total, false) then
+      select count(*) into v_total
+        from memori.pages p
+       where p.user_id = v_user
+         and (p.expires_at is null or p.expires_at > p_now)
+         and (p_modality is null or p.modality = p_modality)
+         and (p_page_types is null or p.page_type = any (p_page_types))
+         and ((numnode(v_tsq) > 0 and p.search_tsv @@ v_tsq)
+              or (p_query_embedding is not null and p.embedding is not null));
+    else
+      select count(*) into v_total
+        from (select
+                from memori.pages p
+               where p.user_id = v_user
+                 and (p.expires_at is null or p.expires_at > p_now)
+                 and (p_modality is null or p.modality = p_modality)
+                 and (p_page_types is null or p.page_type = any (p_page_types))
+                 and ((numnode(v_tsq) > 0 and p.search_tsv @@ v_tsq)
+                      or (p_query_embedding is not null and p.embedding is not null))
+               limit v_exact + 1) b;
+      v_total_exact := v_total <= v_exact;
+    end if;
 
     -- ranking 2: cosine distance, best v_k. Up to vm.search_exact_max matches
     -- exactly; above, through the HNSW index with iterative scans (relaxed
@@ -395,19 +417,27 @@ begin
         from ranked r join memori.pages q on q.id = r.id group by r.id
        order by superseded, score desc, best, r.id desc
        limit p_limit)
-    -- a fork's shared page is reported in the fork (page_fault takes it there)
+    -- a fork's shared page is reported in the fork (page_fault takes it there).
+    -- Levels and hint as _page_levels and _page_hint give them, written out: a
+    -- function with SET cannot be inlined, and two calls per row were half of a
+    -- user-scope search once the count was bounded (issue 21).
     select p.page_id, case when p_scope = 'session' then p_session_id else p.session_id end, p.modality, p.tier,
-           memori._page_levels(p.session_id, p.page_id),
-           memori._page_hint(p.session_id, p.page_id, p.hint),
+           array[0] || coalesce(r.levels, '{}'),
+           coalesce(p.hint, r.reference, ''),
            round((f.score / (greatest(v_lists, 1) / 61.0))::numeric, 4)::double precision,
-           v_total, v_mode
+           v_total, v_mode, v_total_exact
       from fused f join memori.pages p on p.id = f.id
+     cross join lateral (
+       select array_agg(x.level order by x.level) filter (where x.level < 3) as levels,
+              min(x.content) filter (where x.level = 3) as reference
+         from memori.page_representations x
+        where x.session_id = p.session_id and x.page_id = p.page_id) r
      order by f.superseded, f.score desc, f.best, f.id desc;
 end
 $func$ language plpgsql stable security invoker
 set search_path = pg_catalog, memori, pg_temp
 set hnsw.iterative_scan = 'relaxed_order';
-comment on function memori.search_pages(text, text, public.vector, text, text[], integer, text, text, timestamptz) is 'Hybrid page search (full-text rank + cosine distance, reciprocal-rank fusion k=60) in a session or all the user''s sessions: metadata, never content; superseded claims after current pages, the newer page first on a tie; never fewer than p_limit rows when that many match.';
+comment on function memori.search_pages(text, text, public.vector, text, text[], integer, text, text, timestamptz, boolean) is 'Hybrid page search (full-text rank + cosine distance, reciprocal-rank fusion k=60) in a session or all the user''s sessions: metadata, never content; superseded claims after current pages, the newer page first on a tie; never fewer than p_limit rows when that many match. total_available is exact in session scope and with p_exact_total; otherwise, in user scope, it stops at vm.search_exact_max + 1 (total_exact false: a lower bound).';
 
 -------------------------------------------------------------------------------
 -- pages_by_type: a session's pages of one type (seed 03 phase 13 query_by_type)

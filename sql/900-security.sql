@@ -241,7 +241,7 @@ begin
     from memori_cleaner;
 
   -- AI virtual memory search and page index (issue 7): reads, plus storing a page's embedding
-  grant execute on function memori.search_pages(text, text, public.vector, text, text[], integer, text, text, timestamptz),
+  grant execute on function memori.search_pages(text, text, public.vector, text, text[], integer, text, text, timestamptz, boolean),
                             memori.pages_by_type(text, text, integer, timestamptz),
                             memori.page_provenance_chain(text, text, text, integer, timestamptz),
                             memori.pages_top_importance(text, integer, text, timestamptz),

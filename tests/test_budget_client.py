@@ -55,3 +55,17 @@ def test_errors_and_failed_event(db: pymemdb.Database) -> None:
     with pytest.raises(InvalidArgument):
         db.budget.optimize([Chunk("a", "tool_output", tokens=1)], 100, persist=False)  # reserve > available
     assert len(db.events.list("context.optimization.failed")) == 1  # persist off: no event
+
+
+def test_bench_budget_small(dsn: str) -> None:
+    """Issue 21: the lean client (metadata, ranked in Python, then the winners' content) is the headline
+    baseline; it, the naive client and context_optimize_stored select the same chunks with the same content."""
+    from pymemdb.bench import budget as bench
+
+    result = bench.run(dsn, 300)
+    for size in result["sizes"].values():
+        timing = size["timing"]
+        assert timing["same_selection"] is True
+        assert {"stored", "lean", "naive"} <= set(timing)
+        assert size["speedup_p50"] is not None and size["speedup_naive_p50"] is not None
+    assert bench.render(result)

@@ -105,3 +105,15 @@ def test_cli_checkpoint_commands(dsn: str, monkeypatch: pytest.MonkeyPatch) -> N
     missing = runner.invoke(app, ["checkpoint", "versions", "00000000-0000-0000-0000-000000000000"])
     assert missing.exit_code == 1 and "not found" in missing.stderr
     assert runner.invoke(app, ["checkpoint", "get", "00000000-0000-0000-0000-000000000000"]).exit_code == 1
+
+
+def test_bench_checkpoints_small(dsn: str) -> None:
+    """Issue 21: create() and create_many() run interleaved over a table that already holds --rows rows."""
+    from pymemdb.bench import checkpoints as bench
+
+    result = bench.run(dsn, 1000, single=100, batched=1000, batch_size=100, iterations=50)
+    create = result["create"]
+    assert create["interleaved"] == {"single_per_batch": 10, "batches": 10}
+    assert create["single"]["checkpoints"] == 100 and create["create_many"]["checkpoints"] == 1000
+    assert result["data"]["rows"] == 1000
+    assert bench.render(result)

@@ -474,3 +474,19 @@ def test_retention_cycle_under_row_level_security(conn: psycopg.Connection) -> N
     assert blob_values(latest) == {"a": b"a@3", "b": b"b@1"} and len(latest["write_values"]) == 1
     conn.execute("reset role")
     assert value(conn, "select count(*) from memori.lg_writes") == 1
+
+
+
+def test_bench_langgraph_small(dsn: str) -> None:
+    """Issue 21: the headline get_tuple comes from a spawned process whose fresh savers wrote nothing,
+    each thread read once; the cached reads stay beside it."""
+    pytest.importorskip("langgraph.checkpoint.postgres")
+    from pymemdb.bench import langgraph as bench
+
+    threads = bench.COLD_WARMUP + 10
+    result = bench.run(dsn, bench.STEPS * threads)
+    cold = result["reads"]["cold"]
+    assert cold["process"] == "second"
+    assert cold["upstream"]["n"] == cold["pymemdb"]["n"] == threads - bench.COLD_WARMUP
+    assert {"latest", "by_id"} <= set(result["reads"])
+    assert bench.render(result)

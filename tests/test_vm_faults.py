@@ -266,3 +266,14 @@ def test_cleaner_role_deletes_expired_pages_but_cannot_write_them(conn: psycopg.
     assert value(conn, "select count(*) from memori.pages") == 0
     with pytest.raises(psycopg.errors.InsufficientPrivilege):
         conn.execute("select memori.page_create('sess_1', 'x', 'y', p_user_id => 'alice')")
+
+
+def test_bench_vm_small(dsn: str) -> None:
+    """Issue 21: the headline page_fault runs with an 8k-token L0 (faults evict); 32k is the second line."""
+    from pymemdb.bench import vm as bench
+
+    result = bench.run(dsn, 1000)
+    faults = result["faults"]
+    assert faults["l0_budget"] == 8000 and faults["large_l0"]["l0_budget"] == 32000
+    assert faults["l0_tokens"] <= 8000
+    assert bench.render(result)

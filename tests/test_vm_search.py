@@ -61,7 +61,7 @@ def test_full_text_finds_content_and_hints_and_returns_metadata_only(conn: psyco
     assert [r["page_id"] for r in found] == ["claim_db", "msg_001"]  # hint weighs more than content
     first = found[0]
     assert set(first) == {"page_id", "session_id", "modality", "tier", "levels", "hint", "relevance",
-                          "total_available", "mode"}
+                          "total_available", "mode", "total_exact"}
     assert (first["session_id"], first["modality"], first["levels"], first["hint"], first["total_available"],
             first["mode"]) == (S, "text", [0], "database choice: postgres", 2, "full_text")
     assert first["relevance"] == 1.0 and found[1]["relevance"] < 1.0
@@ -186,7 +186,12 @@ def test_never_fewer_than_limit_with_a_one_percent_filter_on_hnsw(conn: psycopg.
     conn.execute("select pg_stat_clear_snapshot()")
     assert value(conn, scans) > before  # search_pages took the HNSW path
     assert len(approx) == 10
-    assert approx[0]["total_available"] == 20
+    # the count stopped after vm.search_exact_max + 1 matches: a lower bound, labelled so
+    assert (approx[0]["total_available"], approx[0]["total_exact"]) == (6, False)
+    counted = search(conn, None, p_session_id="big", p_scope="user", p_query_embedding=q, p_modality="image",
+                     p_limit=10, p_exact_total=True)
+    assert (counted[0]["total_available"], counted[0]["total_exact"]) == (20, True)
+    assert [r["page_id"] for r in counted] == [r["page_id"] for r in approx]
     assert [r["page_id"] for r in approx] == [r["page_id"] for r in exact]
     # an index scan cut short by hnsw.max_scan_tuples falls back to exact ranking
     conn.execute("set hnsw.max_scan_tuples = 30")
@@ -258,3 +263,21 @@ def test_user_scope_under_row_level_security_sees_only_the_acting_users_pages(co
     assert_sqlstate(conn, "PM005", "select * from memori.page_provenance_chain('s_a1', 'a1')")
     assert [r["page_id"] for r in rows(conn, "select * from memori.pages_top_importance('s_b1', 5)")] == ["b1"]
     conn.execute("reset role")
+
+
+def test_user_scope_total_is_exact_up_to_the_threshold_and_a_lower_bound_above(conn: psycopg.Connection) -> None:
+    """Issue 21: user scope counts at most vm.search_exact_max + 1 matches unless p_exact_total."""
+    for i in range(4):
+        page(conn, f"m{i}", f"database note {i}")
+    conn.execute("update memori.settings set value = '4' where key = 'vm.search_exact_max'")
+    at = search(conn, "database", p_scope="user", p_limit=2)
+    assert (at[0]["total_available"], at[0]["total_exact"]) == (4, True)  # exactly the threshold: exact
+    page(conn, "m4", "database note 4")
+    page(conn, "m5", "database note 5")
+    above = search(conn, "database", p_scope="user", p_limit=2)
+    assert (above[0]["total_available"], above[0]["total_exact"]) == (5, False)  # threshold + 1: at least
+    exact = search(conn, "database", p_scope="user", p_limit=2, p_exact_total=True)
+    assert (exact[0]["total_available"], exact[0]["total_exact"]) == (6, True)
+    assert [r["page_id"] for r in exact] == [r["page_id"] for r in above]
+    session = search(conn, "database", p_limit=2)  # session scope: one exact pass, as before
+    assert (session[0]["total_available"], session[0]["total_exact"]) == (6, True)

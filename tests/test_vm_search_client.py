@@ -49,7 +49,9 @@ def test_search_full_text_and_with_an_embedder(db: pymemdb.Database) -> None:
     assert isinstance(found[0], PageSearchResult) and found[0].levels == [0]
     hybrid = db.pages.search(S, "postgresql databases", embedder=e, limit=3, now=T0)
     assert hybrid[0].page_id == "msg_1" and {r.mode for r in hybrid} == {"hybrid"}
-    assert len(hybrid) == 3 and hybrid[0].total_available == 3
+    assert len(hybrid) == 3 and hybrid[0].total_available == 3 and hybrid[0].total_exact is True
+    counted = db.pages.search(S, "postgresql databases", embedder=e, limit=3, scope="user", exact_total=True, now=T0)
+    assert (counted[0].total_available, counted[0].total_exact) == (3, True)
     assert db.pages.embedding_set(S, "msg_3", None, now=T0)
     assert len(db.pages.search(S, "postgresql databases", embedder=e, limit=3, now=T0)) == 2
     with pytest.raises(InvalidArgument):

@@ -1,13 +1,14 @@
 """``pymemdb bench checkpoints``: checkpoint writes and the latest-checkpoint read (seed 01).
 
-1. Create throughput on an (almost) empty table: ``db.checkpoints.create``,
-   one transaction per call, against ``db.checkpoints.create_many`` in
-   batches; then, to explain the ratio, the parts of one call (round trip,
+1. Create throughput on the table already holding the ``rows`` generated
+   checkpoints (step 2 runs first): ``db.checkpoints.create``, one
+   transaction per call, against ``db.checkpoints.create_many`` in batches,
+   interleaved (a run of single creates, then one batch); then, to explain the ratio, the parts of one call (round trip,
    statement, commit, client CPU) and three set-based alternatives that do
    not go through the client: psycopg ``executemany`` in a pipeline, one
    ``SELECT ... FROM unnest(...), LATERAL checkpoint_create(...)`` per
    batch (the function's own server time) and a plain INSERT (the table's).
-2. Generates ``rows`` checkpoints in one INSERT ... SELECT (``rows // 20``
+2. Generates (before step 1) ``rows`` checkpoints in one INSERT ... SELECT (``rows // 20``
    sessions of ``rows // 200`` users, mixed types, created over the 60 days
    before a fixed ``now``), then times memori.checkpoint_query(session,
    limit 1) against a primary-key lookup, interleaved, with the
@@ -216,21 +217,35 @@ def _creates(dsn: str, rng: random.Random, single: int, batched: int, batch_size
     warm, first = _new_checkpoints(rng, 50, 0), _new_checkpoints(rng, single, 50)
     data_bytes = sum(len(json.dumps(c.data)) for c in first) / len(first)
     out: dict[str, Any] = {"batch_size": batch_size, "data_bytes_avg": round(data_bytes)}
+    many = _new_checkpoints(rng, batched, 10**5)
+    batches = [many[i:i + batch_size] for i in range(0, len(many), batch_size)]
+    per_batch = -(-single // len(batches))  # single creates between two batches
     with pymemdb.connect(dsn, min_size=1, max_size=1) as db:
         for c in warm:  # connection, plans and caches warm
             db.checkpoints.create(c.session_id, c.user_id, c.type, c.title, c.data, now=c.now)
-        samples = []
-        cpu = time.process_time()
-        with stopwatch() as elapsed:
-            for c in first:
+        db.checkpoints.create_many(warm)
+        # interleaved: a run of single creates, then one batch, so both see the same table and the same machine
+        samples: list[int] = []
+        batch_ns: list[int] = []
+        cpu_single = cpu_many = 0.0
+        created = 0
+        for k, batch in enumerate(batches):
+            cpu = time.process_time()
+            for c in first[k * per_batch:(k + 1) * per_batch]:
                 start = time.perf_counter_ns()
                 db.checkpoints.create(c.session_id, c.user_id, c.type, c.title, c.data, now=c.now)
                 samples.append(time.perf_counter_ns() - start)
-        out["single"] = _throughput(single, elapsed(), time.process_time() - cpu)
+            cpu_single += time.process_time() - cpu
+            cpu = time.process_time()
+            start = time.perf_counter_ns()
+            created += len(db.checkpoints.create_many(batch))
+            batch_ns.append(time.perf_counter_ns() - start)
+            cpu_many += time.process_time() - cpu
+        assert created == len(many) and len(samples) == single, (created, len(samples))
+        out["single"] = _throughput(single, sum(samples) / 1e9, cpu_single)
         out["single"]["call"] = latency_summary(samples)
-        db.checkpoints.create_many(warm)
-        out["create_many"] = _batched(_new_checkpoints(rng, batched, 10**5), batch_size,
-                                      lambda b: len(db.checkpoints.create_many(b)))
+        out["create_many"] = _throughput(len(many), sum(batch_ns) / 1e9, cpu_many, batch_ns)
+        out["interleaved"] = {"single_per_batch": per_batch, "batches": len(batches)}
     out["ratio"] = ratio(out["create_many"]["per_s"], out["single"]["per_s"])
     out["goal_ratio"] = GOAL_CREATE_RATIO
     out["goal_met"] = (out["ratio"] or 0) >= GOAL_CREATE_RATIO
@@ -487,11 +502,13 @@ def run(
             "goals": {"create_ratio": GOAL_CREATE_RATIO},
         }
         try:
-            say(f"creating {single:,} checkpoints one by one, {batched:,} with create_many, alternatives ...")
-            result["create"] = _creates(dsn, rng, single, batched, batch_size)
-            _remove(conn, fresh)
             say(f"generating {rows:,} checkpoints ...")
             result["data"] = _generate(conn, rows, seed)
+            say(f"creating {single:,} checkpoints one by one and {batched:,} with create_many, interleaved, "
+                f"over the {rows:,} rows; then the alternatives ...")
+            result["create"] = _creates(dsn, rng, single, batched, batch_size)
+            conn.execute("delete from memori.checkpoints where session_id like 'bench\\_c%'")
+            conn.execute("vacuum (analyze) memori.checkpoints")
             say(f"timing {iterations:,} checkpoint_query and PK lookups, events on then off ...")
             result["reads"] = _reads(conn, result["data"], iterations, seed)
         finally:
@@ -506,7 +523,8 @@ def run(
 def render(result: dict[str, Any]) -> list[Table]:
     """The result as rich tables: creates, their breakdown, data, reads, plans."""
     cr = result["create"]
-    ct = Table(title=f"Create throughput (batches of {cr['batch_size']}, ~{cr['data_bytes_avg']} B of JSON data)")
+    ct = Table(title=f"Create throughput over {result['data']['rows']:,} rows (batches of {cr['batch_size']}, "
+                     f"~{cr['data_bytes_avg']} B of JSON data; create() and create_many() interleaved)")
     for col in ("way", "checkpoints", "per s", "µs each", "client CPU µs each", "vs create()"):
         ct.add_column(col, justify="left" if col == "way" else "right")
     ways = [("create(): 1 per transaction", cr["single"], 1.0),

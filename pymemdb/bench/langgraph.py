@@ -14,9 +14,13 @@ small dict updated every fifth step, one pending write per step).
    saver puts faster at the same durability. Single-put throughput is 1 / mean
    put latency on one connection (LangGraph saves a run's checkpoints one
    after another).
-2. ``get_tuple`` of the latest checkpoint of random threads (what every
-   ``invoke`` does first) and of the same checkpoint by id, interleaved; then
-   the latest again from a saver without a cache (another process's read).
+2. The headline read: ``get_tuple`` of the latest checkpoint (what every
+   ``invoke`` does first) from a second process, as a web server's other
+   worker: a fresh upstream saver and a fresh ``MemoriSaver`` that wrote
+   nothing, each reading every thread once (a random order, interleaved), so
+   no read can come from the saver's copy. Beside it, reads of random
+   threads, latest and by id, from the savers that wrote them (ours answers
+   from its copy after a stamp check).
 3. Storage of the same history: each saver's tables after VACUUM FULL.
 4. A retention cycle: ``memori.cleanup_execute`` a day after the default
    policy's retention of superseded checkpoints (30 days), then the sizes
@@ -26,6 +30,7 @@ small dict updated every fifth step, one pending write per step).
 from __future__ import annotations
 
 import json
+import multiprocessing
 import random
 import time
 from datetime import UTC, datetime
@@ -40,8 +45,10 @@ from pymemdb.errors import InvalidArgument
 
 STEPS = 20
 USER = "bench_langgraph"
-GOAL_GET_TUPLE = 2.0  # upstream latency / ours, p50 and p95
-GOAL_PUT = 1.25  # our puts/s over upstream's
+GOAL_GET_TUPLE = 2.0  # upstream latency / ours, p50 and p95, reads from the saver's copy
+GOAL_GET_TUPLE_COLD = 1.2  # upstream latency / ours, p50 and p95, a second process's saver that wrote nothing
+COLD_WARMUP = 50  # threads the second process reads first (plans prepared), not timed
+GOAL_PUT = 1.0  # our puts/s over upstream's (issue 21: same durability, retention kept)
 GOAL_STORAGE = 0.8  # our bytes / upstream's, same history
 UPSTREAM_TABLES = ("checkpoints", "checkpoint_blobs", "checkpoint_writes")
 OUR_TABLES = ("lg_threads", "lg_checkpoints", "lg_blobs", "lg_writes")
@@ -191,6 +198,40 @@ def _reads(upstream: Any, ours: Any, threads: int, ids: dict[str, Any], rng: ran
     return out
 
 
+def cold_reads(dsn: str, threads: int, seed: int) -> dict[str, Any]:
+    """Run in a second process: fresh savers that wrote nothing read every thread's latest checkpoint once.
+
+    The first ``COLD_WARMUP`` threads prepare the plans and are not timed.
+    Order alternates which saver reads first; every read is the first read
+    of that thread by that saver, so nothing comes from a saver's copy.
+    """
+    postgres_saver = _require_upstream()
+    from psycopg.rows import dict_row
+
+    from pymemdb.integrations.langgraph import MemoriSaver
+
+    order = list(range(threads))
+    random.Random(seed).shuffle(order)
+    lat: dict[str, list[int]] = {"upstream": [], "pymemdb": []}
+    with psycopg.Connection.connect(dsn, autocommit=True, prepare_threshold=0, row_factory=dict_row) as up_conn, \
+            MemoriSaver(dsn, user_id=USER, max_size=2) as ours:
+        savers = {"upstream": postgres_saver(up_conn), "pymemdb": ours}
+        for i, t in enumerate(order):
+            for name in (("upstream", "pymemdb") if i % 2 else ("pymemdb", "upstream")):
+                start = time.perf_counter_ns()
+                found = savers[name].get_tuple({"configurable": {"thread_id": f"bench-{t}", "checkpoint_ns": ""}})
+                elapsed = time.perf_counter_ns() - start
+                assert found is not None and len(found.checkpoint["channel_values"]["messages"]) == STEPS
+                if i >= COLD_WARMUP:
+                    lat[name].append(elapsed)
+    s: dict[str, Any] = {name: _summary(lat[name]) for name in lat}
+    s["ratio_p50"] = ratio(s["upstream"]["p50_us"], s["pymemdb"]["p50_us"])
+    s["ratio_p95"] = ratio(s["upstream"]["p95_us"], s["pymemdb"]["p95_us"])
+    s["goal_met"] = min(s["ratio_p50"] or 0, s["ratio_p95"] or 0) >= GOAL_GET_TUPLE_COLD
+    s["process"] = "second"
+    return s
+
+
 def _explain_cached_and_put(admin: psycopg.Connection[Any], ours: Any, rng: random.Random) -> tuple[str, str]:
     """Plans of a read from the saver's copy (the stamps only) and of the next put (rolled back)."""
     config: Any = {"configurable": {"thread_id": "bench-0", "checkpoint_ns": ""}}
@@ -245,10 +286,19 @@ def run(dsn: str, rows: int = 20_000, *, seed: int = 1, progress: Progress | Non
             progress("get_tuple, interleaved")
         iterations = min(2000, threads * 4)
         result["reads"] = _reads(upstream, ours, threads, ids, rng, iterations=iterations)
-        with MemoriSaver(dsn, user_id=USER, max_size=2, cache_bytes=0) as cold:
-            # another process (or a saver past its cache budget): every read is a full read
-            result["reads"]["cold"] = _reads(upstream, cold, threads, ids, rng, iterations=iterations // 2,
-                                             kinds=("latest",))["latest"]
+        if progress:
+            progress("get_tuple from a second process (savers that wrote nothing)")
+        if threads > COLD_WARMUP:
+            with multiprocessing.get_context("spawn").Pool(1) as pool:
+                result["reads"]["cold"] = pool.apply(cold_reads, (dsn, threads, seed))
+        else:  # too few threads for a second process's warm-up: a saver without a copy, here
+            with MemoriSaver(dsn, user_id=USER, max_size=2, cache_bytes=0) as cold:
+                result["reads"]["cold"] = _reads(upstream, cold, threads, ids, rng, iterations=threads,
+                                                 kinds=("latest",))["latest"]
+                result["reads"]["cold"]["process"] = "same, cache off"
+                result["reads"]["cold"]["goal_met"] = min(result["reads"]["cold"]["ratio_p50"] or 0,
+                                                          result["reads"]["cold"]["ratio_p95"] or 0) \
+                    >= GOAL_GET_TUPLE_COLD
         result["explain_get"] = explain_nested(
             admin, "select * from memori.lg_checkpoint_get('bench-0', '', null, %s)", (USER,))
         result["explain_get_cached"], result["explain_put"] = _explain_cached_and_put(admin, ours, rng)
@@ -315,15 +365,15 @@ def render(result: dict[str, Any]) -> list[Table]:
                  "(the ceiling)")
     info.add_row("put_writes p50 µs", fmt(w["upstream"]["put_writes"]["p50_us"]),
                  fmt(w["pymemdb"]["put_writes"]["p50_us"]), "", "")
-    for kind, label in (("latest", "get_tuple latest"), ("by_id", "get_tuple by id"),
-                        ("cold", "… latest, no cached copy")):
+    for kind, label in (("cold", "get_tuple latest, a second process"),
+                        ("latest", "… latest, the saver that wrote it"), ("by_id", "… by id, the saver that wrote it")):
         r = result["reads"][kind]
+        goal = GOAL_GET_TUPLE_COLD if kind == "cold" else GOAL_GET_TUPLE
         info.add_row(f"{label} p50 / p95 µs",
                      f"{fmt(r['upstream']['p50_us'])} / {fmt(r['upstream']['p95_us'])}",
                      f"{fmt(r['pymemdb']['p50_us'])} / {fmt(r['pymemdb']['p95_us'])}",
                      f"{fmt(r['ratio_p50'], 'x')} / {fmt(r['ratio_p95'], 'x')}",
-                     "(another process)" if kind == "cold"
-                     else f"≥ {GOAL_GET_TUPLE}x {'met' if r['goal_met'] else 'MISSED'}")
+                     f"≥ {goal}x {'met' if r['goal_met'] else 'MISSED'}")
     s = result["storage"]
     info.add_row("storage, same history (MB)", fmt(s["upstream_bytes"] / 2**20), fmt(s["pymemdb_bytes"] / 2**20),
                  fmt(s["ratio"], "x"), f"≤ {GOAL_STORAGE}x {'met' if s['goal_met'] else 'MISSED'}")
