@@ -25,6 +25,7 @@ from pymemdb.cli._common import (
     handle_errors,
     print_json,
 )
+from pymemdb.errors import InvalidArgument
 from pymemdb.types import CleanupBatch, CleanupRun
 
 app = typer.Typer(
@@ -47,6 +48,14 @@ def _utc(now: datetime | None) -> datetime | None:
     return now.replace(tzinfo=UTC) if now is not None and now.tzinfo is None else now
 
 
+def _check_caps(**caps: int | None) -> None:
+    """Row caps are NULL (none) or >= 0 everywhere (PM001, like memori._check_cap); checked before connecting."""
+    for name, cap in caps.items():
+        if cap is not None and cap < 0:
+            raise InvalidArgument(f"--{name.replace('_', '-')} must be >= 0, got {cap}",
+                                  hint=f"Omit --{name.replace('_', '-')} for no cap, or pass 0 or a positive number.")
+
+
 @app.callback()
 def main(ctx: typer.Context) -> None:
     """With no command: preview."""
@@ -64,6 +73,7 @@ def preview(
     as_json: JsonOption = False,
 ) -> None:
     """Show what execute would delete, grouped by table and namespace, and why."""
+    _check_caps(limit=limit, max_rows=max_rows)
     with database(dsn) as db:
         groups = db.cleanup.preview_summary(now=_utc(now), max_rows=max_rows)
         sample = db.cleanup.preview(now=_utc(now), max_rows=limit) if limit > 0 else []
@@ -101,6 +111,7 @@ def execute(
     as_json: JsonOption = False,
 ) -> None:
     """Delete expired rows in short batches, with a progress bar and a summary."""
+    _check_caps(max_rows=max_rows)
     with database(dsn) as db:
         show_progress = not as_json and sys.stderr.isatty()
         interactive = not yes and sys.stdin.isatty()

@@ -217,12 +217,15 @@ comment on function memori.cleanup_preview(timestamptz, integer, integer) is 'Ro
 create or replace function memori.cleanup_count(p_now timestamptz default now(), p_max_rows integer default null)
 returns bigint
 as $func$
-  select least(count(*), p_max_rows)
-    from memori.retention_candidates c
-   where c.expires_at is not null
-     and c.expires_at <= p_now
-     and c.deletable
-$func$ language sql stable security invoker
+begin
+  perform memori._check_cap('max rows', p_max_rows);
+  return (select least(count(*), p_max_rows)
+            from memori.retention_candidates c
+           where c.expires_at is not null
+             and c.expires_at <= p_now
+             and c.deletable);
+end
+$func$ language plpgsql stable security invoker
 set search_path = pg_catalog, memori, pg_temp;
 comment on function memori.cleanup_count(timestamptz, integer) is 'Number of rows cleanup_preview would return (cheaper: no ordering).';
 

@@ -66,7 +66,10 @@ def test_execute_while_locked_exits_3(env: str) -> None:
     ("args", "code", "text"),
     [
         (["execute", "--yes", "--batch-size", "0"], 2, "batch size must be between 1 and 100000"),
-        (["execute", "--yes", "--max-rows", "-1"], 2, "max rows"),
+        (["execute", "--yes", "--max-rows", "-1"], 2, "--max-rows must be >= 0, got -1"),
+        (["preview", "--limit", "-1"], 2, "--limit must be >= 0, got -1"),
+        (["preview", "--max-rows", "-1"], 2, "--max-rows must be >= 0"),
+        (["status", "--runs", "-1"], 2, "limit must be between 1 and 1000"),
         (["schedule", "61 * * * *"], 2, "outside 0-59"),
         (["schedule"], 1, "pg_cron is not installed"),
         (["unschedule"], 1, "memori-cleanup execute"),
@@ -79,6 +82,8 @@ def test_errors_are_one_line_with_exit_codes(env: str, args: list[str], code: in
     assert result.exit_code == code, result.output
     assert text in result.output
     assert "Traceback" not in result.output
+    if code == 2 and "Invalid value" not in text and "No such" not in text:
+        assert result.stderr.count("\n") == 1, "one line"
 
 
 def test_unreachable_database_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -34,6 +34,36 @@ def test_expiry_boundary(conn: psycopg.Connection, offset: timedelta, expired: b
     assert value(conn, "select count(*) from memori.memories") == (0 if expired else 1)
 
 
+@pytest.mark.parametrize(
+    "query",
+    [
+        "select memori.cleanup_count(%s, -1)",
+        "select * from memori.cleanup_preview(%s, 1000, -1)",
+        "select * from memori.cleanup_preview_summary(%s, -1)",
+        "select * from memori.cleanup_execute(%s, 1000, -1)",
+        "select * from memori.cleanup_begin(%s, 1000, -1)",
+        "select * from memori.cleanup_preview(%s, 0)",
+        "select * from memori.cleanup_execute(%s, -1)",
+    ],
+)
+def test_negative_caps_are_pm001(conn: psycopg.Connection, query: str) -> None:
+    """Every row cap is NULL or >= 0 (memori._check_cap); issue 16: cleanup_count(now(), -1) returned -1."""
+    memory(conn, "ns", T0 - SEC)
+    assert_sqlstate(conn, "PM001", query, (T0,))
+    assert value(conn, "select count(*) from memori.cleanup_runs") == 0
+    assert value(conn, "select memori.cleanup_count(%s, 0)", (T0,)) == 0
+
+
+def test_negative_caps_of_runs_and_batches_are_pm001(conn: psycopg.Connection) -> None:
+    assert_sqlstate(conn, "PM001", "call memori.cleanup_run(1000, -1)")
+    assert_sqlstate(conn, "PM001", "call memori.cleanup_run(-1)")
+    run = rows(conn, "select * from memori.cleanup_begin(%s)", (T0,))[0]
+    assert_sqlstate(conn, "PM001", "select * from memori.cleanup_batch(%s, -1)", (run["id"],))
+    rows(conn, "select * from memori.cleanup_finish(%s)", (run["id"],))
+    err = assert_sqlstate(conn, "PM001", "select memori._check_cap('limit', -5)")
+    assert "limit must be NULL (no cap) or >= 0, got -5" in str(err)
+
+
 def test_permanent_rows_never_cleaned(conn: psycopg.Connection) -> None:
     memory(conn, "ns", None)
     assert preview(conn, T0 + 36500 * DAY) == []
