@@ -269,6 +269,21 @@ set search_path = pg_catalog, memori, pg_temp;
 comment on function memori._cleanup_lock_held() is 'True when this session holds the cleanup advisory lock.';
 
 -------------------------------------------------------------------------------
+-- _cleanup_clock: when a run's own records (events) happen
+-- A run acts as of p_as_of. Its events are dated by the real clock, or by
+-- p_as_of when that is later: events dated by the clock of a run that looks
+-- ahead (memori-cleanup execute --now 2027-01-01) would already be due at
+-- that run's as_of, so the run (a later plan chunk, or the next run at the
+-- same --now) would delete its own records and execute would delete more
+-- than preview showed (issue 16). Dated by as_of they expire after it.
+create or replace function memori._cleanup_clock(p_as_of timestamptz) returns timestamptz
+as $func$
+  select greatest(clock_timestamp(), p_as_of)
+$func$ language sql volatile security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._cleanup_clock(timestamptz) is 'Time stamp of a cleanup run''s own events: the real clock, or the run''s as_of when that is later (so a run never finds its own events due).';
+
+-------------------------------------------------------------------------------
 -- _retention_expiry_events: <prefix>.expired / .expiring_soon since the last run
 -- For tables registered with an event prefix: rows that expired, or entered
 -- the warning window, between the previous run's as_of and this run's.
@@ -299,7 +314,7 @@ begin
         perform memori._event_emit(v_table.event_prefix || '.' || v_event.kind,
                   jsonb_build_object('run_id', p_run_id, 'count', v_event.n, 'ids', v_event.ids,
                                      'since', v_since, 'as_of', v_run.as_of),
-                  clock_timestamp());
+                  memori._cleanup_clock(v_run.as_of));
       end if;
     end loop;
   end loop;
@@ -506,10 +521,10 @@ begin
     v_counts := v_counts || jsonb_build_object(v_table.table_name, v_deleted);
     if v_table.event_prefix is not null then
       perform memori._event_emit(v_table.event_prefix || '.cleaned_up',
-                jsonb_build_object('run_id', p_run.id, 'ids', v_ids, 'count', v_deleted), clock_timestamp());
+                jsonb_build_object('run_id', p_run.id, 'ids', v_ids, 'count', v_deleted), memori._cleanup_clock(p_run.as_of));
       perform memori._event_emit(v_table.event_prefix || '.cleanup_batch_completed',
                 jsonb_build_object('run_id', p_run.id, 'deleted_count', v_deleted, 'total_checked', v_table.checked),
-                clock_timestamp());
+                memori._cleanup_clock(p_run.as_of));
     end if;
   end loop;
   return v_counts;
@@ -602,7 +617,7 @@ begin
             jsonb_build_object('run_id', v_run.id, 'batch', v_run.batches, 'deleted_count', v_deleted,
                                'total_checked', v_hi - v_lo + 1,
                                'deleted_by_table', v_counts),
-            clock_timestamp());
+            memori._cleanup_clock(v_run.as_of));
 
   v_result := (v_run.id, v_run.batches, v_deleted, v_counts, v_run.planned - v_hi,
                v_hi >= v_run.planned and v_run.plan_done);
@@ -637,7 +652,7 @@ begin
             jsonb_build_object('run_id', v_run.id, 'status', v_run.status, 'trigger', v_run.trigger,
                                'deleted_count', v_run.deleted, 'planned', v_run.planned,
                                'deleted_by_table', v_run.deleted_by_table),
-            clock_timestamp());
+            memori._cleanup_clock(v_run.as_of));
 
   -- a session-level lock (cleanup_begin) is released here; a transaction-level
   -- one (cleanup_execute) goes with the transaction
