@@ -147,6 +147,9 @@ def execute(
     console.print(table)
     console.print(f"planned {summary.planned}, deleted {summary.deleted} in {summary.batches} batches, "
                   f"{summary.seconds} s")
+    if summary.skipped:
+        console.print(f"{summary.skipped} rows were locked by other transactions at every attempt: "
+                      "left for the next run")
 
 
 @app.command()

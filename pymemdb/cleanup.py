@@ -2,8 +2,9 @@
 
 Preview and execute are SQL (memori.cleanup_preview / cleanup_begin /
 cleanup_batch / cleanup_finish). ``execute`` only drives the batches: each
-one is its own short transaction with a statement_timeout, and a batch that
-times out is rolled back and retried at half the size.
+one is its own short transaction with a statement_timeout. Retrying is SQL's
+job (cleanup_batch skips rows a writer holds and retries deadlocks); a batch
+over statement_timeout fails the run (PM022).
 """
 
 from __future__ import annotations
@@ -125,25 +126,22 @@ class Cleanup:
         if on_start:
             on_start(run)
         try:
-            size = run.batch_size
             while True:
                 try:
                     with conn.transaction(), conn.cursor() as cur:
                         cur.execute(f"set local statement_timeout = {int(timeout_ms)}")
-                        batch: CleanupBatch = self._db.call(CLEANUP_BATCH, cur, p_run_id=run.id, p_batch_size=size)
+                        batch: CleanupBatch = self._db.call(CLEANUP_BATCH, cur, p_run_id=run.id)
                 except DatabaseError as exc:
                     if exc.sqlstate != STATEMENT_TIMEOUT:
                         raise
-                    # the batch's transaction rolled back whole: retry it smaller
-                    if size == 1:
-                        raise CleanupLockTimeout(
-                            f"cleanup batch of run {run.id} exceeded statement_timeout at size 1",
-                            sqlstate="PM022",
-                            hint="Raise memori.settings cleanup.statement_timeout_ms "
-                            "or look for a blocking transaction.",
-                        ) from exc
-                    size = max(1, size // 2)
-                    continue
+                    # No retry here: memori.cleanup_batch owns the retry policy (rows a writer holds are
+                    # skipped and tried again; a deadlock or lock timeout is retried at half size).
+                    raise CleanupLockTimeout(
+                        f"cleanup batch of run {run.id} exceeded statement_timeout",
+                        sqlstate="PM022",
+                        hint="Raise memori.settings cleanup.statement_timeout_ms "
+                        "or look for a blocking transaction; the next run resumes the work.",
+                    ) from exc
                 if on_batch:
                     on_batch(run, batch)
                 if batch.done:

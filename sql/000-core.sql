@@ -5,7 +5,7 @@
 -- settings (seeded defaults; a DBA changes them with UPDATE, re-install keeps them)
 insert into memori.settings (key, value, description) values
   ('cleanup.enabled', 'true', 'Master switch: false makes cleanup_preview empty and cleanup runs delete nothing.'),
-  ('cleanup.lock_timeout_ms', '2000', 'lock_timeout of each cleanup batch; a batch that waits longer is retried at half size.'),
+  ('cleanup.lock_timeout_ms', '2000', 'lock_timeout of each cleanup batch (its rows are locked with SKIP LOCKED; this bounds other waits); a batch that waits longer is retried at half size.'),
   ('cleanup.plan_chunk_rows', '50000', 'A cleanup run plans this many rows per transaction (keeps planning transactions short).'),
   ('cleanup.batch_pause_ms', '5', 'Pause between cleanup batches (CLI, client and cleanup_run), leaving CPU and I/O to the workload.'),
   ('cleanup.statement_timeout_ms', '5000', 'statement_timeout the CLI sets on each cleanup batch transaction.'),

@@ -119,9 +119,13 @@ begin
 
   -- memori_cleaner: find and delete expired rows, record runs
   grant select, delete on memori.memories, memori.events, memori.checkpoints to memori_cleaner;
+  -- SELECT ... FOR UPDATE SKIP LOCKED (a batch locks its rows without waiting for writers) needs
+  -- UPDATE on a column; the cleaner_lock policy's WITH CHECK (false) lets it change nothing
+  grant update (id) on memori.memories, memori.events, memori.checkpoints to memori_cleaner;
   grant insert on memori.events to memori_cleaner;
   grant select, insert, update on memori.cleanup_runs to memori_cleaner;
   grant select, insert, delete on memori.cleanup_queue to memori_cleaner;
+  grant update (attempts) on memori.cleanup_queue to memori_cleaner;
   grant select on memori.retention_rows, memori.retention_candidates, memori.retention_status,
                   memori.cleanup_status, memori._retention_memories, memori._retention_events,
                   memori._retention_checkpoints, memori.checkpoint_expiry_status
@@ -331,6 +335,9 @@ begin
                      'using (expires_at <= now())', v_t.tbl);
       execute format('create policy cleaner_delete on memori.%I for delete to memori_cleaner '
                      'using (expires_at <= now())', v_t.tbl);
+      -- row locks only (FOR UPDATE SKIP LOCKED): no row it may lock can be changed
+      execute format('create policy cleaner_lock on memori.%I for update to memori_cleaner '
+                     'using (expires_at <= now()) with check (false)', v_t.tbl);
     end if;
   end loop;
 
