@@ -159,12 +159,13 @@ def schedule(
     job_name: JobNameOption = "memori-cleanup",
     dsn: DsnOption = None,
 ) -> None:
-    """Run the cleanup on a pg_cron schedule inside the database."""
+    """Run the cleanup on a pg_cron schedule (from the database pg_cron lives in: cron.database_name)."""
     with database(dsn) as db:
         job_id = db.cleanup.schedule(cron, job_name=job_name)
         job = db.cleanup.job(job_name=job_name)
+        where = db.cleanup.cron_database()
     next_run = fmt_time(job.next_run if job else None)
-    console.print(f"scheduled pg_cron job {job_id} ({job_name}) '{cron}'; next run {next_run}")
+    console.print(f"scheduled pg_cron job {job_id} ({job_name}) '{cron}' in database {where}; next run {next_run}")
 
 
 @app.command()
@@ -195,7 +196,7 @@ def status(
     console.print(f"expired rows waiting: {state.expired_waiting}   expiring soon: {state.expiring_soon}   "
                   f"last success: {fmt_time(state.last_success)}   failed/abandoned (7 d): {state.failures_7d}")
     if job:
-        console.print(f"pg_cron job {job.job_id} '{job.job_name}' {job.schedule!r} "
+        console.print(f"pg_cron job {job.job_id} '{job.job_name}' '{job.schedule}' "
                       f"{'active' if job.active else 'inactive'}; last: {job.last_status or '-'} "
                       f"{fmt_time(job.last_start)}; next: {fmt_time(job.next_run)}")
     else:
