@@ -442,3 +442,23 @@ begin
                  'and s.user_id = %s))', v_app, v_cur);
 end
 $rls$;
+
+-- The cleaner locks a batch's rows with SELECT ... FOR UPDATE SKIP LOCKED
+-- before deleting them (never waiting for a writer, issue 16), which needs
+-- UPDATE on a column: the id column of every managed table it may delete
+-- from. Under row-level security its cleaner_lock policy (WITH CHECK false)
+-- lets it change nothing.
+do $cleaner_lock$
+declare
+  v_t record;
+begin
+  if not exists (select 1 from pg_catalog.pg_roles where rolname = 'memori_cleaner') then
+    return;
+  end if;
+  for v_t in select t.relation, t.id_column from memori.retention_tables t
+              where pg_catalog.has_table_privilege('memori_cleaner', t.relation, 'DELETE')
+  loop
+    execute format('grant update (%I) on %s to memori_cleaner', v_t.id_column, v_t.relation);
+  end loop;
+end
+$cleaner_lock$;
