@@ -26,6 +26,7 @@ from pymemdb.cli._common import (
     handle_errors,
     print_json,
 )
+from pymemdb.errors import InvalidArgument
 from pymemdb.types import CleanupBatch, CleanupRun
 
 app = typer.Typer(
@@ -49,6 +50,14 @@ def _utc(now: datetime | None) -> datetime | None:
     return now.replace(tzinfo=UTC) if now is not None and now.tzinfo is None else now
 
 
+def _check_caps(**caps: int | None) -> None:
+    """Row caps are NULL (none) or >= 0 everywhere (PM001, like memori._check_cap); checked before connecting."""
+    for name, cap in caps.items():
+        if cap is not None and cap < 0:
+            raise InvalidArgument(f"--{name.replace('_', '-')} must be >= 0, got {cap}",
+                                  hint=f"Omit --{name.replace('_', '-')} for no cap, or pass 0 or a positive number.")
+
+
 @app.callback()
 def main(ctx: typer.Context) -> None:
     """With no command: preview."""
@@ -66,6 +75,7 @@ def preview(
     as_json: JsonOption = False,
 ) -> None:
     """Show what execute would delete, grouped by table and namespace, and why."""
+    _check_caps(limit=limit, max_rows=max_rows)
     with database(dsn) as db:
         groups = db.cleanup.preview_summary(now=_utc(now), max_rows=max_rows)
         sample = db.cleanup.preview(now=_utc(now), max_rows=limit) if limit > 0 else []
@@ -103,6 +113,7 @@ def execute(
     as_json: JsonOption = False,
 ) -> None:
     """Delete expired rows in short batches, with a progress bar and a summary."""
+    _check_caps(max_rows=max_rows)
     with database(dsn) as db:
         show_progress = not as_json and sys.stderr.isatty()
         interactive = not yes and sys.stdin.isatty()
@@ -138,6 +149,9 @@ def execute(
     console.print(table)
     console.print(f"planned {summary.planned}, deleted {summary.deleted} in {summary.batches} batches, "
                   f"{summary.seconds} s")
+    if summary.skipped:
+        console.print(f"{summary.skipped} rows were locked by other transactions at every attempt: "
+                      "left for the next run")
 
 
 @app.command()
@@ -147,12 +161,13 @@ def schedule(
     job_name: JobNameOption = "memori-cleanup",
     dsn: DsnOption = None,
 ) -> None:
-    """Run the cleanup on a pg_cron schedule inside the database."""
+    """Run the cleanup on a pg_cron schedule (from the database pg_cron lives in: cron.database_name)."""
     with database(dsn) as db:
         job_id = db.cleanup.schedule(cron, job_name=job_name)
         job = db.cleanup.job(job_name=job_name)
+        where = db.cleanup.cron_database()
     next_run = fmt_time(job.next_run if job else None)
-    console.print(f"scheduled pg_cron job {job_id} ({job_name}) '{cron}'; next run {next_run}")
+    console.print(f"scheduled pg_cron job {job_id} ({job_name}) '{cron}' in database {where}; next run {next_run}")
 
 
 @app.command()
@@ -183,7 +198,7 @@ def status(
     console.print(f"expired rows waiting: {state.expired_waiting}   expiring soon: {state.expiring_soon}   "
                   f"last success: {fmt_time(state.last_success)}   failed/abandoned (7 d): {state.failures_7d}")
     if job:
-        console.print(f"pg_cron job {job.job_id} '{job.job_name}' {job.schedule!r} "
+        console.print(f"pg_cron job {job.job_id} '{job.job_name}' '{job.schedule}' "
                       f"{'active' if job.active else 'inactive'}; last: {job.last_status or '-'} "
                       f"{fmt_time(job.last_start)}; next: {fmt_time(job.next_run)}")
     else:

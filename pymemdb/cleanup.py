@@ -2,8 +2,9 @@
 
 Preview and execute are SQL (memori.cleanup_preview / cleanup_begin /
 cleanup_batch / cleanup_finish). ``execute`` only drives the batches: each
-one is its own short transaction with a statement_timeout, and a batch that
-times out is rolled back and retried at half the size.
+one is its own short transaction with a statement_timeout. Retrying is SQL's
+job (cleanup_batch skips rows a writer holds and retries deadlocks); a batch
+over statement_timeout fails the run (PM022).
 """
 
 from __future__ import annotations
@@ -11,12 +12,14 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import psycopg
+from psycopg.conninfo import make_conninfo
+from psycopg.rows import dict_row
 
 from pymemdb._sql import fn, given
-from pymemdb.errors import CleanupLockTimeout, DatabaseError
+from pymemdb.errors import CleanupLockTimeout, DatabaseError, wrap_exceptions
 from pymemdb.types import (
     CleanupBatch,
     CleanupCandidate,
@@ -47,6 +50,10 @@ CLEANUP_UNSCHEDULE = fn("cleanup_unschedule", ("p_job_name", "text"), returns="s
 CLEANUP_JOB = fn("cleanup_job", ("p_job_name", "text"), ("p_now", "timestamptz"), result=CleanupJob)
 CLEANUP_RUNS_RECENT = fn("cleanup_runs_recent", ("p_limit", "integer"), result=CleanupRun, returns="many")
 CRON_NEXT_RUN = fn("cron_next_run", ("p_cron", "text"), ("p_after", "timestamptz"), returns="scalar")
+CLEANUP_CRON_DATABASE = fn("cleanup_cron_database", returns="scalar")
+CLEANUP_SCHEDULE_SQL = fn("cleanup_schedule_sql", ("p_cron", "text"), ("p_job_name", "text"), returns="scalar")
+CLEANUP_UNSCHEDULE_SQL = fn("cleanup_unschedule_sql", ("p_job_name", "text"), returns="scalar")
+CLEANUP_JOB_SQL = fn("cleanup_job_sql", ("p_job_name", "text"), returns="scalar")
 
 BatchCallback = Callable[[CleanupRun, CleanupBatch], None]
 STATEMENT_TIMEOUT = "57014"  # query_canceled: our statement_timeout fired
@@ -125,25 +132,22 @@ class Cleanup:
         if on_start:
             on_start(run)
         try:
-            size = run.batch_size
             while True:
                 try:
                     with conn.transaction(), conn.cursor() as cur:
                         cur.execute(f"set local statement_timeout = {int(timeout_ms)}")
-                        batch: CleanupBatch = self._db.call(CLEANUP_BATCH, cur, p_run_id=run.id, p_batch_size=size)
+                        batch: CleanupBatch = self._db.call(CLEANUP_BATCH, cur, p_run_id=run.id)
                 except DatabaseError as exc:
                     if exc.sqlstate != STATEMENT_TIMEOUT:
                         raise
-                    # the batch's transaction rolled back whole: retry it smaller
-                    if size == 1:
-                        raise CleanupLockTimeout(
-                            f"cleanup batch of run {run.id} exceeded statement_timeout at size 1",
-                            sqlstate="PM022",
-                            hint="Raise memori.settings cleanup.statement_timeout_ms "
-                            "or look for a blocking transaction.",
-                        ) from exc
-                    size = max(1, size // 2)
-                    continue
+                    # No retry here: memori.cleanup_batch owns the retry policy (rows a writer holds are
+                    # skipped and tried again; a deadlock or lock timeout is retried at half size).
+                    raise CleanupLockTimeout(
+                        f"cleanup batch of run {run.id} exceeded statement_timeout",
+                        sqlstate="PM022",
+                        hint="Raise memori.settings cleanup.statement_timeout_ms "
+                        "or look for a blocking transaction; the next run resumes the work.",
+                    ) from exc
                 if on_batch:
                     on_batch(run, batch)
                 if batch.done:
@@ -174,17 +178,58 @@ class Cleanup:
             CLEANUP_EXECUTE, **given(p_now=now, p_batch_size=batch_size, p_max_rows=max_rows, p_trigger="sql")
         )
 
+    # -- pg_cron: here, or in the database named by cron.database_name ----------------------
+    def cron_database(self) -> str | None:
+        """memori.cleanup_cron_database: where pg_cron lives (this database, another one, or None)."""
+        return self._db.call(CLEANUP_CRON_DATABASE)  # type: ignore[no-any-return]
+
+    def _elsewhere(self) -> str | None:
+        """The pg_cron database when it is not this one."""
+        with self._db.transaction() as cur:
+            here = cur.execute("select current_database()").fetchone()[0]  # type: ignore[index]
+        there = self.cron_database()
+        return there if there is not None and there != here else None
+
+    def _in_cron_database(self, database: str, statement: str) -> list[dict[str, Any]]:
+        """Run one statement written by memori.cleanup_*_sql in the pg_cron database (same server, same login)."""
+        with wrap_exceptions(), psycopg.connect(make_conninfo(self._db.dsn, dbname=database),
+                                                autocommit=True, connect_timeout=10) as conn:
+            with conn.cursor(row_factory=dict_row) as cur:
+                cur.execute(statement.encode())
+                return cur.fetchall()
+
     def schedule(self, cron: str | None = None, *, job_name: str | None = None) -> int:
-        """memori.cleanup_schedule: register or update the pg_cron job; returns its id."""
-        return self._db.call(CLEANUP_SCHEDULE, **given(p_cron=cron, p_job_name=job_name))  # type: ignore[no-any-return]
+        """Register or update the pg_cron job; returns its id.
+
+        memori.cleanup_schedule when pg_cron is in this database; when it lives in the database named
+        by cron.database_name, the statement of memori.cleanup_schedule_sql (cron.schedule_in_database)
+        is run there.
+        """
+        there = self._elsewhere()
+        if there is None:
+            return self._db.call(  # type: ignore[no-any-return]
+                CLEANUP_SCHEDULE, **given(p_cron=cron, p_job_name=job_name))
+        statement = self._db.call(CLEANUP_SCHEDULE_SQL, **given(p_cron=cron, p_job_name=job_name))
+        return int(next(iter(self._in_cron_database(there, statement)[0].values())))
 
     def unschedule(self, *, job_name: str | None = None) -> bool:
-        """memori.cleanup_unschedule: False when there was no job."""
-        return self._db.call(CLEANUP_UNSCHEDULE, **given(p_job_name=job_name))  # type: ignore[no-any-return]
+        """Remove the pg_cron job (here or in the pg_cron database); False when there was none."""
+        there = self._elsewhere()
+        if there is None:
+            return self._db.call(CLEANUP_UNSCHEDULE, **given(p_job_name=job_name))  # type: ignore[no-any-return]
+        statement = self._db.call(CLEANUP_UNSCHEDULE_SQL, **given(p_job_name=job_name))
+        return bool(next(iter(self._in_cron_database(there, statement)[0].values())))
 
     def job(self, *, job_name: str | None = None, now: datetime | None = None) -> CleanupJob | None:
-        """memori.cleanup_job: the scheduled job, last and next run; None without pg_cron or job."""
-        return self._db.call(CLEANUP_JOB, **given(p_job_name=job_name, p_now=now))  # type: ignore[no-any-return]
+        """The scheduled job, its last and next run; None without pg_cron or job (wherever pg_cron lives)."""
+        there = self._elsewhere()
+        if there is None:
+            return self._db.call(CLEANUP_JOB, **given(p_job_name=job_name, p_now=now))  # type: ignore[no-any-return]
+        found = self._in_cron_database(there, self._db.call(CLEANUP_JOB_SQL, **given(p_job_name=job_name)))
+        if not found:
+            return None
+        row = found[0]
+        return CleanupJob(**row, next_run=self.next_run(row["schedule"], after=now))
 
     def runs(self, *, limit: int | None = None) -> list[CleanupRun]:
         """memori.cleanup_runs_recent: the latest runs, newest first."""

@@ -112,6 +112,12 @@ class PgCronMissing(PymemdbError):
     sqlstate = "PM030"
 
 
+class PgCronElsewhere(PgCronMissing):
+    """PM012: pg_cron lives in another database (cron.database_name); schedule from there."""
+
+    sqlstate = "PM012"
+
+
 class AccessError(PymemdbError):
     """Base of the errors about who may act on which rows."""
 
@@ -383,6 +389,7 @@ _BY_SQLSTATE: dict[str, type[PymemdbError]] = {
         CleanupRunNotActive,
         CleanupLockTimeout,
         PgCronMissing,
+        PgCronElsewhere,
         WrongUser,
         AccessDenied,
         ContextTooSmall,

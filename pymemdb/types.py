@@ -84,6 +84,8 @@ class CleanupRun:
     cursor_expires: datetime | None
     cursor_table: str | None
     cursor_row_id: str | None
+    skipped: int  # rows left to the next run: a writer held them at every attempt
+    retried: int  # batches retried after a deadlock or lock timeout
 
 
 @dataclass(frozen=True)
@@ -96,6 +98,7 @@ class CleanupBatch:
     deleted_by_table: dict[str, int]
     remaining: int
     done: bool
+    skipped: int  # rows of this batch a writer held: tried again at the end of the run
 
 
 @dataclass(frozen=True)
@@ -112,6 +115,7 @@ class CleanupSummary:
     deleted_by_table: dict[str, int]
     seconds: Decimal
     error: str | None
+    skipped: int  # rows left to the next run: a writer held them at every attempt
 
 
 @dataclass(frozen=True)

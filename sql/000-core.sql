@@ -5,7 +5,7 @@
 -- settings (seeded defaults; a DBA changes them with UPDATE, re-install keeps them)
 insert into memori.settings (key, value, description) values
   ('cleanup.enabled', 'true', 'Master switch: false makes cleanup_preview empty and cleanup runs delete nothing.'),
-  ('cleanup.lock_timeout_ms', '2000', 'lock_timeout of each cleanup batch; a batch that waits longer is retried at half size.'),
+  ('cleanup.lock_timeout_ms', '2000', 'lock_timeout of each cleanup batch (its rows are locked with SKIP LOCKED; this bounds other waits); a batch that waits longer is retried at half size.'),
   ('cleanup.plan_chunk_rows', '50000', 'A cleanup run plans this many rows per transaction (keeps planning transactions short).'),
   ('cleanup.batch_pause_ms', '5', 'Pause between cleanup batches (CLI, client and cleanup_run), leaving CPU and I/O to the workload.'),
   ('cleanup.statement_timeout_ms', '5000', 'statement_timeout the CLI sets on each cleanup batch transaction.'),
@@ -74,6 +74,20 @@ set search_path = pg_catalog, memori, pg_temp;
 comment on function memori._check_identifier(text, text, integer) is 'Validate an identifier argument (non-empty, bounded, no control characters); raises PM001.';
 
 -------------------------------------------------------------------------------
+-- _check_cap: every row cap of the API (NULL = no cap, else >= 0)
+create or replace function memori._check_cap(p_name text, p_value integer) returns void
+as $func$
+begin
+  if p_value is not null and p_value < 0 then
+    perform memori._invalid(format('%s must be NULL (no cap) or >= 0, got %s', p_name, p_value),
+                            format('Omit %s for no cap, or pass 0 or a positive number of rows.', p_name));
+  end if;
+end
+$func$ language plpgsql immutable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._check_cap(text, integer) is 'Validate a row cap: NULL (no cap) or >= 0; raises PM001 naming the argument.';
+
+-------------------------------------------------------------------------------
 -- _check_batch: batch size and row cap of the retention engine
 create or replace function memori._check_batch(p_batch_size integer, p_max_rows integer) returns void
 as $func$
@@ -82,10 +96,7 @@ begin
     perform memori._invalid(format('batch size must be between 1 and 100000, got %s', coalesce(p_batch_size::text, 'NULL')),
                             'Use a batch size such as 1000: small batches keep each transaction short.');
   end if;
-  if p_max_rows is not null and p_max_rows < 0 then
-    perform memori._invalid(format('max rows must be NULL (no cap) or >= 0, got %s', p_max_rows),
-                            'Omit max rows to delete every expired row, or pass a positive cap.');
-  end if;
+  perform memori._check_cap('max rows', p_max_rows);
 end
 $func$ language plpgsql immutable security invoker
 set search_path = pg_catalog, memori, pg_temp;

@@ -11,6 +11,13 @@
 -- A row is expired when expires_at <= p_now; reads show it while
 -- expires_at > p_now. The boundary second belongs to "expired".
 
+-- settings of the cleaner's lock handling (issue 16; a DBA's values are kept)
+insert into memori.settings (key, value, description) values
+  ('cleanup.skip_retries', '3', 'A planned row a writer holds is skipped (never waited for) and tried again this many times at the end of the run, then left to the next run.'),
+  ('cleanup.skip_retry_pause_ms', '50', 'Pause before each new attempt at rows skipped because a writer held them.'),
+  ('cleanup.lock_retries', '5', 'A cleanup batch that loses a deadlock or hits lock_timeout is retried at half the size this many times before PM022.')
+on conflict (key) do nothing;
+
 comment on table memori.retention_tables is 'Registry of retention-managed tables and their candidate views (memori.retention_register).';
 comment on table memori.retention_policies is 'Retention policy per (table, kind): priority (lower is cleaned first), retention, preserve-important, cleanup on/off; kind * is the table default.';
 comment on table memori.cleanup_runs is 'One row per cleanup run: trigger, status, planned/deleted counts, batches, error.';
@@ -217,12 +224,15 @@ comment on function memori.cleanup_preview(timestamptz, integer, integer) is 'Ro
 create or replace function memori.cleanup_count(p_now timestamptz default now(), p_max_rows integer default null)
 returns bigint
 as $func$
-  select least(count(*), p_max_rows)
-    from memori.retention_candidates c
-   where c.expires_at is not null
-     and c.expires_at <= p_now
-     and c.deletable
-$func$ language sql stable security invoker
+begin
+  perform memori._check_cap('max rows', p_max_rows);
+  return (select least(count(*), p_max_rows)
+            from memori.retention_candidates c
+           where c.expires_at is not null
+             and c.expires_at <= p_now
+             and c.deletable);
+end
+$func$ language plpgsql stable security invoker
 set search_path = pg_catalog, memori, pg_temp;
 comment on function memori.cleanup_count(timestamptz, integer) is 'Number of rows cleanup_preview would return (cheaper: no ordering).';
 
@@ -266,6 +276,21 @@ set search_path = pg_catalog, memori, pg_temp;
 comment on function memori._cleanup_lock_held() is 'True when this session holds the cleanup advisory lock.';
 
 -------------------------------------------------------------------------------
+-- _cleanup_clock: when a run's own records (events) happen
+-- A run acts as of p_as_of. Its events are dated by the real clock, or by
+-- p_as_of when that is later: events dated by the clock of a run that looks
+-- ahead (memori-cleanup execute --now 2027-01-01) would already be due at
+-- that run's as_of, so the run (a later plan chunk, or the next run at the
+-- same --now) would delete its own records and execute would delete more
+-- than preview showed (issue 16). Dated by as_of they expire after it.
+create or replace function memori._cleanup_clock(p_as_of timestamptz) returns timestamptz
+as $func$
+  select greatest(clock_timestamp(), p_as_of)
+$func$ language sql volatile security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._cleanup_clock(timestamptz) is 'Time stamp of a cleanup run''s own events: the real clock, or the run''s as_of when that is later (so a run never finds its own events due).';
+
+-------------------------------------------------------------------------------
 -- _retention_expiry_events: <prefix>.expired / .expiring_soon since the last run
 -- For tables registered with an event prefix: rows that expired, or entered
 -- the warning window, between the previous run's as_of and this run's.
@@ -296,7 +321,7 @@ begin
         perform memori._event_emit(v_table.event_prefix || '.' || v_event.kind,
                   jsonb_build_object('run_id', p_run_id, 'count', v_event.n, 'ids', v_event.ids,
                                      'since', v_since, 'as_of', v_run.as_of),
-                  clock_timestamp());
+                  memori._cleanup_clock(v_run.as_of));
       end if;
     end loop;
   end loop;
@@ -463,15 +488,30 @@ comment on function memori.cleanup_begin(timestamptz, integer, integer, text) is
 
 -------------------------------------------------------------------------------
 -- _cleanup_delete_range: delete the planned rows seq lo..hi that are still due
-create or replace function memori._cleanup_delete_range(p_run memori.cleanup_runs, p_lo integer, p_hi integer)
-returns jsonb
+-- A cleaner never waits for a row a writer holds, so it can never be one end
+-- of a deadlock with it (issue 16): the batch's rows are locked in id order
+-- with SKIP LOCKED, re-checking expiry on the latest row version, and only
+-- the locked rows are deleted. A row skipped because another transaction
+-- holds it stays in the plan (attempts + 1) and is tried again when the plan
+-- is done; after cleanup.skip_retries attempts it is left to the next run.
+-- Only rows still due are reported as skipped: a row a writer extended and
+-- committed is simply no longer due. On an idle database nothing is skipped
+-- and the rows deleted are exactly the preview's.
+drop function if exists memori._cleanup_delete_range(memori.cleanup_runs, integer, integer);
+create or replace function memori._cleanup_delete_range(
+  p_run memori.cleanup_runs, p_lo integer, p_hi integer,
+  out o_counts jsonb, out o_skipped integer, out o_left integer
+)
 as $func$
 declare
   v_table   record;
   v_deleted integer;
   v_ids     jsonb;
-  v_counts  jsonb := '{}'::jsonb;
+  v_skipped integer[];
+  v_all     integer[] := '{}';
+  v_tries   integer := coalesce(memori._setting('cleanup.skip_retries')::int, 3);
 begin
+  o_counts := '{}'::jsonb;
   for v_table in
     select t.table_name, t.relation, t.candidate_view, t.id_column, t.event_prefix,
            format_type(a.atttypid, a.atttypmod) as id_type, count(*)::integer as checked
@@ -482,38 +522,70 @@ begin
      group by t.table_name, t.relation, t.candidate_view, t.id_column, t.event_prefix, a.atttypid, a.atttypmod
      order by t.table_name
   loop
-    -- The expiry and preserve-important conditions are checked again inside
-    -- the DELETE: a writer that extended a TTL or marked a row important after
-    -- the plan was written wins, and the row stays.
+    -- The expiry and preserve-important conditions are checked again under
+    -- the row lock: a writer that extended a TTL or marked a row important
+    -- after the plan was written wins, and the row stays.
     -- (the candidate view is consulted only for rows whose policy preserves
     -- important rows: the common case costs one primary-key probe per row)
     execute format(
-      'with gone as ('
-      '  delete from %1$s t using memori.cleanup_queue q'
+      'with batch as materialized ('
+      '  select q.seq, q.row_id::%4$s as id, q.preserve_important from memori.cleanup_queue q'
       '   where q.run_id = $1 and q.seq between $2 and $3 and q.table_name = $4'
-      '     and t.%3$I = q.row_id::%4$s'
+      '), locked as materialized ('
+      '  select t.%3$I as id from %1$s t'
+      '   where t.%3$I in (select b.id from batch b)'
       '     and t.expires_at is not null and t.expires_at <= $5'
-      '     and not (q.preserve_important'
+      '   order by t.%3$I'
+      '     for update of t skip locked'
+      '), gone as ('
+      '  delete from %1$s t'
+      '   using (select b.id, b.preserve_important from batch b join locked l on l.id = b.id order by b.seq) x'
+      '   where t.%3$I = x.id'
+      '     and not (x.preserve_important'
       '              and exists (select 1 from %2$s v where v.id = t.%3$I and v.important))'
-      '  returning t.%3$I::text as id)'
-      ' select count(*)::integer, case when $6 then coalesce(jsonb_agg(id), ''[]'') end from gone',
+      '  returning t.%3$I::text as id'
+      '), skipped as ('
+      '  select b.seq from batch b'
+      '   where not exists (select 1 from locked l where l.id = b.id)'
+      '     and exists (select 1 from %1$s t where t.%3$I = b.id'
+      '                    and t.expires_at is not null and t.expires_at <= $5)'
+      ')'
+      ' select (select count(*)::integer from gone),'
+      '        case when $6 then (select coalesce(jsonb_agg(id), ''[]'') from gone) end,'
+      '        (select coalesce(array_agg(seq), ''{}'') from skipped)',
       v_table.relation, v_table.candidate_view, v_table.id_column, v_table.id_type)
       using p_run.id, p_lo, p_hi, v_table.table_name, p_run.as_of, v_table.event_prefix is not null
-      into v_deleted, v_ids;
-    v_counts := v_counts || jsonb_build_object(v_table.table_name, v_deleted);
+      into v_deleted, v_ids, v_skipped;
+    o_counts := o_counts || jsonb_build_object(v_table.table_name, v_deleted);
+    v_all := v_all || v_skipped;
     if v_table.event_prefix is not null then
       perform memori._event_emit(v_table.event_prefix || '.cleaned_up',
-                jsonb_build_object('run_id', p_run.id, 'ids', v_ids, 'count', v_deleted), clock_timestamp());
+                jsonb_build_object('run_id', p_run.id, 'ids', v_ids, 'count', v_deleted),
+                memori._cleanup_clock(p_run.as_of));
       perform memori._event_emit(v_table.event_prefix || '.cleanup_batch_completed',
                 jsonb_build_object('run_id', p_run.id, 'deleted_count', v_deleted, 'total_checked', v_table.checked),
-                clock_timestamp());
+                memori._cleanup_clock(p_run.as_of));
     end if;
   end loop;
-  return v_counts;
+
+  -- the plan keeps the skipped rows (one more attempt each) and drops the rest of the range;
+  -- a row skipped cleanup.skip_retries + 1 times is left to the next run
+  o_skipped := cardinality(v_all);
+  delete from memori.cleanup_queue q
+   where q.run_id = p_run.id and q.seq between p_lo and p_hi and q.seq <> all (v_all);
+  o_left := 0;
+  if o_skipped > 0 then
+    update memori.cleanup_queue q set attempts = q.attempts + 1
+     where q.run_id = p_run.id and q.seq = any (v_all);
+    -- (a separate statement: one statement cannot delete the rows it has just updated)
+    delete from memori.cleanup_queue q
+     where q.run_id = p_run.id and q.seq = any (v_all) and q.attempts > v_tries;
+    get diagnostics o_left = row_count;
+  end if;
 end
 $func$ language plpgsql volatile security invoker
 set search_path = pg_catalog, memori, pg_temp;
-comment on function memori._cleanup_delete_range(memori.cleanup_runs, integer, integer) is 'Delete planned rows seq lo..hi of a run that are still expired and deletable; returns counts per table.';
+comment on function memori._cleanup_delete_range(memori.cleanup_runs, integer, integer) is 'Delete the planned rows seq lo..hi of a run that are still due, locking them in id order with SKIP LOCKED (never waiting for a writer); returns counts per table, rows skipped (kept in the plan for another attempt) and rows left to the next run.';
 
 -------------------------------------------------------------------------------
 -- _jsonb_add_counts: {"a": 1} + {"a": 2, "b": 1} = {"a": 3, "b": 1}
@@ -527,6 +599,12 @@ comment on function memori._jsonb_add_counts(jsonb, jsonb) is 'Add two {key: cou
 
 -------------------------------------------------------------------------------
 -- cleanup_batch: delete the next batch of a run
+-- First the plan in order, batch by batch; then the rows skipped because a
+-- writer held them, again, in batches, after cleanup.skip_retry_pause_ms.
+-- A batch that loses a deadlock (40P01) or hits lock_timeout (55P03) anyway
+-- (e.g. on a cascade) is rolled back whole (the block is a subtransaction)
+-- and retried at half the size, up to cleanup.lock_retries times: the retry
+-- policy lives here, not in the clients.
 create or replace function memori.cleanup_batch(p_run_id bigint, p_batch_size integer default null)
 returns memori.cleanup_batch_result
 as $func$
@@ -535,8 +613,12 @@ declare
   v_size         integer;
   v_lo           integer;
   v_hi           integer;
-  v_counts       jsonb;
+  v_again        boolean := false;
+  v_range        record;
   v_deleted      integer;
+  v_retried      integer := 0;
+  v_retries      integer := coalesce(memori._setting('cleanup.lock_retries')::int, 5);
+  v_pending      integer;
   v_lock_timeout text := current_setting('lock_timeout');
   v_result       memori.cleanup_batch_result;
 begin
@@ -556,58 +638,72 @@ begin
   if v_run.next_seq > v_run.planned then
     perform memori._cleanup_plan_chunk(v_run.id);  -- no-op once every due row is planned
     select * into v_run from memori.cleanup_runs where id = p_run_id;
-    if v_run.next_seq > v_run.planned then
-      v_result := (v_run.id, v_run.batches, 0, '{}'::jsonb, 0, true);
+  end if;
+  if v_run.next_seq <= v_run.planned then
+    v_lo := v_run.next_seq;
+    v_hi := least(v_lo + v_size - 1, v_run.planned);
+  else
+    -- the plan is done: the rows skipped because a writer held them, oldest first
+    select min(s.seq), max(s.seq) into v_lo, v_hi
+      from (select q.seq from memori.cleanup_queue q
+             where q.run_id = v_run.id and q.seq < v_run.next_seq order by q.seq limit v_size) s;
+    if v_lo is null then
+      v_result := (v_run.id, v_run.batches, 0, '{}'::jsonb, 0, true, 0);
       return v_result;
     end if;
+    v_again := true;
+    perform pg_sleep(coalesce(memori._setting('cleanup.skip_retry_pause_ms')::numeric, 50) / 1000);
   end if;
 
-  -- A batch that cannot get its row locks within lock_timeout is rolled back
-  -- whole (the block is a subtransaction) and retried at half the size.
-  v_lo := v_run.next_seq;
   loop
-    v_hi := least(v_lo + v_size - 1, v_run.planned);
     begin
       perform set_config('lock_timeout',
                          (coalesce(memori._setting('cleanup.lock_timeout_ms')::int, 2000))::text || 'ms', true);
-      v_counts := memori._cleanup_delete_range(v_run, v_lo, v_hi);
+      v_range := memori._cleanup_delete_range(v_run, v_lo, v_hi);
       exit;
-    exception when lock_not_available then
-      if v_size = 1 then
+    exception when deadlock_detected or lock_not_available then
+      v_retried := v_retried + 1;
+      if v_retried > v_retries then
         perform set_config('lock_timeout', v_lock_timeout, true);
-        raise exception 'cleanup batch of run % could not lock its rows', p_run_id
+        raise exception 'cleanup batch of run % could not lock its rows (% retries)', p_run_id, v_retries
           using errcode = 'PM022',
-                hint = 'A long transaction holds row locks on expired rows; the run can be resumed by calling cleanup_batch again.';
+                hint = 'A long transaction holds row locks the cleanup needs; the run can be resumed by calling cleanup_batch again.';
       end if;
-      v_size := greatest(1, v_size / 2);
+      v_hi := v_lo + greatest(0, (v_hi - v_lo + 1) / 2 - 1);
     end;
   end loop;
   perform set_config('lock_timeout', v_lock_timeout, true);
 
-  select coalesce(sum(value::int), 0) into v_deleted from jsonb_each_text(v_counts);
-  delete from memori.cleanup_queue where run_id = v_run.id and seq between v_lo and v_hi;
+  select coalesce(sum(value::int), 0) into v_deleted from jsonb_each_text(v_range.o_counts);
 
   update memori.cleanup_runs r
-     set next_seq = v_hi + 1,
+     set next_seq = case when v_again then r.next_seq else v_hi + 1 end,
          batches = r.batches + 1,
          deleted = r.deleted + v_deleted,
-         deleted_by_table = memori._jsonb_add_counts(r.deleted_by_table, v_counts)
+         deleted_by_table = memori._jsonb_add_counts(r.deleted_by_table, v_range.o_counts),
+         skipped = r.skipped + v_range.o_left,
+         retried = r.retried + v_retried
    where r.id = v_run.id
   returning * into v_run;
 
   perform memori._event_emit('cleanup.batch_completed',
             jsonb_build_object('run_id', v_run.id, 'batch', v_run.batches, 'deleted_count', v_deleted,
                                'total_checked', v_hi - v_lo + 1,
-                               'deleted_by_table', v_counts),
-            clock_timestamp());
+                               'deleted_by_table', v_range.o_counts,
+                               'skipped', v_range.o_skipped, 'retried', v_retried),
+            memori._cleanup_clock(v_run.as_of));
 
-  v_result := (v_run.id, v_run.batches, v_deleted, v_counts, v_run.planned - v_hi,
-               v_hi >= v_run.planned and v_run.plan_done);
+  select count(*)::integer into v_pending
+    from memori.cleanup_queue q where q.run_id = v_run.id and q.seq < v_run.next_seq;
+  v_result := (v_run.id, v_run.batches, v_deleted, v_range.o_counts,
+               greatest(v_run.planned - v_run.next_seq + 1, 0) + v_pending,
+               v_run.next_seq > v_run.planned and v_run.plan_done and v_pending = 0,
+               v_range.o_skipped);
   return v_result;
 end
 $func$ language plpgsql volatile security invoker
 set search_path = pg_catalog, memori, pg_temp;
-comment on function memori.cleanup_batch(bigint, integer) is 'Delete the next batch of a running cleanup (call once per transaction); lock waits are bounded and retried at half size.';
+comment on function memori.cleanup_batch(bigint, integer) is 'Delete the next batch of a running cleanup (call once per transaction): never waits for a row a writer holds (skipped, tried again at the end, else left to the next run); a deadlock or lock timeout is retried at half size.';
 
 -------------------------------------------------------------------------------
 -- cleanup_finish: close a run, release the lock, report
@@ -634,7 +730,7 @@ begin
             jsonb_build_object('run_id', v_run.id, 'status', v_run.status, 'trigger', v_run.trigger,
                                'deleted_count', v_run.deleted, 'planned', v_run.planned,
                                'deleted_by_table', v_run.deleted_by_table),
-            clock_timestamp());
+            memori._cleanup_clock(v_run.as_of));
 
   -- a session-level lock (cleanup_begin) is released here; a transaction-level
   -- one (cleanup_execute) goes with the transaction
@@ -644,7 +740,8 @@ begin
 
   v_summary := (v_run.id, v_run.status, v_run.trigger, v_run.as_of, v_run.planned, v_run.deleted,
                 v_run.batches, v_run.deleted_by_table,
-                round(extract(epoch from v_run.finished_at - v_run.started_at)::numeric, 3), v_run.error);
+                round(extract(epoch from v_run.finished_at - v_run.started_at)::numeric, 3), v_run.error,
+                v_run.skipped);
   return v_summary;
 end
 $func$ language plpgsql volatile security invoker

@@ -121,22 +121,96 @@ set search_path = pg_catalog, memori, pg_temp;
 comment on function memori.cron_next_run(text, timestamptz) is 'Validate a pg_cron schedule (5 fields, @macros or ''N seconds'') and return its next run after p_after, in UTC; raises PM001.';
 
 -------------------------------------------------------------------------------
--- _require_pg_cron: PM030 unless pg_cron is installed in this database
+-- cleanup_cron_database: where pg_cron lives, seen from this database
+-- pg_cron is installed in one database per server, cron.database_name
+-- (usually postgres on managed services); its GUC is visible from every
+-- database once the library is preloaded.
+create or replace function memori.cleanup_cron_database() returns text
+as $func$
+  select case when exists (select 1 from pg_catalog.pg_extension where extname = 'pg_cron')
+              then current_database()
+              else nullif(current_setting('cron.database_name', true), '') end
+$func$ language sql stable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori.cleanup_cron_database() is 'The database pg_cron lives in: this one if the extension is installed here, else cron.database_name when pg_cron is preloaded, else NULL.';
+
+-------------------------------------------------------------------------------
+-- _require_pg_cron: PM030 without pg_cron; PM012 when it lives in another database
 create or replace function memori._require_pg_cron() returns void
 as $func$
+declare
+  v_cron_db text := memori.cleanup_cron_database();
 begin
-  if not exists (select 1 from pg_catalog.pg_extension where extname = 'pg_cron') then
+  if v_cron_db is null then
     raise exception 'pg_cron is not installed in database %', current_database()
       using errcode = 'PM030',
             detail = 'Scheduled cleanup inside the database needs the pg_cron extension.',
             hint = 'Run "memori-cleanup execute --yes" from the system cron instead (e.g. 0 3 * * *), '
                    'or install pg_cron: shared_preload_libraries = ''pg_cron'', cron.database_name = '''
                    || current_database() || ''', then CREATE EXTENSION pg_cron.';
+  elsif v_cron_db <> current_database() then
+    raise exception 'pg_cron lives in database %, not in %', v_cron_db, current_database()
+      using errcode = 'PM012',
+            detail = 'pg_cron jobs for other databases are created in its own database with cron.schedule_in_database.',
+            hint = format('Use "memori-cleanup schedule" (it connects to %s), or run in database %s the statement '
+                          'that memori.cleanup_schedule_sql() returns here.', v_cron_db, v_cron_db);
   end if;
 end
 $func$ language plpgsql stable security invoker
 set search_path = pg_catalog, memori, pg_temp;
-comment on function memori._require_pg_cron() is 'Raise PM030 with a hint when pg_cron is not installed in this database.';
+comment on function memori._require_pg_cron() is 'Raise PM030 when pg_cron is not available, PM012 when it lives in another database (cron.database_name).';
+
+-------------------------------------------------------------------------------
+-- cleanup_schedule_sql: the statement a DBA runs in the pg_cron database
+create or replace function memori.cleanup_schedule_sql(
+  p_cron     text default '0 3 * * *',
+  p_job_name text default 'memori-cleanup'
+) returns text
+as $func$
+begin
+  perform memori._check_identifier('job name', p_job_name, 64);
+  perform memori.cron_next_run(p_cron);  -- PM001 for a bad schedule
+  return format('select cron.schedule_in_database(%L, %L, %L, %L)',
+                p_job_name, btrim(p_cron), 'CALL memori.cleanup_run(p_trigger => ''cron'')', current_database());
+end
+$func$ language plpgsql stable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori.cleanup_schedule_sql(text, text) is 'The statement to run in the pg_cron database (cron.database_name) to schedule this database''s cleanup with cron.schedule_in_database; returns the job id there.';
+
+-------------------------------------------------------------------------------
+-- cleanup_unschedule_sql: the statement that removes that job, in the pg_cron database
+create or replace function memori.cleanup_unschedule_sql(p_job_name text default 'memori-cleanup') returns text
+as $func$
+begin
+  perform memori._check_identifier('job name', p_job_name, 64);
+  return format('select coalesce(bool_or(cron.unschedule(j.jobid)), false) from cron.job j '
+                'where j.jobname = %L and j.database = %L and j.username = current_user',
+                p_job_name, current_database());
+end
+$func$ language plpgsql stable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori.cleanup_unschedule_sql(text) is 'The statement to run in the pg_cron database to remove this database''s cleanup job; returns whether there was one.';
+
+-------------------------------------------------------------------------------
+-- cleanup_job_sql: the query of the job and its last run, in the pg_cron database
+create or replace function memori.cleanup_job_sql(p_job_name text default 'memori-cleanup') returns text
+as $func$
+begin
+  perform memori._check_identifier('job name', p_job_name, 64);
+  -- casts: pg_cron's column types vary between versions (jobname is name in 1.4)
+  return format(
+    'select j.jobid::bigint as job_id, j.jobname::text as job_name, j.schedule::text as schedule, '
+    '       j.command::text as command, j.active::boolean as active, d.status::text as last_status, '
+    '       d.start_time::timestamptz as last_start, d.return_message::text as last_message '
+    '  from cron.job j '
+    '  left join lateral (select status, start_time, return_message from cron.job_run_details r '
+    '                      where r.jobid = j.jobid order by r.start_time desc nulls last limit 1) d on true '
+    ' where j.jobname = %L and j.database = %L',
+    p_job_name, current_database());
+end
+$func$ language plpgsql stable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori.cleanup_job_sql(text) is 'The query to run in the pg_cron database for this database''s cleanup job and its last run (next run: memori.cron_next_run(schedule)).';
 
 -------------------------------------------------------------------------------
 -- cleanup_schedule: run the cleanup on a pg_cron schedule
@@ -173,7 +247,8 @@ declare
 begin
   perform memori._check_identifier('job name', p_job_name, 64);
   perform memori._require_pg_cron();
-  execute 'select exists (select 1 from cron.job where jobname = $1 and username = current_user)'
+  execute 'select exists (select 1 from cron.job where jobname = $1 and username = current_user '
+          '                 and database = current_database())'
      into v_exists using p_job_name;
   if not v_exists then
     return false;
@@ -204,7 +279,7 @@ begin
        from cron.job j
        left join lateral (select status, start_time, return_message from cron.job_run_details r
                            where r.jobid = j.jobid order by r.start_time desc nulls last limit 1) d on true
-      where j.jobname = $1'
+      where j.jobname = $1 and j.database = current_database()'
     using p_job_name, p_now;
 end
 $func$ language plpgsql stable security invoker

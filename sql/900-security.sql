@@ -121,9 +121,13 @@ begin
 
   -- memori_cleaner: find and delete expired rows, record runs
   grant select, delete on memori.memories, memori.events, memori.checkpoints to memori_cleaner;
+  -- SELECT ... FOR UPDATE SKIP LOCKED (a batch locks its rows without waiting for writers) needs
+  -- UPDATE on a column; the cleaner_lock policy's WITH CHECK (false) lets it change nothing
+  grant update (id) on memori.memories, memori.events, memori.checkpoints to memori_cleaner;
   grant insert on memori.events to memori_cleaner;
   grant select, insert, update on memori.cleanup_runs to memori_cleaner;
   grant select, insert, delete on memori.cleanup_queue to memori_cleaner;
+  grant update (attempts) on memori.cleanup_queue to memori_cleaner;
   grant select on memori.retention_rows, memori.retention_candidates, memori.retention_status,
                   memori.cleanup_status, memori._retention_memories, memori._retention_events,
                   memori._retention_checkpoints, memori.checkpoint_expiry_status
@@ -370,6 +374,9 @@ begin
                      'using (expires_at <= now())', v_t.tbl);
       execute format('create policy cleaner_delete on memori.%I for delete to memori_cleaner '
                      'using (expires_at <= now())', v_t.tbl);
+      -- row locks only (FOR UPDATE SKIP LOCKED): no row it may lock can be changed
+      execute format('create policy cleaner_lock on memori.%I for update to memori_cleaner '
+                     'using (expires_at <= now()) with check (false)', v_t.tbl);
     end if;
   end loop;
 
@@ -486,3 +493,23 @@ begin
                  'and s.user_id = %s))', v_app, v_cur);
 end
 $rls$;
+
+-- The cleaner locks a batch's rows with SELECT ... FOR UPDATE SKIP LOCKED
+-- before deleting them (never waiting for a writer, issue 16), which needs
+-- UPDATE on a column: the id column of every managed table it may delete
+-- from. Under row-level security its cleaner_lock policy (WITH CHECK false)
+-- lets it change nothing.
+do $cleaner_lock$
+declare
+  v_t record;
+begin
+  if not exists (select 1 from pg_catalog.pg_roles where rolname = 'memori_cleaner') then
+    return;
+  end if;
+  for v_t in select t.relation, t.id_column from memori.retention_tables t
+              where pg_catalog.has_table_privilege('memori_cleaner', t.relation, 'DELETE')
+  loop
+    execute format('grant update (%I) on %s to memori_cleaner', v_t.id_column, v_t.relation);
+  end loop;
+end
+$cleaner_lock$;

@@ -142,3 +142,24 @@ def pgcron_dsn(pgcron_server: str) -> Iterator[str]:
     reset()
     yield pgcron_server
     reset()
+
+
+@pytest.fixture(scope="session")
+def pgcron_other_server(pgcron_server: str) -> str:
+    """DSN of memori_mem on the pg_cron test server: a database without pg_cron (it lives in memori_cron)."""
+    url = make_conninfo(pgcron_server, dbname="memori_mem")
+    install(url)
+    return url
+
+
+@pytest.fixture
+def pgcron_other_dsn(pgcron_other_server: str, pgcron_dsn: str) -> Iterator[str]:
+    """memori_mem, emptied of pymemdb rows before and after each test (pgcron_dsn clears the jobs)."""
+
+    def reset() -> None:
+        with psycopg.connect(pgcron_other_server, autocommit=True) as c:
+            c.execute("truncate memori.memories, memori.events, memori.cleanup_runs, memori.cleanup_queue")
+
+    reset()
+    yield pgcron_other_server
+    reset()

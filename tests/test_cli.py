@@ -6,7 +6,7 @@ import json
 import shutil
 import subprocess
 import sysconfig
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import psycopg
@@ -66,7 +66,10 @@ def test_execute_while_locked_exits_3(env: str) -> None:
     ("args", "code", "text"),
     [
         (["execute", "--yes", "--batch-size", "0"], 2, "batch size must be between 1 and 100000"),
-        (["execute", "--yes", "--max-rows", "-1"], 2, "max rows"),
+        (["execute", "--yes", "--max-rows", "-1"], 2, "--max-rows must be >= 0, got -1"),
+        (["preview", "--limit", "-1"], 2, "--limit must be >= 0, got -1"),
+        (["preview", "--max-rows", "-1"], 2, "--max-rows must be >= 0"),
+        (["status", "--runs", "-1"], 2, "limit must be between 1 and 1000"),
         (["schedule", "61 * * * *"], 2, "outside 0-59"),
         (["schedule"], 1, "pg_cron is not installed"),
         (["unschedule"], 1, "memori-cleanup execute"),
@@ -79,6 +82,8 @@ def test_errors_are_one_line_with_exit_codes(env: str, args: list[str], code: in
     assert result.exit_code == code, result.output
     assert text in result.output
     assert "Traceback" not in result.output
+    if code == 2 and "Invalid value" not in text and "No such" not in text:
+        assert result.stderr.count("\n") == 1, "one line"
 
 
 def test_unreachable_database_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -137,3 +142,48 @@ def test_demo_runs_in_a_scratch_database(env: str) -> None:
     assert "deleted 4 of 4" in result.output
     with psycopg.connect(env) as conn:
         assert conn.execute("select count(*) from memori.memories").fetchone() == (0,), "user data untouched"
+
+
+DELETE_LOG = """
+create table public.delete_log (table_name text, id text, n serial);
+create function public.log_delete() returns trigger language plpgsql as
+  $$ begin insert into public.delete_log (table_name, id) values (tg_table_name, old.id::text); return old; end $$;
+create trigger log_delete after delete on memori.memories for each row execute function public.log_delete();
+create trigger log_delete after delete on memori.events for each row execute function public.log_delete();
+create trigger log_delete after delete on memori.checkpoints for each row execute function public.log_delete();
+"""
+
+
+def test_preview_then_execute_delete_the_same_list(env: str) -> None:
+    """Issue 16 item 3: `preview --now X` then `execute --now X --yes` on an idle database, compared row by row.
+
+    The database has a history: a cleanup and checkpoints ran at the real clock, so there are events
+    (kept 30 days from when they happened) that a --now a year ahead finds expired; and the tool itself
+    writes events (cleanup.batch_completed, checkpoint.expired, ...) while it runs.
+    """
+    with psycopg.connect(env, autocommit=True) as conn:
+        for i in range(6):  # due at --now, not at the real clock
+            memory(conn, f"ns_{i % 2}", datetime(2027, 1, 1, tzinfo=UTC) - timedelta(seconds=i + 1))
+        for i in range(3):
+            conn.execute("select memori.session_checkpoint_save('api', %s, 'x', '{}'::jsonb, %s)",
+                         (f"u{i}", T0 - timedelta(days=40)))
+            # automatic checkpoints (30 days) that expire before --now: the run reports them as
+            # checkpoint.expired / expiring_soon events
+            conn.execute("select memori.checkpoint_create('s1', 'alice', 'automatic', 't', '{}'::jsonb, "
+                         "p_now => %s)", (datetime(2027, 4, 1, tzinfo=UTC) + timedelta(days=i * 20),))
+        conn.execute("select memori.cleanup_execute()")  # yesterday's cleanup, at the real clock: its events
+        conn.execute(DELETE_LOG)
+    later = "2027-06-01T00:00:00"
+    previewed = runner.invoke(cleanup_app, ["preview", "--json", "--limit", "100000", "--now", later])
+    assert previewed.exit_code == 0, previewed.output
+    planned = [(r["table_name"], r["row_id"]) for r in json.loads(previewed.stdout)["rows"]]
+    assert len(planned) == json.loads(previewed.stdout)["total"] > 6
+    executed = runner.invoke(cleanup_app, ["execute", "--yes", "--json", "--batch-size", "4", "--now", later])
+    assert executed.exit_code == 0, executed.output
+    with psycopg.connect(env, autocommit=True) as conn:
+        deleted = [(r[0], r[1]) for r in conn.execute("select table_name, id from public.delete_log order by n")]
+    assert sorted(deleted) == sorted(planned), "execute deleted exactly the previewed rows"
+    assert json.loads(executed.stdout)["deleted"] == len(planned)
+    # and a second preview at the same --now shows only what this execute itself wrote, kept for 30 days
+    again = json.loads(runner.invoke(cleanup_app, ["preview", "--json", "--now", later]).stdout)
+    assert again["total"] == 0, again

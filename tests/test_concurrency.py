@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import random
 import threading
 import time
 from datetime import timedelta
 
 import psycopg
+import pytest
 from psycopg.types.json import Jsonb
 
 import pymemdb
@@ -126,3 +128,146 @@ def test_concurrent_window_adds_keep_the_limit_and_business_updates_merge(dsn: s
         assert conn.execute("select count(*) from memori.context_windows").fetchone() == (5,)
         ctx = conn.execute("select memori.business_context_get('alice')").fetchone()[0]  # type: ignore[index]
         assert set(ctx) == {"context_variables", "active_workflow", "current_project", "user_id"}
+
+
+# -- writers and cleaners at the real clock (issue 16, item 1) ---------------------------
+SLOW_SECONDS = float(os.environ.get("PYMEMDB_SLOW_SECONDS", "10"))
+WRITERS = 4  # writer k owns the ids = k (mod 4): writers never wait for each other
+TIMED_AUDIT = """
+create table public.delete_audit (id bigint, expires_at timestamptz, deleted_at timestamptz default clock_timestamp());
+create function public.audit_delete() returns trigger language plpgsql as $$
+begin
+  insert into public.delete_audit (id, expires_at) values (old.id, old.expires_at);
+  return old;
+end $$;
+create trigger audit_delete after delete on memori.memories for each row execute function public.audit_delete();
+"""
+
+
+def _extender(dsn: str, k: int, due: list[tuple[float, int]], extended: set[int], errors: list[BaseException],
+              stop: threading.Event) -> None:
+    """Extends the TTL of rows about to expire (or just expired), as an application does.
+
+    Even writers extend 6 rows in one `= ANY` update; odd ones row by row, in random order, in one transaction.
+    """
+    rng = random.Random(k)
+    mine = [(at, i) for at, i in due if i % WRITERS == k]
+    try:
+        with psycopg.connect(dsn) as conn:
+            while not stop.is_set():
+                now = time.time()
+                near = [i for at, i in mine if now - 0.5 <= at <= now + 0.5]
+                ids = rng.sample(near, min(6, len(near)))
+                if not ids:
+                    time.sleep(0.01)
+                    continue
+                if k % 2 == 0:
+                    got = [r[0] for r in conn.execute(
+                        "update memori.memories set expires_at = now() + interval '1 day' "
+                        "where id = any(%s) returning id", (ids,))]
+                else:
+                    got = []
+                    for i in ids:
+                        got += [r[0] for r in conn.execute(
+                            "update memori.memories set expires_at = now() + interval '1 day' "
+                            "where id = %s returning id", (i,))]
+                        time.sleep(0.002)  # the application's work between two statements
+                conn.commit()
+                extended.update(got)  # committed: these rows must never be deleted
+                time.sleep(0.02)
+    except BaseException as exc:
+        errors.append(exc)
+
+
+def _cli_cleaner(dsn: str, runs: list[object], errors: list[BaseException], stop: threading.Event) -> None:
+    """The `memori-cleanup execute` path: the client drives cleanup_begin / cleanup_batch / cleanup_finish."""
+    try:
+        with pymemdb.connect(dsn, max_size=1) as db:
+            while not stop.is_set():
+                try:
+                    runs.append(db.cleanup.execute(batch_size=100))
+                except pymemdb.CleanupAlreadyRunning:
+                    pass
+                time.sleep(0.1)
+    except BaseException as exc:
+        errors.append(exc)
+
+
+def _cron_cleaner(dsn: str, errors: list[BaseException], stop: threading.Event) -> None:
+    """What pg_cron runs: CALL memori.cleanup_run(500), one transaction per batch."""
+    try:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            while not stop.is_set():
+                try:
+                    conn.execute("call memori.cleanup_run(500)")
+                except psycopg.Error as exc:
+                    if exc.sqlstate != "PM020":  # the other cleaner is running: fine
+                        raise
+                time.sleep(0.1)
+    except BaseException as exc:
+        errors.append(exc)
+
+
+@pytest.mark.slow
+def test_writers_and_cleaners_never_deadlock(dsn: str) -> None:
+    """4 TTL-extending writers x 2 cleaners for PYMEMDB_SLOW_SECONDS (default 10; the acceptance run is 60).
+
+    0 deadlocks (pg_stat_database, so deadlocks a cleaner caught and retried count too), 0 writer or cleaner
+    errors, and no row whose TTL extension committed is ever deleted (audit trigger).
+    """
+    rows_per_second = 400
+    total = int(rows_per_second * (SLOW_SECONDS + 2))
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(TIMED_AUDIT)
+        # rows expire steadily from 2 s ago to the end of the run, in an order unrelated to their ids:
+        # the cleaner deletes in expiry order, an `= ANY` update locks in id order
+        conn.execute(
+            "insert into memori.memories (user_id, content, expires_at) "
+            "select 'ns_' || (g %% 7), 'x', now() - interval '2 seconds' + (g / %s::float8) * interval '1 second' "
+            "from generate_series(1, %s) g order by random()", (rows_per_second, total))
+        due = [(r["at"], r["id"]) for r in rows(
+            conn, "select id, extract(epoch from expires_at)::float8 as at from memori.memories")]
+        deadlocks_before = value(conn, "select deadlocks from pg_stat_database where datname = current_database()")
+
+    stop = threading.Event()
+    extended: set[int] = set()
+    writer_errors: list[BaseException] = []
+    cleaner_errors: list[BaseException] = []
+    cli_runs: list[object] = []
+    threads = [threading.Thread(target=_extender, args=(dsn, k, due, extended, writer_errors, stop))
+               for k in range(WRITERS)]
+    threads += [threading.Thread(target=_cli_cleaner, args=(dsn, cli_runs, cleaner_errors, stop)),
+                threading.Thread(target=_cron_cleaner, args=(dsn, cleaner_errors, stop))]
+    for t in threads:
+        t.start()
+    time.sleep(SLOW_SECONDS)
+    stop.set()
+    for t in threads:
+        t.join(timeout=60)
+    assert not any(t.is_alive() for t in threads)
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        time.sleep(1.1)  # backends flush their statistics at most once a second
+        conn.execute("select pg_stat_clear_snapshot()")
+        deadlocks = value(conn, "select deadlocks from pg_stat_database where datname = current_database()")
+        deadlocks -= deadlocks_before
+        audit = rows(conn, "select id, expires_at, deleted_at from public.delete_audit")
+        deleted = {r["id"] for r in audit}
+        runs = rows(conn, "select trigger, status, deleted, retried, skipped, error from memori.cleanup_runs")
+        figures = {
+            "seconds": SLOW_SECONDS, "deadlocks": deadlocks, "writer_errors": len(writer_errors),
+            "cleaner_errors": len(cleaner_errors), "ttl_extended": len(extended), "deleted": len(deleted),
+            "extended_and_deleted": len(extended & deleted),
+            "runs": {t: sum(1 for r in runs if r["trigger"] == t) for t in ("cli", "cron")},
+            "runs_not_succeeded": [(r["trigger"], r["status"], r["error"]) for r in runs
+                                   if r["status"] not in ("succeeded", "running")],
+            "batches_retried": sum(r["retried"] for r in runs),
+            "rows_left_to_next_run": sum(r["skipped"] for r in runs),
+        }
+        print(f"\nwriters x cleaners: {figures}")
+        assert writer_errors == [] and cleaner_errors == [], (writer_errors, cleaner_errors)
+        assert deadlocks == 0, figures
+        assert not (extended & deleted), "a committed TTL extension always wins"
+        assert all(r["expires_at"] <= r["deleted_at"] for r in audit), "nothing unexpired deleted"
+        assert figures["runs_not_succeeded"] == []
+        assert figures["runs"]["cli"] > 0 and figures["runs"]["cron"] > 0 and extended and deleted

@@ -34,6 +34,36 @@ def test_expiry_boundary(conn: psycopg.Connection, offset: timedelta, expired: b
     assert value(conn, "select count(*) from memori.memories") == (0 if expired else 1)
 
 
+@pytest.mark.parametrize(
+    "query",
+    [
+        "select memori.cleanup_count(%s, -1)",
+        "select * from memori.cleanup_preview(%s, 1000, -1)",
+        "select * from memori.cleanup_preview_summary(%s, -1)",
+        "select * from memori.cleanup_execute(%s, 1000, -1)",
+        "select * from memori.cleanup_begin(%s, 1000, -1)",
+        "select * from memori.cleanup_preview(%s, 0)",
+        "select * from memori.cleanup_execute(%s, -1)",
+    ],
+)
+def test_negative_caps_are_pm001(conn: psycopg.Connection, query: str) -> None:
+    """Every row cap is NULL or >= 0 (memori._check_cap); issue 16: cleanup_count(now(), -1) returned -1."""
+    memory(conn, "ns", T0 - SEC)
+    assert_sqlstate(conn, "PM001", query, (T0,))
+    assert value(conn, "select count(*) from memori.cleanup_runs") == 0
+    assert value(conn, "select memori.cleanup_count(%s, 0)", (T0,)) == 0
+
+
+def test_negative_caps_of_runs_and_batches_are_pm001(conn: psycopg.Connection) -> None:
+    assert_sqlstate(conn, "PM001", "call memori.cleanup_run(1000, -1)")
+    assert_sqlstate(conn, "PM001", "call memori.cleanup_run(-1)")
+    run = rows(conn, "select * from memori.cleanup_begin(%s)", (T0,))[0]
+    assert_sqlstate(conn, "PM001", "select * from memori.cleanup_batch(%s, -1)", (run["id"],))
+    rows(conn, "select * from memori.cleanup_finish(%s)", (run["id"],))
+    err = assert_sqlstate(conn, "PM001", "select memori._check_cap('limit', -5)")
+    assert "limit must be NULL (no cap) or >= 0, got -5" in str(err)
+
+
 def test_permanent_rows_never_cleaned(conn: psycopg.Connection) -> None:
     memory(conn, "ns", None)
     assert preview(conn, T0 + 36500 * DAY) == []
@@ -189,26 +219,77 @@ def test_dead_runner_is_marked_abandoned(dsn: str) -> None:
         assert value(c, "select count(*) from memori.cleanup_queue") == 0
 
 
-def test_batch_waiting_on_a_locked_row_is_retried_smaller(dsn: str) -> None:
-    """A row locked by a writer makes its batch time out and shrink; the other rows still go."""
+def test_a_row_a_writer_holds_is_skipped_then_retried(dsn: str) -> None:
+    """The cleaner never waits for a writer: a held row is skipped, tried again at the end of the run."""
     with psycopg.connect(dsn, autocommit=True) as c:
         ids = [memory(c, "ns", T0 - (i + 1) * SEC) for i in range(8)]
-        c.execute("update memori.settings set value = '100' where key = 'cleanup.lock_timeout_ms'")
+        c.execute("update memori.settings set value = '0' where key = 'cleanup.skip_retry_pause_ms'")
         with psycopg.connect(dsn) as writer:
-            writer.execute("select 1 from memori.memories where id = %s for update", (ids[0],))  # newest expired
+            writer.execute("select 1 from memori.memories where id = %s for update", (ids[0],))
             run = rows(c, "select * from memori.cleanup_begin(%s, 8)", (T0,))[0]
-            sizes = []
-            with pytest.raises(psycopg.Error) as info:
-                while True:
-                    sizes.append(rows(c, "select * from memori.cleanup_batch(%s)", (run["id"],))[0]["deleted"])
-            assert info.value.sqlstate == "PM022"
-            # 8 timed out, 4 went; then 4 -> 2 went; then 2 -> 1 went; the locked row alone fails
-            assert sizes == [4, 2, 1]
-            assert value(c, "select count(*) from memori.memories") == 1
+            first = rows(c, "select * from memori.cleanup_batch(%s)", (run["id"],))[0]
+            # 7 went at once, without waiting; the held row stays in the plan
+            assert (first["deleted"], first["skipped"], first["remaining"], first["done"]) == (7, 1, 1, False)
+            again = rows(c, "select * from memori.cleanup_batch(%s)", (run["id"],))[0]
+            assert (again["deleted"], again["skipped"], again["done"]) == (0, 1, False)
+            writer.rollback()  # the writer is done: the next attempt gets the row
+        last = rows(c, "select * from memori.cleanup_batch(%s)", (run["id"],))[0]
+        assert (last["deleted"], last["skipped"], last["remaining"], last["done"]) == (1, 0, 0, True)
+        summary = rows(c, "select * from memori.cleanup_finish(%s)", (run["id"],))[0]
+        assert summary["deleted"] == summary["planned"] == 8 and summary["skipped"] == 0
+        assert value(c, "select count(*) from memori.memories") == 0
+
+
+def test_a_row_held_at_every_attempt_is_left_to_the_next_run(dsn: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as c:
+        ids = [memory(c, "ns", T0 - (i + 1) * SEC) for i in range(3)]
+        c.execute("update memori.settings set value = '0' where key = 'cleanup.skip_retry_pause_ms'")
+        with psycopg.connect(dsn) as writer:
+            writer.execute("select 1 from memori.memories where id = %s for update", (ids[1],))
+            summary = execute(c, T0, 2)  # one transaction: terminates without the row
             writer.rollback()
+        assert summary["status"] == "succeeded" and summary["deleted"] == 2 and summary["skipped"] == 1
+        # first attempt + cleanup.skip_retries (3) more, one batch each
+        assert summary["batches"] == 2 + 3
+        assert value(c, "select count(*) from memori.cleanup_queue") == 0
+        assert value(c, "select skipped from memori.cleanup_runs where id = %s", (summary["run_id"],)) == 1
+        assert execute(c)["deleted"] == 1, "the next run deletes it"
+
+
+def test_a_row_extended_while_held_is_not_retried(dsn: str) -> None:
+    """A writer that extends a planned row and commits wins; the row is not reported as skipped."""
+    with psycopg.connect(dsn, autocommit=True) as c:
+        ids = [memory(c, "ns", T0 - (i + 1) * SEC) for i in range(3)]
+        run = rows(c, "select * from memori.cleanup_begin(%s, 10)", (T0,))[0]
+        c.execute("update memori.memories set expires_at = %s where id = %s", (T0 + DAY, ids[2]))
         batch = rows(c, "select * from memori.cleanup_batch(%s)", (run["id"],))[0]
-        assert batch["done"] and batch["deleted"] == 1
+        assert (batch["deleted"], batch["skipped"], batch["done"]) == (2, 0, True)
         rows(c, "select * from memori.cleanup_finish(%s)", (run["id"],))
+        assert [r["id"] for r in rows(c, "select id from memori.memories")] == [ids[2]]
+
+
+def test_a_deadlock_in_a_batch_is_retried_in_sql(dsn: str) -> None:
+    """40P01 (or 55P03) inside a batch: rolled back and retried at half size by cleanup_batch itself."""
+    with psycopg.connect(dsn, autocommit=True) as c:
+        for i in range(4):
+            memory(c, "ns", T0 - (i + 1) * SEC)
+        # the first two deletes of the run fail as a lost deadlock would
+        # (a sequence: its count survives the rollback of the failed attempt)
+        c.execute("create sequence public.fails minvalue -1000 start 1")
+        c.execute("create function public.fail() returns trigger language plpgsql as $$ begin "
+                  "if nextval('public.fails') <= 2 then "
+                  "raise exception 'deadlock detected' using errcode = '40P01'; end if; "
+                  "return old; end $$")
+        c.execute("create trigger fail before delete on memori.memories for each row execute function public.fail()")
+        summary = execute(c, T0, 4)
+        assert summary["status"] == "succeeded" and summary["deleted"] == 4
+        run = rows(c, "select * from memori.cleanup_runs where id = %s", (summary["run_id"],))[0]
+        assert run["retried"] == 2
+        # retried at half size each time: 4 -> 2 -> 1 row went; then the other 3 in the next batch
+        assert summary["batches"] == 2
+        c.execute("alter sequence public.fails restart with -1000")  # lose every time now
+        memory(c, "ns", T0 - SEC)
+        assert_sqlstate(c, "PM022", "select * from memori.cleanup_execute(%s)", (T0,))
 
 
 # -- preview == execute on random data ------------------------------------------------

@@ -103,3 +103,73 @@ def test_cron_job_really_deletes_expired_rows(pgcron_dsn: str) -> None:
         assert value(conn, "select count(*) from memori.memories") == 2
         detail = rows(conn, "select status, command from cron.job_run_details order by start_time limit 1")[0]
         assert detail["status"] == "succeeded"
+
+
+# -- pg_cron in another database (cron.database_name), issue 16 item 6 ------------------------
+@pytest.mark.pgcron
+def test_schedule_from_a_database_without_pg_cron(pgcron_other_dsn: str, pgcron_dsn: str) -> None:
+    """memori_mem has no pg_cron; it lives in memori_cron: the job is made there with schedule_in_database."""
+    with psycopg.connect(pgcron_other_dsn, autocommit=True) as conn:
+        assert value(conn, "select memori.cleanup_cron_database()") == "memori_cron"
+        err = assert_sqlstate(conn, "PM012", "select memori.cleanup_schedule()")
+        assert "memori.cleanup_schedule_sql()" in (err.diag.message_hint or "")
+        assert "schedule_in_database" in value(conn, "select memori.cleanup_schedule_sql('0 4 * * *')")
+        assert_sqlstate(conn, "PM001", "select memori.cleanup_schedule_sql('61 * * * *')")
+    with pymemdb.connect(pgcron_other_dsn) as db:
+        assert db.cleanup.cron_database() == "memori_cron"
+        job_id = db.cleanup.schedule()
+        job = db.cleanup.job()
+        assert job is not None and job.job_id == job_id and job.schedule == "0 3 * * *" and job.active
+        assert "memori.cleanup_run" in job.command and job.last_status is None
+        assert job.next_run is not None and job.next_run.hour == 3
+        assert db.cleanup.schedule("*/5 * * * *") == job_id, "re-scheduling updates the same job"
+        assert db.cleanup.job().schedule == "*/5 * * * *"  # type: ignore[union-attr]
+    with psycopg.connect(pgcron_dsn, autocommit=True) as cron:
+        assert rows(cron, "select database, jobname from cron.job") == [
+            {"database": "memori_mem", "jobname": "memori-cleanup"}]
+    with pymemdb.connect(pgcron_dsn) as here:
+        assert here.cleanup.job() is None, "the cron database's own job of that name is another one"
+    with pymemdb.connect(pgcron_other_dsn) as db:
+        assert db.cleanup.unschedule() is True
+        assert db.cleanup.unschedule() is False
+        assert db.cleanup.job() is None
+
+
+@pytest.mark.pgcron
+def test_cli_schedule_and_status_where_pg_cron_lives_elsewhere(pgcron_other_dsn: str) -> None:
+    from typer.testing import CliRunner
+
+    from pymemdb.cli.cleanup import app
+
+    runner = CliRunner()
+    done = runner.invoke(app, ["schedule", "0 2 * * *", "--dsn", pgcron_other_dsn])
+    assert done.exit_code == 0, done.output
+    assert "scheduled pg_cron job" in done.output and "in database memori_cron" in done.output
+    status = runner.invoke(app, ["status", "--dsn", pgcron_other_dsn])
+    assert status.exit_code == 0, status.output
+    assert "'memori-cleanup' '0 2 * * *' active" in status.output
+    gone = runner.invoke(app, ["unschedule", "--dsn", pgcron_other_dsn])
+    assert gone.exit_code == 0 and "removed pg_cron job" in gone.output
+
+
+@pytest.mark.pgcron
+@pytest.mark.slow
+def test_cron_job_in_another_database_really_runs(pgcron_other_dsn: str) -> None:
+    """pg_cron in memori_cron runs CALL memori.cleanup_run() in memori_mem; status shows the last run."""
+    with psycopg.connect(pgcron_other_dsn, autocommit=True) as conn:
+        conn.execute("insert into memori.memories (user_id, content, expires_at) "
+                     "select 'ns', 'x', now() - interval '1 second' from generate_series(1, 30)")
+    with pymemdb.connect(pgcron_other_dsn) as db:
+        db.cleanup.schedule("* * * * *")
+        deadline = time.monotonic() + 150
+        job = db.cleanup.job()
+        while time.monotonic() < deadline:
+            job = db.cleanup.job()
+            if job is not None and job.last_status in ("succeeded", "failed"):
+                break
+            time.sleep(2)
+        db.cleanup.unschedule()
+        assert job is not None and job.last_status == "succeeded", job
+        assert job.last_start is not None
+        run = db.cleanup.runs(limit=1)[0]
+        assert run.trigger == "cron" and run.status == "succeeded" and run.deleted == 30

@@ -1,7 +1,7 @@
 """The virtual memory keeps its promises (issue 15): claim supersession, expiry in the page-table entry.
 
 Revision ID: 0014
-Revises: 0012
+Revises: 0013
 Create Date: 2026-11-24
 
 Run-once DDL only; the API is sql/100-pages.sql, sql/140-vm-search.sql and
@@ -16,7 +16,7 @@ served at or after it.
 from alembic import op
 
 revision = "0014"
-down_revision = "0012"
+down_revision = "0013"
 branch_labels = None
 depends_on = None
 

@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
 # Throw-away PostgreSQL 15 test server with pg_cron + pgvector, on a free loopback port.
+# Two databases: memori_cron, where pg_cron lives (cron.database_name), and
+# memori_mem, without pg_cron: the managed-service layout, where jobs for other
+# databases are made with cron.schedule_in_database from the cron database.
 #   server.sh start DIR   # initdb DIR/data if absent, start, print DSN (only stdout line)
 #   server.sh stop DIR    # fast-stop the cluster in DIR/data
 #   server.sh dsn DIR     # print DIR/dsn
@@ -7,6 +10,7 @@ set -euo pipefail
 
 PGBIN=${PGBIN:-/usr/lib/postgresql/15/bin}
 DB=memori_cron
+OTHER_DB=memori_mem
 
 die() { echo "server.sh: $1" >&2; exit "${2:-1}"; }
 [[ $# -eq 2 && $1 =~ ^(start|stop|dsn)$ ]] || die "usage: $0 start|stop|dsn DIR" 2
@@ -87,6 +91,9 @@ psql() { "$PGBIN/psql" -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$port" -U postg
 psql -d postgres -tAc "select 1 from pg_database where datname = '$DB'" | grep -q 1 ||
     psql -d postgres -c "create database $DB" >&2
 psql -d "$DB" -c 'create extension if not exists pg_cron' -c 'create extension if not exists vector' >&2
+psql -d postgres -tAc "select 1 from pg_database where datname = '$OTHER_DB'" | grep -q 1 ||
+    psql -d postgres -c "create database $OTHER_DB" >&2
+psql -d "$OTHER_DB" -c 'create extension if not exists vector' >&2
 
 dsn="postgresql://postgres@127.0.0.1:$port/$DB"
 echo "$dsn" >"$dir/dsn"
