@@ -50,7 +50,7 @@ as $func$
     ('settings',            'reference', null),
     ('retention_tables',    'reference', 'relation and candidate_view: regclass -> text (OIDs are node-local)'),
     ('retention_policies',  'reference', 'follows retention_tables (FK)'),
-    ('session_skills',      'reference', null),
+    ('session_skills',      'reference', 'Citus sees a circular dependency: session_checkpoint_load_latest (a SQL-standard body, inlined) depends on this table'),
     ('chunk_types',         'reference', null),
     ('priority_boosts',     'reference', null),
     ('token_budgets',       'reference', null),

@@ -23,8 +23,12 @@ from tests.helpers import T0, rows
 
 pytestmark = pytest.mark.citus
 
-# The reference tables nothing blocks today (docs/scale-out.md).
-REFERENCE_TODAY = {"milestone_criteria", "priority_boosts", "session_skills", "settings", "token_budgets"}
+# The reference tables nothing blocks today (docs/scale-out.md). session_skills is ready by the
+# catalog but Citus refuses it: memori.session_checkpoint_load_latest's SQL-standard body depends
+# on it, which Citus counts as a circular dependency.
+REFERENCE_TODAY = {"milestone_criteria", "priority_boosts", "settings", "token_budgets"}
+# The user tables whose keys already lead with the user (issues 17 and 18).
+DISTRIBUTED_TODAY = {"mcp_tokens", "store_items", "store_vectors"}
 
 
 def _smoke(dsn: str) -> None:
@@ -94,16 +98,19 @@ def test_distribute_places_what_it_can_and_reports_every_table(citus_dsn: str) -
         plan = {p["table_name"]: p for p in rows(conn, "select * from memori.distribution_plan()")}
         dry = {r["table_name"]: r for r in rows(conn, "select * from memori.distribute(p_dry_run => true)")}
         assert set(dry) == set(plan)
-        assert {t for t, r in dry.items() if r["status"] == "ready"} == REFERENCE_TODAY
+        assert {t for t, r in dry.items() if r["status"] == "ready"} == REFERENCE_TODAY | DISTRIBUTED_TODAY | {
+            "session_skills"}
         done = {r["table_name"]: r for r in rows(conn, "select * from memori.distribute()")}
         assert set(done) == set(plan)
         placed = {t for t, r in done.items() if r["status"] in ("reference", "distributed")}
-        assert placed == REFERENCE_TODAY
+        assert placed == REFERENCE_TODAY | DISTRIBUTED_TODAY
+        assert "circular" in done["session_skills"]["error"]
         for table, r in done.items():
             if r["status"] == "blocked":
-                assert r["blockers"], f"{table}: blocked without a blocker"
+                assert r["blockers"] or r["error"], f"{table}: blocked without a blocker or Citus's error"
         # every user table is blocked today by its keys, policies or triggers (the next migration's work)
-        assert all(done[t]["status"] == "blocked" for t, p in plan.items() if p["placement"] == "distributed")
+        assert all(done[t]["status"] == "blocked" for t, p in plan.items()
+                   if p["placement"] == "distributed" and t not in DISTRIBUTED_TODAY)
         assert any(b.startswith("memories_pkey PRIMARY KEY (id)") for b in done["memories"]["blockers"])
         assert "policy member_read has a subquery" in done["projects"]["blockers"]
         assert done["settings"]["rows_moved"] == len(settings_before) > 0
@@ -111,14 +118,15 @@ def test_distribute_places_what_it_can_and_reports_every_table(citus_dsn: str) -
         assert rows(conn, "select key, value from memori.settings order by key") == settings_before
         kinds = {r["t"]: r["k"] for r in rows(conn, """
             select logicalrelid::regclass::text as t, repmodel::text as k from pg_dist_partition""")}
-        assert kinds == {f"memori.{t}": "t" for t in REFERENCE_TODAY}
+        assert {t: k for t, k in kinds.items() if k == "t"} == {f"memori.{t}": "t" for t in REFERENCE_TODAY}
+        assert {t for t, k in kinds.items() if k != "t"} == {f"memori.{t}" for t in DISTRIBUTED_TODAY}
         # every memori role exists on every worker (delegated calls run there as the caller)
         on_workers = rows(conn, """select result from run_command_on_workers(
             $$select string_agg(rolname, ',' order by rolname) from pg_roles where rolname like 'memori%'$$)""")
         assert [r["result"] for r in on_workers] == ["memori_admin,memori_app,memori_cleaner,memori_owner"] * 2
         # idempotent
         again = {r["table_name"]: r["status"] for r in rows(conn, "select * from memori.distribute()")}
-        assert {t for t, s in again.items() if s == "already"} == REFERENCE_TODAY
+        assert {t for t, s in again.items() if s == "already"} == REFERENCE_TODAY | DISTRIBUTED_TODAY
     # an upgrade after distribute still installs, and everything still works
     assert install(citus_dsn, force=True).changed
     _smoke(citus_dsn)
@@ -127,7 +135,7 @@ def test_distribute_places_what_it_can_and_reports_every_table(citus_dsn: str) -
 def test_init_distribute_on_the_cluster(citus_db: str) -> None:
     result = CliRunner().invoke(app, ["init", "--distribute", "--dsn", citus_db])
     assert result.exit_code == 0, result.output
-    assert "5 reference" in result.output and "blocked" in result.output
+    assert "4 reference" in result.output and "3 distributed" in result.output and "blocked" in result.output
 
 
 def test_a_coordinator_that_holds_shards_is_pm142(citus_dsn: str, citus_cluster: CitusCluster) -> None:
