@@ -108,7 +108,6 @@ as $func$
 declare
   -- no creating: a claim cites pages, so its session exists already
   v_s       memori.vm_sessions := memori._vm_session(p_session_id, p_user_id, false, p_now);
-  v_missing text[];
   v_tokens  integer := memori._tokens_estimate(p_content);
   v_max     integer := memori._vm_setting_int('vm.claim_max_tokens', 200);
   v_id      text := p_claim_id;
@@ -131,15 +130,8 @@ begin
   if p_topic is not null then
     perform memori._check_identifier('topic', p_topic, 200);
   end if;
-  -- every source must be a live page of this session (through the page-table accessor)
-  select array_agg(x order by o) into v_missing
-    from unnest(p_provenance) with ordinality as u(x, o)
-   where x is null or (memori.page_lookup(p_session_id, x, p_now)).page_id is null;
-  if v_missing is not null then
-    raise exception 'provenance page(s) % not in session %', array_to_string(v_missing, ', ', 'NULL'), quote_literal(p_session_id)
-      using errcode = 'PM090', detail = format('missing: %s', array_to_string(v_missing, ', ', 'NULL')),
-            hint = 'Cite pages of this session (memori.vm_manifest or memori.search_pages lists them); create the source pages first.';
-  end if;
+  -- every source must be a live page of this session (PM090, as page_update checks it)
+  perform memori._page_check_provenance(p_session_id, p_provenance, p_now);
   if v_id is null then
     -- claim_<topic>_001: the seed's id shape, numbered within the session
     v_stem := 'claim_' || coalesce(lower(regexp_replace(p_topic, '[^[:alnum:]_]+', '_', 'g')), left(md5(p_content), 8)) || '_';

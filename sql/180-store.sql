@@ -98,35 +98,42 @@ set search_path = pg_catalog, memori, pg_temp;
 comment on function memori._store_jsonpath(text) is 'Translate a LangGraph index field path (a.b, a[*].b, a[0], a[-1], $) to an SQL/JSON path; PM001 when malformed.';
 
 -------------------------------------------------------------------------------
--- _store_tsv: the full-text vector of an item's indexed fields
--- p_index NULL: the whole value; '{}' (index=False): not indexed; else the
--- fields' string leaves. p_text (the texts the client embedded) wins when given.
-create or replace function memori._store_tsv(p_value jsonb, p_index text[], p_text text default null)
+-- _store_tsv_fields: the string leaves of the named index fields (JSON paths)
+create or replace function memori._store_tsv_fields(p_value jsonb, p_index text[])
 returns tsvector
 as $func$
 declare
-  v_cfg  regconfig := 'english';
-  v_tsv  tsvector;
+  v_tsv  tsvector := ''::tsvector;
   v_path text;
 begin
-  if p_value is null or (p_index is not null and cardinality(p_index) = 0) then
-    return null;
-  end if;
-  if p_text is not null then
-    return to_tsvector(v_cfg, p_text);
-  end if;
-  if p_index is null or '$' = any (p_index) then
-    return jsonb_to_tsvector(v_cfg, p_value, '["string"]');
-  end if;
   foreach v_path in array p_index loop
-    v_tsv := coalesce(v_tsv, ''::tsvector)
-             || jsonb_to_tsvector(v_cfg, jsonb_path_query_array(p_value, memori._store_jsonpath(v_path)), '["string"]');
+    v_tsv := v_tsv || jsonb_to_tsvector('english'::regconfig,
+                                        jsonb_path_query_array(p_value, memori._store_jsonpath(v_path)), '["string"]');
   end loop;
   return v_tsv;
 end
 $func$ language plpgsql stable security invoker
 set search_path = pg_catalog, memori, pg_temp;
-comment on function memori._store_tsv(jsonb, text[], text) is 'Full-text vector of a store value: the whole value (index NULL), nothing (index ''{}''), the string leaves of the index fields, or p_text when given.';
+comment on function memori._store_tsv_fields(jsonb, text[]) is 'Full-text vector of the string leaves of a store value''s index fields.';
+
+-------------------------------------------------------------------------------
+-- _store_tsv: the full-text vector of an item's indexed fields, the one rule
+-- store_put and store_put_many apply. p_index NULL or containing '$': the whole
+-- value; '{}' (index=False): not indexed; else the fields' string leaves.
+-- p_text (the texts the client embedded) wins when given. A SQL-standard body
+-- without SET, so PostgreSQL inlines it into the put's expression (no call per
+-- item on the hot path); names are bound when it is created.
+create or replace function memori._store_tsv(p_value jsonb, p_index text[], p_text text default null)
+returns tsvector
+language sql stable
+begin atomic
+  select case when p_value is null or pg_catalog.cardinality(p_index) = 0 then null::pg_catalog.tsvector
+              when p_text is not null then pg_catalog.to_tsvector('english'::pg_catalog.regconfig, p_text)
+              when p_index is null or '$' = any (p_index)
+                then pg_catalog.jsonb_to_tsvector('english'::pg_catalog.regconfig, p_value, '["string"]'::pg_catalog.jsonb)
+              else memori._store_tsv_fields(p_value, p_index) end;
+end;
+comment on function memori._store_tsv(jsonb, text[], text) is 'Full-text vector of a store value: the whole value (index NULL or ''$''), nothing (index ''{}''), the string leaves of the index fields, or p_text when given.';
 
 -------------------------------------------------------------------------------
 -- _store_filter_sql: a LangGraph filter as an SQL condition on i.value
@@ -304,16 +311,7 @@ begin
   if cardinality(coalesce(p_fields, '{}')) <> cardinality(coalesce(p_embeddings, '{}')) then
     perform memori._invalid('p_fields and p_embeddings differ in length', 'Pass one embedding per indexed field.');
   end if;
-  if p_index is null or cardinality(p_index) > 0 then
-    if p_text is not null then
-      v_tsv := to_tsvector('english'::regconfig, p_text);
-    elsif p_index is null or '$' = any (p_index) then
-      v_tsv := jsonb_to_tsvector('english'::regconfig,
-                                 p_value, '["string"]');
-    else
-      v_tsv := memori._store_tsv(p_value, p_index);
-    end if;
-  end if;
+  v_tsv := memori._store_tsv(p_value, p_index, p_text);
   insert into memori.store_items as s (user_id, namespace, key, value, created_at, updated_at, expires_at, ttl, search_tsv)
   values (v_user, p_namespace, p_key, p_value, p_now, p_now, p_now + p_ttl, p_ttl, v_tsv)
   on conflict (user_id, namespace, key) do update
@@ -355,7 +353,6 @@ create or replace function memori.store_put_many(
 as $func$
 declare
   v_user    text := memori._acting_user(p_user_id);
-  v_cfg     regconfig := 'english'::regconfig;
   v_it      record;
   v_n       bigint := 0;
   v_tsv     tsvector;
@@ -393,10 +390,7 @@ begin
       if v_it.ttl is not null and v_it.ttl <= interval '0' then
         perform memori._invalid(format('ttl %s is not positive', v_it.ttl), 'Pass a positive ttl_seconds, or null.');
       end if;
-      v_tsv := case when v_it.idx is not null and cardinality(v_it.idx) = 0 then null
-                    when v_it.txt is not null then to_tsvector(v_cfg, v_it.txt)
-                    when v_it.idx is null or '$' = any (v_it.idx) then jsonb_to_tsvector(v_cfg, v_it.value, '["string"]')
-                    else memori._store_tsv(v_it.value, v_it.idx) end;
+      v_tsv := memori._store_tsv(v_it.value, v_it.idx, v_it.txt);
       insert into memori.store_items as s (user_id, namespace, key, value, created_at, updated_at, expires_at, ttl,
                                            search_tsv)
       values (v_user, v_it.ns, v_it.key, v_it.value, p_now, p_now, p_now + v_it.ttl, v_it.ttl, v_tsv)
