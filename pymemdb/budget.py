@@ -1,7 +1,7 @@
 """The context window manager (seed 02): ``db.budget``.
 
 Token estimates, priority boosts and the greedy budget selection all run in
-SQL (sql/070-budget.sql); this module only shapes arguments and results.
+SQL (sql/300-budget.sql); this module only shapes arguments and results.
 """
 
 from __future__ import annotations

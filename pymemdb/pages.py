@@ -103,7 +103,7 @@ VM_DEVELOPER_MESSAGE = fn(
 )
 VM_METRICS = fn("vm_metrics", ("p_session_id", "text"), ("p_now", "timestamptz"), returns="scalar")
 
-# search and page index (issue 7, sql/140-vm-search.sql)
+# search and page index (issue 7, sql/540-vm-search.sql)
 PAGE_EMBEDDING_SET = fn("page_embedding_set", ("p_session_id", "text"), ("p_page_id", "text"),
                         ("p_embedding", "public.vector"), ("p_now", "timestamptz"), returns="scalar")
 SEARCH_PAGES = fn(

@@ -1,7 +1,7 @@
 """Long-term memory store (issue 17): ``db.store``, one wrapper per ``memori.store_*`` function.
 
 Items are keyed by (user, namespace path, key) and hold a JSON object. The SQL
-(sql/180-store.sql) decides everything: expiry, TTL refresh, filters, ranking.
+(sql/810-store.sql) decides everything: expiry, TTL refresh, filters, ranking.
 LangGraph's ``BaseStore`` over the same functions is
 ``pymemdb.integrations.langgraph.MemoriStore``.
 """

@@ -2,8 +2,8 @@
 
 Copy-on-write forks (memori.session_fork), garbage collection (memori.vm_gc,
 swept by the retention engine) and shared regions, the one way pages cross
-users (memori.region_*). The rules are in sql/160-vm-fork.sql,
-sql/165-vm-gc.sql and sql/170-vm-regions.sql.
+users (memori.region_*). The rules are in sql/560-vm-fork.sql,
+sql/565-vm-gc.sql and sql/570-vm-regions.sql.
 """
 
 from __future__ import annotations

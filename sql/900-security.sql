@@ -475,7 +475,7 @@ begin
                  'select 1 from memori.pages p where p.session_id = page_representations.session_id '
                  'and p.page_id = page_representations.page_id and p.user_id = page_representations.user_id))', v_app);
 
-  -- MCP token verification (sql/185-mcp.sql): memori.mcp_token_verify runs as memori_owner (security
+  -- MCP token verification (sql/820-mcp.sql): memori.mcp_token_verify runs as memori_owner (security
   -- definer) and is the only code that does. It finds a token by its hash across users, stamps its
   -- last use, and records a refusal as a system event (no user).
   if exists (select 1 from pg_catalog.pg_roles where rolname = 'memori_owner') then

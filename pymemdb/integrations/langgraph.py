@@ -1,7 +1,7 @@
 """LangGraph checkpointers backed by pymemdb: ``MemoriSaver`` and ``AsyncMemoriSaver``.
 
 ``pip install pymemdb[langgraph]``. The savers serialise with LangGraph's serde
-and call one ``memori.lg_*`` function per operation (sql/130-langgraph.sql);
+and call one ``memori.lg_*`` function per operation (sql/800-langgraph.sql);
 which rows exist, expire and go is decided there. Retention is a policy per
 saver (a kind in ``memori.retention_policies``, see ``memori.lg_policy_set``):
 the latest checkpoint of each namespace is kept, superseded ones expire after

@@ -1,7 +1,7 @@
 """LangGraph long-term memory backed by pymemdb: ``MemoriStore`` and ``AsyncMemoriStore`` (issue 17).
 
 ``pip install pymemdb[langgraph]``. Both are ``langgraph.store.base.BaseStore``
-implementations over the ``memori.store_*`` SQL functions (sql/180-store.sql),
+implementations over the ``memori.store_*`` SQL functions (sql/810-store.sql),
 configured like LangGraph's ``PostgresStore``: ``index`` (``dims``, ``embed``,
 ``fields``, ``distance_type``, ``ann_index_config``) and ``ttl``
 (``default_ttl``, ``refresh_on_read`` in minutes, fractions allowed). What

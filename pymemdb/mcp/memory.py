@@ -1,4 +1,4 @@
-"""The long-term memory calls the MCP tools make (sql/180-store.sql), and how tools name items.
+"""The long-term memory calls the MCP tools make (sql/810-store.sql), and how tools name items.
 
 The tools read and write the same ``memori.store_items`` as ``MemoriStore``
 (LangGraph) and ``db.store``: a memory is a store item (namespace path, key,

@@ -1,4 +1,4 @@
-"""MCP bearer tokens (sql/185-mcp.sql): ``db.mcp_tokens``."""
+"""MCP bearer tokens (sql/820-mcp.sql): ``db.mcp_tokens``."""
 
 from __future__ import annotations
 

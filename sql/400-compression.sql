@@ -532,7 +532,7 @@ begin
            'goal_artifacts', coalesce((select jsonb_agg(to_jsonb(x)) from memori.goal_artifacts x
                                          join memori.goals g on g.id = x.goal_id
                                         where g.session_id = p_state.session_id), '[]'),
-           -- the virtual memory's pages and working set (sql/125-vm-snapshot.sql), NULL without one
+           -- the virtual memory's pages and working set (sql/525-vm-snapshot.sql), NULL without one
            'vm', memori._vm_snapshot_state(p_state.session_id)),
          p_now + v_retention
   returning * into v_row;

@@ -372,7 +372,7 @@ begin
     'pack_cache', jsonb_build_object('hits', v_s.pack_hits, 'misses', v_s.pack_misses,
                                      'hit_rate', case when v_s.pack_hits + v_s.pack_misses > 0
                                                       then round(v_s.pack_hits::numeric / (v_s.pack_hits + v_s.pack_misses), 3) end))
-    -- lifecycle metrics (sql/155-vm-metrics.sql): per-turn faults, evictions, thrash index, prefetch hit rate
+    -- lifecycle metrics (sql/555-vm-metrics.sql): per-turn faults, evictions, thrash index, prefetch hit rate
     || memori._vm_metrics_lifecycle(v_s, p_now);
 end
 $func$ language plpgsql volatile security invoker

@@ -37,7 +37,7 @@ comment on table memori.vm_pack_cache is 'Packed VM:CONTEXT blocks keyed by sess
 
 -------------------------------------------------------------------------------
 -- vm_visible_pages: the pages each session sees (copy-on-write forks, issue 7)
--- The one place fork resolution lives (sql/160-vm-fork.sql writes the forks).
+-- The one place fork resolution lives (sql/560-vm-fork.sql writes the forks).
 -- A session sees its own rows (depth 0) and, when it is a fork, each
 -- ancestor's rows with id <= the ancestor's max page id at the fork that no
 -- closer session (itself or a nearer ancestor) has a row for. A plain view, so
