@@ -201,3 +201,32 @@ end
 $func$ language plpgsql volatile security invoker
 set search_path = pg_catalog, memori, pg_temp;
 comment on function memori._event_emit(text, jsonb, timestamptz) is 'Append an event, as the acting user (memori.user_id), to memori.events (expiring per its retention policy) and pg_notify it on channel memori_events.';
+
+-------------------------------------------------------------------------------
+-- _acting_user: the user a call acts for
+create or replace function memori._acting_user(p_user_id text) returns text
+as $func$
+declare
+  v_setting text := nullif(current_setting('memori.user_id', true), '');
+begin
+  if p_user_id is null then
+    if v_setting is null then
+      perform memori._invalid('no acting user: pass p_user_id or set memori.user_id',
+                              'Call set_config(''memori.user_id'', ''<user>'', true) in the transaction, or pass the user id.');
+    end if;
+    return v_setting;
+  end if;
+  if v_setting is not null and v_setting <> p_user_id then
+    raise exception 'this transaction acts for user %, not %', quote_literal(v_setting), quote_literal(p_user_id)
+      using errcode = 'PM040',
+            hint = 'Pass the same user as memori.user_id, or set memori.user_id to the user this call is for.';
+  end if;
+  -- the rule of memori._identifier_problem, as plain expressions: this runs on every call
+  if btrim(p_user_id) = '' or length(p_user_id) > 256 or p_user_id ~ '[[:cntrl:]]' then
+    perform memori._check_identifier('user id', p_user_id);
+  end if;
+  return p_user_id;
+end
+$func$ language plpgsql stable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._acting_user(text) is 'The acting user: p_user_id (which must equal memori.user_id when that is set), else memori.user_id; PM001 when neither, PM040 when they differ.';
