@@ -9,18 +9,22 @@ every declaration against ``pg_proc``, so the client cannot drift from the SQL.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Generic, Literal, TypeVar
 
 from psycopg import sql
 
-REGISTRY: list[SqlFunction] = []
+T = TypeVar("T")
+
+REGISTRY: list[SqlFunction[Any]] = []
 
 
 @dataclass(frozen=True)
-class SqlFunction:
+class SqlFunction(Generic[T]):
+    """A declaration; ``Database.call`` returns ``Any`` for it. Prefer the typed kinds below."""
+
     name: str  # without schema
     params: tuple[tuple[str, str], ...]  # (parameter name, SQL type for the cast)
-    result: type | None  # dataclass for rows; None for a scalar
+    result: type[T] | None  # dataclass for rows; for a scalar its Python type (static only) or None
     returns: Literal["one", "many", "scalar"]
 
     def __post_init__(self) -> None:
@@ -46,6 +50,39 @@ class SqlFunction:
         return sql.SQL("select * from {}").format(target)
 
 
+class OneRow(SqlFunction[T]):
+    """A function that always returns one row (a composite result): ``call`` returns ``T``."""
+
+
+class MaybeRow(SqlFunction[T]):
+    """A function that returns at most one row: ``call`` returns ``T | None``."""
+
+
+class Rows(SqlFunction[T]):
+    """A set-returning function: ``call`` returns ``list[T]``."""
+
+
+class Scalar(SqlFunction[T]):
+    """A function returning one value: ``call`` returns ``T`` (not checked at run time: the SQL is)."""
+
+
+def one(name: str, *params: tuple[str, str], result: type[T]) -> OneRow[T]:
+    return OneRow(name, tuple(params), result, "one")
+
+
+def maybe(name: str, *params: tuple[str, str], result: type[T]) -> MaybeRow[T]:
+    return MaybeRow(name, tuple(params), result, "one")
+
+
+def rows(name: str, *params: tuple[str, str], result: type[T]) -> Rows[T]:
+    return Rows(name, tuple(params), result, "many")
+
+
+def scalar(name: str, *params: tuple[str, str], result: type[T]) -> Scalar[T]:
+    """``result`` is the Python type of the value (``int``, ``bool``, ``dict``), for the type checker."""
+    return Scalar(name, tuple(params), result, "scalar")
+
+
 def given(**kwargs: Any) -> dict[str, Any]:
     """Drop arguments left at None so the SQL defaults apply."""
     return {k: v for k, v in kwargs.items() if v is not None}
@@ -56,5 +93,6 @@ def fn(
     *params: tuple[str, str],
     result: type | None = None,
     returns: Literal["one", "many", "scalar"] = "one",
-) -> SqlFunction:
+) -> SqlFunction[Any]:
+    """An untyped declaration (``call`` returns ``Any``): use one/maybe/rows/scalar in new code."""
     return SqlFunction(name, tuple(params), result, returns)

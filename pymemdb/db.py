@@ -6,14 +6,14 @@ import copy
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, LiteralString, TypeVar
+from typing import Any, LiteralString, TypeVar, overload
 
 import psycopg
 from psycopg.rows import class_row, dict_row
 from psycopg_pool import ConnectionPool
 
 from pymemdb import embedded
-from pymemdb._sql import SqlFunction
+from pymemdb._sql import MaybeRow, OneRow, Rows, Scalar, SqlFunction
 from pymemdb.errors import SchemaNotInstalled, wrap_exceptions
 
 T = TypeVar("T")
@@ -176,8 +176,24 @@ class Database:
             return cur.fetchall()
 
     # -- calling SQL functions -------------------------------------------------
-    def call(self, function: SqlFunction, cur: psycopg.Cursor[Any] | None = None, **args: Any) -> Any:
-        """Call ``memori.<function>`` with named arguments and shape its result."""
+    @overload
+    def call(self, function: OneRow[T], cur: psycopg.Cursor[Any] | None = None, /, **args: Any) -> T: ...
+    @overload
+    def call(self, function: MaybeRow[T], cur: psycopg.Cursor[Any] | None = None, /, **args: Any) -> T | None: ...
+    @overload
+    def call(self, function: Rows[T], cur: psycopg.Cursor[Any] | None = None, /, **args: Any) -> list[T]: ...
+    @overload
+    def call(self, function: Scalar[T], cur: psycopg.Cursor[Any] | None = None, /, **args: Any) -> T: ...
+    @overload
+    def call(self, function: SqlFunction[Any], cur: psycopg.Cursor[Any] | None = None, /, **args: Any) -> Any: ...
+
+    def call(self, function: SqlFunction[Any], cur: psycopg.Cursor[Any] | None = None, /, **args: Any) -> Any:
+        """Call ``memori.<function>`` with named arguments and shape its result.
+
+        The declaration's kind types the result: ``OneRow[T]`` gives ``T`` (a function that
+        returned no row is a bug in the SQL, raised as RuntimeError), ``MaybeRow[T]`` gives
+        ``T | None``, ``Rows[T]`` ``list[T]`` and ``Scalar[T]`` the value.
+        """
         if cur is None:
             acting = args.get("p_user_id")
             with self.transaction(acting if isinstance(acting, str) else None) as own:
@@ -194,7 +210,10 @@ class Database:
             with cur.connection.cursor(row_factory=class_row(function.result)) as typed:
                 typed.execute(query, args)
                 if function.returns == "one":
-                    return typed.fetchone()
+                    row = typed.fetchone()
+                    if row is None and isinstance(function, OneRow):
+                        raise RuntimeError(f"memori.{function.name} returned no row (declared OneRow)")
+                    return row
                 return typed.fetchall()
 
 

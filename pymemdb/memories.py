@@ -8,33 +8,32 @@ from typing import TYPE_CHECKING, Any
 
 from psycopg.types.json import Jsonb
 
-from pymemdb._sql import fn, given
+from pymemdb._sql import given, maybe, one, rows, scalar
 from pymemdb.types import Memory, SessionCheckpoint, TtlStatus
 
 if TYPE_CHECKING:
     from pymemdb.db import Database
 
-SESSION_CHECKPOINT_SAVE = fn(
+SESSION_CHECKPOINT_SAVE = one(
     "session_checkpoint_save",
     ("p_skill", "text"), ("p_user_id", "text"), ("p_content", "text"),
     ("p_metadata", "jsonb"), ("p_now", "timestamptz"),
     result=Memory,
 )
-SESSION_CHECKPOINT_LOAD_LATEST = fn(
+SESSION_CHECKPOINT_LOAD_LATEST = maybe(
     "session_checkpoint_load_latest",
     ("p_skill", "text"), ("p_user_id", "text"), ("p_now", "timestamptz"),
     result=SessionCheckpoint,
 )
-SESSION_NAMESPACE = fn("session_namespace", ("p_skill", "text"), ("p_now", "timestamptz"), returns="scalar")
-MEMORY_SAVE = fn(
+SESSION_NAMESPACE = scalar("session_namespace", ("p_skill", "text"), ("p_now", "timestamptz"), result=str)
+MEMORY_SAVE = one(
     "memory_save",
     ("p_namespace", "text"), ("p_content", "text"), ("p_category", "text"), ("p_metadata", "jsonb"),
     ("p_ttl", "interval"), ("p_owner_id", "text"), ("p_now", "timestamptz"),
     result=Memory,
 )
-MEMORY_LIST = fn(
-    "memory_list", ("p_namespace", "text"), ("p_limit", "integer"), ("p_now", "timestamptz"),
-    result=Memory, returns="many",
+MEMORY_LIST = rows(
+    "memory_list", ("p_namespace", "text"), ("p_limit", "integer"), ("p_now", "timestamptz"), result=Memory
 )
 
 
@@ -52,7 +51,7 @@ class Memories:
         now: datetime | None = None,
     ) -> Memory:
         """memori.session_checkpoint_save: store a checkpoint with the skill's TTL."""
-        return self._db.call(  # type: ignore[no-any-return]
+        return self._db.call(
             SESSION_CHECKPOINT_SAVE,
             **given(p_skill=skill, p_user_id=user_id, p_content=content,
                      p_metadata=None if metadata is None else Jsonb(metadata), p_now=now),
@@ -62,13 +61,13 @@ class Memories:
         self, skill: str, user_id: str, *, now: datetime | None = None
     ) -> SessionCheckpoint | None:
         """memori.session_checkpoint_load_latest: newest unexpired checkpoint, with legacy fallback."""
-        return self._db.call(  # type: ignore[no-any-return]
+        return self._db.call(
             SESSION_CHECKPOINT_LOAD_LATEST, **given(p_skill=skill, p_user_id=user_id, p_now=now)
         )
 
     def session_namespace(self, skill: str, *, now: datetime | None = None) -> str:
         """memori.session_namespace: where the skill's checkpoints go."""
-        return self._db.call(SESSION_NAMESPACE, **given(p_skill=skill, p_now=now))  # type: ignore[no-any-return]
+        return self._db.call(SESSION_NAMESPACE, **given(p_skill=skill, p_now=now))
 
     def save(
         self,
@@ -82,7 +81,7 @@ class Memories:
         now: datetime | None = None,
     ) -> Memory:
         """memori.memory_save: a memory in any namespace; ``ttl=None`` keeps it forever."""
-        return self._db.call(  # type: ignore[no-any-return]
+        return self._db.call(
             MEMORY_SAVE,
             **given(p_namespace=namespace, p_content=content, p_category=category,
                      p_metadata=None if metadata is None else Jsonb(metadata), p_ttl=ttl,
@@ -91,7 +90,7 @@ class Memories:
 
     def list(self, namespace: str, *, limit: int | None = None, now: datetime | None = None) -> list[Memory]:
         """memori.memory_list: newest unexpired memories of a namespace."""
-        return self._db.call(  # type: ignore[no-any-return]
+        return self._db.call(
             MEMORY_LIST, **given(p_namespace=namespace, p_limit=limit, p_now=now)
         )
 

@@ -11,7 +11,7 @@ import psycopg
 
 import pymemdb
 from pymemdb import errors
-from pymemdb._sql import REGISTRY
+from pymemdb._sql import REGISTRY, OneRow
 from tests.conftest import ROOT
 from tests.helpers import rows
 
@@ -53,7 +53,9 @@ def test_every_wrapper_matches_pg_proc(conn: psycopg.Connection) -> None:
             assert param in inputs, f"memori.{function.name} has no parameter {param}"
             same = conn.execute("select %s::regtype::oid = %s::oid", (cast, inputs[param])).fetchone()
             assert same == (True,), f"memori.{function.name}({param}) is not {cast}"
-        if function.result is None:
+        if isinstance(function, OneRow):
+            assert not sig["proretset"], f"memori.{function.name} returns a set: declare it maybe() or rows()"
+        if function.result is None or function.returns == "scalar":
             continue
         outputs = [n for n, m in zip(sig["names"], sig["modes"], strict=True) if m in ("o", "t")]
         if not outputs:

@@ -144,7 +144,7 @@ LG_POLICY_SET = fn(
     returns="scalar",
 )
 
-Call = tuple[SqlFunction, dict[str, Any]]
+Call = tuple[SqlFunction[Any], dict[str, Any]]
 
 
 def set_policy(
@@ -210,7 +210,7 @@ class _MemoriSaverBase(BaseCheckpointSaver[str]):
             step = int(current.split(".")[0])
         return f"{step + 1:010d}.{random.getrandbits(32):08x}"
 
-    def _query(self, function: SqlFunction, args: dict[str, Any]) -> Any:
+    def _query(self, function: SqlFunction[Any], args: dict[str, Any]) -> Any:
         """The SQL text of a call, composed once per set of arguments (composing costs more than the read).
 
         ``function.query`` with binary placeholders (``%(p)b``): blobs and

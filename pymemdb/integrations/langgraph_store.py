@@ -93,7 +93,7 @@ class MemoriIndexConfig(IndexConfig, total=False):
     ann_index_config: dict[str, Any]
 
 
-Call = tuple[SqlFunction, dict[str, Any]]
+Call = tuple[SqlFunction[Any], dict[str, Any]]
 
 
 @dataclass
@@ -163,7 +163,7 @@ class _MemoriStoreBase(BaseStore):
         return (STORE_INDEX_ENSURE, {"p_dims": int(self.index_config["dims"]), "p_distance": self._distance,
                                      "p_vector_type": self._vector_type, "p_method": kind, "p_options": Jsonb(ann)})
 
-    def _query(self, function: SqlFunction, args: dict[str, Any]) -> str:
+    def _query(self, function: SqlFunction[Any], args: dict[str, Any]) -> str:
         """The SQL text of a call, composed once per set of arguments."""
         key = (function.name, frozenset(args))
         text = self._queries.get(key)
@@ -322,7 +322,7 @@ class _MemoriStoreBase(BaseStore):
                 out[target] = [tuple(r.namespace) for r in cast(list[StoreNamespace], found)]
         return out
 
-    def _row_factory(self, function: SqlFunction) -> Any:
+    def _row_factory(self, function: SqlFunction[Any]) -> Any:
         return dict_row if function.result is None or function.name in _DISCARD else class_row(function.result)
 
 

@@ -216,12 +216,12 @@ class MemoriMcp:
             raise ToolError("PM041: this call carries no authenticated user. Hint: Send a valid bearer token.")
         return token.subject
 
-    def run(self, user: str, function: SqlFunction, **args: Any) -> Any:
+    def run(self, user: str, function: SqlFunction[Any], **args: Any) -> Any:
         with self.db.transaction(user) as cur:
             self.in_role(cur)
             return self.db.call(function, cur, **args)
 
-    def run_many(self, user: str, calls: list[tuple[SqlFunction, dict[str, Any]]]) -> list[Any]:
+    def run_many(self, user: str, calls: list[tuple[SqlFunction[Any], dict[str, Any]]]) -> list[Any]:
         """Several calls in one transaction (one user, one round of RLS)."""
         with self.db.transaction(user) as cur:
             self.in_role(cur)
@@ -236,7 +236,7 @@ class MemoriMcp:
             return None
         return vector_text(vector)
 
-    async def call(self, function: SqlFunction, **args: Any) -> Any:
+    async def call(self, function: SqlFunction[Any], **args: Any) -> Any:
         user = self.acting_user()
         return await anyio.to_thread.run_sync(partial(self.run, user, function, **args))
 
