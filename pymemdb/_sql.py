@@ -8,10 +8,12 @@ every declaration against ``pg_proc``, so the client cannot drift from the SQL.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, Literal, TypeVar
 
 from psycopg import sql
+from psycopg.adapt import PyFormat
 
 T = TypeVar("T")
 
@@ -30,19 +32,29 @@ class SqlFunction(Generic[T]):
     def __post_init__(self) -> None:
         REGISTRY.append(self)
 
-    def query(self, args: dict[str, Any]) -> sql.Composed:
+    def query(self, args: dict[str, Any], *, binary: bool = False) -> sql.Composed:
         """``select ... from memori.name(p_x => %(p_x)s::type, ...)`` for the args given.
 
         Arguments that are not given are left out so the SQL defaults apply
-        (``p_now default now()``, ...).
+        (``p_now default now()``, ...). ``binary``: the parameters travel in
+        PostgreSQL's binary format (``%(p_x)b``; bytea and arrays of it are not
+        escaped byte by byte).
         """
-        unknown = set(args) - {p for p, _ in self.params}
+        placeholder = PyFormat.BINARY if binary else PyFormat.AUTO
+        return self._select({p: sql.Placeholder(p, placeholder) for p in args})
+
+    def positional(self, names: Sequence[str]) -> str:
+        """The text of ``query`` with ``names`` bound to ``$1, $2, ...`` in that order: a prepared statement's."""
+        return self._select({p: sql.SQL(f"${i}") for i, p in enumerate(names, 1)}).as_string(None)
+
+    def _select(self, values: dict[str, sql.Composable]) -> sql.Composed:
+        unknown = set(values) - {p for p, _ in self.params}
         if unknown:
             raise TypeError(f"memori.{self.name} has no parameter(s) {sorted(unknown)}")
         named = sql.SQL(", ").join(
-            sql.SQL("{} => {}::{}").format(sql.Identifier(p), sql.Placeholder(p), sql.SQL(cast))
+            sql.SQL("{} => {}::{}").format(sql.Identifier(p), values[p], sql.SQL(cast))
             for p, cast in self.params
-            if p in args
+            if p in values
         )
         target = sql.SQL("{}.{}({})").format(sql.Identifier("memori"), sql.Identifier(self.name), named)
         if self.returns == "scalar":

@@ -34,7 +34,7 @@ import multiprocessing
 import random
 import time
 from datetime import UTC, datetime
-from typing import Any, LiteralString
+from typing import Any, LiteralString, cast
 from uuid import uuid4
 
 import psycopg
@@ -242,7 +242,7 @@ def _explain_cached_and_put(admin: psycopg.Connection[Any], ours: Any, rng: rand
              "run_id": found.metadata.get("run_id")}
     checkpoint, metadata, new_versions = _checkpoint(ours, state, STEPS + 1, rng)
     (function, args), _, _ = ours._put_call(found.config, checkpoint, metadata, new_versions)
-    return cached, explain_nested(admin, ours._query(function, args), args)
+    return cached, explain_nested(admin, cast(LiteralString, ours._statement(function, args).text), args)
 
 
 def run(dsn: str, rows: int = 20_000, *, seed: int = 1, progress: Progress | None = None) -> dict[str, Any]:

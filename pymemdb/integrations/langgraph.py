@@ -21,11 +21,11 @@ from __future__ import annotations
 import asyncio
 import json
 import random
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterable, Iterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
-from typing import Any, cast
+from typing import Any, Generic, TypeVar, cast
 from uuid import UUID
 
 import psycopg
@@ -43,15 +43,13 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.serde.types import _DeltaSnapshot
-from psycopg import sql
-from psycopg.adapt import PyFormat
-from psycopg.rows import class_row, dict_row
+from psycopg.rows import RowFactory, class_row, tuple_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
-from pymemdb._sql import SqlFunction, fn
+from pymemdb._sql import SqlFunction, maybe, one, rows, scalar
 from pymemdb.db import Database, resolve_dsn
-from pymemdb.errors import DeltaBaseMissing, InvalidArgument, wrap_exceptions
+from pymemdb.errors import DeltaBaseMissing, InvalidArgument, PymemdbError, wrap_exceptions
 from pymemdb.integrations._langgraph_cache import (
     CACHE_BYTES,
     DELTA_MAX_CHAIN,
@@ -69,6 +67,8 @@ from pymemdb.types import LangGraphPruneResult, LangGraphStamp, LangGraphTuple, 
 
 __all__ = ["AsyncMemoriSaver", "AsyncMemoriStore", "MemoriSaver", "MemoriStore", "blob_value", "set_policy"]
 
+T = TypeVar("T")
+
 register_array_dumpers(psycopg.adapters)  # connections made from now on write our arrays fast
 
 _loads: Callable[[str], Any]
@@ -77,15 +77,15 @@ try:  # a cached copy is parsed on every read: orjson (LangChain installs it) pa
 except ImportError:  # pragma: no cover - depends on the environment
     _loads = json.loads
 
-LG_CHECKPOINT_PUT = fn(
+LG_CHECKPOINT_PUT = scalar(
     "lg_checkpoint_put",
     ("p_thread_id", "text"), ("p_checkpoint_ns", "text"), ("p_checkpoint_id", "uuid"), ("p_parent_id", "uuid"),
     ("p_checkpoint", "jsonb"), ("p_metadata", "jsonb"), ("p_blob_channels", "text[]"), ("p_blob_versions", "text[]"),
     ("p_blob_types", "text[]"), ("p_blob_values", "bytea[]"), ("p_policy", "text"), ("p_user_id", "text"),
     ("p_now", "timestamptz"), ("p_blob_bases", "text[]"), ("p_blob_items", "integer[]"),
-    returns="scalar",
+    result=str,
 )
-LG_WRITES_PUT = fn(
+LG_WRITES_PUT = one(
     "lg_writes_put",
     ("p_thread_id", "text"), ("p_checkpoint_ns", "text"), ("p_checkpoint_id", "uuid"), ("p_task_id", "text"),
     ("p_task_path", "text"), ("p_idx", "integer[]"), ("p_channels", "text[]"), ("p_types", "text[]"),
@@ -93,58 +93,62 @@ LG_WRITES_PUT = fn(
     ("p_known_writes", "text"),
     result=LangGraphWritesPut,
 )
-LG_CHECKPOINT_GET = fn(
+LG_CHECKPOINT_GET = maybe(
     "lg_checkpoint_get",
     ("p_thread_id", "text"), ("p_checkpoint_ns", "text"), ("p_checkpoint_id", "uuid"), ("p_user_id", "text"),
     ("p_now", "timestamptz"), ("p_known_stamp", "text"), ("p_known_writes", "text"),
     result=LangGraphTuple,
 )
-LG_CHECKPOINT_STAMP = fn(
+LG_CHECKPOINT_STAMP = maybe(
     "lg_checkpoint_stamp",
     ("p_thread_id", "text"), ("p_checkpoint_ns", "text"), ("p_checkpoint_id", "uuid"), ("p_user_id", "text"),
     ("p_now", "timestamptz"),
     result=LangGraphStamp,
 )
-# the same call on libpq directly (MemoriSaver's read from its copy: see _libpq)
-_STAMP_FAST = Prepared(
-    "memori_lg_checkpoint_stamp",
-    "select checkpoint_id, stamp, writes_stamp from memori.lg_checkpoint_stamp("
-    "p_thread_id => $1, p_checkpoint_ns => $2, p_checkpoint_id => $3::uuid, p_user_id => $4)",
-)
-LG_BLOB_VALUE = fn(
+_STAMP_ARGS = ("p_thread_id", "p_checkpoint_ns", "p_checkpoint_id", "p_user_id")
+# the same call on libpq directly, prepared once per connection (MemoriSaver's read from its copy: see _libpq)
+_STAMP_PREPARED = Prepared("memori_lg_checkpoint_stamp", LG_CHECKPOINT_STAMP.positional(_STAMP_ARGS))
+LG_BLOB_VALUE = scalar(
     "lg_blob_value",
     ("p_thread_id", "text"), ("p_channel", "text"), ("p_version", "text"), ("p_checkpoint_ns", "text"),
     ("p_user_id", "text"), ("p_now", "timestamptz"),
-    returns="scalar",
+    result=bytes,
 )
-LG_CHECKPOINT_LIST = fn(
+LG_CHECKPOINT_LIST = rows(
     "lg_checkpoint_list",
     ("p_thread_id", "text"), ("p_checkpoint_ns", "text"), ("p_checkpoint_id", "uuid"), ("p_filter", "jsonb"),
     ("p_before", "uuid"), ("p_limit", "integer"), ("p_user_id", "text"), ("p_now", "timestamptz"),
-    result=LangGraphTuple, returns="many",
+    result=LangGraphTuple,
 )
-LG_THREAD_DELETE = fn("lg_thread_delete", ("p_thread_id", "text"), ("p_user_id", "text"), returns="scalar")
-LG_THREAD_COPY = fn(
+LG_THREAD_DELETE = scalar("lg_thread_delete", ("p_thread_id", "text"), ("p_user_id", "text"), result=int)
+LG_THREAD_COPY = scalar(
     "lg_thread_copy",
     ("p_source_thread_id", "text"), ("p_target_thread_id", "text"), ("p_policy", "text"), ("p_user_id", "text"),
     ("p_now", "timestamptz"),
-    returns="scalar",
+    result=int,
 )
-LG_THREADS_PRUNE = fn(
+LG_THREADS_PRUNE = one(
     "lg_threads_prune",
     ("p_thread_ids", "text[]"), ("p_strategy", "text"), ("p_user_id", "text"), ("p_now", "timestamptz"),
     result=LangGraphPruneResult,
 )
-LG_RUNS_DELETE = fn(
-    "lg_runs_delete", ("p_run_ids", "text[]"), ("p_user_id", "text"), ("p_now", "timestamptz"), returns="scalar"
+LG_RUNS_DELETE = scalar(
+    "lg_runs_delete", ("p_run_ids", "text[]"), ("p_user_id", "text"), ("p_now", "timestamptz"), result=int
 )
-LG_POLICY_SET = fn(
+LG_POLICY_SET = scalar(
     "lg_policy_set",
     ("p_policy", "text"), ("p_superseded_after", "interval"), ("p_idle_after", "interval"), ("p_priority", "integer"),
-    returns="scalar",
+    result=type(None),
 )
 
-Call = tuple[SqlFunction[Any], dict[str, Any]]
+Call = tuple[SqlFunction[Any], dict[str, Any]]  # a declaration and its arguments
+Plan = Generator[Call, Any, T]
+"""A saver operation: yields each call it makes, gets back its result (or its PymemdbError), returns its value.
+
+Plans hold everything a sync and an async saver share (statements, arguments,
+the saver's copies, rows back into LangGraph's tuples); ``_run`` (sync) and
+``_arun`` (async) only execute the calls.
+"""
 
 
 def set_policy(
@@ -185,7 +189,7 @@ class _MemoriSaverBase(BaseCheckpointSaver[str]):
     def __init__(self, *, user_id: str, policy: str = "default", serde: SerializerProtocol | None = None,
                  cache_bytes: int = CACHE_BYTES) -> None:
         super().__init__(serde=serde)
-        self._queries: dict[tuple[str, frozenset[str]], str] = {}
+        self._statements: dict[tuple[str, frozenset[str]], _Statement] = {}
         self._memory = SaverMemory(cache_bytes)
         if not user_id:
             raise InvalidArgument("MemoriSaver needs a user_id", sqlstate="PM001",
@@ -210,25 +214,17 @@ class _MemoriSaverBase(BaseCheckpointSaver[str]):
             step = int(current.split(".")[0])
         return f"{step + 1:010d}.{random.getrandbits(32):08x}"
 
-    def _query(self, function: SqlFunction[Any], args: dict[str, Any]) -> Any:
-        """The SQL text of a call, composed once per set of arguments (composing costs more than the read).
+    def _statement(self, function: SqlFunction[Any], args: dict[str, Any]) -> _Statement:
+        """A call's statement, built once per set of arguments (composing costs more than the read).
 
-        ``function.query`` with binary placeholders (``%(p)b``): blobs and
-        their arrays then travel as bytes, where the text format escapes every
-        byte of every blob on the client.
+        ``function.query`` with binary parameters: blobs and their arrays then
+        travel as bytes, where the text format escapes every byte of every blob.
         """
         key = (function.name, frozenset(args))
-        text = self._queries.get(key)
-        if text is None:
-            named = sql.SQL(", ").join(
-                sql.SQL("{} => {}::{}").format(sql.Identifier(p), sql.Placeholder(p, PyFormat.BINARY), sql.SQL(cast))
-                for p, cast in function.params
-                if p in args
-            )
-            target = sql.SQL("{}.{}({})").format(sql.Identifier("memori"), sql.Identifier(function.name), named)
-            select = "select {} as value" if function.returns == "scalar" else "select * from {}"
-            text = self._queries[key] = sql.SQL(select).format(target).as_string(None)
-        return text
+        statement = self._statements.get(key)
+        if statement is None:
+            statement = self._statements[key] = _Statement.of(function, args)
+        return statement
 
     # -- arguments -----------------------------------------------------------
     def _put_call(
@@ -239,7 +235,7 @@ class _MemoriSaverBase(BaseCheckpointSaver[str]):
         new_versions: ChannelVersions,
         *,
         deltas: bool = True,
-    ) -> tuple[Call, RunnableConfig, _PutPlan]:
+    ) -> tuple[Call, RunnableConfig, _PutSent]:
         conf = config["configurable"]
         thread_id = str(conf["thread_id"])
         ns = conf.get("checkpoint_ns", "") or ""
@@ -260,12 +256,12 @@ class _MemoriSaverBase(BaseCheckpointSaver[str]):
         checkpoint_json = json.dumps(stored)
         metadata_json = json.dumps(get_serializable_checkpoint_metadata(config, metadata))
         channels, versions, types, values, bases, items = [], [], [], [], [], []
-        plan = _PutPlan(thread_id, ns, str(checkpoint["id"]), conf.get("checkpoint_id"), checkpoint_json,
+        sent = _PutSent(thread_id, ns, str(checkpoint["id"]), conf.get("checkpoint_id"), checkpoint_json,
                         metadata_json, {})
         for key, version in new_versions.items():
             if key in blobs:
                 type_, data = self.serde.dumps_typed(blobs[key])
-                plan.full[key] = (str(version), type_, data)
+                sent.full[key] = (str(version), type_, data)
                 base, tail, appended = self._delta(thread_id, ns, key, type_, data) if deltas else (None, data, None)
                 channels.append(key)
                 versions.append(str(version))
@@ -273,7 +269,7 @@ class _MemoriSaverBase(BaseCheckpointSaver[str]):
                 values.append(tail)
                 bases.append(base)
                 items.append(appended)
-        plan.blob_versions = {key: str(checkpoint["channel_versions"][key]) for key in blobs
+        sent.blob_versions = {key: str(checkpoint["channel_versions"][key]) for key in blobs
                               if key in checkpoint.get("channel_versions", {})}
         args = {
             "p_thread_id": thread_id,
@@ -295,7 +291,7 @@ class _MemoriSaverBase(BaseCheckpointSaver[str]):
         next_config: RunnableConfig = {
             "configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint["id"]}
         }
-        return (LG_CHECKPOINT_PUT, args), next_config, plan
+        return (LG_CHECKPOINT_PUT, args), next_config, sent
 
     def _delta(self, thread_id: str, ns: str, channel: str, type_: str, data: bytes
                ) -> tuple[str | None, bytes, int | None]:
@@ -314,18 +310,18 @@ class _MemoriSaverBase(BaseCheckpointSaver[str]):
             return None, data, None
         return base.version, data[parsed[1] + len(base.body):], parsed[0] - base.items
 
-    def _after_put(self, plan: _PutPlan, stamp: str | None, args: dict[str, Any]) -> None:
+    def _after_put(self, sent: _PutSent, stamp: str | None, args: dict[str, Any]) -> None:
         """Remember what the server now holds: delta bases, and the checkpoint under its stamp."""
         if not self._memory.max_bytes:
             return
-        key = (plan.thread_id, plan.ns)
+        key = (sent.thread_id, sent.ns)
         if stamp is None:  # a blob version existed already, or an older checkpoint: our bytes may not be theirs
             self._memory.drop(("tuple", *key))
-            for channel in plan.full:
+            for channel in sent.full:
                 self._memory.drop(("base", *key, channel))
             return
-        bases = args.get("p_blob_bases") or [None] * len(plan.full)
-        for (channel, (version, type_, data)), base in zip(plan.full.items(), bases, strict=True):
+        bases = args.get("p_blob_bases") or [None] * len(sent.full)
+        for (channel, (version, type_, data)), base in zip(sent.full.items(), bases, strict=True):
             parsed = msgpack_array(data) if type_ == "msgpack" else None
             if parsed is None:
                 self._memory.drop(("base", *key, channel))
@@ -337,22 +333,22 @@ class _MemoriSaverBase(BaseCheckpointSaver[str]):
         previous_copy = self._memory.get(("tuple", *key))
         carried = {b[0]: b for b in previous_copy.blobs} if isinstance(previous_copy, Stamped) else {}
         blobs = []
-        for channel, version in plan.blob_versions.items():
-            if channel in plan.full and plan.full[channel][0] == version:
-                blobs.append((channel, version, plan.full[channel][1], plan.full[channel][2]))
+        for channel, version in sent.blob_versions.items():
+            if channel in sent.full and sent.full[channel][0] == version:
+                blobs.append((channel, version, sent.full[channel][1], sent.full[channel][2]))
             elif channel in carried and carried[channel][1] == version:
                 blobs.append(carried[channel])
             else:  # a value this saver never held as bytes: read it from the server next time
                 self._memory.drop(("tuple", *key))
                 return
-        parent = plan.parent_id
+        parent = sent.parent_id
         self._memory.put(("tuple", *key), Stamped(
-            stamp, str(UUID(plan.checkpoint_id)), str(UUID(str(parent))) if parent is not None else None,
-            plan.checkpoint_json, plan.metadata_json, tuple(blobs), "", ()))  # a new checkpoint: no writes yet
+            stamp, str(UUID(sent.checkpoint_id)), str(UUID(str(parent))) if parent is not None else None,
+            sent.checkpoint_json, sent.metadata_json, tuple(blobs), "", ()))  # a new checkpoint: no writes yet
 
     def _writes_call(
         self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str
-    ) -> tuple[Call, _WritesPlan]:
+    ) -> tuple[Call, _WritesSent]:
         conf = config["configurable"]
         thread_id, ns = str(conf["thread_id"]), conf.get("checkpoint_ns", "") or ""
         dumped = [self.serde.dumps_typed(value) for _, value in writes]
@@ -381,35 +377,19 @@ class _MemoriSaverBase(BaseCheckpointSaver[str]):
             args["p_known_writes"] = copy.writes_stamp
         held = tuple((task_id, channel, type_, data, task_path, i)
                      for (channel, _), (type_, data), i in zip(writes, dumped, idx, strict=True))
-        return (LG_WRITES_PUT, args), _WritesPlan(thread_id, ns, copy, held)
+        return (LG_WRITES_PUT, args), _WritesSent(thread_id, ns, copy, held)
 
-    def _after_writes(self, plan: _WritesPlan, result: LangGraphWritesPut | None) -> None:
+    def _after_writes(self, sent: _WritesSent, result: LangGraphWritesPut | None) -> None:
         """Keep the copy's writes current when the server says the copy plus these writes is all of them."""
-        if plan.copy is None:
+        if sent.copy is None:
             return
-        key = ("tuple", plan.thread_id, plan.ns)
+        key = ("tuple", sent.thread_id, sent.ns)
         if result is None or result.writes_stamp is None:  # someone else's writes, or one replaced: read them
-            self._memory.put(key, replace(plan.copy, writes_stamp=None, writes=()))
+            self._memory.put(key, replace(sent.copy, writes_stamp=None, writes=()))
             return
-        known = {(w[0], w[5]) for w in plan.copy.writes}  # (task, idx): a retried regular write was kept as it was
-        writes = plan.copy.writes + tuple(w for w in plan.writes if (w[0], w[5]) not in known)
-        self._memory.put(key, replace(plan.copy, writes_stamp=result.writes_stamp, writes=writes))
-
-    def _stamp_call(self, config: RunnableConfig) -> tuple[Call, Stamped] | None:
-        """The stamp read that answers from this saver's copy (the checkpoint and its writes held); else None."""
-        call, copy = self._get_call(config)
-        if copy is None or copy.writes_stamp is None:
-            return None
-        args = {k: call[1][k] for k in ("p_thread_id", "p_checkpoint_ns", "p_checkpoint_id", "p_user_id")}
-        return (LG_CHECKPOINT_STAMP, args), copy
-
-    def _from_copy(self, config: RunnableConfig, copy: Stamped, stamp: str | None, writes_stamp: str | None
-                   ) -> CheckpointTuple | None:
-        """The tuple from the copy when the server's stamps are the copy's; None: read it whole."""
-        if stamp != copy.stamp or writes_stamp != copy.writes_stamp:
-            return None
-        conf = config["configurable"]
-        return self._copy_tuple(str(conf["thread_id"]), conf.get("checkpoint_ns", "") or "", copy, copy.writes)
+        known = {(w[0], w[5]) for w in sent.copy.writes}  # (task, idx): a retried regular write was kept as it was
+        writes = sent.copy.writes + tuple(w for w in sent.writes if (w[0], w[5]) not in known)
+        self._memory.put(key, replace(sent.copy, writes_stamp=result.writes_stamp, writes=writes))
 
     def _get_call(self, config: RunnableConfig) -> tuple[Call, Stamped | None]:
         """The read, with the stamp of the copy this saver holds of that checkpoint (if any)."""
@@ -478,6 +458,139 @@ class _MemoriSaverBase(BaseCheckpointSaver[str]):
             "p_thread_ids": [str(t) for t in thread_ids], "p_strategy": strategy, "p_user_id": self.user_id,
         }
 
+    # -- plans: each operation once, for both savers ---------------------------
+    def _plan_get(self, config: RunnableConfig) -> Plan[CheckpointTuple | None]:
+        """The stamps alone when this saver holds the checkpoint with its writes and they are current; else the read."""
+        call, copy = self._get_call(config)
+        if copy is not None and copy.writes_stamp is not None:
+            found: LangGraphStamp | None = yield LG_CHECKPOINT_STAMP, {k: call[1][k] for k in _STAMP_ARGS}
+            if found is not None and found.stamp == copy.stamp and found.writes_stamp == copy.writes_stamp:
+                return self._copy_tuple(call[1]["p_thread_id"], call[1]["p_checkpoint_ns"], copy, copy.writes)
+        latest = get_checkpoint_id(config) is None
+        got = self._got((yield call), copy, latest)
+        if got is False:  # our copy went meanwhile: read it whole
+            call[1].pop("p_known_stamp", None)
+            got = self._got((yield call), None, latest)
+        return cast("CheckpointTuple | None", got)
+
+    def _plan_list(
+        self, config: RunnableConfig | None, filter: dict[str, Any] | None, before: RunnableConfig | None,
+        limit: int | None,
+    ) -> Plan[Iterator[CheckpointTuple]]:
+        found: list[LangGraphTuple] = yield self._list_call(config, filter, before, limit)
+        return map(self._tuple, found)  # deserialised as the caller iterates, in the caller's thread
+
+    def _plan_put(
+        self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> Plan[RunnableConfig]:
+        call, next_config, sent = self._put_call(config, checkpoint, metadata, new_versions)
+        try:
+            stamp = yield call
+        except DeltaBaseMissing:  # a base this saver remembered is gone: send full values
+            self._memory.drop_thread(sent.thread_id)
+            call, next_config, sent = self._put_call(config, checkpoint, metadata, new_versions, deltas=False)
+            stamp = yield call
+        self._after_put(sent, stamp, call[1])
+        return next_config
+
+    def _plan_writes(
+        self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str
+    ) -> Plan[None]:
+        call, sent = self._writes_call(config, writes, task_id, task_path)
+        self._after_writes(sent, (yield call))
+
+    def _plan_delete_thread(self, thread_id: str) -> Plan[None]:
+        self._memory.drop_thread(str(thread_id))
+        yield LG_THREAD_DELETE, {"p_thread_id": str(thread_id), "p_user_id": self.user_id}
+
+    def _plan_delete_for_runs(self, run_ids: Sequence[str]) -> Plan[None]:
+        yield LG_RUNS_DELETE, {"p_run_ids": [str(r) for r in run_ids], "p_user_id": self.user_id}
+
+    def _plan_copy_thread(self, source_thread_id: str, target_thread_id: str) -> Plan[None]:
+        yield LG_THREAD_COPY, {"p_source_thread_id": str(source_thread_id), "p_target_thread_id": str(target_thread_id),
+                               "p_policy": self.policy, "p_user_id": self.user_id}
+
+    def _plan_prune(self, thread_ids: Sequence[str], strategy: str) -> Plan[None]:
+        yield self._prune_call(thread_ids, strategy)
+
+    # -- the shells: MemoriSaver runs plans on its pool, AsyncMemoriSaver on its event loop
+    def _run(self, plan: Plan[T]) -> T:
+        raise NotImplementedError
+
+    async def _arun(self, plan: Plan[T]) -> T:
+        raise NotImplementedError
+
+    # -- BaseCheckpointSaver -----------------------------------------------------
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return self._run(self._plan_get(config))
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return await self._arun(self._plan_get(config))
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        yield from self._run(self._plan_list(config, filter, before, limit))
+
+    async def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        for found in await self._arun(self._plan_list(config, filter, before, limit)):
+            yield found
+
+    def put(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
+            new_versions: ChannelVersions) -> RunnableConfig:
+        return self._run(self._plan_put(config, checkpoint, metadata, new_versions))
+
+    async def aput(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
+                   new_versions: ChannelVersions) -> RunnableConfig:
+        return await self._arun(self._plan_put(config, checkpoint, metadata, new_versions))
+
+    def put_writes(
+        self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
+    ) -> None:
+        self._run(self._plan_writes(config, writes, task_id, task_path))
+
+    async def aput_writes(
+        self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
+    ) -> None:
+        await self._arun(self._plan_writes(config, writes, task_id, task_path))
+
+    def delete_thread(self, thread_id: str) -> None:
+        self._run(self._plan_delete_thread(thread_id))
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        await self._arun(self._plan_delete_thread(thread_id))
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        self._run(self._plan_delete_for_runs(run_ids))
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        await self._arun(self._plan_delete_for_runs(run_ids))
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        self._run(self._plan_copy_thread(source_thread_id, target_thread_id))
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        await self._arun(self._plan_copy_thread(source_thread_id, target_thread_id))
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        self._run(self._plan_prune(thread_ids, strategy))
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        await self._arun(self._plan_prune(thread_ids, strategy))
+
     # -- rows back into LangGraph's tuple ---------------------------------------
     def _tuple(self, row: LangGraphTuple, copy: Stamped | None = None) -> CheckpointTuple:
         """LangGraph's tuple from a row, or from a stamped copy and the row's fresh writes (new objects each time)."""
@@ -522,6 +635,67 @@ def _writes(row: LangGraphTuple) -> tuple[tuple[str, str, str, bytes, str, int],
                      strict=True))
 
 
+@dataclass(frozen=True)
+class _Statement:
+    """A declaration's statement for one set of arguments: its text, how rows are made, what the caller gets."""
+
+    text: str
+    row_factory: RowFactory[Any]
+    shape: Callable[[list[Any]], Any]
+
+    @staticmethod
+    def of(function: SqlFunction[Any], args: dict[str, Any]) -> _Statement:
+        text = function.query(args, binary=True).as_string(None)
+        if function.returns == "scalar":
+            return _Statement(text, tuple_row, _scalar)
+        assert function.result is not None
+        return _Statement(text, class_row(function.result), _first if function.returns == "one" else _all)
+
+
+def _scalar(found: list[Any]) -> Any:
+    return found[0][0] if found else None
+
+
+def _first(found: list[Any]) -> Any:
+    return found[0] if found else None
+
+
+def _all(found: list[Any]) -> Any:
+    return found
+
+
+@dataclass(frozen=True)
+class _Done(Generic[T]):
+    value: T
+
+
+def _advance(plan: Plan[T], result: Any = None, error: PymemdbError | None = None) -> Call | _Done[T]:
+    """The plan's next call, given the last call's result or error; ``_Done`` with its value once it returned."""
+    try:
+        return plan.send(result) if error is None else plan.throw(error)
+    except StopIteration as done:
+        return _Done(done.value)
+
+
+def _settled(execute: Callable[[Call], Any], call: Call) -> tuple[Any, PymemdbError | None]:
+    try:
+        return execute(call), None
+    except PymemdbError as exc:
+        return None, exc
+
+
+async def _asettled(execute: Callable[[Call], Awaitable[Any]], call: Call) -> tuple[Any, PymemdbError | None]:
+    try:
+        return await execute(call), None
+    except PymemdbError as exc:
+        return None, exc
+
+
+
+def _stamp(checkpoint_id: str | None, stamp: str | None, writes_stamp: str | None) -> LangGraphStamp:
+    """A row of the prepared stamp read (text) as class_row makes it."""
+    return LangGraphStamp(UUID(checkpoint_id), cast(str, stamp), cast(str, writes_stamp))
+
 def _uuid_text(value: str) -> str:
     try:
         return str(UUID(value))
@@ -530,7 +704,7 @@ def _uuid_text(value: str) -> str:
 
 
 @dataclass(frozen=True)
-class _WritesPlan:
+class _WritesSent:
     """What a put_writes sent, with the copy it extends (None: no copy of that checkpoint with its writes)."""
 
     thread_id: str
@@ -540,7 +714,7 @@ class _WritesPlan:
 
 
 @dataclass
-class _PutPlan:
+class _PutSent:
     """What a put sent, to remember once the server has stored it."""
 
     thread_id: str
@@ -624,128 +798,26 @@ class MemoriSaver(_MemoriSaverBase):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def _run(self, plan: Plan[T]) -> T:
+        step = _advance(plan)
+        while not isinstance(step, _Done):
+            step = _advance(plan, *_settled(self._call, step))
+        return step.value
+
+    async def _arun(self, plan: Plan[T]) -> T:
+        """The async methods: the sync plan in a worker thread."""
+        return await asyncio.to_thread(self._run, plan)
+
     def _call(self, call: Call) -> Any:
+        """One call on a pooled connection; the stamp read as a prepared statement on libpq (see _libpq)."""
         function, args = call
-        query = self._query(function, args)
         with wrap_exceptions(), self.pool.connection() as conn:
-            if function.returns == "scalar":
-                with conn.cursor(binary=True, row_factory=dict_row) as cur:
-                    row = cur.execute(query, args).fetchone()
-                    return None if row is None else row["value"]
-            assert function.result is not None
-            typed: psycopg.Cursor[Any]
-            with conn.cursor(binary=True, row_factory=class_row(function.result)) as typed:
-                typed.execute(query, args)
-                return typed.fetchone() if function.returns == "one" else typed.fetchall()
-
-    # -- BaseCheckpointSaver -----------------------------------------------------
-    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        checked = self._stamp_call(config)
-        if checked is not None:
-            (_, args), held = checked
-            with wrap_exceptions(), self.pool.connection() as conn:
-                rows = _STAMP_FAST.rows(conn, [args["p_thread_id"], args["p_checkpoint_ns"],
-                                               args["p_checkpoint_id"], args["p_user_id"]])
-            hit = self._from_copy(config, held, *(rows[0][1:] if rows else (None, None)))
-            if hit is not None:
-                return hit
-        call, copy = self._get_call(config)
-        found = self._got(self._call(call), copy, get_checkpoint_id(config) is None)
-        if found is False:  # our copy went meanwhile: read it whole
-            call[1].pop("p_known_stamp", None)
-            found = self._got(self._call(call), None, get_checkpoint_id(config) is None)
-        return cast("CheckpointTuple | None", found)
-
-    def list(
-        self,
-        config: RunnableConfig | None,
-        *,
-        filter: dict[str, Any] | None = None,
-        before: RunnableConfig | None = None,
-        limit: int | None = None,
-    ) -> Iterator[CheckpointTuple]:
-        for row in self._call(self._list_call(config, filter, before, limit)):
-            yield self._tuple(row)
-
-    def put(
-        self,
-        config: RunnableConfig,
-        checkpoint: Checkpoint,
-        metadata: CheckpointMetadata,
-        new_versions: ChannelVersions,
-    ) -> RunnableConfig:
-        call, next_config, plan = self._put_call(config, checkpoint, metadata, new_versions)
-        try:
-            stamp = self._call(call)
-        except DeltaBaseMissing:  # a base this saver remembered is gone: send full values
-            self._memory.drop_thread(plan.thread_id)
-            call, next_config, plan = self._put_call(config, checkpoint, metadata, new_versions, deltas=False)
-            stamp = self._call(call)
-        self._after_put(plan, stamp, call[1])
-        return next_config
-
-    def put_writes(
-        self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
-    ) -> None:
-        call, plan = self._writes_call(config, writes, task_id, task_path)
-        self._after_writes(plan, self._call(call))
-
-    def delete_thread(self, thread_id: str) -> None:
-        self._memory.drop_thread(str(thread_id))
-        self._call((LG_THREAD_DELETE, {"p_thread_id": str(thread_id), "p_user_id": self.user_id}))
-
-    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
-        self._call((LG_RUNS_DELETE, {"p_run_ids": [str(r) for r in run_ids], "p_user_id": self.user_id}))
-
-    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        self._call((LG_THREAD_COPY, {"p_source_thread_id": str(source_thread_id),
-                                     "p_target_thread_id": str(target_thread_id),
-                                     "p_policy": self.policy, "p_user_id": self.user_id}))
-
-    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        self._call(self._prune_call(thread_ids, strategy))
-
-    # -- async: the same calls in a worker thread ---------------------------------
-    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        return await asyncio.to_thread(self.get_tuple, config)
-
-    async def alist(
-        self,
-        config: RunnableConfig | None,
-        *,
-        filter: dict[str, Any] | None = None,
-        before: RunnableConfig | None = None,
-        limit: int | None = None,
-    ) -> AsyncIterator[CheckpointTuple]:
-        rows = await asyncio.to_thread(self._call, self._list_call(config, filter, before, limit))
-        for row in rows:
-            yield self._tuple(row)
-
-    async def aput(
-        self,
-        config: RunnableConfig,
-        checkpoint: Checkpoint,
-        metadata: CheckpointMetadata,
-        new_versions: ChannelVersions,
-    ) -> RunnableConfig:
-        return await asyncio.to_thread(self.put, config, checkpoint, metadata, new_versions)
-
-    async def aput_writes(
-        self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
-    ) -> None:
-        await asyncio.to_thread(self.put_writes, config, writes, task_id, task_path)
-
-    async def adelete_thread(self, thread_id: str) -> None:
-        await asyncio.to_thread(self.delete_thread, thread_id)
-
-    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
-        await asyncio.to_thread(self.delete_for_runs, run_ids)
-
-    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        await asyncio.to_thread(self.copy_thread, source_thread_id, target_thread_id)
-
-    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        await asyncio.to_thread(self.prune, thread_ids, strategy=strategy)
+            if function is LG_CHECKPOINT_STAMP:
+                found = _STAMP_PREPARED.rows(conn, [args[k] for k in _STAMP_ARGS])
+                return _stamp(*found[0]) if found else None
+            statement = self._statement(function, args)
+            with conn.cursor(binary=True, row_factory=statement.row_factory) as cur:
+                return statement.shape(cur.execute(statement.text, args).fetchall())
 
 
 class AsyncMemoriSaver(_MemoriSaverBase):
@@ -793,141 +865,34 @@ class AsyncMemoriSaver(_MemoriSaverBase):
         finally:
             await pool.close()
 
-    async def _call(self, call: Call) -> Any:
-        function, args = call
-        query = self._query(function, args)
-        with wrap_exceptions():
-            async with self.pool.connection() as conn:
-                if function.returns == "scalar":
-                    async with conn.cursor(binary=True, row_factory=dict_row) as cur:
-                        await cur.execute(query, args)
-                        row = await cur.fetchone()
-                        return None if row is None else row["value"]
-                assert function.result is not None
-                typed: psycopg.AsyncCursor[Any]
-                async with conn.cursor(binary=True, row_factory=class_row(function.result)) as typed:
-                    await typed.execute(query, args)
-                    return await typed.fetchone() if function.returns == "one" else await typed.fetchall()
+    async def _arun(self, plan: Plan[T]) -> T:
+        step = _advance(plan)
+        while not isinstance(step, _Done):
+            step = _advance(plan, *await _asettled(self._call, step))
+        return step.value
 
-    # -- BaseCheckpointSaver, async ------------------------------------------------
-    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        checked = self._stamp_call(config)
-        if checked is not None:
-            stamp_call, held = checked
-            found_stamp: LangGraphStamp | None = await self._call(stamp_call)
-            hit = self._from_copy(config, held, *((found_stamp.stamp, found_stamp.writes_stamp)
-                                                  if found_stamp is not None else (None, None)))
-            if hit is not None:
-                return hit
-        call, copy = self._get_call(config)
-        found = self._got(await self._call(call), copy, get_checkpoint_id(config) is None)
-        if found is False:  # our copy went meanwhile: read it whole
-            call[1].pop("p_known_stamp", None)
-            found = self._got(await self._call(call), None, get_checkpoint_id(config) is None)
-        return cast("CheckpointTuple | None", found)
-
-    async def alist(
-        self,
-        config: RunnableConfig | None,
-        *,
-        filter: dict[str, Any] | None = None,
-        before: RunnableConfig | None = None,
-        limit: int | None = None,
-    ) -> AsyncIterator[CheckpointTuple]:
-        for row in await self._call(self._list_call(config, filter, before, limit)):
-            yield self._tuple(row)
-
-    async def aput(
-        self,
-        config: RunnableConfig,
-        checkpoint: Checkpoint,
-        metadata: CheckpointMetadata,
-        new_versions: ChannelVersions,
-    ) -> RunnableConfig:
-        call, next_config, plan = self._put_call(config, checkpoint, metadata, new_versions)
-        try:
-            stamp = await self._call(call)
-        except DeltaBaseMissing:  # a base this saver remembered is gone: send full values
-            self._memory.drop_thread(plan.thread_id)
-            call, next_config, plan = self._put_call(config, checkpoint, metadata, new_versions, deltas=False)
-            stamp = await self._call(call)
-        self._after_put(plan, stamp, call[1])
-        return next_config
-
-    async def aput_writes(
-        self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
-    ) -> None:
-        call, plan = self._writes_call(config, writes, task_id, task_path)
-        self._after_writes(plan, await self._call(call))
-
-    async def adelete_thread(self, thread_id: str) -> None:
-        self._memory.drop_thread(str(thread_id))
-        await self._call((LG_THREAD_DELETE, {"p_thread_id": str(thread_id), "p_user_id": self.user_id}))
-
-    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
-        await self._call((LG_RUNS_DELETE, {"p_run_ids": [str(r) for r in run_ids], "p_user_id": self.user_id}))
-
-    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        await self._call((LG_THREAD_COPY, {"p_source_thread_id": str(source_thread_id),
-                                           "p_target_thread_id": str(target_thread_id),
-                                           "p_policy": self.policy, "p_user_id": self.user_id}))
-
-    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        await self._call(self._prune_call(thread_ids, strategy))
-
-    # -- sync entry points, for a graph's sync API called off the event loop -------
-    def _sync(self, coro: Any) -> Any:
+    def _run(self, plan: Plan[T]) -> T:
+        """The sync methods, for a graph's sync API called off the event loop: the plan on the loop."""
         try:
             if asyncio.get_running_loop() is self.loop:
-                coro.close()
+                plan.close()
                 raise asyncio.InvalidStateError(
                     "AsyncMemoriSaver's sync methods must be called from another thread; "
                     "use the async ones (ainvoke, astream) in the event loop, or MemoriSaver"
                 )
         except RuntimeError:
             pass
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+        return asyncio.run_coroutine_threadsafe(self._arun(plan), self.loop).result()
 
-    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        return cast("CheckpointTuple | None", self._sync(self.aget_tuple(config)))
-
-    def list(
-        self,
-        config: RunnableConfig | None,
-        *,
-        filter: dict[str, Any] | None = None,
-        before: RunnableConfig | None = None,
-        limit: int | None = None,
-    ) -> Iterator[CheckpointTuple]:
-        rows = self._sync(self._call(self._list_call(config, filter, before, limit)))
-        for row in rows:
-            yield self._tuple(row)
-
-    def put(
-        self,
-        config: RunnableConfig,
-        checkpoint: Checkpoint,
-        metadata: CheckpointMetadata,
-        new_versions: ChannelVersions,
-    ) -> RunnableConfig:
-        return cast(RunnableConfig, self._sync(self.aput(config, checkpoint, metadata, new_versions)))
-
-    def put_writes(
-        self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
-    ) -> None:
-        self._sync(self.aput_writes(config, writes, task_id, task_path))
-
-    def delete_thread(self, thread_id: str) -> None:
-        self._sync(self.adelete_thread(thread_id))
-
-    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
-        self._sync(self.adelete_for_runs(run_ids))
-
-    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        self._sync(self.acopy_thread(source_thread_id, target_thread_id))
-
-    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        self._sync(self.aprune(thread_ids, strategy=strategy))
+    async def _call(self, call: Call) -> Any:
+        """One call on a pooled connection."""
+        function, args = call
+        statement = self._statement(function, args)
+        with wrap_exceptions():
+            async with self.pool.connection() as conn, conn.cursor(binary=True,
+                                                                   row_factory=statement.row_factory) as cur:
+                await cur.execute(statement.text, args)
+                return statement.shape(await cur.fetchall())
 
 
 # the long-term memory store (issue 17) lives in its own module; exported here beside the savers
