@@ -234,3 +234,29 @@ def test_unreachable_database_fails_fast(tmp_path) -> None:  # type: ignore[no-u
 
     with pytest.raises(ServerError):
         MemoriSaver(f"host={tmp_path} dbname=nothing", user_id="alice")
+
+
+def test_the_savers_raise_the_clients_exception_classes(db: pymemdb.Database, dsn: str) -> None:
+    """A PM code raised in SQL reaches a LangGraph user as the class the client raises, sync or async."""
+    from pymemdb.integrations.langgraph import LG_THREADS_PRUNE
+
+    with pytest.raises(InvalidArgument) as client:
+        db.call(LG_THREADS_PRUNE, p_thread_ids=["t"], p_strategy="oldest", p_user_id="alice")
+    with MemoriSaver(dsn, user_id="alice") as saver:
+        with pytest.raises(InvalidArgument) as sync:
+            saver.prune(["t"], strategy="oldest")
+        with pytest.raises(InvalidArgument) as in_thread:
+            asyncio.run(saver.aprune(["t"], strategy="oldest"))
+
+    async def from_the_async_saver() -> tuple[BaseException, BaseException]:
+        async with AsyncMemoriSaver.from_dsn(dsn, user_id="alice", policy="nope") as saver:
+            with pytest.raises(InvalidArgument) as pruned:
+                await saver.aprune(["t"], strategy="oldest")
+            with pytest.raises(UnknownValue) as put:
+                await _graph().compile(checkpointer=saver).ainvoke({"messages": ["x"]},
+                                                                  {"configurable": {"thread_id": "t"}})
+            return pruned.value, put.value
+
+    pruned, put = asyncio.run(from_the_async_saver())
+    assert {type(e) for e in (client.value, sync.value, in_thread.value, pruned)} == {InvalidArgument}
+    assert isinstance(put, UnknownValue) and put.sqlstate == "PM004"
