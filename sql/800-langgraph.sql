@@ -24,43 +24,37 @@ comment on table memori.lg_blobs is 'LangGraph channel values by (namespace, cha
 comment on table memori.lg_writes is 'LangGraph pending writes of a checkpoint; they expire with it once it is superseded, and go when it is pruned or deleted.';
 
 -------------------------------------------------------------------------------
--- _retention_lg_threads: threads in the retention engine's shape
-create or replace view memori._retention_lg_threads with (security_invoker = true) as
-select t.id, t.user_id as owner, t.thread_id as category, t.policy as kind, t.expires_at, false as important
-  from memori.lg_threads t;
-comment on view memori._retention_lg_threads is 'memori.lg_threads as retention candidates: the saver policy as kind, thread_id as category.';
-
--------------------------------------------------------------------------------
--- _retention_lg_checkpoints: superseded checkpoints in the engine's shape
--- (no join to lg_threads: the cleaner may see only expired rows, and a
--- superseded checkpoint's thread is usually alive)
-create or replace view memori._retention_lg_checkpoints with (security_invoker = true) as
-select c.id, c.user_id as owner, c.thread::text as category, c.policy as kind, c.expires_at, false as important
-  from memori.lg_checkpoints c;
-comment on view memori._retention_lg_checkpoints is 'memori.lg_checkpoints as retention candidates: the saver policy as kind, the thread key (lg_threads.id) as category.';
-
--------------------------------------------------------------------------------
--- _retention_lg_blobs: channel blobs in the engine's shape
-create or replace view memori._retention_lg_blobs with (security_invoker = true) as
-select b.id, b.user_id as owner, b.thread::text as category, b.policy as kind, b.expires_at, false as important
-  from memori.lg_blobs b;
-comment on view memori._retention_lg_blobs is 'memori.lg_blobs as retention candidates: the saver policy as kind, the thread key (lg_threads.id) as category.';
-
--------------------------------------------------------------------------------
--- _retention_lg_writes: pending writes in the engine's shape
-create or replace view memori._retention_lg_writes with (security_invoker = true) as
-select w.id, w.user_id as owner, w.thread::text as category, w.policy as kind, w.expires_at, false as important
-  from memori.lg_writes w;
-comment on view memori._retention_lg_writes is 'memori.lg_writes as retention candidates: they expire with their checkpoint; the saver policy as kind, the thread key as category.';
-
-select memori.retention_register('lg_threads', 'memori.lg_threads', 'memori._retention_lg_threads', 'id',
-                                 'LangGraph threads idle past their policy (issue 9)', 4, null, false);
-select memori.retention_register('lg_checkpoints', 'memori.lg_checkpoints', 'memori._retention_lg_checkpoints', 'id',
-                                 'Superseded LangGraph checkpoints (issue 9)', 3, null, false);
-select memori.retention_register('lg_blobs', 'memori.lg_blobs', 'memori._retention_lg_blobs', 'id',
-                                 'LangGraph channel blobs no latest checkpoint uses (issue 9)', 3, null, false);
-select memori.retention_register('lg_writes', 'memori.lg_writes', 'memori._retention_lg_writes', 'id',
-                                 'Pending writes of superseded LangGraph checkpoints (issue 9)', 3, null, false);
+-- _retention_lg_*: each saver table in the retention engine's shape, registered
+-- One view per table, all alike: the saver policy as kind; as category the
+-- thread id for threads, the thread key (lg_threads.id) for checkpoints, blobs
+-- and writes (no join to lg_threads: the cleaner may see only expired rows, and
+-- a superseded checkpoint's thread is usually alive).
+do $do$
+declare
+  v record;
+begin
+  for v in
+    select * from (values
+      ('lg_threads', 't.thread_id', 4, 'LangGraph threads idle past their policy (issue 9)',
+       'memori.lg_threads as retention candidates: the saver policy as kind, thread_id as category.'),
+      ('lg_checkpoints', 't.thread::text', 3, 'Superseded LangGraph checkpoints (issue 9)',
+       'memori.lg_checkpoints as retention candidates: the saver policy as kind, the thread key (lg_threads.id) as category.'),
+      ('lg_blobs', 't.thread::text', 3, 'LangGraph channel blobs no latest checkpoint uses (issue 9)',
+       'memori.lg_blobs as retention candidates: the saver policy as kind, the thread key (lg_threads.id) as category.'),
+      ('lg_writes', 't.thread::text', 3, 'Pending writes of superseded LangGraph checkpoints (issue 9)',
+       'memori.lg_writes as retention candidates: they expire with their checkpoint; the saver policy as kind, the thread key as category.')
+    ) as x(table_name, category, priority, description, comment)
+  loop
+    execute format('create or replace view memori.%I with (security_invoker = true) as '
+                   'select t.id, t.user_id as owner, %s as category, t.policy as kind, t.expires_at, false as important '
+                   'from memori.%I t', '_retention_' || v.table_name, v.category, v.table_name);
+    execute format('comment on view memori.%I is %L', '_retention_' || v.table_name, v.comment);
+    perform memori.retention_register(v.table_name, format('memori.%I', v.table_name)::regclass,
+                                      format('memori.%I', '_retention_' || v.table_name)::regclass, 'id',
+                                      v.description, v.priority, null, false);
+  end loop;
+end
+$do$;
 update memori.retention_tables set event_prefix = 'langgraph.thread' where table_name = 'lg_threads';
 
 -- The saver's default policy (kept when re-installing): superseded checkpoints

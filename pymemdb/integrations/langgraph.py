@@ -14,6 +14,13 @@ Each saver owns a connection pool whose connections run in autocommit (every
 operation is one SQL function call, atomic by itself) and carry the saver's
 user in ``memori.user_id``. There is no saver-wide lock: concurrent calls use
 different connections, and PostgreSQL orders writes to the same thread.
+
+Both savers run the same plans (``_MemoriSaverBase._plan_*``: the calls an
+operation makes, built with the client's declarations and composer, and what
+their rows become); ``MemoriSaver`` executes them on its pool and
+``AsyncMemoriSaver`` on its event loop. Errors are the client's
+(``pymemdb.errors``): a PM code raised in SQL is the same class here as from
+``db.call``.
 """
 
 from __future__ import annotations
@@ -528,24 +535,12 @@ class _MemoriSaverBase(BaseCheckpointSaver[str]):
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         return await self._arun(self._plan_get(config))
 
-    def list(
-        self,
-        config: RunnableConfig | None,
-        *,
-        filter: dict[str, Any] | None = None,
-        before: RunnableConfig | None = None,
-        limit: int | None = None,
-    ) -> Iterator[CheckpointTuple]:
+    def list(self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,
+             before: RunnableConfig | None = None, limit: int | None = None) -> Iterator[CheckpointTuple]:
         yield from self._run(self._plan_list(config, filter, before, limit))
 
-    async def alist(
-        self,
-        config: RunnableConfig | None,
-        *,
-        filter: dict[str, Any] | None = None,
-        before: RunnableConfig | None = None,
-        limit: int | None = None,
-    ) -> AsyncIterator[CheckpointTuple]:
+    async def alist(self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,
+                    before: RunnableConfig | None = None, limit: int | None = None) -> AsyncIterator[CheckpointTuple]:
         for found in await self._arun(self._plan_list(config, filter, before, limit)):
             yield found
 
