@@ -28,11 +28,11 @@ from __future__ import annotations
 import asyncio
 import json
 import random
-from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Generator, Iterable, Iterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
-from typing import Any, Generic, TypeVar, cast
+from typing import Any, NamedTuple, TypeVar, cast
 from uuid import UUID
 
 import psycopg
@@ -470,7 +470,7 @@ class _MemoriSaverBase(BaseCheckpointSaver[str]):
         """The stamps alone when this saver holds the checkpoint with its writes and they are current; else the read."""
         call, copy = self._get_call(config)
         if copy is not None and copy.writes_stamp is not None:
-            found: LangGraphStamp | None = yield LG_CHECKPOINT_STAMP, {k: call[1][k] for k in _STAMP_ARGS}
+            found: LangGraphStamp | _StampRow | None = yield LG_CHECKPOINT_STAMP, {k: call[1][k] for k in _STAMP_ARGS}
             if found is not None and found.stamp == copy.stamp and found.writes_stamp == copy.writes_stamp:
                 return self._copy_tuple(call[1]["p_thread_id"], call[1]["p_checkpoint_ns"], copy, copy.writes)
         latest = get_checkpoint_id(config) is None
@@ -659,37 +659,12 @@ def _all(found: list[Any]) -> Any:
     return found
 
 
-@dataclass(frozen=True)
-class _Done(Generic[T]):
-    value: T
+class _StampRow(NamedTuple):
+    """MemoriSaver's row of the prepared stamp read, as text (parsing it into a LangGraphStamp costs ~30 %)."""
 
-
-def _advance(plan: Plan[T], result: Any = None, error: PymemdbError | None = None) -> Call | _Done[T]:
-    """The plan's next call, given the last call's result or error; ``_Done`` with its value once it returned."""
-    try:
-        return plan.send(result) if error is None else plan.throw(error)
-    except StopIteration as done:
-        return _Done(done.value)
-
-
-def _settled(execute: Callable[[Call], Any], call: Call) -> tuple[Any, PymemdbError | None]:
-    try:
-        return execute(call), None
-    except PymemdbError as exc:
-        return None, exc
-
-
-async def _asettled(execute: Callable[[Call], Awaitable[Any]], call: Call) -> tuple[Any, PymemdbError | None]:
-    try:
-        return await execute(call), None
-    except PymemdbError as exc:
-        return None, exc
-
-
-
-def _stamp(checkpoint_id: str | None, stamp: str | None, writes_stamp: str | None) -> LangGraphStamp:
-    """A row of the prepared stamp read (text) as class_row makes it."""
-    return LangGraphStamp(UUID(checkpoint_id), cast(str, stamp), cast(str, writes_stamp))
+    checkpoint_id: str | None
+    stamp: str | None
+    writes_stamp: str | None
 
 def _uuid_text(value: str) -> str:
     try:
@@ -729,6 +704,11 @@ def _canonical_uuid(value: str) -> bool:
         return False
 
 
+def _pool_options(user_id: str, durable: bool, max_size: int) -> dict[str, Any]:
+    """A saver pool's options (opened by its saver, after one direct attempt to connect)."""
+    return {"min_size": 1, "max_size": max_size, "kwargs": _pool_kwargs(user_id, durable), "open": False}
+
+
 def _pool_kwargs(user_id: str, durable: bool) -> dict[str, Any]:
     # every operation is one function call: autocommit saves the COMMIT round trip.
     # Generic plans: the stamp read (lg_checkpoint_stamp, inlined into the saver's
@@ -764,21 +744,12 @@ class MemoriSaver(_MemoriSaverBase):
     >>> graph = builder.compile(checkpointer=saver)
     """
 
-    def __init__(
-        self,
-        db: Database | str | None = None,
-        *,
-        user_id: str,
-        policy: str = "default",
-        serde: SerializerProtocol | None = None,
-        max_size: int = 8,
-        durable: bool = True,
-        cache_bytes: int = CACHE_BYTES,
-    ) -> None:
+    def __init__(self, db: Database | str | None = None, *, user_id: str, policy: str = "default",
+                 serde: SerializerProtocol | None = None, max_size: int = 8, durable: bool = True,
+                 cache_bytes: int = CACHE_BYTES) -> None:
         super().__init__(user_id=user_id, policy=policy, serde=serde, cache_bytes=cache_bytes)
         dsn = _dsn_of(db)
-        self.pool = ConnectionPool(dsn, min_size=1, max_size=max_size, kwargs=_pool_kwargs(user_id, durable),
-                                   open=False, name="pymemdb-langgraph")
+        self.pool = ConnectionPool(dsn, **_pool_options(user_id, durable, max_size), name="pymemdb-langgraph")
         with wrap_exceptions():
             # one direct attempt first: it fails fast with libpq's message, the pool would retry 30 s
             psycopg.connect(dsn, connect_timeout=10).close()
@@ -794,10 +765,17 @@ class MemoriSaver(_MemoriSaverBase):
         self.close()
 
     def _run(self, plan: Plan[T]) -> T:
-        step = _advance(plan)
-        while not isinstance(step, _Done):
-            step = _advance(plan, *_settled(self._call, step))
-        return step.value
+        try:
+            call = next(plan)
+            while True:
+                try:
+                    result = self._call(call)
+                except PymemdbError as exc:  # the plan may handle it (a put's missing delta base)
+                    call = plan.throw(exc)
+                else:
+                    call = plan.send(result)
+        except StopIteration as done:
+            return cast(T, done.value)
 
     async def _arun(self, plan: Plan[T]) -> T:
         """The async methods: the sync plan in a worker thread."""
@@ -809,7 +787,7 @@ class MemoriSaver(_MemoriSaverBase):
         with wrap_exceptions(), self.pool.connection() as conn:
             if function is LG_CHECKPOINT_STAMP:
                 found = _STAMP_PREPARED.rows(conn, [args[k] for k in _STAMP_ARGS])
-                return _stamp(*found[0]) if found else None
+                return _StampRow._make(found[0]) if found else None
             statement = self._statement(function, args)
             with conn.cursor(binary=True, row_factory=statement.row_factory) as cur:
                 return statement.shape(cur.execute(statement.text, args).fetchall())
@@ -837,21 +815,12 @@ class AsyncMemoriSaver(_MemoriSaverBase):
 
     @classmethod
     @asynccontextmanager
-    async def from_dsn(
-        cls,
-        db: Database | str | None = None,
-        *,
-        user_id: str,
-        policy: str = "default",
-        serde: SerializerProtocol | None = None,
-        max_size: int = 8,
-        durable: bool = True,
-        cache_bytes: int = CACHE_BYTES,
-    ) -> AsyncIterator[AsyncMemoriSaver]:
+    async def from_dsn(cls, db: Database | str | None = None, *, user_id: str, policy: str = "default",
+                       serde: SerializerProtocol | None = None, max_size: int = 8, durable: bool = True,
+                       cache_bytes: int = CACHE_BYTES) -> AsyncIterator[AsyncMemoriSaver]:
         """A saver with its own pool, closed on exit."""
         dsn = _dsn_of(db)
-        pool = AsyncConnectionPool(dsn, min_size=1, max_size=max_size, kwargs=_pool_kwargs(user_id, durable),
-                                   open=False, name="pymemdb-langgraph-async")
+        pool = AsyncConnectionPool(dsn, **_pool_options(user_id, durable, max_size), name="pymemdb-langgraph-async")
         with wrap_exceptions():
             await (await psycopg.AsyncConnection.connect(dsn, connect_timeout=10)).close()
             await pool.open(wait=True, timeout=30)
@@ -861,10 +830,17 @@ class AsyncMemoriSaver(_MemoriSaverBase):
             await pool.close()
 
     async def _arun(self, plan: Plan[T]) -> T:
-        step = _advance(plan)
-        while not isinstance(step, _Done):
-            step = _advance(plan, *await _asettled(self._call, step))
-        return step.value
+        try:
+            call = next(plan)
+            while True:
+                try:
+                    result = await self._call(call)
+                except PymemdbError as exc:  # the plan may handle it (a put's missing delta base)
+                    call = plan.throw(exc)
+                else:
+                    call = plan.send(result)
+        except StopIteration as done:
+            return cast(T, done.value)
 
     def _run(self, plan: Plan[T]) -> T:
         """The sync methods, for a graph's sync API called off the event loop: the plan on the loop."""
