@@ -32,7 +32,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 from rich.table import Table
 
-from pymemdb.bench import Progress, connect, explain_nested, fmt, latency_summary, one, ratio
+from pymemdb.bench import Progress, connect, explain_nested, fmt, latency_summary, one, ratio, require_rows
 
 NOW = datetime(2026, 6, 20, 12, 0, tzinfo=UTC)  # the benchmark's clock, passed as p_now
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -213,11 +213,7 @@ def _explain(conn: psycopg.Connection[Any], session: str) -> dict[str, Any]:
 
 
 def run(dsn: str, rows: int = 20000, *, seed: int = 1, progress: Progress | None = None) -> dict[str, Any]:
-    if rows < 100:
-        from pymemdb.errors import InvalidArgument
-
-        raise InvalidArgument(f"--rows must be at least 100, got {rows}",
-                              hint="Pass the larger session size, e.g. --rows 20000 (the smaller is a tenth).")
+    require_rows(rows, 100, "Pass the larger session size, e.g. --rows 20000 (the smaller is a tenth).")
     say = progress or (lambda _msg: None)
     sizes = {"small": rows // 10, "large": rows}
     out: dict[str, Any] = {"now": NOW.isoformat(), "available_tokens": AVAILABLE, "sizes": {}}
