@@ -105,12 +105,12 @@ def test_init_is_a_noop_when_current(env: str) -> None:
 
 
 def test_memory_commands(env: str) -> None:
-    saved = runner.invoke(main_app, ["memory", "save-checkpoint", "api", "alice", "hello", "--metadata", '{"a": 1}'])
+    saved = runner.invoke(main_app, ["memories", "save-checkpoint", "api", "alice", "hello", "--metadata", '{"a": 1}'])
     assert saved.exit_code == 0 and "session_api_" in saved.output
-    loaded = runner.invoke(main_app, ["memory", "load-checkpoint", "skill:api-builder", "alice", "--json"])
+    loaded = runner.invoke(main_app, ["memories", "load-checkpoint", "skill:api-builder", "alice", "--json"])
     assert loaded.exit_code == 0 and json.loads(loaded.stdout)["content"] == "hello"
-    assert runner.invoke(main_app, ["memory", "load-checkpoint", "api", "bob"]).exit_code == 1
-    bad = runner.invoke(main_app, ["memory", "save-checkpoint", "nope", "alice", "x"])
+    assert runner.invoke(main_app, ["memories", "load-checkpoint", "api", "bob"]).exit_code == 1
+    bad = runner.invoke(main_app, ["memories", "save-checkpoint", "nope", "alice", "x"])
     assert bad.exit_code == 2 and "unknown skill nope" in bad.stderr and "skill:api-builder" in bad.stderr
     bad_json = runner.invoke(main_app, ["memory", "save-checkpoint", "api", "alice", "x", "--metadata", "{"])
     assert bad_json.exit_code == 2 and "not valid JSON" in bad_json.stderr

@@ -14,9 +14,9 @@ from rich.console import Console
 from rich.table import Table
 
 import pymemdb
+from pymemdb.cli.demo.compression import compression_chapter
+from pymemdb.cli.scratch import scratch_database
 from pymemdb.context import Scope
-from pymemdb.demo_compression import compression_chapter
-from pymemdb.scratch import scratch_database
 
 DEMO_DATABASE = "pymemdb_demo"
 
