@@ -13,11 +13,11 @@ from pymemdb import embedded
 from pymemdb.cli._common import (
     DsnOption,
     JsonOption,
-    OneLineErrors,
     console,
     database,
     handle_errors,
     print_json,
+    script_app,
 )
 from pymemdb.cli.budget import app as budget_app
 from pymemdb.cli.checkpoint import app as checkpoint_app
@@ -30,14 +30,8 @@ from pymemdb.cli.vm import app as vm_app
 from pymemdb.cli.vm_fork import register as register_vm_fork
 from pymemdb.db import resolve_dsn
 
-app = typer.Typer(
-    cls=OneLineErrors,
-    name="pymemdb",
-    help="pymemdb: the memory layer for AI agents that lives inside PostgreSQL.",
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-    add_completion=False,
-)
+app = script_app("pymemdb", "pymemdb: the memory layer for AI agents that lives inside PostgreSQL.",
+                 no_args_is_help=True)
 db_app = typer.Typer(help="The embedded PostgreSQL server (used when no DSN is given).", no_args_is_help=True)
 bench_app = typer.Typer(help="Benchmarks: each runs its baseline in the same run and prints ratios.",
                         no_args_is_help=True)

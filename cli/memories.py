@@ -9,12 +9,28 @@ import json
 from typing import Annotated, cast
 
 import typer
-from rich.table import Table
 
-from pymemdb.cli._common import DsnOption, JsonOption, console, database, fmt_time, handle_errors, print_json
+from pymemdb.cli._common import (
+    DsnOption,
+    JsonOption,
+    console,
+    database,
+    fmt_time,
+    handle_errors,
+    print_json,
+    print_rows,
+)
 from pymemdb.errors import InvalidArgument
+from pymemdb.types import TtlStatus
 
 app = typer.Typer(help="Memories and TTL'd session checkpoints (seed 05).", no_args_is_help=True)
+
+TTL_COLUMNS = ("namespace", "permanent", "active_ttl", "expired")
+
+
+def ttl_cells(r: TtlStatus) -> tuple[str, str, str, str]:
+    """A memori.ttl_status row as TTL_COLUMNS (also the demo's table)."""
+    return r.user_id, str(r.permanent), str(r.active_ttl), str(r.expired)
 
 
 def _metadata(raw: str | None) -> dict[str, object] | None:
@@ -80,15 +96,8 @@ def memory_list(
     """Newest unexpired memories of a namespace."""
     with database(dsn) as db:
         rows = db.memories.list(namespace, limit=limit)
-    if as_json:
-        print_json(rows)
-        return
-    table = Table(title=namespace)
-    for column in ("id", "created", "expires", "category", "content"):
-        table.add_column(column)
-    for r in rows:
-        table.add_row(str(r.id), fmt_time(r.created_at), fmt_time(r.expires_at), r.category, r.content[:60])
-    console.print(table)
+    print_rows(rows, as_json, namespace, ("id", "created", "expires", "category", "content"),
+               lambda r: (str(r.id), fmt_time(r.created_at), fmt_time(r.expires_at), r.category, r.content[:60]))
 
 
 @app.command("ttl-status")
@@ -97,12 +106,4 @@ def memory_ttl_status(dsn: DsnOption = None, as_json: JsonOption = False) -> Non
     """Per namespace: permanent, active TTL and expired memories (memori.ttl_status)."""
     with database(dsn) as db:
         rows = db.memories.ttl_status()
-    if as_json:
-        print_json(rows)
-        return
-    table = Table(title="memori.ttl_status")
-    for column in ("namespace", "permanent", "active_ttl", "expired"):
-        table.add_column(column, justify="left" if column == "namespace" else "right")
-    for r in rows:
-        table.add_row(r.user_id, str(r.permanent), str(r.active_ttl), str(r.expired))
-    console.print(table)
+    print_rows(rows, as_json, "memori.ttl_status", TTL_COLUMNS, ttl_cells, right=TTL_COLUMNS[1:])
