@@ -34,7 +34,7 @@ class WholeConsole(Console):
     not wrapped and a table gets the width of its widest row.
     """
 
-    def print(self, *objects: Any, **kwargs: Any) -> None:  # type: ignore[override]
+    def print(self, *objects: Any, **kwargs: Any) -> None:
         if self.is_terminal:
             super().print(*objects, **kwargs)
             return

@@ -24,7 +24,8 @@ DEMO_DATABASE = "pymemdb_demo"
 
 
 def _ttl_table(db: pymemdb.Database, title: str) -> Table:
-    return rows_table(title, TTL_COLUMNS, map(ttl_cells, db.memories.ttl_status()), right=TTL_COLUMNS[1:])
+    table: Table = rows_table(title, TTL_COLUMNS, map(ttl_cells, db.memories.ttl_status()), right=TTL_COLUMNS[1:])
+    return table
 
 
 def _preview_table(db: pymemdb.Database, now: datetime, title: str) -> Table:

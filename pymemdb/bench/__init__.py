@@ -2,7 +2,8 @@
 
 A suite module (``pymemdb.bench.ttl``) exposes ``run(dsn, ...) -> dict`` (a
 JSON-serialisable result with its baseline measured in the same run) and
-``render(result)`` (rich tables). Benchmarks are never unit tests.
+``render(result)`` (rich tables); one row of ``BENCH_SUITES`` in cli/main.py
+makes it ``pymemdb bench <name>``. Benchmarks are never unit tests.
 """
 
 from __future__ import annotations

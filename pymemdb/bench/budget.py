@@ -178,7 +178,7 @@ def _interleaved(conn: psycopg.Connection[Any], session: str, ranker: NaiveRanke
     same = True
     for i in range(runs + 2):  # the first two of each are warm-up
         t0 = time.perf_counter_ns()
-        result = conn.execute(STORED, (session, AVAILABLE, quiet, NOW), prepare=True).fetchone()[0]  # type: ignore
+        row = conn.execute(STORED, (session, AVAILABLE, quiet, NOW), prepare=True).fetchone()
         t1 = time.perf_counter_ns()
         conn.execute(STORED, (session, AVAILABLE, persisted, NOW), prepare=True).fetchone()
         t2 = time.perf_counter_ns()
@@ -187,6 +187,8 @@ def _interleaved(conn: psycopg.Connection[Any], session: str, ranker: NaiveRanke
         t3 = time.perf_counter_ns()
         lean_result = lean(conn, ranker, session, NOW)
         t4 = time.perf_counter_ns()
+        assert row is not None  # outside the timed spans
+        result = row[0]
         if i >= 2:
             samples["stored"].append(t1 - t0)
             samples["stored_persist"].append(t2 - t1)

@@ -29,9 +29,20 @@ from collections.abc import Callable
 from typing import Any
 
 import psycopg
+from psycopg import sql
 from rich.table import Table
 
-from pymemdb.bench import Progress, connect, fmt, latency_summary, percentile, ratio, require_baseline, require_rows
+from pymemdb.bench import (
+    Progress,
+    connect,
+    fmt,
+    latency_summary,
+    one,
+    percentile,
+    ratio,
+    require_baseline,
+    require_rows,
+)
 
 USER = "bench_store"
 DIMS = 64
@@ -160,7 +171,7 @@ def run(dsn: str, rows: int = 20_000, *, seed: int = 1, progress: Progress | Non
         upstream.setup()
         ours.setup()
         stores = {"upstream": upstream, "pymemdb": ours}
-        result["server"] = {k: str(admin.execute(f"show {k}").fetchone()[0])  # type: ignore[index]
+        result["server"] = {k: str(one(admin, sql.SQL("show {}").format(sql.Identifier(k))))
                             for k in ("server_version", "synchronous_commit")}
 
         if progress:
