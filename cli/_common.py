@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from decimal import Decimal
@@ -34,7 +34,7 @@ class WholeConsole(Console):
     not wrapped and a table gets the width of its widest row.
     """
 
-    def print(self, *objects: Any, **kwargs: Any) -> None:  # type: ignore[override]
+    def print(self, *objects: Any, **kwargs: Any) -> None:
         if self.is_terminal:
             super().print(*objects, **kwargs)
             return
@@ -79,6 +79,12 @@ class OneLineErrors(TyperGroup):
             err_console.print("aborted", markup=False)
             sys.exit(EXIT_ERROR)
         sys.exit(code if isinstance(code, int) else EXIT_OK)
+
+def script_app(name: str, help: str, **options: Any) -> typer.Typer:
+    """The top-level app of a console script: bad command lines are one line (OneLineErrors), no tracebacks."""
+    return typer.Typer(cls=OneLineErrors, name=name, help=help, pretty_exceptions_enable=False,
+                       add_completion=False, **options)
+
 
 DsnOption = Annotated[
     str | None,
@@ -153,6 +159,26 @@ def _jsonable(value: Any) -> Any:
 
 def print_json(value: Any) -> None:
     sys.stdout.write(json.dumps(_jsonable(value), indent=2, sort_keys=False) + "\n")
+
+
+def rows_table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[str]], *,
+               right: Collection[str] = ()) -> Table:
+    """A rich table: these columns (the ones in ``right`` right-aligned), one line per row."""
+    table = Table(title=title)
+    for column in columns:
+        table.add_column(column, justify="right" if column in right else "left")
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
+def print_rows(items: Sequence[R], as_json: bool, title: str | None, columns: Sequence[str],
+               cells: Callable[[R], Sequence[str]], *, right: Collection[str] = ()) -> None:
+    """A list command's output: the items as JSON with --json, else a table of ``cells(item)`` per item."""
+    if as_json:
+        print_json(items)
+        return
+    console.print(rows_table(title, columns, map(cells, items), right=right))
 
 
 def fmt_time(value: datetime | None) -> str:

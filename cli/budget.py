@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
 import typer
 from rich.table import Table
@@ -47,7 +47,15 @@ def _read_chunks(path: str) -> list[dict[str, Any]]:
                               hint='Write [{"id": "a", "type": "system_prompt", "content": "..."}, ...].') from None
     if isinstance(doc, dict) and "chunks" in doc:
         doc = doc["chunks"]
-    return doc  # type: ignore[no-any-return]  # the SQL rejects anything but an array of chunks
+    return cast("list[dict[str, Any]]", doc)  # the SQL rejects anything but an array of chunks
+
+
+def _show(result: Optimization, as_json: bool, title: str) -> None:
+    """An optimisation as JSON with --json, else as the allocation table."""
+    if as_json:
+        print_json(result)
+    else:
+        _render(result, title)
 
 
 def _render(result: Optimization, title: str) -> None:
@@ -94,10 +102,7 @@ def optimize(
     with database(dsn) as db:
         result = db.budget.optimize(chunks, tokens, reserve_tokens=reserve, category_budgets=category_budgets or None,
                                     order=order, recency_mode=recency, persist=user is not None, user_id=user)
-    if as_json:
-        print_json(result)
-    else:
-        _render(result, f"{len(result.optimized_chunks)} of {len(chunks)} chunks fit")
+    _show(result, as_json, f"{len(result.optimized_chunks)} of {len(chunks)} chunks fit")
 
 
 @app.command()
@@ -118,10 +123,7 @@ def stored(
         result = db.budget.optimize_stored(session_id, tokens, reserve_tokens=reserve,
                                            category_budgets=category_budgets or None, order=order,
                                            recency_mode=recency, persist=user is not None, user_id=user)
-    if as_json:
-        print_json(result)
-    else:
-        _render(result, f"session {session_id}: {len(result.optimized_chunks)} chunks fit")
+    _show(result, as_json, f"session {session_id}: {len(result.optimized_chunks)} chunks fit")
 
 
 @app.command()

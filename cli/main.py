@@ -1,8 +1,8 @@
-"""pymemdb: install the schema, run the embedded server, demo and benchmarks, memories."""
+"""pymemdb: install the schema, run the embedded server, demo and benchmarks; registers one sub-app per concern."""
 
 from __future__ import annotations
 
-import json
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Annotated
 
@@ -13,34 +13,26 @@ from pymemdb import embedded
 from pymemdb.cli._common import (
     DsnOption,
     JsonOption,
-    OneLineErrors,
     console,
     database,
-    fmt_time,
     handle_errors,
     print_json,
+    script_app,
 )
 from pymemdb.cli.budget import app as budget_app
 from pymemdb.cli.checkpoint import app as checkpoint_app
 from pymemdb.cli.context import app as context_app
 from pymemdb.cli.mcp import app as mcp_app
+from pymemdb.cli.memories import app as memories_app
 from pymemdb.cli.pages import app as pages_app
 from pymemdb.cli.session import app as session_app
 from pymemdb.cli.vm import app as vm_app
 from pymemdb.cli.vm_fork import register as register_vm_fork
 from pymemdb.db import resolve_dsn
-from pymemdb.errors import InvalidArgument
 
-app = typer.Typer(
-    cls=OneLineErrors,
-    name="pymemdb",
-    help="pymemdb: the memory layer for AI agents that lives inside PostgreSQL.",
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-    add_completion=False,
-)
+app = script_app("pymemdb", "pymemdb: the memory layer for AI agents that lives inside PostgreSQL.",
+                 no_args_is_help=True)
 db_app = typer.Typer(help="The embedded PostgreSQL server (used when no DSN is given).", no_args_is_help=True)
-memory_app = typer.Typer(help="Memories and TTL'd session checkpoints (seed 05).", no_args_is_help=True)
 bench_app = typer.Typer(help="Benchmarks: each runs its baseline in the same run and prints ratios.",
                         no_args_is_help=True)
 app.add_typer(db_app, name="db")
@@ -51,7 +43,8 @@ app.add_typer(budget_app, name="budget")
 app.add_typer(pages_app, name="pages")
 register_vm_fork(pages_app)  # pages fork | fork-chain | storage | gc | region ... (issue 7)
 app.add_typer(vm_app, name="vm")
-app.add_typer(memory_app, name="memory")
+app.add_typer(memories_app, name="memories")
+app.add_typer(memories_app, name="memory", hidden=True)  # the old name, for scripts
 app.add_typer(mcp_app, name="mcp")
 app.add_typer(bench_app, name="bench")
 
@@ -156,98 +149,6 @@ def db_url() -> None:
     typer.echo(embedded.start_installed())
 
 
-# -- memory -------------------------------------------------------------------
-def _metadata(raw: str | None) -> dict[str, object] | None:
-    if raw is None:
-        return None
-    try:
-        value = json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise InvalidArgument(f"--metadata is not valid JSON: {exc.msg}",
-                              hint='Pass a JSON object, e.g. --metadata \'{"task": "api"}\'.') from None
-    return value  # type: ignore[no-any-return]
-
-
-@memory_app.command("save-checkpoint")
-@handle_errors
-def memory_save_checkpoint(
-    skill: Annotated[str, typer.Argument(help="Skill id (skill:api-builder) or short name (api).")],
-    user_id: Annotated[str, typer.Argument(help="The agent user; also the legacy namespace.")],
-    content: Annotated[str, typer.Argument(help="Checkpoint text.")],
-    metadata: Annotated[str | None, typer.Option("--metadata", help="Extra metadata as a JSON object.")] = None,
-    dsn: DsnOption = None,
-    as_json: JsonOption = False,
-) -> None:
-    """Save a session checkpoint with the skill's TTL (memori.session_checkpoint_save)."""
-    with database(dsn) as db:
-        row = db.memories.save_session_checkpoint(skill, user_id, content, _metadata(metadata))
-    if as_json:
-        print_json(row)
-    else:
-        expiry = fmt_time(row.expires_at) if row.expires_at else "never"
-        console.print(f"saved memory {row.id} in {row.user_id}, expires {expiry}")
-
-
-@memory_app.command("load-checkpoint")
-@handle_errors
-def memory_load_checkpoint(
-    skill: Annotated[str, typer.Argument(help="Skill id or short name.")],
-    user_id: Annotated[str, typer.Argument(help="The agent user.")],
-    dsn: DsnOption = None,
-    as_json: JsonOption = False,
-) -> None:
-    """Latest unexpired session checkpoint, with the legacy fallback (exit 1 when none)."""
-    with database(dsn) as db:
-        row = db.memories.load_latest_checkpoint(skill, user_id)
-    if row is None:
-        console.print("no unexpired checkpoint")
-        raise typer.Exit(1)
-    if as_json:
-        print_json(row)
-    else:
-        console.print(f"[{row.source}] {row.user_id} #{row.id} at {fmt_time(row.created_at)}:", markup=False)
-        console.print(row.content, markup=False)
-
-
-@memory_app.command("list")
-@handle_errors
-def memory_list(
-    namespace: Annotated[str, typer.Argument(help="Namespace (memories.user_id).")],
-    limit: Annotated[int, typer.Option("--limit")] = 20,
-    dsn: DsnOption = None,
-    as_json: JsonOption = False,
-) -> None:
-    """Newest unexpired memories of a namespace."""
-    with database(dsn) as db:
-        rows = db.memories.list(namespace, limit=limit)
-    if as_json:
-        print_json(rows)
-        return
-    table = Table(title=namespace)
-    for column in ("id", "created", "expires", "category", "content"):
-        table.add_column(column)
-    for r in rows:
-        table.add_row(str(r.id), fmt_time(r.created_at), fmt_time(r.expires_at), r.category, r.content[:60])
-    console.print(table)
-
-
-@memory_app.command("ttl-status")
-@handle_errors
-def memory_ttl_status(dsn: DsnOption = None, as_json: JsonOption = False) -> None:
-    """Per namespace: permanent, active TTL and expired memories (memori.ttl_status)."""
-    with database(dsn) as db:
-        rows = db.memories.ttl_status()
-    if as_json:
-        print_json(rows)
-        return
-    table = Table(title="memori.ttl_status")
-    for column in ("namespace", "permanent", "active_ttl", "expired"):
-        table.add_column(column, justify="left" if column == "namespace" else "right")
-    for r in rows:
-        table.add_row(r.user_id, str(r.permanent), str(r.active_ttl), str(r.expired))
-    console.print(table)
-
-
 # -- demo and bench -------------------------------------------------------------
 # `pymemdb demo` alone runs the seed 05 walk-through as before; `pymemdb demo vm` the North Star run
 demo_app = typer.Typer(invoke_without_command=True)
@@ -264,7 +165,7 @@ def demo(
     """A scripted walk through seed 05 in a scratch database (pymemdb_demo): your data is untouched."""
     if ctx.invoked_subcommand is not None:
         return
-    from pymemdb.demo import run_demo
+    from pymemdb.cli.demo.walk import run_demo
 
     run_demo(dsn, keep=keep, console=console)
 
@@ -277,7 +178,7 @@ def demo_vm(
     as_json: JsonOption = False,
 ) -> None:
     """The seed 03 North Star run: 200+ turns, 5 decisions recalled with citations, metrics (scratch database)."""
-    from pymemdb.demo_vm import run_demo_vm
+    from pymemdb.cli.demo.vm import run_demo_vm
 
     if not run_demo_vm(dsn, keep=keep, as_json=as_json, console=console):
         raise typer.Exit(1)
@@ -287,7 +188,7 @@ def _bench(suite: str, dsn: str | None, rows: int, seed: int, as_json: bool) -> 
     """Run pymemdb.bench.<suite> on a scratch database and print its tables or JSON."""
     import importlib
 
-    from pymemdb.scratch import scratch_database
+    from pymemdb.cli.scratch import scratch_database
 
     module = importlib.import_module(f"pymemdb.bench.{suite}")
     with scratch_database(dsn, "pymemdb_bench") as target:
@@ -301,110 +202,63 @@ def _bench(suite: str, dsn: str | None, rows: int, seed: int, as_json: bool) -> 
             console.print(table)
 
 
-RowsOption = Annotated[int, typer.Option("--rows", help="Rows generated for the benchmark.")]
 SeedOption = Annotated[int, typer.Option("--seed", help="Seed of the generated data.")]
 
 
-@bench_app.command("checkpoints")
-@handle_errors
-def bench_checkpoints(
-    rows: RowsOption = 1_000_000, dsn: DsnOption = None, as_json: JsonOption = False, seed: SeedOption = 1
-) -> None:
-    """Checkpoint create throughput (one per transaction vs. create_many) and latest-per-session query."""
-    _bench("checkpoints", dsn, rows, seed, as_json)
+@dataclass(frozen=True)
+class BenchSuite:
+    """One ``pymemdb bench <name>`` command: runs pymemdb.bench.<name> with these defaults."""
+
+    name: str
+    rows: int  # --rows default
+    help: str  # the command's help; its first sentence is the line in ``pymemdb bench --help``
+    rows_help: str = "Rows generated for the benchmark."
+    needs_bench_extra: bool = False  # LangGraph's own Postgres classes are the baseline
 
 
-@bench_app.command("context")
-@handle_errors
-def bench_context(
-    rows: RowsOption = 1_000_000, dsn: DsnOption = None, as_json: JsonOption = False, seed: SeedOption = 1
-) -> None:
-    """context_get across four scopes vs. a primary-key get (superuser and RLS); context_resolve of 200 keys."""
-    _bench("context", dsn, rows, seed, as_json)
+BENCH_SUITES = (
+    BenchSuite("checkpoints", 1_000_000,
+               "Checkpoint create throughput (one per transaction vs. create_many) and latest-per-session query."),
+    BenchSuite("context", 1_000_000, "context_get across four scopes vs. a primary-key get (superuser and RLS); "
+               "context_resolve of 200 keys."),
+    BenchSuite("compression", 10_000,
+               "message_add throughput (one per transaction vs. batched) and compression_plan p95 on a long session."),
+    BenchSuite("langgraph", 20_000,
+               "MemoriSaver vs. LangGraph's PostgresSaver on one database: get_tuple, put, storage, retention.",
+               needs_bench_extra=True),
+    BenchSuite("budget", 20_000, "context_optimize_stored vs. a lean client (metadata, rank in Python, winners' "
+               "content) and the naive one.", rows_help="Chunks of the larger session (the smaller has a tenth)."),
+    BenchSuite("search", 100_000,
+               "search_pages p95 and recall@10 vs. exact ranking: session scope, user scope (HNSW), a 1 % filter."),
+    BenchSuite("fork", 10_000, "session_fork's storage growth (O(1) until writes, O(N) for N writes) vs. a full "
+               "copy; reads in a fork."),
+    BenchSuite("lifecycle", 10_000, "vm_turn_start with the pre-pass vs. a plain turn; vm_prepass vs. search_pages; "
+               "vm_metrics; segment_close."),
+    BenchSuite("store", 20_000, "MemoriStore vs. LangGraph's PostgresStore: put, get, filtered and 1 % vector "
+               "search, namespaces, storage.", needs_bench_extra=True),
+    BenchSuite("ttl", 1_000_000,
+               "Latest-checkpoint lookup vs. a PK lookup; batched cleanup vs. one naive DELETE (scratch database)."),
+    BenchSuite("vm", 100_000,
+               "page_fault p50/p95 among --rows pages; vm_context + vm_manifest of a 32k-token working set; replay."),
+)
 
 
-@bench_app.command("compression")
-@handle_errors
-def bench_compression(
-    rows: RowsOption = 10_000, dsn: DsnOption = None, as_json: JsonOption = False, seed: SeedOption = 1
-) -> None:
-    """message_add throughput (one per transaction vs. batched) and compression_plan p95 on a long session."""
-    _bench("compression", dsn, rows, seed, as_json)
+def _register_bench(suite: BenchSuite) -> None:
+    """Declare ``pymemdb bench <suite.name>``: --rows (the suite's default), --dsn, --json, --seed."""
+
+    # --rows is given as a default (not in Annotated) because its default and help differ per suite
+    def command(
+        rows: int = typer.Option(suite.rows, "--rows", help=suite.rows_help),
+        dsn: DsnOption = None,
+        as_json: JsonOption = False,
+        seed: SeedOption = 1,
+    ) -> None:
+        _bench(suite.name, dsn, rows, seed, as_json)
+
+    extra = "\n\nNeeds the bench extra: pip install 'pymemdb\\[bench]'." if suite.needs_bench_extra else ""
+    command.__name__ = command.__qualname__ = f"bench_{suite.name}"
+    bench_app.command(suite.name, help=suite.help + extra)(handle_errors(command))
 
 
-@bench_app.command("langgraph")
-@handle_errors
-def bench_langgraph(
-    rows: RowsOption = 20_000, dsn: DsnOption = None, as_json: JsonOption = False, seed: SeedOption = 1
-) -> None:
-    r"""MemoriSaver vs. LangGraph's PostgresSaver on one database: get_tuple, put, storage, retention.
-
-    Needs the bench extra: pip install 'pymemdb\[bench]'.
-    """
-    _bench("langgraph", dsn, rows, seed, as_json)
-
-
-@bench_app.command("budget")
-@handle_errors
-def bench_budget(
-    rows: Annotated[int, typer.Option("--rows", help="Chunks of the larger session (the smaller has a tenth).")]
-    = 20_000,
-    dsn: DsnOption = None, as_json: JsonOption = False, seed: SeedOption = 1,
-) -> None:
-    """context_optimize_stored vs. a lean client (metadata, rank in Python, winners' content) and the naive one."""
-    _bench("budget", dsn, rows, seed, as_json)
-
-
-@bench_app.command("search")
-@handle_errors
-def bench_search(
-    rows: RowsOption = 100_000, dsn: DsnOption = None, as_json: JsonOption = False, seed: SeedOption = 1
-) -> None:
-    """search_pages p95 and recall@10 vs. exact ranking: session scope, user scope (HNSW), a 1 % filter."""
-    _bench("search", dsn, rows, seed, as_json)
-
-
-@bench_app.command("fork")
-@handle_errors
-def bench_fork(
-    rows: RowsOption = 10_000, dsn: DsnOption = None, as_json: JsonOption = False, seed: SeedOption = 1
-) -> None:
-    """session_fork's storage growth (O(1) until writes, O(N) for N writes) vs. a full copy; reads in a fork."""
-    _bench("fork", dsn, rows, seed, as_json)
-@bench_app.command("lifecycle")
-@handle_errors
-def bench_lifecycle(
-    rows: RowsOption = 10_000, dsn: DsnOption = None, as_json: JsonOption = False, seed: SeedOption = 1
-) -> None:
-    """vm_turn_start with the pre-pass vs. a plain turn; vm_prepass vs. search_pages; vm_metrics; segment_close."""
-    _bench("lifecycle", dsn, rows, seed, as_json)
-
-
-@bench_app.command("store")
-@handle_errors
-def bench_store(
-    rows: RowsOption = 20_000, dsn: DsnOption = None, as_json: JsonOption = False, seed: SeedOption = 1
-) -> None:
-    r"""MemoriStore vs. LangGraph's PostgresStore: put, get, filtered and 1 % vector search, namespaces, storage.
-
-    Needs the bench extra: pip install 'pymemdb\[bench]'.
-    """
-    _bench("store", dsn, rows, seed, as_json)
-
-
-@bench_app.command("ttl")
-@handle_errors
-def bench_ttl(
-    rows: RowsOption = 1_000_000, dsn: DsnOption = None, as_json: JsonOption = False, seed: SeedOption = 1
-) -> None:
-    """Latest-checkpoint lookup vs. a PK lookup; batched cleanup vs. one naive DELETE (scratch database)."""
-    _bench("ttl", dsn, rows, seed, as_json)
-
-
-@bench_app.command("vm")
-@handle_errors
-def bench_vm(
-    rows: RowsOption = 100_000, dsn: DsnOption = None, as_json: JsonOption = False, seed: SeedOption = 1
-) -> None:
-    """page_fault p50/p95 among --rows pages; vm_context + vm_manifest of a 32k-token working set; replay."""
-    _bench("vm", dsn, rows, seed, as_json)
+for _suite in BENCH_SUITES:
+    _register_bench(_suite)

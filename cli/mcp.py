@@ -7,9 +7,17 @@ from enum import StrEnum
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
-from pymemdb.cli._common import DsnOption, JsonOption, console, database, fmt_time, handle_errors, print_json
+from pymemdb.cli._common import (
+    DsnOption,
+    JsonOption,
+    console,
+    database,
+    fmt_time,
+    handle_errors,
+    print_json,
+    print_rows,
+)
 from pymemdb.errors import InvalidArgument
 
 app = typer.Typer(help="The MCP memory server (stdio for desktop clients, streamable HTTP with bearer tokens).",
@@ -122,16 +130,9 @@ def token_list(
     """Tokens without their secrets (memori.mcp_token_list)."""
     with database(dsn) as db:
         tokens = db.mcp_tokens.list(user, include_inactive=include_inactive)
-    if as_json:
-        print_json(tokens)
-        return
-    table = Table(title="MCP tokens")
-    for column in ("id", "user", "name", "prefix", "status", "expires", "last used"):
-        table.add_column(column)
-    for t in tokens:
-        table.add_row(str(t.token_id), t.user_id, t.name, t.token_prefix, t.status, fmt_time(t.expires_at),
-                      fmt_time(t.last_used_at))
-    console.print(table)
+    print_rows(tokens, as_json, "MCP tokens", ("id", "user", "name", "prefix", "status", "expires", "last used"),
+               lambda t: (str(t.token_id), t.user_id, t.name, t.token_prefix, t.status, fmt_time(t.expires_at),
+                          fmt_time(t.last_used_at)))
 
 
 @token_app.command("revoke")

@@ -11,9 +11,11 @@ from pathlib import Path
 
 import psycopg
 import pytest
+import typer
 from typer.testing import CliRunner
 
 from pymemdb.cli.cleanup import app as cleanup_app
+from pymemdb.cli.main import BENCH_SUITES
 from pymemdb.cli.main import app as main_app
 from tests.helpers import T0, memory
 
@@ -105,16 +107,36 @@ def test_init_is_a_noop_when_current(env: str) -> None:
 
 
 def test_memory_commands(env: str) -> None:
-    saved = runner.invoke(main_app, ["memory", "save-checkpoint", "api", "alice", "hello", "--metadata", '{"a": 1}'])
+    saved = runner.invoke(main_app, ["memories", "save-checkpoint", "api", "alice", "hello", "--metadata", '{"a": 1}'])
     assert saved.exit_code == 0 and "session_api_" in saved.output
-    loaded = runner.invoke(main_app, ["memory", "load-checkpoint", "skill:api-builder", "alice", "--json"])
+    loaded = runner.invoke(main_app, ["memories", "load-checkpoint", "skill:api-builder", "alice", "--json"])
     assert loaded.exit_code == 0 and json.loads(loaded.stdout)["content"] == "hello"
-    assert runner.invoke(main_app, ["memory", "load-checkpoint", "api", "bob"]).exit_code == 1
-    bad = runner.invoke(main_app, ["memory", "save-checkpoint", "nope", "alice", "x"])
+    assert runner.invoke(main_app, ["memories", "load-checkpoint", "api", "bob"]).exit_code == 1
+    bad = runner.invoke(main_app, ["memories", "save-checkpoint", "nope", "alice", "x"])
     assert bad.exit_code == 2 and "unknown skill nope" in bad.stderr and "skill:api-builder" in bad.stderr
+    # memory, the sub-app's old name, still works for scripts (hidden from --help)
     bad_json = runner.invoke(main_app, ["memory", "save-checkpoint", "api", "alice", "x", "--metadata", "{"])
     assert bad_json.exit_code == 2 and "not valid JSON" in bad_json.stderr
     assert "session_api_" in runner.invoke(main_app, ["memory", "ttl-status"]).output
+
+
+def test_memories_is_listed_and_memory_is_a_hidden_alias() -> None:
+    commands = typer.main.get_command(main_app).commands
+    assert not commands["memories"].hidden and commands["memory"].hidden
+    assert commands["memory"].commands.keys() == commands["memories"].commands.keys()
+
+
+def test_bench_commands_come_from_one_table() -> None:
+    bench = typer.main.get_command(main_app).commands["bench"]
+    assert list(bench.commands) == [s.name for s in BENCH_SUITES]
+    for suite in BENCH_SUITES:
+        command = bench.commands[suite.name]
+        options = {p.name: p for p in command.params}
+        assert list(options) == ["rows", "dsn", "as_json", "seed"]
+        assert (options["rows"].default, options["rows"].help) == (suite.rows, suite.rows_help)
+        assert options["seed"].default == 1
+        assert command.help.startswith(suite.help)
+        assert ("pymemdb\\[bench]" in command.help) == suite.needs_bench_extra
 
 
 def test_console_scripts_end_to_end(env: str) -> None:

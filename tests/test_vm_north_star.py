@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import pymemdb
-from pymemdb.demo_vm import DECISIONS, run_north_star
+from pymemdb.cli.demo.vm import DECISIONS, run_north_star
 
 
 @pytest.mark.parametrize("spoken", [False, True], ids=["seed_identifiers", "multi_word_subjects"])
@@ -35,7 +35,7 @@ def test_north_star_acceptance_run(db: pymemdb.Database, spoken: bool) -> None:
 
 
 def test_the_scripted_model_faults_a_claim_that_is_not_in_context(db: pymemdb.Database) -> None:
-    from pymemdb.demo_vm import ScriptedModel, context_lines
+    from pymemdb.cli.demo.vm import ScriptedModel, context_lines
     from tests.helpers import T0
 
     db.pages.session_configure("ns2", {"paging_mode": "model", "pinned_last_turns": 0}, user_id="demo", now=T0)

@@ -2,11 +2,13 @@
 
 A suite module (``pymemdb.bench.ttl``) exposes ``run(dsn, ...) -> dict`` (a
 JSON-serialisable result with its baseline measured in the same run) and
-``render(result)`` (rich tables). Benchmarks are never unit tests.
+``render(result)`` (rich tables); one row of ``BENCH_SUITES`` in cli/main.py
+makes it ``pymemdb bench <name>``. Benchmarks are never unit tests.
 """
 
 from __future__ import annotations
 
+import importlib
 import random
 import threading
 import time
@@ -17,6 +19,9 @@ from typing import Any, LiteralString
 
 import psycopg
 from psycopg import sql
+from rich.table import Table
+
+from pymemdb.errors import InvalidArgument, PymemdbError
 
 Progress = Callable[[str], None]
 
@@ -195,3 +200,35 @@ def fmt(value: Any, unit: str = "") -> str:
     if isinstance(value, float):
         return f"{value:,.3g}{unit}" if value < 10 else f"{value:,.0f}{unit}"
     return f"{value:,}{unit}"
+
+
+def require_rows(rows: int, minimum: int, hint: str) -> None:
+    """Refuse a --rows below what the suite can measure (PM001, exit 2 in the CLI)."""
+    if rows < minimum:
+        raise InvalidArgument(f"--rows must be at least {minimum}, got {rows}", hint=hint)
+
+
+def require_empty(conn: psycopg.Connection[Any], table: LiteralString, *, allow_existing: bool, hint: str) -> int:
+    """Rows already in ``memori.<table>``; refused unless ``allow_existing`` (the suite needs it empty)."""
+    existing = int(one(conn, sql.SQL("select count(*) from memori.{}").format(sql.Identifier(table))))
+    if existing and not allow_existing:
+        raise PymemdbError(f"memori.{table} already holds {existing} rows; the benchmark needs it empty", hint=hint)
+    return existing
+
+
+def require_baseline(module: str, name: str, why: str) -> Any:
+    """LangGraph's Postgres class ``module.name``, the baseline of a suite; the bench extra installs it."""
+    try:
+        return getattr(importlib.import_module(module), name)
+    except ImportError as exc:  # pragma: no cover - depends on the extra
+        raise InvalidArgument(why, hint="pip install 'pymemdb[bench]' (langgraph-checkpoint-postgres).") from exc
+
+
+def plans_table(*plans: tuple[str, str]) -> Table:
+    """The EXPLAIN (ANALYZE, BUFFERS) outputs a suite printed, one row per query."""
+    table = Table(title="Plans", show_lines=True)
+    table.add_column("query")
+    table.add_column("EXPLAIN (ANALYZE, BUFFERS)", overflow="fold")
+    for query, plan in plans:
+        table.add_row(query, plan)
+    return table

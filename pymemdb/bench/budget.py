@@ -32,7 +32,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 from rich.table import Table
 
-from pymemdb.bench import Progress, connect, explain_nested, fmt, latency_summary, one, ratio
+from pymemdb.bench import Progress, connect, explain_nested, fmt, latency_summary, one, ratio, require_rows
 
 NOW = datetime(2026, 6, 20, 12, 0, tzinfo=UTC)  # the benchmark's clock, passed as p_now
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -178,7 +178,7 @@ def _interleaved(conn: psycopg.Connection[Any], session: str, ranker: NaiveRanke
     same = True
     for i in range(runs + 2):  # the first two of each are warm-up
         t0 = time.perf_counter_ns()
-        result = conn.execute(STORED, (session, AVAILABLE, quiet, NOW), prepare=True).fetchone()[0]  # type: ignore
+        row = conn.execute(STORED, (session, AVAILABLE, quiet, NOW), prepare=True).fetchone()
         t1 = time.perf_counter_ns()
         conn.execute(STORED, (session, AVAILABLE, persisted, NOW), prepare=True).fetchone()
         t2 = time.perf_counter_ns()
@@ -187,6 +187,8 @@ def _interleaved(conn: psycopg.Connection[Any], session: str, ranker: NaiveRanke
         t3 = time.perf_counter_ns()
         lean_result = lean(conn, ranker, session, NOW)
         t4 = time.perf_counter_ns()
+        assert row is not None  # outside the timed spans
+        result = row[0]
         if i >= 2:
             samples["stored"].append(t1 - t0)
             samples["stored_persist"].append(t2 - t1)
@@ -213,11 +215,7 @@ def _explain(conn: psycopg.Connection[Any], session: str) -> dict[str, Any]:
 
 
 def run(dsn: str, rows: int = 20000, *, seed: int = 1, progress: Progress | None = None) -> dict[str, Any]:
-    if rows < 100:
-        from pymemdb.errors import InvalidArgument
-
-        raise InvalidArgument(f"--rows must be at least 100, got {rows}",
-                              hint="Pass the larger session size, e.g. --rows 20000 (the smaller is a tenth).")
+    require_rows(rows, 100, "Pass the larger session size, e.g. --rows 20000 (the smaller is a tenth).")
     say = progress or (lambda _msg: None)
     sizes = {"small": rows // 10, "large": rows}
     out: dict[str, Any] = {"now": NOW.isoformat(), "available_tokens": AVAILABLE, "sizes": {}}

@@ -45,12 +45,15 @@ from pymemdb.bench import (
     fmt,
     latency_summary,
     one,
+    plans_table,
     ratio,
+    require_empty,
+    require_rows,
     stopwatch,
     timed_call,
 )
 from pymemdb.checkpoints import CHECKPOINT_CREATE, NewCheckpoint
-from pymemdb.errors import InvalidArgument, PymemdbError
+from pymemdb.errors import PymemdbError
 from pymemdb.types import Checkpoint
 
 NOW = datetime(2026, 6, 20, 12, 0, tzinfo=UTC)  # the benchmark's clock, passed as p_now
@@ -482,17 +485,14 @@ def run(
 ) -> dict[str, Any]:
     """Run the checkpoint benchmark against ``dsn`` (schema memori installed) and return its figures."""
     say = progress or (lambda _msg: None)
-    if rows < 1000:
-        raise InvalidArgument(f"--rows must be at least 1000, got {rows}", hint="Use --rows 100000 for a quick run.")
+    require_rows(rows, 1000, "Use --rows 100000 for a quick run.")
     rng = random.Random(seed)
     with connect(dsn) as conn:
-        existing = one(conn, "select count(*) from memori.checkpoints")
-        if existing and not allow_existing:
-            raise PymemdbError(
-                f"memori.checkpoints already holds {existing} rows; the benchmark needs it empty",
-                hint="Run it against a scratch database (pymemdb bench checkpoints does), "
-                "or pass allow_existing=True (bench rows are those of sessions bench_*).",
-            )
+        existing = require_empty(
+            conn, "checkpoints", allow_existing=allow_existing,
+            hint="Run it against a scratch database (pymemdb bench checkpoints does), "
+            "or pass allow_existing=True (bench rows are those of sessions bench_*).",
+        )
         fresh = existing == 0
         settings = {s: one(conn, sql.SQL("show {}").format(sql.Identifier(s)))
                     for s in ("fsync", "synchronous_commit", "shared_buffers", "plan_cache_mode")}
@@ -584,10 +584,9 @@ def render(result: dict[str, Any]) -> list[Table]:
                   f"idx_checkpoints_session_time used: {reads['uses_session_index']}, "
                   f"index-only: {reads['index_only_scan']}")
 
-    plans = Table(title="Plans", show_lines=True)
-    plans.add_column("query")
-    plans.add_column("EXPLAIN (ANALYZE, BUFFERS)", overflow="fold")
-    plans.add_row("checkpoint_query, events on (nested statements)", reads["events_on"]["explain"])
-    plans.add_row("checkpoint_query, events off (nested statements)", reads["events_off"]["explain"])
-    plans.add_row("index-only variant (index columns, no expiry filter)", reads["explain_index_only_variant"])
+    plans = plans_table(
+        ("checkpoint_query, events on (nested statements)", reads["events_on"]["explain"]),
+        ("checkpoint_query, events off (nested statements)", reads["events_off"]["explain"]),
+        ("index-only variant (index columns, no expiry filter)", reads["explain_index_only_variant"]),
+    )
     return [*tables, info, rt, plans]

@@ -27,8 +27,7 @@ from psycopg import sql
 from rich.table import Table
 
 import pymemdb
-from pymemdb.bench import Progress, connect, explain_nested, fmt, latency_summary, one, percentile, ratio
-from pymemdb.errors import InvalidArgument
+from pymemdb.bench import Progress, connect, explain_nested, fmt, latency_summary, one, percentile, ratio, require_rows
 
 NOW = datetime(2026, 6, 20, 12, 0, tzinfo=UTC)
 PREFIX = "bench_"
@@ -90,8 +89,7 @@ def run(
 ) -> dict[str, Any]:
     """Run the compression benchmark against ``dsn`` (schema memori installed) and return its figures."""
     say = progress or (lambda _msg: None)
-    if rows < 1000:
-        raise InvalidArgument(f"--rows must be at least 1000, got {rows}", hint="Use --rows 10000 (the issue's scale).")
+    require_rows(rows, 1000, "Use --rows 10000 (the issue's scale).")
     rng = random.Random(seed)
     texts = [_text(rng) for _ in range(256)]
     result: dict[str, Any] = {"suite": "compression", "rows": rows, "seed": seed, "now": NOW.isoformat()}

@@ -35,11 +35,12 @@ from pymemdb.bench import (
     latency_summary,
     one,
     ratio,
+    require_rows,
     stopwatch,
     timed_call,
 )
 from pymemdb.context import Scope
-from pymemdb.errors import InvalidArgument, PymemdbError
+from pymemdb.errors import PymemdbError
 
 NOW = datetime(2026, 6, 20, 12, 0, tzinfo=UTC)  # the benchmark's clock, passed as p_now
 KEYS = 200
@@ -199,8 +200,7 @@ def run(
 ) -> dict[str, Any]:
     """Run the context benchmark against ``dsn`` (schema memori installed, no context entries yet)."""
     say = progress or (lambda _msg: None)
-    if rows < 10_000:
-        raise InvalidArgument(f"--rows must be at least 10000, got {rows}", hint="Use --rows 100000 for a quick run.")
+    require_rows(rows, 10_000, "Use --rows 100000 for a quick run.")
     with connect(dsn) as conn:
         if one(conn, "select count(*) from memori.context_entries"):
             raise PymemdbError("memori.context_entries is not empty; the benchmark needs it empty",

@@ -27,7 +27,7 @@ from typing import Any, LiteralString
 import psycopg
 from rich.table import Table
 
-from pymemdb.bench import Progress, connect, fmt, one, percentile, ratio, stopwatch
+from pymemdb.bench import Progress, connect, fmt, one, percentile, ratio, require_rows, stopwatch
 
 USER = "bench"
 MAPPED = 20
@@ -154,10 +154,7 @@ def _latency(conn: psycopg.Connection[Any], query: LiteralString, session: str, 
 
 
 def run(dsn: str, rows: int = 10_000, *, seed: int = 1, progress: Progress | None = None) -> dict[str, Any]:
-    if rows < 1000:
-        from pymemdb.errors import InvalidArgument
-
-        raise InvalidArgument(f"--rows must be at least 1000, got {rows}", hint="The issue's scale is 10000.")
+    require_rows(rows, 1000, "The issue's scale is 10000.")
     rng = random.Random(seed)
     small, large = rows // 10, rows
     with connect(dsn) as conn:

@@ -40,8 +40,18 @@ from uuid import uuid4
 import psycopg
 from rich.table import Table
 
-from pymemdb.bench import Progress, connect, explain_nested, fmt, latency_summary, one, ratio
-from pymemdb.errors import InvalidArgument
+from pymemdb.bench import (
+    Progress,
+    connect,
+    explain_nested,
+    fmt,
+    latency_summary,
+    one,
+    plans_table,
+    ratio,
+    require_baseline,
+    require_rows,
+)
 
 STEPS = 20
 USER = "bench_langgraph"
@@ -57,13 +67,8 @@ FLOOR = "one_row_insert"  # the fastest durable put there can be (_OneRowInsert)
 
 
 def _require_upstream() -> Any:
-    try:
-        from langgraph.checkpoint.postgres import PostgresSaver
-    except ImportError as exc:  # pragma: no cover - depends on the extra
-        raise InvalidArgument(
-            "pymemdb bench langgraph needs LangGraph's Postgres saver as its baseline", sqlstate="PM001",
-            hint="pip install 'pymemdb[bench]' (langgraph-checkpoint-postgres).") from exc
-    return PostgresSaver
+    return require_baseline("langgraph.checkpoint.postgres", "PostgresSaver",
+                            "pymemdb bench langgraph needs LangGraph's Postgres saver as its baseline")
 
 
 def _summary(ns: list[int]) -> dict[str, float]:
@@ -246,9 +251,7 @@ def _explain_cached_and_put(admin: psycopg.Connection[Any], ours: Any, rng: rand
 
 
 def run(dsn: str, rows: int = 20_000, *, seed: int = 1, progress: Progress | None = None) -> dict[str, Any]:
-    if rows < STEPS:
-        raise InvalidArgument(f"--rows must be at least {STEPS}, got {rows}", sqlstate="PM001",
-                              hint=f"Pass --rows {STEPS * 1000} (threads of {STEPS} checkpoints each).")
+    require_rows(rows, STEPS, f"Pass --rows {STEPS * 1000} (threads of {STEPS} checkpoints each).")
     postgres_saver = _require_upstream()
     from psycopg.rows import dict_row
 
@@ -393,10 +396,9 @@ def render(result: dict[str, Any]) -> list[Table]:
                       f"({r['deleted_by_table']}); checkpoints {fmt(r['checkpoints_before'])} → "
                       f"{fmt(r['checkpoints_after'])}, blobs {fmt(r['blobs_before'])} → {fmt(r['blobs_after'])}")
 
-    plans = Table(title="Plans", show_lines=True)
-    plans.add_column("query")
-    plans.add_column("EXPLAIN (ANALYZE, BUFFERS)", overflow="fold")
-    plans.add_row("memori.lg_checkpoint_get (latest, cold: no cached copy)", result["explain_get"])
-    plans.add_row("memori.lg_checkpoint_stamp (latest: a read from the saver's copy)", result["explain_get_cached"])
-    plans.add_row("memori.lg_checkpoint_put (the next step, rolled back)", result["explain_put"])
+    plans = plans_table(
+        ("memori.lg_checkpoint_get (latest, cold: no cached copy)", result["explain_get"]),
+        ("memori.lg_checkpoint_stamp (latest: a read from the saver's copy)", result["explain_get_cached"]),
+        ("memori.lg_checkpoint_put (the next step, rolled back)", result["explain_put"]),
+    )
     return [info, tables, plans]

@@ -34,7 +34,7 @@ from typing import Any, LiteralString
 import psycopg
 from rich.table import Table
 
-from pymemdb.bench import Progress, connect, fmt, one, percentile, ratio, stopwatch
+from pymemdb.bench import Progress, connect, fmt, one, percentile, ratio, require_rows, stopwatch
 
 USER = "bench_search"
 SESSIONS = 100
@@ -144,10 +144,7 @@ def _scenarios(conn: psycopg.Connection[Any], rng: random.Random, rows: int, n: 
 
 
 def run(dsn: str, rows: int = 100_000, *, seed: int = 1, progress: Progress | None = None) -> dict[str, Any]:
-    if rows < 1000:
-        from pymemdb.errors import InvalidArgument
-
-        raise InvalidArgument(f"--rows must be at least 1000, got {rows}", hint="The issue's scale is 100000.")
+    require_rows(rows, 1000, "The issue's scale is 100000.")
     rng = random.Random(seed)
     queries = 50
     with connect(dsn) as conn:

@@ -29,10 +29,20 @@ from collections.abc import Callable
 from typing import Any
 
 import psycopg
+from psycopg import sql
 from rich.table import Table
 
-from pymemdb.bench import Progress, connect, fmt, latency_summary, percentile, ratio
-from pymemdb.errors import InvalidArgument
+from pymemdb.bench import (
+    Progress,
+    connect,
+    fmt,
+    latency_summary,
+    one,
+    percentile,
+    ratio,
+    require_baseline,
+    require_rows,
+)
 
 USER = "bench_store"
 DIMS = 64
@@ -49,13 +59,8 @@ WORDS = ("memory agent user prefers tea coffee lyon paris meeting project deadli
 
 
 def _require_upstream() -> Any:
-    try:
-        from langgraph.store.postgres import PostgresStore
-    except ImportError as exc:  # pragma: no cover - depends on the extra
-        raise InvalidArgument(
-            "pymemdb bench store needs LangGraph's PostgresStore as its baseline", sqlstate="PM001",
-            hint="pip install 'pymemdb[bench]' (langgraph-checkpoint-postgres).") from exc
-    return PostgresStore
+    return require_baseline("langgraph.store.postgres", "PostgresStore",
+                            "pymemdb bench store needs LangGraph's PostgresStore as its baseline")
 
 
 def _hash_embed(text: str) -> list[float]:
@@ -144,9 +149,7 @@ def _cos(a: list[float], b: list[float]) -> float:
 
 
 def run(dsn: str, rows: int = 20_000, *, seed: int = 1, progress: Progress | None = None) -> dict[str, Any]:
-    if rows < 1000:
-        raise InvalidArgument(f"--rows must be at least 1000, got {rows}", sqlstate="PM001",
-                              hint="Pass --rows 20000 (a 1 % filter then matches 200 items).")
+    require_rows(rows, 1000, "Pass --rows 20000 (a 1 % filter then matches 200 items).")
     postgres_store = _require_upstream()
     from langgraph.store.base import PutOp
     from psycopg.rows import dict_row
@@ -168,7 +171,7 @@ def run(dsn: str, rows: int = 20_000, *, seed: int = 1, progress: Progress | Non
         upstream.setup()
         ours.setup()
         stores = {"upstream": upstream, "pymemdb": ours}
-        result["server"] = {k: str(admin.execute(f"show {k}").fetchone()[0])  # type: ignore[index]
+        result["server"] = {k: str(one(admin, sql.SQL("show {}").format(sql.Identifier(k))))
                             for k in ("server_version", "synchronous_commit")}
 
         if progress:

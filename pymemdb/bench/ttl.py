@@ -49,13 +49,16 @@ from pymemdb.bench import (
     fmt,
     latency_summary,
     one,
+    plans_table,
     ratio,
+    require_empty,
+    require_rows,
     stopwatch,
     timed_call,
     wal_bytes_since,
     wal_lsn,
 )
-from pymemdb.errors import InvalidArgument, PymemdbError
+from pymemdb.errors import PymemdbError
 from pymemdb.types import CleanupBatch, CleanupRun
 
 # The benchmark clock: the second the run starts (set by run()). Seed 05's
@@ -623,17 +626,14 @@ def run(
     global NOW  # the clock of this run: seed 05's statement reads NOW()
     NOW = datetime.now(UTC).replace(microsecond=0)
     say = progress or (lambda _msg: None)
-    if rows < 1000:
-        raise InvalidArgument(f"--rows must be at least 1000, got {rows}", hint="Use --rows 100000 for a quick run.")
+    require_rows(rows, 1000, "Use --rows 100000 for a quick run.")
     run_ids: list[int] = []
     with connect(dsn) as conn:
-        existing = one(conn, "select count(*) from memori.memories")
-        if existing and not allow_existing:
-            raise PymemdbError(
-                f"memori.memories already holds {existing} rows; the benchmark needs it empty",
-                hint="Run it against a scratch database (pymemdb bench ttl does), "
-                "or pass allow_existing=True to also delete that table's expired rows.",
-            )
+        existing = require_empty(
+            conn, "memories", allow_existing=allow_existing,
+            hint="Run it against a scratch database (pymemdb bench ttl does), "
+            "or pass allow_existing=True to also delete that table's expired rows.",
+        )
         fresh = existing == 0
         result: dict[str, Any] = {
             "suite": "ttl", "rows": rows, "seed": seed, "now": NOW.isoformat(),
@@ -761,12 +761,11 @@ def render(result: dict[str, Any]) -> list[Table]:
     pt.add_row(fmt(pl["chunk_query_ms"]), fmt(pm["plan_txn_ms"]), fmt(pm["batch_txn_ms"]["max"]))
     pt.caption = "chunk timed on the second data set (rolled back); transactions from the pymemdb run"
 
-    plans = Table(title="Plans", show_lines=True)
-    plans.add_column("query")
-    plans.add_column("EXPLAIN (ANALYZE, BUFFERS)", overflow="fold")
-    plans.add_row("seed 05's latest checkpoint (current namespace)", reads["explain_seed05"])
-    plans.add_row("memori.session_checkpoint_load_latest", reads["explain_load_latest"])
-    plans.add_row("one plan chunk (memori._cleanup_plan)", pl["explain_plan_query"])
+    plans = plans_table(
+        ("seed 05's latest checkpoint (current namespace)", reads["explain_seed05"]),
+        ("memori.session_checkpoint_load_latest", reads["explain_load_latest"]),
+        ("one plan chunk (memori._cleanup_plan)", pl["explain_plan_query"]),
+    )
     return [info, rt, ct, pt, plans]
 
 

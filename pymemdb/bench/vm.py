@@ -30,7 +30,7 @@ from typing import Any, LiteralString
 import psycopg
 from rich.table import Table
 
-from pymemdb.bench import Progress, connect, explain_nested, fmt, one, percentile, ratio, stopwatch
+from pymemdb.bench import Progress, connect, explain_nested, fmt, one, percentile, ratio, require_rows, stopwatch
 
 GOAL_FAULT_P95_MS = 5.0
 L0_TOKENS = 8_000  # the headline: small enough that faults evict
@@ -237,10 +237,7 @@ def _replay(conn: psycopg.Connection[Any], rng: random.Random, now: Any, progres
 
 
 def run(dsn: str, rows: int = 100_000, *, seed: int = 1, progress: Progress | None = None) -> dict[str, Any]:
-    if rows < 1000:
-        from pymemdb.errors import InvalidArgument
-
-        raise InvalidArgument(f"--rows must be at least 1000, got {rows}", hint="The issue's scale is 100000.")
+    require_rows(rows, 1000, "The issue's scale is 100000.")
     rng = random.Random(seed)
     with connect(dsn) as conn:
         conn.execute("select set_config('memori.user_id', %s, false)", (USER,))

@@ -14,19 +14,17 @@ from rich.console import Console
 from rich.table import Table
 
 import pymemdb
+from pymemdb.cli._common import rows_table
+from pymemdb.cli.demo.compression import compression_chapter
+from pymemdb.cli.memories import TTL_COLUMNS, ttl_cells
+from pymemdb.cli.scratch import scratch_database
 from pymemdb.context import Scope
-from pymemdb.demo_compression import compression_chapter
-from pymemdb.scratch import scratch_database
 
 DEMO_DATABASE = "pymemdb_demo"
 
 
 def _ttl_table(db: pymemdb.Database, title: str) -> Table:
-    table = Table(title=title)
-    for column in ("namespace", "permanent", "active_ttl", "expired"):
-        table.add_column(column, justify="left" if column == "namespace" else "right")
-    for row in db.memories.ttl_status():
-        table.add_row(row.user_id, str(row.permanent), str(row.active_ttl), str(row.expired))
+    table: Table = rows_table(title, TTL_COLUMNS, map(ttl_cells, db.memories.ttl_status()), right=TTL_COLUMNS[1:])
     return table
 
 

@@ -1,4 +1,4 @@
-"""Throw-away databases next to the user's data, for the demo and the benchmarks."""
+"""Throw-away databases next to the user's data, for `pymemdb demo` and `pymemdb bench` (not part of the library)."""
 
 from __future__ import annotations
 

@@ -30,7 +30,7 @@ from rich.console import Console
 from rich.table import Table
 
 import pymemdb
-from pymemdb.scratch import scratch_database
+from pymemdb.cli.scratch import scratch_database
 
 DEMO_DATABASE = "pymemdb_demo_vm"
 SESSION = "north_star"

@@ -42,8 +42,10 @@ def compression_chapter(db: pymemdb.Database, out: Console, now: datetime) -> No
     out.print(table)
     budget = db.compression.budget(session)
     context = db.compression.active_context(session)
+    export = db.compression.session_export(session)
+    assert export is not None, "the demo's session exists"
     out.print(f"  active context: {sum(i.tokens for i in context):,} of {budget.usable_tokens:,} usable tokens; "
-              f"full history: {len(db.compression.session_export(session)['messages'])} messages")  # type: ignore[index]
+              f"full history: {len(export['messages'])} messages")
     out.print("  goal block (never compressed):")
     out.print("    " + (db.goals.block(session) or "").replace("\n", "\n    "), markup=False)
     reliability = db.compression.session_reliability(session, 3)
