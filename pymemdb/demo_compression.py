@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.table import Table
 
 import pymemdb
-from pymemdb.summarizers import ExtractiveSummarizer
+from pymemdb.compression import ExtractiveSummarizer
 
 TOPICS = ("the login endpoint", "JWT signing", "refresh tokens", "password hashing", "rate limits")
 
