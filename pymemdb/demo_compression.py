@@ -17,6 +17,7 @@ def compression_chapter(db: pymemdb.Database, out: Console, now: datetime) -> No
     """120 turns on an 8K model: the budget, each compression, the goal block and reliability."""
     out.rule("8. Compression: a long conversation on an 8K context (seed 04)")
     session = "chat-1"
+    db = db.as_user("alice")  # every call acts for alice (memori._acting_user: no user means memori.user_id)
     db.compression.message_add(session, "system", "You are a careful senior engineer. " * 57, user_id="alice",
                                context_size=8000, now=now)
     db.compression.message_add(session, "assistant", "[GOAL] Implement user authentication system - HIGH\n"
@@ -43,7 +44,7 @@ def compression_chapter(db: pymemdb.Database, out: Console, now: datetime) -> No
     budget = db.compression.budget(session)
     context = db.compression.active_context(session)
     out.print(f"  active context: {sum(i.tokens for i in context):,} of {budget.usable_tokens:,} usable tokens; "
-              f"full history: {len(db.compression.session_export(session)['messages'])} messages")  # type: ignore[index]
+              f"full history: {len((db.compression.session_export(session) or {})['messages'])} messages")
     out.print("  goal block (never compressed):")
     out.print("    " + (db.goals.block(session) or "").replace("\n", "\n    "), markup=False)
     reliability = db.compression.session_reliability(session, 3)
