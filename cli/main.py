@@ -21,11 +21,11 @@ from pymemdb.cli._common import (
 )
 from pymemdb.cli.budget import app as budget_app
 from pymemdb.cli.checkpoint import app as checkpoint_app
+from pymemdb.cli.compression import register as register_compression
 from pymemdb.cli.context import app as context_app
 from pymemdb.cli.mcp import app as mcp_app
 from pymemdb.cli.memories import app as memories_app
 from pymemdb.cli.pages import app as pages_app
-from pymemdb.cli.session import app as session_app
 from pymemdb.cli.vm import app as vm_app
 from pymemdb.cli.vm_fork import register as register_vm_fork
 from pymemdb.db import resolve_dsn
@@ -38,7 +38,7 @@ bench_app = typer.Typer(help="Benchmarks: each runs its baseline in the same run
 app.add_typer(db_app, name="db")
 app.add_typer(checkpoint_app, name="checkpoint")
 app.add_typer(context_app, name="context")
-app.add_typer(session_app, name="session")
+register_compression(app)
 app.add_typer(budget_app, name="budget")
 app.add_typer(pages_app, name="pages")
 register_vm_fork(pages_app)  # pages fork | fork-chain | storage | gc | region ... (issue 7)

@@ -76,14 +76,12 @@ class Database:
         from pymemdb.checkpoints import Checkpoints
         from pymemdb.cleanup import Cleanup
         from pymemdb.cluster import Cluster
-        from pymemdb.compression import Compression
+        from pymemdb.compression import Compression, Goals, Snapshots
         from pymemdb.context import Business, Context, Projects, Sessions
         from pymemdb.events import Events
-        from pymemdb.goals import Goals
         from pymemdb.mcp.tokens import McpTokens
         from pymemdb.memories import Memories
         from pymemdb.pages import Pages
-        from pymemdb.snapshots import Snapshots
         from pymemdb.store import Store
         from pymemdb.vm_fork import VmFork
         from pymemdb.vm_lifecycle import VmLifecycle

@@ -15,8 +15,8 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from pymemdb._sql import fn, given
-from pymemdb.summarizers import ExtractiveSummarizer, Summarizer, estimate_tokens
-from pymemdb.types import ClaimConflict, CompressionRequest, Page, SegmentPage, VmPrefetchItem, VmSegment
+from pymemdb.compression import CompressionRequest, ExtractiveSummarizer, Summarizer, estimate_tokens
+from pymemdb.types import ClaimConflict, Page, SegmentPage, VmPrefetchItem, VmSegment
 
 if TYPE_CHECKING:
     from pymemdb.db import Database

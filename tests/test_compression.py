@@ -132,6 +132,30 @@ def test_user_from_the_session_setting(conn: psycopg.Connection) -> None:
     assert value(conn, "select user_id from memori.compression_state where session_id = 'c'") == "carol"
 
 
+
+# every compression function that takes a user applies memori._acting_user (issue 19 item 8)
+ACTING_USER_CALLS = {
+    "message_add": "select memori.message_add('c', 'user', 'hi'{user})",
+    "goal_create": "select memori.goal_create('c', 'Ship it'{user})",
+    "goal_markers_apply": "select memori.goal_markers_apply('c', '[GOAL] Ship it'{user})",
+}
+
+
+@pytest.mark.parametrize("call", sorted(ACTING_USER_CALLS))
+def test_acting_user_rule(conn: psycopg.Connection, call: str) -> None:
+    """PM040 when p_user_id is not memori.user_id; no user means memori.user_id; PM001 without either."""
+    sql = ACTING_USER_CALLS[call]
+    assert_sqlstate(conn, "PM001", sql.format(user=""))  # neither an argument nor memori.user_id
+    conn.execute("set memori.user_id = 'carol'")
+    assert_sqlstate(conn, "PM040", sql.format(user=", p_user_id => 'dave'"))  # even for a superuser
+    assert value(conn, "select count(*) from memori.compression_state") == 0, "nothing created for dave"
+    conn.execute(sql.format(user=""))  # the default: memori.user_id
+    conn.execute(sql.format(user=", p_user_id => 'carol'"))  # the same user, given
+    assert value(conn, "select user_id from memori.compression_state where session_id = 'c'") == "carol"
+    assert value(conn, "select user_id from memori.sessions where session_id = 'c'") == "carol"
+    conn.execute("reset memori.user_id")
+    assert_sqlstate(conn, "PM041", sql.format(user=", p_user_id => 'dave'"))  # carol's session
+
 def test_plan_never_takes_user_system_or_recent_messages(conn: psycopg.Connection) -> None:
     add(conn, "s", "system", "rules", 100)
     conversation(conn, "s", 20, user_tokens=30, assistant_tokens=270)  # 6000 used
@@ -288,14 +312,15 @@ Artifacts:
 Next steps:
 - Complete JWT token generation, then move to user registration"""
     # a locked decision stays locked; checkpoint status moves; no active goal -> reported
-    r = one(conn, "select * from memori.goal_markers_apply('s', %s)",
+    r = one(conn, "select * from memori.goal_markers_apply('s', %s, 'alice')",
             ("[DECISION] Use JWT for authentication\n[CHECKPOINT] Add JWT token generation - COMPLETED",))
     assert r is not None and r["unknown"] == []
     assert "🔒 Use JWT for authentication (locked)" in value(conn, "select memori.goal_block('s')")
     assert "✅ Add JWT token generation" in value(conn, "select memori.goal_block('s')")
-    one(conn, "select * from memori.goal_markers_apply('s', '[GOAL] Implement user authentication system - COMPLETED')")
+    one(conn, "select * from memori.goal_markers_apply('s', %s, 'alice')",
+        ("[GOAL] Implement user authentication system - COMPLETED",))
     assert value(conn, "select memori.goal_block('s')") is None
-    r = one(conn, "select * from memori.goal_markers_apply('s', '[DECISION] orphan')")
+    r = one(conn, "select * from memori.goal_markers_apply('s', '[DECISION] orphan', 'alice')")
     assert r is not None and r["unknown"] == ["[DECISION] orphan"]
     assert value(conn, "select goal_tokens from memori.compression_state") == 0
 

@@ -15,8 +15,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import pymemdb
-from pymemdb.summarizers import ExtractiveSummarizer, OpenAISummarizer, SummarizerError, estimate_tokens
-from pymemdb.types import CompressionRequest
+from pymemdb.compression import (
+    CompressionRequest,
+    ExtractiveSummarizer,
+    OpenAISummarizer,
+    SummarizerError,
+    estimate_tokens,
+)
 from tests.helpers import T0
 
 SEC = timedelta(seconds=1)
@@ -53,6 +58,7 @@ def user_text(rng: random.Random, turn: int) -> str:
 def test_simulated_8k_conversation_sustains_compressions(db: pymemdb.Database) -> None:
     """8K context: >= 6 compressions, never over budget, available never below a floor,
     user messages byte-identical, locked decisions never summarised."""
+    db = db.as_user("alice")  # the acting user of every call (memori._acting_user)
     rng = random.Random(4)
     session, usable, floor = "sim", 6800, 2500
     db.compression.message_add(session, "system", "You are a careful senior engineer. " * 57, user_id="alice",
@@ -68,7 +74,7 @@ def test_simulated_8k_conversation_sustains_compressions(db: pymemdb.Database) -
             at += SEC
             if role == "user":
                 sent_users.append(text)
-            added = db.compression.message_add(session, role, text, now=at)
+            added = db.compression.message_add(session, role, text, user_id="alice", now=at)
             context = db.compression.active_context(session)
             assert sum(i.tokens for i in context) <= usable, f"over budget at turn {turn}"
             if added.should_compress:
@@ -163,9 +169,10 @@ def test_openai_summarizer_against_a_local_server(chat_server: str) -> None:
 
 
 def test_run_with_http_summarizer_and_a_failing_one(db: pymemdb.Database, chat_server: str) -> None:
+    db = db.as_user("bob")  # the acting user of every call (memori._acting_user)
     for i in range(12):
         db.compression.message_add("h", "user", f"question {i}", user_id="bob", now=T0)
-        db.compression.message_add("h", "assistant", "A long answer sentence. " * 40, now=T0)
+        db.compression.message_add("h", "assistant", "A long answer sentence. " * 40, user_id="bob", now=T0)
     _Chat.answers[:] = [(200, "The assistant answered twelve questions.")]
     run = db.compression.run("h", OpenAISummarizer(chat_server, "m", timeout=5), context_size=8000, force=True, now=T0)
     assert run.applied is not None and run.applied.summary_tokens == estimate_tokens(
@@ -176,7 +183,7 @@ def test_run_with_http_summarizer_and_a_failing_one(db: pymemdb.Database, chat_s
             raise RuntimeError("model crashed")
 
     for _ in range(12):
-        db.compression.message_add("h", "assistant", "Another long answer. " * 40, now=T0 + SEC)
+        db.compression.message_add("h", "assistant", "Another long answer. " * 40, user_id="bob", now=T0 + SEC)
     before = db.compression.active_context("h")
     with pytest.raises(SummarizerError):
         db.compression.run("h", Broken(), context_size=8000, force=True, now=T0 + SEC)
@@ -184,7 +191,8 @@ def test_run_with_http_summarizer_and_a_failing_one(db: pymemdb.Database, chat_s
     assert db.events.list(event_type="compression.error")[0].payload["error"].endswith("model crashed")
 
 
-def test_session_cli(db: pymemdb.Database, dsn: str, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_compression_cli(db: pymemdb.Database, dsn: str, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    db = db.as_user("alice")  # the acting user of every call (memori._acting_user)
     from typer.testing import CliRunner
 
     from pymemdb.cli.main import app
@@ -192,36 +200,42 @@ def test_session_cli(db: pymemdb.Database, dsn: str, tmp_path) -> None:  # type:
     runner = CliRunner()
     db.compression.message_add("cli", "system", "rules " * 100, user_id="alice", context_size=8000)
     for i in range(20):
-        db.compression.message_add("cli", "user", f"question {i}", tool_calls=None)
+        db.compression.message_add("cli", "user", f"question {i}", tool_calls=None, user_id="alice")
         db.compression.message_add("cli", "assistant", "A long answer sentence. " * 50,
                                    tool_calls=[{"id": f"call_{i}", "name": "read_file", "args": {"path": "a.ts"}}])
-    result = runner.invoke(app, ["session", "status", "cli", "--dsn", dsn, "--model-size", "3"])
+    result = runner.invoke(app, ["compression", "status", "cli", "--dsn", dsn, "--model-size", "3"])
     assert result.exit_code == 0, result.output
     assert "Context: " in result.output and "/6,800" in result.output and "(0 compressions)" in result.output
     assert "should compress: yes" in result.output
-    result = runner.invoke(app, ["session", "compress", "cli", "--dsn", dsn])
+    result = runner.invoke(app, ["compression", "compress", "cli", "--dsn", dsn])
     assert result.exit_code == 0 and "compression 1:" in result.output, result.output
-    result = runner.invoke(app, ["session", "compress", "cli", "--dsn", dsn])
+    result = runner.invoke(app, ["compression", "compress", "cli", "--dsn", dsn])
     assert "skipped:" in result.output
     out = tmp_path / "cli.json"
-    result = runner.invoke(app, ["session", "export", "cli", "--dsn", dsn, "-o", str(out), "--model", "m"])
+    result = runner.invoke(app, ["compression", "export", "cli", "--dsn", dsn, "-o", str(out), "--model", "m"])
     assert result.exit_code == 0, result.output
     document = json.loads(out.read_text())
     assert document["sessionId"] == "cli" and len(document["messages"]) == 41 and len(document["toolCalls"]) == 20
     assert document["metadata"]["compressionCount"] == 1 and document["model"] == "m"
-    result = runner.invoke(app, ["session", "snapshot", "cli", "--dsn", dsn, "--json"])
+    result = runner.invoke(app, ["compression", "snapshot", "cli", "--dsn", dsn, "--json"])
     snap = json.loads(result.output)
-    result = runner.invoke(app, ["session", "restore", snap["id"], "--dsn", dsn])
+    result = runner.invoke(app, ["compression", "restore", snap["id"], "--dsn", dsn])
     assert result.exit_code == 0 and "restored session cli" in result.output
-    result = runner.invoke(app, ["session", "snapshot", "cli", "--list", "--dsn", dsn, "--json"])
+    result = runner.invoke(app, ["compression", "snapshot", "cli", "--list", "--dsn", dsn, "--json"])
     assert {s["kind"] for s in json.loads(result.output)} >= {"manual", "pre_restore"}
-    result = runner.invoke(app, ["session", "status", "nope", "--dsn", dsn])
+    result = runner.invoke(app, ["compression", "status", "nope", "--dsn", dsn])
     assert result.exit_code == 1 and "has no messages" in result.output
-    result = runner.invoke(app, ["session", "compress", "cli", "--llm-url", "http://127.0.0.1:9/v1", "--dsn", dsn])
+    # `session` stays a hidden alias of `compression` (db.sessions is the context store's)
+    result = runner.invoke(app, ["session", "status", "cli", "--dsn", dsn, "--json"])
+    assert result.exit_code == 0 and json.loads(result.output)["budget"]["session_id"] == "cli", result.output
+    listed = runner.invoke(app, ["--help"]).output
+    assert "│ compression " in listed and "│ session " not in listed
+    result = runner.invoke(app, ["compression", "compress", "cli", "--llm-url", "http://127.0.0.1:9/v1", "--dsn", dsn])
     assert result.exit_code == 2 and "--model" in result.output
 
 
 def test_goals_snapshots_and_reliability_through_the_client(db: pymemdb.Database) -> None:
+    db = db.as_user("alice")  # the acting user of every call (memori._acting_user)
     goal = db.goals.create("g", "Ship compression", priority="high", user_id="alice", now=T0)
     assert goal.status == "active" and goal.priority == "high"
     result = db.goals.markers_apply("g", "[DECISION] Plans are persisted - LOCKED\n[WHAT] ?", now=T0)
@@ -234,7 +248,7 @@ def test_goals_snapshots_and_reliability_through_the_client(db: pymemdb.Database
     with pytest.raises(pymemdb.UnknownValue):
         db.goals.create("g", "x", priority="urgent")
 
-    db.compression.message_add("g", "user", "hello", now=T0)
+    db.compression.message_add("g", "user", "hello", user_id="alice", now=T0)
     snap = db.snapshots.create("g", {"note": "first"}, now=T0)
     assert snap.metadata == {"note": "first"} and len(snap.state["goals"]) == 2
     db.goals.create("g", "Third goal", now=T0 + 2 * SEC)

@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.table import Table
 
 import pymemdb
-from pymemdb.summarizers import ExtractiveSummarizer
+from pymemdb.compression import ExtractiveSummarizer
 
 TOPICS = ("the login endpoint", "JWT signing", "refresh tokens", "password hashing", "rate limits")
 
@@ -17,6 +17,7 @@ def compression_chapter(db: pymemdb.Database, out: Console, now: datetime) -> No
     """120 turns on an 8K model: the budget, each compression, the goal block and reliability."""
     out.rule("8. Compression: a long conversation on an 8K context (seed 04)")
     session = "chat-1"
+    db = db.as_user("alice")  # every call acts for alice (memori._acting_user: no user means memori.user_id)
     db.compression.message_add(session, "system", "You are a careful senior engineer. " * 57, user_id="alice",
                                context_size=8000, now=now)
     db.compression.message_add(session, "assistant", "[GOAL] Implement user authentication system - HIGH\n"

@@ -1,4 +1,9 @@
-"""pymemdb session ...: conversation compression from the shell (seed 04)."""
+"""pymemdb compression ...: conversation compression from the shell (seed 04).
+
+The sub-app is named after its concern (``db.compression``); ``pymemdb session``
+stays as a hidden alias for scripts written before (``db.sessions`` is the
+context store's, which is why ``session`` misled).
+"""
 
 from __future__ import annotations
 
@@ -11,10 +16,10 @@ import typer
 from rich.table import Table
 
 from pymemdb.cli._common import DsnOption, JsonOption, console, database, fmt_time, handle_errors, print_json
+from pymemdb.compression.summarizers import ExtractiveSummarizer, OpenAISummarizer, Summarizer
 from pymemdb.errors import InvalidArgument
-from pymemdb.summarizers import ExtractiveSummarizer, OpenAISummarizer, Summarizer
 
-app = typer.Typer(help="Conversation sessions: budget, compression, export, snapshots (seed 04).",
+app = typer.Typer(help="Conversation compression: budget, compression, export, snapshots (seed 04).",
                   no_args_is_help=True)
 
 SessionArg = Annotated[str, typer.Argument(help="Session id.")]
@@ -167,7 +172,7 @@ def snapshot(
 @app.command()
 @handle_errors
 def restore(
-    snapshot_id: Annotated[str, typer.Argument(help="Snapshot id (pymemdb session snapshot SESSION --list).")],
+    snapshot_id: Annotated[str, typer.Argument(help="Snapshot id (pymemdb compression snapshot SESSION --list).")],
     dsn: DsnOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -178,4 +183,10 @@ def restore(
         print_json(pre)
         return
     console.print(f"restored session {pre.session_id} from {snapshot_id}; the replaced state is snapshot {pre.id} "
-                  f"(pymemdb session restore {pre.id} undoes this)", markup=False)
+                  f"(pymemdb compression restore {pre.id} undoes this)", markup=False)
+
+
+def register(parent: typer.Typer) -> None:
+    """Add ``compression`` to the CLI, and ``session`` as its hidden alias."""
+    parent.add_typer(app, name="compression")
+    parent.add_typer(app, name="session", hidden=True)

@@ -1,8 +1,8 @@
-"""Conversation compression (seed 04): ``db.compression``.
+"""Conversation compression (seed 04, sql/430-compression-messages.sql): ``db.compression``.
 
 The SQL keeps the full history, computes the budget, plans what to compress
 and applies summaries atomically; ``run`` drives one compression end to end
-with a pluggable ``Summarizer`` (pymemdb.summarizers).
+with a pluggable ``Summarizer`` (pymemdb.compression.summarizers).
 """
 
 from __future__ import annotations
@@ -10,62 +10,189 @@ from __future__ import annotations
 import builtins
 from dataclasses import dataclass
 from datetime import datetime
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from psycopg.types.json import Jsonb
 
-from pymemdb._sql import fn, given
-from pymemdb.summarizers import ExtractiveSummarizer, Summarizer, SummarizerError
-from pymemdb.types import (
-    CompressionApplied,
-    CompressionBudget,
-    CompressionPlan,
-    CompressionRequest,
-    ContextItem,
-    MessageAdded,
-    Reliability,
-    SessionReliability,
-)
+from pymemdb._sql import given, one, rows, scalar
+from pymemdb.compression.summarizers import ExtractiveSummarizer, Summarizer, SummarizerError
 
 if TYPE_CHECKING:
     from pymemdb.db import Database
 
-MESSAGE_ADD = fn(
+
+@dataclass(frozen=True)
+class CompressionBudget:
+    """memori.compression_budget_state: the seed's dynamic budget of a session."""
+
+    session_id: str
+    context_size: int
+    usable_tokens: int
+    system_prompt_tokens: int
+    checkpoint_tokens: int
+    available_tokens: int
+    trigger_tokens: int
+    used_tokens: int
+    free_tokens: int
+    should_compress: bool
+    checkpoint_count: int
+    compression_count: int
+
+
+@dataclass(frozen=True)
+class MessageAdded:
+    """memori.message_added: the appended message and the session's budget state after it."""
+
+    message_id: int
+    session_id: str
+    seq: int
+    role: str
+    tokens: int
+    created_at: datetime
+    context_size: int
+    usable_tokens: int
+    system_prompt_tokens: int
+    checkpoint_tokens: int
+    available_tokens: int
+    trigger_tokens: int
+    used_tokens: int
+    should_compress: bool
+    auto_snapshot_id: UUID | None
+
+
+@dataclass(frozen=True)
+class CompressionPlan:
+    """A row of memori.compression_plans."""
+
+    id: UUID
+    session_id: str
+    user_id: str
+    status: str
+    reason: str | None
+    state_version: int
+    context_size: int
+    system_prompt_tokens: int
+    budget: dict[str, Any]
+    from_seq: int | None
+    to_seq: int | None
+    message_count: int
+    source_tokens: int
+    target_tokens: int
+    aging: list[dict[str, Any]]
+    key_decisions: list[str]
+    files_modified: list[str]
+    next_steps: list[str]
+    checkpoint_id: UUID | None
+    error: str | None
+    created_at: datetime
+    finished_at: datetime | None
+    expires_at: datetime | None
+
+
+@dataclass(frozen=True)
+class CompressionRequest:
+    """memori.compression_request: one summary a plan needs (new, age or merge)."""
+
+    key: str
+    action: str
+    level: int
+    source_tokens: int
+    target_tokens: int
+    source: str
+    prompt: str
+
+
+@dataclass(frozen=True)
+class CompressionApplied:
+    """memori.compression_applied: what compression_apply did."""
+
+    plan_id: UUID
+    checkpoint_id: UUID
+    compression_number: int
+    message_count: int
+    source_tokens: int
+    summary_tokens: int
+    aged: int
+    merged: int
+    checkpoint_tokens: int
+    used_tokens: int
+
+
+@dataclass(frozen=True)
+class ContextItem:
+    """memori.context_item: one entry of the active context, in sending order."""
+
+    position: int
+    kind: str
+    role: str
+    ref: str
+    content: str
+    tokens: int
+
+@dataclass(frozen=True)
+class Reliability:
+    """memori.reliability: the seed's score with its level and icon."""
+
+    score: Decimal
+    percent: int
+    level: str
+    icon: str
+    model_factor: Decimal
+    compression_penalty: Decimal
+
+
+@dataclass(frozen=True)
+class SessionReliability:
+    """memori.session_reliability_state: a session's reliability and the warning when low."""
+
+    session_id: str
+    model_size_b: Decimal
+    compression_count: int
+    score: Decimal
+    percent: int
+    level: str
+    icon: str
+    warning: str | None
+
+
+MESSAGE_ADD = one(
     "message_add",
     ("p_session_id", "text"), ("p_role", "text"), ("p_content", "text"), ("p_tokens", "integer"),
     ("p_tool_calls", "jsonb"), ("p_now", "timestamptz"), ("p_user_id", "text"), ("p_context_size", "integer"),
     ("p_system_prompt_tokens", "integer"),
     result=MessageAdded,
 )
-COMPRESSION_BUDGET = fn(
+COMPRESSION_BUDGET = one(
     "compression_budget", ("p_session_id", "text"), ("p_context_size", "integer"),
     ("p_system_prompt_tokens", "integer"), result=CompressionBudget,
 )
-COMPRESSION_PLAN = fn(
+COMPRESSION_PLAN = one(
     "compression_plan", ("p_session_id", "text"), ("p_context_size", "integer"),
     ("p_system_prompt_tokens", "integer"), ("p_now", "timestamptz"), ("p_force", "boolean"),
     result=CompressionPlan,
 )
-COMPRESSION_PROMPT = fn("compression_prompt", ("p_plan_id", "uuid"), result=CompressionRequest, returns="many")
-COMPRESSION_APPLY = fn(
+COMPRESSION_PROMPT = rows("compression_prompt", ("p_plan_id", "uuid"), result=CompressionRequest)
+COMPRESSION_APPLY = one(
     "compression_apply", ("p_plan_id", "uuid"), ("p_new_summary", "text"), ("p_aged", "jsonb"),
     ("p_now", "timestamptz"), ("p_new_tokens", "integer"),
     result=CompressionApplied,
 )
-COMPRESSION_ABORT = fn(
+COMPRESSION_ABORT = one(
     "compression_abort", ("p_plan_id", "uuid"), ("p_error", "text"), ("p_now", "timestamptz"), result=CompressionPlan
 )
-ACTIVE_CONTEXT = fn("active_context", ("p_session_id", "text"), result=ContextItem, returns="many")
-RELIABILITY_SCORE = fn(
+ACTIVE_CONTEXT = rows("active_context", ("p_session_id", "text"), result=ContextItem)
+RELIABILITY_SCORE = one(
     "reliability_score", ("p_model_size_b", "numeric"), ("p_compression_count", "integer"),
     ("p_context_confidence", "numeric"), result=Reliability,
 )
-SESSION_RELIABILITY = fn(
+SESSION_RELIABILITY = one(
     "session_reliability", ("p_session_id", "text"), ("p_model_size_b", "numeric"), result=SessionReliability
 )
-SESSION_EXPORT = fn(
-    "session_export", ("p_session_id", "text"), ("p_model", "text"), ("p_provider", "text"), returns="scalar"
+# a document (the seed's session file), not a fixed shape: jsonb stays; NULL for an unknown session
+SESSION_EXPORT = scalar(
+    "session_export", ("p_session_id", "text"), ("p_model", "text"), ("p_provider", "text"), result=dict
 )
 
 
@@ -99,7 +226,7 @@ class Compression:
         now: datetime | None = None,
     ) -> MessageAdded:
         """memori.message_add: append to the full history; the answer carries the budget (should_compress)."""
-        return self._db.call(  # type: ignore[no-any-return]
+        return self._db.call(
             MESSAGE_ADD,
             **given(p_session_id=session_id, p_role=role, p_content=content, p_tokens=tokens,
                     p_tool_calls=None if tool_calls is None else Jsonb(tool_calls), p_user_id=user_id,
@@ -110,7 +237,7 @@ class Compression:
         self, session_id: str, *, context_size: int | None = None, system_prompt_tokens: int | None = None
     ) -> CompressionBudget:
         """memori.compression_budget: usable, available, trigger, used, should_compress."""
-        return self._db.call(  # type: ignore[no-any-return]
+        return self._db.call(
             COMPRESSION_BUDGET,
             **given(p_session_id=session_id, p_context_size=context_size,
                     p_system_prompt_tokens=system_prompt_tokens),
@@ -126,7 +253,7 @@ class Compression:
         now: datetime | None = None,
     ) -> CompressionPlan:
         """memori.compression_plan: a persisted plan (status planned or skipped)."""
-        return self._db.call(  # type: ignore[no-any-return]
+        return self._db.call(
             COMPRESSION_PLAN,
             **given(p_session_id=session_id, p_context_size=context_size,
                     p_system_prompt_tokens=system_prompt_tokens, p_force=force, p_now=now),
@@ -134,7 +261,7 @@ class Compression:
 
     def prompt(self, plan_id: UUID | str) -> builtins.list[CompressionRequest]:
         """memori.compression_prompt: the summaries a plan needs, with source text and goal-aware prompt."""
-        return self._db.call(COMPRESSION_PROMPT, p_plan_id=plan_id)  # type: ignore[no-any-return]
+        return self._db.call(COMPRESSION_PROMPT, p_plan_id=plan_id)
 
     def apply(
         self,
@@ -146,7 +273,7 @@ class Compression:
         now: datetime | None = None,
     ) -> CompressionApplied:
         """memori.compression_apply: store the summaries atomically (stale or repeated plans are refused)."""
-        return self._db.call(  # type: ignore[no-any-return]
+        return self._db.call(
             COMPRESSION_APPLY,
             **given(p_plan_id=plan_id, p_new_summary=new_summary, p_aged=Jsonb(aged or {}), p_new_tokens=new_tokens,
                     p_now=now),
@@ -154,19 +281,19 @@ class Compression:
 
     def abort(self, plan_id: UUID | str, error: str, *, now: datetime | None = None) -> CompressionPlan:
         """memori.compression_abort: mark a plan failed and emit compression.error."""
-        return self._db.call(  # type: ignore[no-any-return]
+        return self._db.call(
             COMPRESSION_ABORT, **given(p_plan_id=plan_id, p_error=error, p_now=now)
         )
 
     def active_context(self, session_id: str) -> builtins.list[ContextItem]:
         """memori.active_context: what is sent to the LLM, in order."""
-        return self._db.call(ACTIVE_CONTEXT, p_session_id=session_id)  # type: ignore[no-any-return]
+        return self._db.call(ACTIVE_CONTEXT, p_session_id=session_id)
 
     def reliability_score(
         self, model_size_b: float, compression_count: int, context_confidence: float | None = None
     ) -> Reliability:
         """memori.reliability_score: the seed's score, level and icon."""
-        return self._db.call(  # type: ignore[no-any-return]
+        return self._db.call(
             RELIABILITY_SCORE,
             **given(p_model_size_b=model_size_b, p_compression_count=compression_count,
                     p_context_confidence=context_confidence),
@@ -174,7 +301,7 @@ class Compression:
 
     def session_reliability(self, session_id: str, model_size_b: float) -> SessionReliability:
         """memori.session_reliability: the session's score with the warning text when low."""
-        return self._db.call(  # type: ignore[no-any-return]
+        return self._db.call(
             SESSION_RELIABILITY, p_session_id=session_id, p_model_size_b=model_size_b
         )
 
@@ -182,7 +309,7 @@ class Compression:
         self, session_id: str, *, model: str | None = None, provider: str | None = None
     ) -> dict[str, Any] | None:
         """memori.session_export: the seed's session file (every message, uncompressed)."""
-        return self._db.call(  # type: ignore[no-any-return]
+        return self._db.call(
             SESSION_EXPORT, **given(p_session_id=session_id, p_model=model, p_provider=provider)
         )
 

@@ -1,27 +1,57 @@
-"""Goals (seed 04): ``db.goals`` -- never compressed, updated from model output markers."""
+"""Goals (seed 04, sql/410-compression-goals.sql): ``db.goals``, never compressed, updated from model markers."""
 
 from __future__ import annotations
 
 import builtins
+from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
+from uuid import UUID
 
-from pymemdb._sql import fn, given
-from pymemdb.types import Goal, GoalMarkerResult
+from pymemdb._sql import given, one, rows, scalar
 
 if TYPE_CHECKING:
     from pymemdb.db import Database
 
-GOAL_CREATE = fn(
+
+@dataclass(frozen=True)
+class Goal:
+    """A row of memori.goals."""
+
+    id: UUID
+    session_id: str
+    user_id: str
+    description: str
+    priority: str
+    status: str
+    next_steps: list[str]
+    created_at: datetime
+    completed_at: datetime | None
+
+
+@dataclass(frozen=True)
+class GoalMarkerResult:
+    """memori.goal_marker_result: what goal_markers_apply changed, and the lines it did not understand."""
+
+    goal_id: UUID | None
+    goals_created: int
+    checkpoints_updated: int
+    decisions_added: int
+    artifacts_recorded: int
+    next_steps: list[str]
+    unknown: list[str]
+
+
+GOAL_CREATE = one(
     "goal_create", ("p_session_id", "text"), ("p_description", "text"), ("p_priority", "text"),
     ("p_user_id", "text"), ("p_now", "timestamptz"), result=Goal,
 )
-GOAL_LIST = fn("goal_list", ("p_session_id", "text"), result=Goal, returns="many")
-GOAL_MARKERS_APPLY = fn(
+GOAL_LIST = rows("goal_list", ("p_session_id", "text"), result=Goal)
+GOAL_MARKERS_APPLY = one(
     "goal_markers_apply", ("p_session_id", "text"), ("p_text", "text"), ("p_user_id", "text"),
     ("p_now", "timestamptz"), result=GoalMarkerResult,
 )
-GOAL_BLOCK = fn("goal_block", ("p_session_id", "text"), returns="scalar")
+GOAL_BLOCK = scalar("goal_block", ("p_session_id", "text"), result=str)
 
 
 class Goals:
@@ -38,7 +68,7 @@ class Goals:
         now: datetime | None = None,
     ) -> Goal:
         """memori.goal_create: the session's new active goal (the previous one is paused)."""
-        return self._db.call(  # type: ignore[no-any-return]
+        return self._db.call(
             GOAL_CREATE,
             **given(p_session_id=session_id, p_description=description, p_priority=priority, p_user_id=user_id,
                     p_now=now),
@@ -46,16 +76,17 @@ class Goals:
 
     def list(self, session_id: str) -> builtins.list[Goal]:
         """memori.goal_list: every goal of the session, oldest first."""
-        return self._db.call(GOAL_LIST, p_session_id=session_id)  # type: ignore[no-any-return]
+        return self._db.call(GOAL_LIST, p_session_id=session_id)
 
     def markers_apply(
         self, session_id: str, text: str, *, user_id: str | None = None, now: datetime | None = None
     ) -> GoalMarkerResult:
         """memori.goal_markers_apply: [GOAL]/[CHECKPOINT]/[DECISION]/[ARTIFACT]/[NEXT]; unknown lines reported."""
-        return self._db.call(  # type: ignore[no-any-return]
+        return self._db.call(
             GOAL_MARKERS_APPLY, **given(p_session_id=session_id, p_text=text, p_user_id=user_id, p_now=now)
         )
 
     def block(self, session_id: str) -> str | None:
         """memori.goal_block: the never-compressed goal section of the system prompt (None without a goal)."""
-        return self._db.call(GOAL_BLOCK, p_session_id=session_id)  # type: ignore[no-any-return]
+        block: str | None = self._db.call(GOAL_BLOCK, p_session_id=session_id)
+        return block

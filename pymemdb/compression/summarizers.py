@@ -21,10 +21,12 @@ import re
 import urllib.error
 import urllib.request
 from collections import Counter
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from pymemdb.errors import PymemdbError
-from pymemdb.types import CompressionRequest
+
+if TYPE_CHECKING:
+    from pymemdb.compression.messages import CompressionRequest
 
 CHARS_PER_TOKEN = 4  # memori.settings compression.chars_per_token (default)
 
