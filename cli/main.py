@@ -24,10 +24,8 @@ from pymemdb.cli.budget import app as budget_app
 from pymemdb.cli.checkpoint import app as checkpoint_app
 from pymemdb.cli.context import app as context_app
 from pymemdb.cli.mcp import app as mcp_app
-from pymemdb.cli.pages import app as pages_app
 from pymemdb.cli.session import app as session_app
 from pymemdb.cli.vm import app as vm_app
-from pymemdb.cli.vm_fork import register as register_vm_fork
 from pymemdb.db import resolve_dsn
 from pymemdb.errors import InvalidArgument
 
@@ -48,9 +46,8 @@ app.add_typer(checkpoint_app, name="checkpoint")
 app.add_typer(context_app, name="context")
 app.add_typer(session_app, name="session")
 app.add_typer(budget_app, name="budget")
-app.add_typer(pages_app, name="pages")
-register_vm_fork(pages_app)  # pages fork | fork-chain | storage | gc | region ... (issue 7)
 app.add_typer(vm_app, name="vm")
+app.add_typer(vm_app, name="pages", hidden=True)  # the VM's old name: scripts keep working
 app.add_typer(memory_app, name="memory")
 app.add_typer(mcp_app, name="mcp")
 app.add_typer(bench_app, name="bench")

@@ -82,11 +82,11 @@ class Database:
         from pymemdb.goals import Goals
         from pymemdb.mcp.tokens import McpTokens
         from pymemdb.memories import Memories
-        from pymemdb.pages import Pages
         from pymemdb.snapshots import Snapshots
         from pymemdb.store import Store
-        from pymemdb.vm_fork import VmFork
-        from pymemdb.vm_lifecycle import VmLifecycle
+        from pymemdb.vm.fork import VmFork
+        from pymemdb.vm.lifecycle import VmLifecycle
+        from pymemdb.vm.pages import Pages
 
         self.memories = Memories(self)
         self.cleanup = Cleanup(self)

@@ -314,6 +314,35 @@ set search_path = pg_catalog, memori, pg_temp;
 comment on function memori.segment_pages(text, timestamptz) is 'The transcript pages of the open segment (role, turn, tokens, tier, pinned, content) in order: the source a Summarizer summarizes before segment_close.';
 
 -------------------------------------------------------------------------------
+-- segment_prompt: what the summarizer is asked to close the open segment
+-- The seed's 10:1: the target is a tenth of the segment's tokens, at least 8 and
+-- below the source; the source is the transcript as "role: text" lines.
+create or replace function memori.segment_prompt(
+  p_session_id    text,
+  p_target_tokens integer default null,
+  p_now           timestamptz default now()
+) returns memori.compression_request
+as $func$
+  with source as (
+    select coalesce(sum(t.tokens), 0)::integer as tokens,
+           coalesce(string_agg(coalesce(nullif(t.role, ''), 'system') || ': ' || coalesce(t.content, ''), E'\n'
+                               order by t.ord), '') as text
+      from memori.segment_pages(p_session_id, p_now)
+           with ordinality as t(page_id, role, turn, tokens, tier, pinned, content, ord)
+  ), target as (
+    select s.tokens, s.text,
+           coalesce(nullif(p_target_tokens, 0), greatest(1, least(greatest(8, s.tokens / 10), s.tokens - 1))) as tokens_max
+      from source s
+  )
+  select row(p_session_id || ':' || memori.segment_current(p_session_id), 'new', 1, t.tokens, t.tokens_max, t.text,
+             format(E'Summarize this conversation segment in at most %s tokens. Keep decisions, names and figures.\n\n%s',
+                    t.tokens_max, t.text))::memori.compression_request
+    from target t
+$func$ language sql stable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori.segment_prompt(text, integer, timestamptz) is 'The summary request of the open segment (key session:segment, source transcript, source tokens, the 10:1 target unless p_target_tokens, the prompt): what segment_close''s summary answers; PM005 when the session is missing.';
+
+-------------------------------------------------------------------------------
 -- _vm_swap_out: move one page out of L0/L1 to a lower tier (logged)
 create or replace function memori._vm_swap_out(p_s memori.vm_sessions, p_page memori.pages, p_tier text, p_actor text,
                                                p_cause text, p_now timestamptz)
