@@ -108,23 +108,6 @@ set search_path = pg_catalog, memori, pg_temp;
 comment on function memori._vm_retention(text, timestamptz) is 'Expiry of a new row of a VM table from its default retention policy (NULL: kept).';
 
 -------------------------------------------------------------------------------
--- _vm_user: the acting user (argument, else memori.user_id)
-create or replace function memori._vm_user(p_user_id text) returns text
-as $func$
-declare
-  v_user text := coalesce(p_user_id, nullif(current_setting('memori.user_id', true), ''));
-begin
-  if v_user is null then
-    perform memori._invalid('no user id: pass p_user_id or set memori.user_id',
-                            'Call with p_user_id => ''alice'', or SET memori.user_id = ''alice'' in the transaction.');
-  end if;
-  return memori._check_identifier('user id', v_user);
-end
-$func$ language plpgsql stable security invoker
-set search_path = pg_catalog, memori, pg_temp;
-comment on function memori._vm_user(text) is 'The acting user: p_user_id, else the memori.user_id setting; PM001 when neither is set.';
-
--------------------------------------------------------------------------------
 -- _vm_session: a session's row, locked; created with the defaults when asked
 create or replace function memori._vm_session(
   p_session_id text, p_user_id text, p_create boolean, p_now timestamptz
@@ -141,7 +124,9 @@ begin
   -- the lock serialises the workers of one session: budgets hold under concurrency
   select * into v_s from memori.vm_sessions where session_id = p_session_id for update;
   if found then
-    v_user := coalesce(p_user_id, nullif(current_setting('memori.user_id', true), ''));
+    -- the one acting-user rule (PM040 when p_user_id is not memori.user_id); no user at all: an owner's call
+    v_user := case when p_user_id is null then nullif(current_setting('memori.user_id', true), '')
+                   else memori._acting_user(p_user_id) end;
     if v_user is not null and v_user <> v_s.user_id then
       raise exception 'session % belongs to another user', quote_literal(p_session_id)
         using errcode = 'PM041', hint = 'Use a session id of your own; session ids are unique across users.';
@@ -152,7 +137,7 @@ begin
     raise exception 'no VM session %', quote_literal(p_session_id)
       using errcode = 'PM005', hint = 'Start it with memori.turn_begin or memori.page_create.';
   end if;
-  v_user := memori._vm_user(p_user_id);
+  v_user := memori._acting_user(p_user_id);
   -- one session namespace: a VM session is a session of memori.sessions
   -- (created on first use, PM041 when the id is another user's)
   perform memori._context_session(p_session_id, v_user, null, p_now);
@@ -185,7 +170,7 @@ begin
 end
 $func$ language plpgsql volatile security invoker
 set search_path = pg_catalog, memori, pg_temp;
-comment on function memori._vm_session(text, text, boolean, timestamptz) is 'A VM session row locked for update, created from the vm.* settings when p_create; PM005 when missing, PM041 when another user''s.';
+comment on function memori._vm_session(text, text, boolean, timestamptz) is 'A VM session row locked for update, created from the vm.* settings when p_create (for memori._acting_user); PM005 when missing, PM040 when p_user_id is not memori.user_id, PM041 when another user''s.';
 
 -------------------------------------------------------------------------------
 -- _vm_session_read: a session's row for readers (no lock)

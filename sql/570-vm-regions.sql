@@ -19,7 +19,7 @@ comment on table memori.vm_region_pages is 'What a shared region holds: pages (p
 create or replace function memori._region_owned(p_region_id text, p_user_id text) returns memori.vm_regions
 as $func$
 declare
-  v_user text := memori._vm_user(p_user_id);
+  v_user text := memori._acting_user(p_user_id);
   v_r    memori.vm_regions;
 begin
   perform memori._check_identifier('region id', p_region_id);
@@ -51,7 +51,7 @@ create or replace function memori.region_create(
 ) returns memori.vm_regions
 as $func$
 declare
-  v_user text := memori._vm_user(p_user_id);
+  v_user text := memori._acting_user(p_user_id);
   v_r    memori.vm_regions;
 begin
   perform memori._check_identifier('region id', p_region_id);
@@ -196,7 +196,7 @@ create or replace function memori.region_pages(
 ) returns setof memori.region_page
 as $func$
 declare
-  v_user text := memori._vm_user(p_user_id);
+  v_user text := memori._acting_user(p_user_id);
   v_r    memori.vm_regions;
 begin
   if p_limit is null or p_limit < 1 or p_limit > 10000 then
@@ -232,7 +232,7 @@ returns table (region_id text, owner text, scope text, description text, members
                created_at timestamptz)
 as $func$
 declare
-  v_user text := memori._vm_user(p_user_id);
+  v_user text := memori._acting_user(p_user_id);
 begin
   return query
     select r.region_id, r.user_id, r.scope, r.description,
