@@ -242,3 +242,19 @@ $func$ language sql stable security invoker
 set search_path = pg_catalog, memori, pg_temp;
 comment on function memori._vm_old_discussion(text, text) is 'True when a page is the source of superseded claims only: the discussion of a decision that was replaced.';
 
+-------------------------------------------------------------------------------
+-- _vm_prefetch_result: what the pre-pass and the prefetcher return: applied, or proposed only
+create or replace function memori._vm_prefetch_result(
+  p_s memori.vm_sessions, p_items memori.vm_prefetch_item[], p_apply boolean, p_source text,
+  p_max_faults integer, p_target_level integer, p_now timestamptz
+) returns memori.vm_prefetch_item[]
+as $func$
+begin
+  if coalesce(p_apply, false) then
+    return memori._vm_prefetch_apply(p_s, p_items, p_source, p_max_faults, p_target_level, p_now);
+  end if;
+  return memori._vm_prefetch_proposed(p_s, p_items);
+end
+$func$ language plpgsql volatile security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._vm_prefetch_result(memori.vm_sessions, memori.vm_prefetch_item[], boolean, text, integer, integer, timestamptz) is 'The items of vm_prepass or vm_prefetch (p_source): faulted in within the turn''s budget when p_apply, else marked as proposed.';

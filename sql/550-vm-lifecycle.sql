@@ -519,12 +519,8 @@ begin
     v_items := v_items || memori._vm_prefetch_item(v_p, v_reason, 'last_segment_summary');
   end if;
 
-  if coalesce(p_apply, false) then
-    v_items := memori._vm_prefetch_apply(v_s, v_items, 'prepass', p_max_faults, p_target_level, p_now);
-  else
-    v_items := memori._vm_prefetch_proposed(v_s, v_items);
-  end if;
-  return query select * from unnest(v_items);
+  return query select * from unnest(memori._vm_prefetch_result(v_s, v_items, p_apply, 'prepass', p_max_faults,
+                                                                p_target_level, p_now));
 end
 $func$ language plpgsql volatile security invoker
 set search_path = pg_catalog, memori, pg_temp;
@@ -609,12 +605,8 @@ begin
     end loop;
   end loop;
 
-  if coalesce(p_apply, false) then
-    v_items := memori._vm_prefetch_apply(v_s, v_items, 'prefetch', p_max_faults, p_target_level, p_now);
-  else
-    v_items := memori._vm_prefetch_proposed(v_s, v_items);
-  end if;
-  return query select * from unnest(v_items);
+  return query select * from unnest(memori._vm_prefetch_result(v_s, v_items, p_apply, 'prefetch', p_max_faults,
+                                                                p_target_level, p_now));
 end
 $func$ language plpgsql volatile security invoker
 set search_path = pg_catalog, memori, pg_temp;
