@@ -25,9 +25,7 @@ from pymemdb.cli.compression import register as register_compression
 from pymemdb.cli.context import app as context_app
 from pymemdb.cli.mcp import app as mcp_app
 from pymemdb.cli.memories import app as memories_app
-from pymemdb.cli.pages import app as pages_app
 from pymemdb.cli.vm import app as vm_app
-from pymemdb.cli.vm_fork import register as register_vm_fork
 from pymemdb.db import resolve_dsn
 
 app = script_app("pymemdb", "pymemdb: the memory layer for AI agents that lives inside PostgreSQL.",
@@ -40,9 +38,8 @@ app.add_typer(checkpoint_app, name="checkpoint")
 app.add_typer(context_app, name="context")
 register_compression(app)
 app.add_typer(budget_app, name="budget")
-app.add_typer(pages_app, name="pages")
-register_vm_fork(pages_app)  # pages fork | fork-chain | storage | gc | region ... (issue 7)
 app.add_typer(vm_app, name="vm")
+app.add_typer(vm_app, name="pages", hidden=True)  # the VM's old name: scripts keep working
 app.add_typer(memories_app, name="memories")
 app.add_typer(memories_app, name="memory", hidden=True)  # the old name, for scripts
 app.add_typer(mcp_app, name="mcp")

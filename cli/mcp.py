@@ -41,10 +41,10 @@ def _embedder(choice: EmbedderChoice, model: str | None) -> object | None:
     if choice is EmbedderChoice.none:
         return None
     if choice is EmbedderChoice.hashing:
-        from pymemdb.embedders import HashingEmbedder
+        from pymemdb.vm.embedders import HashingEmbedder
 
         return HashingEmbedder()
-    from pymemdb.embedders import SentenceTransformerEmbedder
+    from pymemdb.vm.embedders import SentenceTransformerEmbedder
 
     return SentenceTransformerEmbedder(model) if model else SentenceTransformerEmbedder()
 

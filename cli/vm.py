@@ -1,4 +1,9 @@
-"""pymemdb vm ...: the AI virtual memory lifecycle (issue 7): claims, segments, pre-pass, prefetch, metrics."""
+"""pymemdb vm ...: the AI virtual memory (seed 03, issue 7), one sub-app like db.pages, db.vm and db.vm_fork.
+
+Pages and the working set (cli/vm_pages.py), the lifecycle here (claims, segments,
+pre-pass, prefetch, metrics), forks, GC and shared regions (cli/vm_fork.py).
+``pymemdb pages ...`` is the same sub-app under its old name, hidden, so scripts keep working.
+"""
 
 from __future__ import annotations
 
@@ -8,11 +13,14 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from pymemdb.cli import vm_fork, vm_pages
 from pymemdb.cli._common import DsnOption, JsonOption, console, database, handle_errors, print_json
-from pymemdb.types import VmPrefetchItem
+from pymemdb.vm.lifecycle import VmPrefetchItem
 
-app = typer.Typer(help="AI virtual memory lifecycle: claims, segments, runtime pre-pass, prefetch (seed 03).",
-                  no_args_is_help=True)
+app = typer.Typer(help="AI virtual memory: pages, working set, faults, context, search, claims, segments, prefetch, "
+                       "forks, GC and shared regions (seed 03).", no_args_is_help=True)
+app.registered_commands.extend(vm_pages.app.registered_commands)
+vm_fork.register(app)
 
 SessionArg = Annotated[str, typer.Argument(help="VM session id.")]
 

@@ -1,4 +1,4 @@
-"""pymemdb pages fork|fork-chain|storage|gc|region ...: copy-on-write forks, GC, shared regions (seed 03 10.x)."""
+"""pymemdb vm fork|fork-chain|storage|gc|region ...: copy-on-write forks, GC, shared regions (seed 03 10.x)."""
 
 from __future__ import annotations
 
@@ -179,10 +179,10 @@ def region_drop(region_id: RegionArg, user_id: UserOption = None, dsn: DsnOption
     console.print(f"dropped {region_id}")
 
 
-def register(pages_app: typer.Typer) -> None:
-    """Add these commands to ``pymemdb pages``."""
-    pages_app.command("fork")(handle_errors(fork))
-    pages_app.command("fork-chain")(handle_errors(fork_chain))
-    pages_app.command("storage")(handle_errors(storage))
-    pages_app.command("gc")(handle_errors(gc))
-    pages_app.add_typer(region_app, name="region")
+def register(vm_app: typer.Typer) -> None:
+    """Add these commands to ``pymemdb vm``."""
+    vm_app.command("fork")(handle_errors(fork))
+    vm_app.command("fork-chain")(handle_errors(fork_chain))
+    vm_app.command("storage")(handle_errors(storage))
+    vm_app.command("gc")(handle_errors(gc))
+    vm_app.add_typer(region_app, name="region")

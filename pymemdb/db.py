@@ -81,10 +81,10 @@ class Database:
         from pymemdb.events import Events
         from pymemdb.mcp.tokens import McpTokens
         from pymemdb.memories import Memories
-        from pymemdb.pages import Pages
         from pymemdb.store import Store
-        from pymemdb.vm_fork import VmFork
-        from pymemdb.vm_lifecycle import VmLifecycle
+        from pymemdb.vm.fork import VmFork
+        from pymemdb.vm.lifecycle import VmLifecycle
+        from pymemdb.vm.pages import Pages
 
         self.memories = Memories(self)
         self.cleanup = Cleanup(self)

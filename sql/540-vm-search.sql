@@ -55,7 +55,9 @@ begin
   if p_scope = 'session' or p_session_id is not null then
     v_s := memori._vm_session_read(p_session_id);
   end if;
-  v_user := coalesce(p_user_id, nullif(current_setting('memori.user_id', true), ''), v_s.user_id);
+  -- the one acting-user rule for a given user (PM040); else memori.user_id, else the session's owner
+  v_user := coalesce(case when p_user_id is not null then memori._acting_user(p_user_id) end,
+                     nullif(current_setting('memori.user_id', true), ''), v_s.user_id);
   if v_user is null then
     perform memori._invalid('no user id: pass p_user_id, p_session_id or set memori.user_id',
                             'Call with p_user_id => ''alice'', or SET memori.user_id = ''alice''.');

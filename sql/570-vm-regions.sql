@@ -19,7 +19,7 @@ comment on table memori.vm_region_pages is 'What a shared region holds: pages (p
 create or replace function memori._region_owned(p_region_id text, p_user_id text) returns memori.vm_regions
 as $func$
 declare
-  v_user text := memori._vm_user(p_user_id);
+  v_user text := memori._acting_user(p_user_id);
   v_r    memori.vm_regions;
 begin
   perform memori._check_identifier('region id', p_region_id);
@@ -51,7 +51,7 @@ create or replace function memori.region_create(
 ) returns memori.vm_regions
 as $func$
 declare
-  v_user text := memori._vm_user(p_user_id);
+  v_user text := memori._acting_user(p_user_id);
   v_r    memori.vm_regions;
 begin
   perform memori._check_identifier('region id', p_region_id);
@@ -75,6 +75,22 @@ set search_path = pg_catalog, memori, pg_temp;
 comment on function memori.region_create(text, text, text, text, timestamptz) is 'Create a shared region owned by the acting user, scope pages or session; PM096 when the id is taken.';
 
 -------------------------------------------------------------------------------
+-- _region_member_event: the event of an access-list change, when there was one
+create or replace function memori._region_member_event(
+  p_rows integer, p_event text, p_region_id text, p_member_id text, p_now timestamptz
+) returns boolean
+as $func$
+begin
+  if p_rows > 0 then
+    perform memori._event_emit(p_event, jsonb_build_object('region_id', p_region_id, 'member', p_member_id), p_now);
+  end if;
+  return p_rows > 0;
+end
+$func$ language plpgsql volatile security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._region_member_event(integer, text, text, text, timestamptz) is 'Emit region.granted or region.revoked when the access list changed (p_rows > 0); returns whether it did.';
+
+-------------------------------------------------------------------------------
 -- region_grant: let a user read a region
 create or replace function memori.region_grant(
   p_region_id text, p_member_id text, p_user_id text default null, p_now timestamptz default now()
@@ -92,10 +108,7 @@ begin
   values (v_r.region_id, p_member_id, v_r.user_id, p_now)
   on conflict do nothing;
   get diagnostics v_n = row_count;
-  if v_n > 0 then
-    perform memori._event_emit('region.granted', jsonb_build_object('region_id', v_r.region_id, 'member', p_member_id), p_now);
-  end if;
-  return v_n > 0;
+  return memori._region_member_event(v_n, 'region.granted', v_r.region_id, p_member_id, p_now);
 end
 $func$ language plpgsql volatile security invoker
 set search_path = pg_catalog, memori, pg_temp;
@@ -113,10 +126,7 @@ declare
 begin
   delete from memori.vm_region_members where region_id = v_r.region_id and user_id = p_member_id;
   get diagnostics v_n = row_count;
-  if v_n > 0 then
-    perform memori._event_emit('region.revoked', jsonb_build_object('region_id', v_r.region_id, 'member', p_member_id), p_now);
-  end if;
-  return v_n > 0;
+  return memori._region_member_event(v_n, 'region.revoked', v_r.region_id, p_member_id, p_now);
 end
 $func$ language plpgsql volatile security invoker
 set search_path = pg_catalog, memori, pg_temp;
@@ -196,7 +206,7 @@ create or replace function memori.region_pages(
 ) returns setof memori.region_page
 as $func$
 declare
-  v_user text := memori._vm_user(p_user_id);
+  v_user text := memori._acting_user(p_user_id);
   v_r    memori.vm_regions;
 begin
   if p_limit is null or p_limit < 1 or p_limit > 10000 then
@@ -232,7 +242,7 @@ returns table (region_id text, owner text, scope text, description text, members
                created_at timestamptz)
 as $func$
 declare
-  v_user text := memori._vm_user(p_user_id);
+  v_user text := memori._acting_user(p_user_id);
 begin
   return query
     select r.region_id, r.user_id, r.scope, r.description,

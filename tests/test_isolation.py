@@ -305,7 +305,7 @@ def test_client_refuses_acting_for_another_user(app_dsn: str) -> None:
 
 def test_page_change_notices_reveal_no_ids(conn: psycopg.Connection) -> None:
     """LISTEN is not subject to RLS: memori_pages notices carry an opaque tag, not session or page ids."""
-    from pymemdb.page_cache import page_tag
+    from pymemdb.vm.page_cache import page_tag
 
     conn.execute("select memori.page_create('secret-session', 'msg_secret', 'hello', p_user_id => 'alice')")
     conn.execute("listen memori_pages")

@@ -344,7 +344,7 @@ def test_expired_memories_never_come_back(dsn: str, conn: psycopg.Connection) ->
 
 
 def test_hybrid_search_with_an_embedder(dsn: str) -> None:
-    from pymemdb.embedders import HashingEmbedder
+    from pymemdb.vm.embedders import HashingEmbedder
 
     async def go() -> list[CallToolResult]:
         with pymemdb.connect(dsn) as db:

@@ -1,4 +1,4 @@
-"""pymemdb pages ... through Typer's CliRunner."""
+"""pymemdb vm ... through Typer's CliRunner."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ runner = CliRunner()
 
 
 def run(*args: str) -> str:
-    result = runner.invoke(app, ["pages", *args])
+    result = runner.invoke(app, ["vm", *args])
     assert result.exit_code == 0, result.output
     return result.output
 
@@ -36,11 +36,22 @@ def test_pages_commands(env: str) -> None:
 
 
 def test_pages_errors_are_one_line_with_a_hint(env: str) -> None:
-    result = runner.invoke(app, ["pages", "add", "s1", "m", "x", "--type", "note", "--user", "alice"])
+    result = runner.invoke(app, ["vm", "add", "s1", "m", "x", "--type", "note", "--user", "alice"])
     assert result.exit_code == 2
     assert "unknown page type 'note'. Use one of" in result.output
-    result = runner.invoke(app, ["pages", "fault", "nope", "m"])
+    result = runner.invoke(app, ["vm", "fault", "nope", "m"])
     assert result.exit_code == 1 and "no VM session" in result.output
-    runner.invoke(app, ["pages", "turn", "s1", "--user", "alice"])
-    result = runner.invoke(app, ["pages", "fault", "s1", "missing"])
+    runner.invoke(app, ["vm", "turn", "s1", "--user", "alice"])
+    result = runner.invoke(app, ["vm", "fault", "s1", "missing"])
     assert result.exit_code == 1 and '"reason": "unknown_page"' in result.output
+
+
+def test_pages_is_a_hidden_alias_of_vm(env: str) -> None:
+    # one `vm` sub-app holds pages, fork, gc, regions and the lifecycle (issue 19); `pages` still runs for scripts
+    top = runner.invoke(app, ["--help"]).output
+    assert " vm " in top and " pages " not in top
+    listed = runner.invoke(app, ["vm", "--help"]).output
+    assert all(f" {c} " in listed for c in ("add", "fault", "fork", "gc", "region", "claim", "segment-close"))
+    result = runner.invoke(app, ["pages", "add", "s_alias", "m1", "hello", "--user", "alice"])
+    assert result.exit_code == 0, result.output
+    assert runner.invoke(app, ["pages", "fork", "s_alias", "s_alias_fork"]).exit_code == 0

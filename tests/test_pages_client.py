@@ -8,10 +8,10 @@ import psycopg
 import pytest
 
 import pymemdb
-from pymemdb.compressors import CompressorRegistry, Representation, TextCompressor, estimate_tokens
 from pymemdb.errors import InvalidArgument, PageExists, WorkingSetFull
-from pymemdb.page_cache import PageTLB
 from pymemdb.types import PageCompressItem, PageTableEntry
+from pymemdb.vm.compressors import CompressorRegistry, Representation, TextCompressor, estimate_tokens
+from pymemdb.vm.page_cache import PageTLB
 from tests.helpers import T0
 
 S = "sess_c"

@@ -1,4 +1,4 @@
-"""pymemdb pages fork | fork-chain | storage | gc | region ... through Typer's CliRunner (issue 7)."""
+"""pymemdb vm fork | fork-chain | storage | gc | region ... through Typer's CliRunner (issue 7)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ runner = CliRunner()
 
 
 def run(*args: str, code: int = 0) -> str:
-    result = runner.invoke(app, ["pages", *args])
+    result = runner.invoke(app, ["vm", *args])
     assert result.exit_code == code, result.output
     return result.output
 

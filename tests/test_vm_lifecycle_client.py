@@ -11,11 +11,15 @@ import pymemdb
 from pymemdb.cli.main import app
 from pymemdb.errors import InvalidRecallSignal, ProvenanceNotFound, SegmentEmpty, SegmentSummaryTooLong
 from pymemdb.types import CompressionRequest, VmPrefetchItem, VmSegment
-from pymemdb.vm_lifecycle import summary_target
 from tests.helpers import T0
 
 S = "sess_c"
 runner = CliRunner()
+
+
+def summary_target(source_tokens: int) -> int:
+    """The seed's 10:1 (memori.segment_prompt builds it): a tenth of the segment, at least 8, below the source."""
+    return max(1, min(max(8, source_tokens // 10), source_tokens - 1))
 
 
 class Recorder:
@@ -55,6 +59,9 @@ def test_claims_segments_and_the_summarizer(db: pymemdb.Database) -> None:
     assert request.source.startswith("user: Tell me about the kestrel rollout, step 0.")
     assert request.source_tokens == sum(p.tokens for p in pages)
     assert request.target_tokens == summary_target(request.source_tokens)
+    assert request.key == f"{S}:seg_0001" and request.action == "new" and request.level == 1
+    assert request.prompt == (f"Summarize this conversation segment in at most {request.target_tokens} tokens. "
+                              f"Keep decisions, names and figures.\n\n{request.source}")
     assert db.vm.segment_current(S) == "seg_0002"
     assert db.pages.session_get(S).segment_seq == 2  # type: ignore[union-attr]
     assert [s.summary_page_id for s in db.vm.segment_list(S)] == ["summary_seg_0001"]
@@ -65,6 +72,9 @@ def test_claims_segments_and_the_summarizer(db: pymemdb.Database) -> None:
         db.vm.segment_close(S, "x" * 400, now=T0)
     # the default extractive summarizer writes a summary well under the segment
     db.pages.create(S, "extra", "Waves start on Monday. " * 40, role="assistant", segment="seg_0002", now=T0)
+    asked = db.vm.segment_prompt(S, now=T0)
+    assert asked.target_tokens == summary_target(asked.source_tokens)
+    assert db.vm.segment_prompt(S, target_tokens=5, now=T0).target_tokens == 5
     seg2 = db.vm.segment_close(S, now=T0)
     assert seg2.summary_tokens <= summary_target(seg2.source_tokens) + 2
 
@@ -104,7 +114,7 @@ def run(*args: str, code: int = 0) -> str:
 
 
 def test_vm_cli(env: str) -> None:
-    run("pages", "add", "cli_s", "msg_1", "Let's use PostgreSQL for the database.", "--role", "user", "--user", "alice")
+    run("vm", "add", "cli_s", "msg_1", "Let's use PostgreSQL for the database.", "--role", "user", "--user", "alice")
     out = run("vm", "claim", "cli_s", "Decision: PostgreSQL", "--from", "msg_1", "--topic", "database_choice")
     assert "claim_database_choice_001" in out
     err = run("vm", "claim", "cli_s", "Decision: x", "--from", "nope", code=1)
@@ -116,7 +126,7 @@ def test_vm_cli(env: str) -> None:
     assert "seg_0001 closed: 1 pages" in out
     assert "summary_seg_0001" in run("vm", "segments", "cli_s")
     # a decision that changes, and a conflict the user resolves (issue 15)
-    run("pages", "add", "cli_s", "msg_2", "Switch to MySQL.", "--role", "user", "--user", "alice")
+    run("vm", "add", "cli_s", "msg_2", "Switch to MySQL.", "--role", "user", "--user", "alice")
     run("vm", "claim", "cli_s", "Decision: MySQL", "--from", "msg_2", "--topic", "database_choice")
     found = json.loads(run("vm", "conflicts", "cli_s", "--json", code=1))
     assert [(c["claim_id"], c["other_claim_id"]) for c in found] == [

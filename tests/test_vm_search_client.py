@@ -9,9 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import pymemdb
-from pymemdb.embedders import Embedder, HashingEmbedder, to_pgvector
 from pymemdb.errors import InvalidArgument
 from pymemdb.types import PageIndexEntry, PageSearchResult
+from pymemdb.vm.embedders import Embedder, HashingEmbedder, to_pgvector
 from tests.helpers import T0
 
 S = "sess_s"
@@ -98,7 +98,7 @@ class _StubModel:
 
 
 def test_sentence_transformer_embedder_wraps_a_model(db: pymemdb.Database) -> None:
-    from pymemdb.embedders import SentenceTransformerEmbedder
+    from pymemdb.vm.embedders import SentenceTransformerEmbedder
 
     model = _StubModel()
     e = SentenceTransformerEmbedder(model=model, batch_size=8)
@@ -117,7 +117,7 @@ def test_sentence_transformer_embedder_without_the_extra_says_how_to_install(
         monkeypatch: pytest.MonkeyPatch) -> None:
     import sys
 
-    from pymemdb.embedders import SentenceTransformerEmbedder
+    from pymemdb.vm.embedders import SentenceTransformerEmbedder
 
     monkeypatch.setitem(sys.modules, "sentence_transformers", None)  # import fails as if not installed
     with pytest.raises(ImportError, match=r"pymemdb\[embeddings\]"):

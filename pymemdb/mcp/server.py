@@ -34,7 +34,6 @@ from pymemdb._sql import SqlFunction, given
 from pymemdb.cleanup import CLEANUP_PREVIEW
 from pymemdb.context import CONTEXT_RESOLVE
 from pymemdb.db import Database
-from pymemdb.embedders import Embedder
 from pymemdb.errors import McpInvalidArgument, McpUnsafeRole, PymemdbError
 from pymemdb.install import package_version
 from pymemdb.mcp.auth import MemoriTokenVerifier, RecordMissingToken
@@ -55,6 +54,7 @@ from pymemdb.mcp.memory import (
 )
 from pymemdb.mcp.tokens import parse_ttl
 from pymemdb.memories import SESSION_CHECKPOINT_LOAD_LATEST
+from pymemdb.vm.embedders import Embedder
 
 log = logging.getLogger("pymemdb.mcp")
 

@@ -1,4 +1,7 @@
-"""pymemdb pages ...: the AI virtual memory (seed 03) from the shell."""
+"""pymemdb vm add|turn|fault|evict|manifest|context|history|replay|search: pages and the working set (seed 03).
+
+The commands are registered into the ``vm`` sub-app (cli/vm.py).
+"""
 
 from __future__ import annotations
 
@@ -9,11 +12,10 @@ import typer
 from rich.table import Table
 
 from pymemdb.cli._common import DsnOption, JsonOption, console, database, fmt_time, handle_errors, print_json
-from pymemdb.embedders import HashingEmbedder
 from pymemdb.errors import InvalidArgument
+from pymemdb.vm.embedders import HashingEmbedder
 
-app = typer.Typer(help="AI virtual memory: pages, working set, faults, manifest and context (seed 03).",
-                  no_args_is_help=True)
+app = typer.Typer(help="AI virtual memory: pages, working set, faults, manifest and context (seed 03).")
 
 SessionArg = Annotated[str, typer.Argument(help="VM session id.")]
 PageArg = Annotated[str, typer.Argument(help="Page id (unique within the session), e.g. msg_042.")]

@@ -10,42 +10,223 @@ from __future__ import annotations
 import builtins
 import dataclasses
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from psycopg.types.json import Jsonb
 
-from pymemdb._sql import fn, given
-from pymemdb.compressors import CompressorRegistry
-from pymemdb.embedders import Embedder, to_pgvector
-from pymemdb.page_cache import PageTLB
-from pymemdb.types import (
-    Page,
-    PageCompressItem,
-    PageFault,
+from pymemdb._sql import given, one, rows, scalar
+from pymemdb.vm.compressors import CompressorRegistry, PageCompressItem
+from pymemdb.vm.embedders import Embedder, to_pgvector
+from pymemdb.vm.page_cache import PageTableEntry, PageTLB
+from pymemdb.vm.search import (
+    PAGE_EMBEDDING_SET,
+    PAGE_PROVENANCE_CHAIN,
+    PAGES_BY_TYPE,
+    PAGES_TOP_IMPORTANCE,
+    SEARCH_PAGES,
+    VM_EMBEDDING_DIM,
+    VM_EMBEDDING_DIM_SET,
     PageIndexEntry,
-    PageMutation,
-    PageRepresentation,
     PageSearchResult,
-    PageTableEntry,
-    VmEviction,
-    VmEvictionCandidate,
-    VmPageState,
-    VmSession,
-    WorkingSetEntry,
 )
 
 if TYPE_CHECKING:
     from pymemdb.db import Database
 
-TURN_BEGIN = fn("turn_begin", ("p_session_id", "text"), ("p_user_id", "text"), ("p_now", "timestamptz"),
-                returns="scalar")
-VM_SESSION_CONFIGURE = fn(
+
+@dataclass(frozen=True)
+class VmSession:
+    """A row of memori.vm_sessions: turn counter, L0 budget, eviction and fault policies, pack cache counters."""
+
+    session_id: str
+    user_id: str
+    turn: int
+    max_l0_tokens: int
+    max_l1_pages: int
+    eviction_policy: str
+    eviction_threshold: Decimal
+    pinned_last_turns: int
+    fault_protection_turns: int
+    eviction_cooldown_turns: int
+    faults_allowed: bool
+    max_faults_per_turn: int
+    max_fault_tokens_per_turn: int
+    fault_confidence_threshold: str
+    pack_hits: int
+    pack_misses: int
+    created_at: datetime
+    updated_at: datetime
+    expires_at: datetime | None
+    paging_mode: str  # model | runtime | hybrid (issue 7: who initiates paging)
+    segment_seq: int  # the open segment's number (seg_0001 is 1)
+    segment_first_turn: int  # the turn the open segment started at
+
+
+@dataclass(frozen=True)
+class Page:
+    """A row of memori.pages: one page of a session, its level-0 content and place in the hierarchy."""
+
+    id: int
+    session_id: str
+    user_id: str
+    page_id: str
+    page_type: str
+    modality: str
+    role: str | None
+    tier: str
+    compression_level: int
+    content: str | None
+    data: Any
+    artifact_ref: str | None
+    mime_type: str | None
+    size_bytes: int
+    tokens: int
+    importance: float
+    provenance: list[str]
+    represents: str | None
+    segment: str | None
+    turn: int
+    version: int
+    dirty: bool
+    last_flushed: datetime | None
+    created_at: datetime
+    updated_at: datetime
+    last_accessed: datetime
+    access_count: int
+    last_fault_turn: int | None
+    last_evict_turn: int | None
+    hint: str | None
+    dimensions: list[int] | None
+    duration_seconds: Decimal | None
+    expires_at: datetime | None
+    embedding: str | None  # pgvector text form '[0.1,...]' (issue 7); NULL: full-text search only
+    search_tsv: str | None  # generated tsvector over hint and content (issue 7)
+    gc_marked_at: datetime | None = None  # when memori.vm_gc found the page unreachable (issue 7)
+    # a claim a newer one replaces (claim_supersede, issue 15): which, when, why; NULL while current
+    superseded_by: str | None = None
+    superseded_at: datetime | None = None
+    supersede_reason: str | None = None
+
+
+@dataclass(frozen=True)
+class PageRepresentation:
+    """A row of memori.page_representations: a page at level 1 (reduced), 2 (abstract) or 3 (reference)."""
+
+    session_id: str
+    page_id: str
+    user_id: str
+    level: int
+    content: str | None
+    data: Any
+    tokens: int
+    version: int
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class WorkingSetEntry:
+    """A row of memori.working_set: a page mapped into L0 at a level."""
+
+    session_id: str
+    page_id: str
+    user_id: str
+    level: int
+    tokens: int
+    turn_added: int
+    last_access_turn: int
+    pinned: bool
+    pin_reason: str | None
+    added_at: datetime
+
+
+@dataclass(frozen=True)
+class VmEviction:
+    """memori.vm_eviction: one step of an eviction (compress: down a level in L0; evict: out to L1)."""
+
+    page_id: str
+    action: str
+    level_after: int | None
+    tier_after: str
+    tokens_freed: int
+
+
+@dataclass(frozen=True)
+class VmPageState:
+    """memori.vm_page_state: a page in L0 at a turn, replayed from the mutation log."""
+
+    page_id: str
+    level: int
+    tokens: int
+
+
+@dataclass(frozen=True)
+class PageFault:
+    """A row of memori.page_faults: one fault asked for, with its reason and outcome."""
+
+    id: int
+    session_id: str
+    user_id: str
+    page_id: str
+    turn: int
+    reason: str
+    target_level: int | None
+    served_level: int | None
+    outcome: str
+    tokens: int
+    source_tier: str | None
+    evictions: list[str]
+    at: datetime
+    expires_at: datetime | None
+
+
+@dataclass(frozen=True)
+class PageMutation:
+    """A row of memori.page_mutations (append-only)."""
+
+    id: int
+    session_id: str
+    user_id: str
+    page_id: str
+    at: datetime
+    turn: int
+    mutation_type: str
+    tier_before: str | None
+    tier_after: str
+    level_before: int | None
+    level_after: int | None
+    tokens_after: int | None
+    actor: str
+    cause: str | None
+    expires_at: datetime | None
+
+
+@dataclass(frozen=True)
+class VmEvictionCandidate:
+    """memori.vm_eviction_candidates: an evictable page, its place in a policy's order and its keep score."""
+
+    rank: int
+    page_id: str
+    level: int
+    tokens: int
+    page_type: str
+    modality: str
+    keep_score: float
+
+
+# -- AI virtual memory search and page index (issue 7) -------------------------------
+
+
+TURN_BEGIN = scalar("turn_begin", ("p_session_id", "text"), ("p_user_id", "text"), ("p_now", "timestamptz"),
+                    result=int)
+VM_SESSION_CONFIGURE = one(
     "vm_session_configure", ("p_session_id", "text"), ("p_config", "jsonb"), ("p_user_id", "text"),
     ("p_now", "timestamptz"), result=VmSession,
 )
-VM_SESSION_GET = fn("vm_session_get", ("p_session_id", "text"), result=VmSession)
-PAGE_CREATE = fn(
+VM_SESSION_GET = one("vm_session_get", ("p_session_id", "text"), result=VmSession)
+PAGE_CREATE = one(
     "page_create",
     ("p_session_id", "text"), ("p_page_id", "text"), ("p_content", "text"), ("p_page_type", "text"),
     ("p_modality", "text"), ("p_role", "text"), ("p_data", "jsonb"), ("p_importance", "double precision"),
@@ -56,75 +237,57 @@ PAGE_CREATE = fn(
     ("p_now", "timestamptz"),
     result=Page,
 )
-PAGE_UPDATE = fn(
+PAGE_UPDATE = one(
     "page_update", ("p_session_id", "text"), ("p_page_id", "text"), ("p_content", "text"), ("p_data", "jsonb"),
     ("p_tokens", "integer"), ("p_actor", "text"), ("p_now", "timestamptz"), ("p_provenance", "text[]"), result=Page,
 )
-PAGE_FLUSH = fn("page_flush", ("p_session_id", "text"), ("p_page_ids", "text[]"), ("p_now", "timestamptz"),
-                returns="scalar")
-PAGE_LOOKUP = fn("page_lookup", ("p_session_id", "text"), ("p_page_id", "text"), ("p_now", "timestamptz"),
-                 result=PageTableEntry)
-PAGE_REPRESENTATION_PUT = fn(
+PAGE_FLUSH = scalar("page_flush", ("p_session_id", "text"), ("p_page_ids", "text[]"), ("p_now", "timestamptz"),
+                    result=int)
+PAGE_LOOKUP = one("page_lookup", ("p_session_id", "text"), ("p_page_id", "text"), ("p_now", "timestamptz"),
+                  result=PageTableEntry)
+PAGE_REPRESENTATION_PUT = one(
     "page_representation_put", ("p_session_id", "text"), ("p_page_id", "text"), ("p_level", "integer"),
     ("p_content", "text"), ("p_data", "jsonb"), ("p_tokens", "integer"), ("p_version", "integer"),
     ("p_now", "timestamptz"), result=PageRepresentation,
 )
-PAGE_COMPRESS_TODO = fn(
+PAGE_COMPRESS_TODO = rows(
     "page_compress_todo", ("p_session_id", "text"), ("p_limit", "integer"), ("p_now", "timestamptz"),
-    result=PageCompressItem, returns="many",
+    result=PageCompressItem,
 )
-PAGE_PIN = fn("page_pin", ("p_session_id", "text"), ("p_page_id", "text"), ("p_pinned", "boolean"),
-              ("p_actor", "text"), ("p_now", "timestamptz"), returns="scalar")
-VM_ADD_PAGE = fn("vm_add_page", ("p_session_id", "text"), ("p_page_id", "text"), ("p_level", "integer"),
-                 ("p_pin", "boolean"), ("p_actor", "text"), ("p_now", "timestamptz"), returns="scalar")
-VM_EVICT = fn("vm_evict", ("p_session_id", "text"), ("p_required_tokens", "integer"), ("p_policy", "text"),
-              ("p_actor", "text"), ("p_now", "timestamptz"), result=VmEviction, returns="many")
-VM_EVICTION_CANDIDATES = fn("vm_eviction_candidates", ("p_session_id", "text"), ("p_policy", "text"),
-                            result=VmEvictionCandidate, returns="many")
-WORKING_SET_LIST = fn("working_set_list", ("p_session_id", "text"), result=WorkingSetEntry, returns="many")
-PAGE_FAULT = fn(
+PAGE_PIN = scalar("page_pin", ("p_session_id", "text"), ("p_page_id", "text"), ("p_pinned", "boolean"),
+                  ("p_actor", "text"), ("p_now", "timestamptz"), result=bool)
+VM_ADD_PAGE = scalar("vm_add_page", ("p_session_id", "text"), ("p_page_id", "text"), ("p_level", "integer"),
+                     ("p_pin", "boolean"), ("p_actor", "text"), ("p_now", "timestamptz"), result=list)
+VM_EVICT = rows("vm_evict", ("p_session_id", "text"), ("p_required_tokens", "integer"), ("p_policy", "text"),
+                ("p_actor", "text"), ("p_now", "timestamptz"), result=VmEviction)
+VM_EVICTION_CANDIDATES = rows("vm_eviction_candidates", ("p_session_id", "text"), ("p_policy", "text"),
+                              result=VmEvictionCandidate)
+WORKING_SET_LIST = rows("working_set_list", ("p_session_id", "text"), result=WorkingSetEntry)
+PAGE_FAULT = scalar(
     "page_fault", ("p_session_id", "text"), ("p_page_id", "text"), ("p_target_level", "integer"),
-    ("p_reason", "text"), ("p_actor", "text"), ("p_now", "timestamptz"), returns="scalar",
+    ("p_reason", "text"), ("p_actor", "text"), ("p_now", "timestamptz"), result=dict,
 )
-PAGE_FAULT_LIST = fn("page_fault_list", ("p_session_id", "text"), ("p_turn", "integer"), ("p_limit", "integer"),
-                     result=PageFault, returns="many")
-VM_CONTEXT_AT_TURN = fn("vm_context_at_turn", ("p_session_id", "text"), ("p_turn", "integer"),
-                        result=VmPageState, returns="many")
-PAGE_HISTORY = fn("page_history", ("p_session_id", "text"), ("p_page_id", "text"), result=PageMutation,
-                  returns="many")
-VM_MANIFEST = fn("vm_manifest", ("p_session_id", "text"), ("p_available_limit", "integer"),
-                 ("p_faults_allowed", "boolean"), ("p_now", "timestamptz"), returns="scalar")
-VM_CONTEXT = fn("vm_context", ("p_session_id", "text"), ("p_token_budget", "integer"), ("p_model", "text"),
-                ("p_now", "timestamptz"), returns="scalar")
-VM_TOOLS = fn("vm_tools", returns="scalar")
-VM_DEVELOPER_MESSAGE = fn(
+PAGE_FAULT_LIST = rows("page_fault_list", ("p_session_id", "text"), ("p_turn", "integer"), ("p_limit", "integer"),
+                       result=PageFault)
+VM_CONTEXT_AT_TURN = rows("vm_context_at_turn", ("p_session_id", "text"), ("p_turn", "integer"),
+                          result=VmPageState)
+PAGE_HISTORY = rows("page_history", ("p_session_id", "text"), ("p_page_id", "text"), result=PageMutation)
+VM_MANIFEST = scalar("vm_manifest", ("p_session_id", "text"), ("p_available_limit", "integer"),
+                     ("p_faults_allowed", "boolean"), ("p_now", "timestamptz"), result=dict)
+VM_CONTEXT = scalar("vm_context", ("p_session_id", "text"), ("p_token_budget", "integer"), ("p_model", "text"),
+                    ("p_now", "timestamptz"), result=str)
+VM_TOOLS = scalar("vm_tools", result=list)
+VM_DEVELOPER_MESSAGE = scalar(
     "vm_developer_message", ("p_session_id", "text"), ("p_mode", "text"), ("p_system_prompt", "text"),
-    ("p_token_budget", "integer"), ("p_model", "text"), ("p_now", "timestamptz"), returns="scalar",
+    ("p_token_budget", "integer"), ("p_model", "text"), ("p_now", "timestamptz"), result=str,
 )
-VM_METRICS = fn("vm_metrics", ("p_session_id", "text"), ("p_now", "timestamptz"), returns="scalar")
-
-# search and page index (issue 7, sql/540-vm-search.sql)
-PAGE_EMBEDDING_SET = fn("page_embedding_set", ("p_session_id", "text"), ("p_page_id", "text"),
-                        ("p_embedding", "public.vector"), ("p_now", "timestamptz"), returns="scalar")
-SEARCH_PAGES = fn(
-    "search_pages", ("p_session_id", "text"), ("p_query", "text"), ("p_query_embedding", "public.vector"),
-    ("p_modality", "text"), ("p_page_types", "text[]"), ("p_limit", "integer"), ("p_scope", "text"),
-    ("p_user_id", "text"), ("p_now", "timestamptz"), ("p_exact_total", "boolean"), result=PageSearchResult,
-    returns="many",
-)
-VM_EMBEDDING_DIM = fn("vm_embedding_dim", returns="scalar")
-VM_EMBEDDING_DIM_SET = fn("vm_embedding_dim_set", ("p_dim", "integer"), returns="scalar")
-PAGES_BY_TYPE = fn("pages_by_type", ("p_session_id", "text"), ("p_page_type", "text"), ("p_limit", "integer"),
-                   ("p_now", "timestamptz"), result=PageIndexEntry, returns="many")
-PAGE_PROVENANCE_CHAIN = fn(
-    "page_provenance_chain", ("p_session_id", "text"), ("p_page_id", "text"), ("p_direction", "text"),
-    ("p_max_depth", "integer"), ("p_now", "timestamptz"), result=PageIndexEntry, returns="many",
-)
-PAGES_TOP_IMPORTANCE = fn("pages_top_importance", ("p_session_id", "text"), ("p_n", "integer"),
-                          ("p_type", "text"), ("p_now", "timestamptz"), result=PageIndexEntry, returns="many")
+VM_METRICS = scalar("vm_metrics", ("p_session_id", "text"), ("p_now", "timestamptz"), result=dict)
 
 
-def _one_or_none(row: Any, key: str) -> Any:
+_Row = TypeVar("_Row")
+
+
+def _one_or_none(row: _Row, key: str) -> _Row | None:
     """SQL functions returning one composite give a row of NULLs for "none"."""
     return None if row is None or getattr(row, key) is None else row
 
@@ -149,13 +312,13 @@ class Pages:
     ) -> VmSession:
         """memori.vm_session_configure: budget and policies (max_l0_tokens, eviction_policy, ...)."""
         self.tlb.invalidate_session(session_id)
-        return self._db.call(  # type: ignore[no-any-return]
+        return self._db.call(
             VM_SESSION_CONFIGURE, **given(p_session_id=session_id, p_config=Jsonb(config), p_user_id=user_id,
                                           p_now=now))
 
     def session_get(self, session_id: str) -> VmSession | None:
         """memori.vm_session_get: None when the session does not exist."""
-        return _one_or_none(self._db.call(VM_SESSION_GET, p_session_id=session_id), "session_id")  # type: ignore[no-any-return]
+        return _one_or_none(self._db.call(VM_SESSION_GET, p_session_id=session_id), "session_id")
 
     # -- pages -------------------------------------------------------------------
     def create(
@@ -203,7 +366,7 @@ class Pages:
         text = " ".join(t for t in (hint, content) if t)
         values = self.embedder.embed([text])[0] if self.embedder is not None and text else None
         if not values or not any(values):  # no embedder, or nothing to embed (cosine of a zero vector is NaN)
-            return self._db.call(PAGE_CREATE, **args)  # type: ignore[no-any-return]
+            return self._db.call(PAGE_CREATE, **args)
         vector = to_pgvector(values)
         with self._db.transaction(user_id) as cur:
             page: Page = self._db.call(PAGE_CREATE, cur, **args)
@@ -218,7 +381,7 @@ class Pages:
     ) -> Page:
         """memori.page_update: a new version (with ``provenance``, new sources too); dirty until flushed."""
         self.tlb.invalidate_session(session_id)  # re-mapping may evict others
-        return self._db.call(  # type: ignore[no-any-return]
+        return self._db.call(
             PAGE_UPDATE, **given(p_session_id=session_id, p_page_id=page_id, p_content=content,
                                  p_data=None if data is None else Jsonb(data), p_tokens=tokens, p_actor=actor,
                                  p_now=now, p_provenance=None if provenance is None else list(provenance)))
@@ -244,7 +407,7 @@ class Pages:
                                                                  p_now=now)), "page_id")
         if found is not None:
             self.tlb.insert(session_id, found)
-        return found  # type: ignore[no-any-return]
+        return found
 
     def representation_put(
         self, session_id: str, page_id: str, level: int, content: str | None = None, *, data: Any = None,
@@ -252,7 +415,7 @@ class Pages:
     ) -> PageRepresentation:
         """memori.page_representation_put: store a level 1, 2 (or 3) representation."""
         self.tlb.invalidate_session(session_id)
-        return self._db.call(  # type: ignore[no-any-return]
+        return self._db.call(
             PAGE_REPRESENTATION_PUT, **given(
                 p_session_id=session_id, p_page_id=page_id, p_level=level, p_content=content,
                 p_data=None if data is None else Jsonb(data), p_tokens=tokens, p_version=version, p_now=now))
@@ -261,7 +424,7 @@ class Pages:
         self, session_id: str, *, limit: int | None = None, now: datetime | None = None
     ) -> builtins.list[PageCompressItem]:
         """memori.page_compress_todo: missing level 1 and 2 representations, mapped pages first."""
-        return self._db.call(  # type: ignore[no-any-return]
+        return self._db.call(
             PAGE_COMPRESS_TODO, **given(p_session_id=session_id, p_limit=limit, p_now=now))
 
     def compress(self, session_id: str, registry: CompressorRegistry | None = None, *, limit: int = 100) -> int:
@@ -296,48 +459,48 @@ class Pages:
               actor: str | None = None, now: datetime | None = None) -> builtins.list[VmEviction]:
         """memori.vm_evict: free at least required_tokens of L0 (compress first); WorkingSetFull if impossible."""
         self.tlb.invalidate_session(session_id)
-        return self._db.call(  # type: ignore[no-any-return]
+        return self._db.call(
             VM_EVICT, **given(p_session_id=session_id, p_required_tokens=required_tokens, p_policy=policy,
                               p_actor=actor, p_now=now))
 
     def eviction_candidates(self, session_id: str, policy: str | None = None) -> builtins.list[VmEvictionCandidate]:
         """memori.vm_eviction_candidates: what a policy would evict first, with keep scores."""
-        return self._db.call(  # type: ignore[no-any-return]
+        return self._db.call(
             VM_EVICTION_CANDIDATES, **given(p_session_id=session_id, p_policy=policy))
 
     def working_set(self, session_id: str) -> builtins.list[WorkingSetEntry]:
         """memori.working_set_list: the pages in L0, in creation order."""
-        return self._db.call(WORKING_SET_LIST, p_session_id=session_id)  # type: ignore[no-any-return]
+        return self._db.call(WORKING_SET_LIST, p_session_id=session_id)
 
     # -- faults --------------------------------------------------------------------
     def fault(self, session_id: str, page_id: str, target_level: int | None = None, reason: str | None = None, *,
               actor: str | None = None, now: datetime | None = None) -> dict[str, Any]:
         """memori.page_fault: the seed's tool-result envelope (a refusal is an envelope with ``error``)."""
         self.tlb.invalidate_session(session_id)
-        return self._db.call(  # type: ignore[no-any-return]
+        return self._db.call(
             PAGE_FAULT, **given(p_session_id=session_id, p_page_id=page_id, p_target_level=target_level,
                                 p_reason=reason, p_actor=actor, p_now=now))
 
     def fault_list(self, session_id: str, *, turn: int | None = None,
                    limit: int | None = None) -> builtins.list[PageFault]:
         """memori.page_fault_list: recorded faults, newest first."""
-        return self._db.call(  # type: ignore[no-any-return]
+        return self._db.call(
             PAGE_FAULT_LIST, **given(p_session_id=session_id, p_turn=turn, p_limit=limit))
 
     # -- the mutation log ------------------------------------------------------------
     def context_at_turn(self, session_id: str, turn: int) -> builtins.list[VmPageState]:
         """memori.vm_context_at_turn: the pages in L0 at the end of a turn, replayed from the log."""
-        return self._db.call(VM_CONTEXT_AT_TURN, p_session_id=session_id, p_turn=turn)  # type: ignore[no-any-return]
+        return self._db.call(VM_CONTEXT_AT_TURN, p_session_id=session_id, p_turn=turn)
 
     def history(self, session_id: str, page_id: str) -> builtins.list[PageMutation]:
         """memori.page_history: every mutation of a page, oldest first."""
-        return self._db.call(PAGE_HISTORY, p_session_id=session_id, p_page_id=page_id)  # type: ignore[no-any-return]
+        return self._db.call(PAGE_HISTORY, p_session_id=session_id, p_page_id=page_id)
 
     # -- what the model sees -----------------------------------------------------------
     def manifest(self, session_id: str, *, available_limit: int | None = None, faults_allowed: bool | None = None,
                  now: datetime | None = None) -> dict[str, Any]:
         """memori.vm_manifest: VM:MANIFEST_JSON as a dict."""
-        return self._db.call(  # type: ignore[no-any-return]
+        return self._db.call(
             VM_MANIFEST, **given(p_session_id=session_id, p_available_limit=available_limit,
                                  p_faults_allowed=faults_allowed, p_now=now))
 
@@ -349,7 +512,7 @@ class Pages:
 
     def tools(self) -> builtins.list[dict[str, Any]]:
         """memori.vm_tools: page_fault and search_pages in Chat Completions ``tools`` format."""
-        return self._db.call(VM_TOOLS)  # type: ignore[no-any-return]
+        return self._db.call(VM_TOOLS)
 
     def developer_message(self, session_id: str, mode: str | None = None, *, system_prompt: str | None = None,
                           token_budget: int | None = None, model: str | None = None,
@@ -412,7 +575,7 @@ class Pages:
             query_embedding = embedder.embed([query])[0]
             if not any(query_embedding):  # nothing the embedder could use: full text only
                 query_embedding = None
-        return self._db.call(  # type: ignore[no-any-return]
+        return self._db.call(
             SEARCH_PAGES, p_session_id=session_id, p_query=query, **given(
                 p_query_embedding=None if query_embedding is None else to_pgvector(query_embedding),
                 p_modality=modality, p_page_types=None if page_types is None else list(page_types),
@@ -421,20 +584,20 @@ class Pages:
     def by_type(self, session_id: str, page_type: str, *, limit: int | None = None,
                 now: datetime | None = None) -> builtins.list[PageIndexEntry]:
         """memori.pages_by_type: a session's pages of one type, in creation order."""
-        return self._db.call(  # type: ignore[no-any-return]
+        return self._db.call(
             PAGES_BY_TYPE, **given(p_session_id=session_id, p_page_type=page_type, p_limit=limit, p_now=now))
 
     def provenance_chain(self, session_id: str, page_id: str, direction: str | None = None, *,
                          max_depth: int | None = None, now: datetime | None = None) -> builtins.list[PageIndexEntry]:
         """memori.page_provenance_chain: 'up' the pages it derives from, 'down' the pages derived from it."""
-        return self._db.call(  # type: ignore[no-any-return]
+        return self._db.call(
             PAGE_PROVENANCE_CHAIN, **given(p_session_id=session_id, p_page_id=page_id, p_direction=direction,
                                            p_max_depth=max_depth, p_now=now))
 
     def top_importance(self, session_id: str, n: int | None = None, page_type: str | None = None, *,
                        now: datetime | None = None) -> builtins.list[PageIndexEntry]:
         """memori.pages_top_importance: the most important pages, optionally of one type."""
-        return self._db.call(  # type: ignore[no-any-return]
+        return self._db.call(
             PAGES_TOP_IMPORTANCE, **given(p_session_id=session_id, p_n=n, p_type=page_type, p_now=now))
 
     def listen(self) -> None:

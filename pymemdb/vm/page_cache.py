@@ -19,12 +19,30 @@ import hashlib
 import json
 from collections import OrderedDict
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
 
-from pymemdb.types import PageTableEntry
+
+@dataclass(frozen=True)
+class PageTableEntry:
+    """memori.page_table_entry: what a page-table cache (TLB) keeps about a page."""
+
+    page_id: str
+    tier: str
+    compression_level: int
+    version: int
+    dirty: bool
+    last_flushed: datetime | None
+    last_accessed: datetime
+    access_count: int
+    in_working_set: bool
+    level: int | None
+    pinned: bool
+    expires_at: datetime | None = None  # a cache must not serve the entry at or after this instant
+
 
 CHANNEL = "memori_pages"
 Key = tuple[str, str]  # (session_id, page_id)

@@ -17,10 +17,22 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from pymemdb.types import PageCompressItem
-
 _SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
 _WORD = re.compile(r"[^\W\d_][\w]{3,}", re.UNICODE)
+
+
+@dataclass(frozen=True)
+class PageCompressItem:
+    """memori.page_compress_item: a page and the level a Compressor should write for it."""
+
+    page_id: str
+    modality: str
+    page_type: str
+    level: int
+    content: str | None
+    data: Any
+    tokens: int
+    version: int
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,242 @@
+-- pymemdb SQL API: the private helpers of the AI virtual memory's page table (sql/500-pages.sql).
+-- Sessions, page reads and writes, references, the mutation log; called only by the VM's functions.
+-- Installed before 500-pages.sql (file order), so its SQL-language functions find them.
+
+-------------------------------------------------------------------------------
+-- _vm_retention: when a new row of a retained VM table expires
+create or replace function memori._vm_retention(p_table text, p_now timestamptz) returns timestamptz
+as $func$
+  select p_now + retention from memori.retention_policies where table_name = p_table and kind = '*'
+$func$ language sql stable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._vm_retention(text, timestamptz) is 'Expiry of a new row of a VM table from its default retention policy (NULL: kept).';
+
+-------------------------------------------------------------------------------
+-- _vm_session: a session's row, locked; created with the defaults when asked
+create or replace function memori._vm_session(
+  p_session_id text, p_user_id text, p_create boolean, p_now timestamptz
+) returns memori.vm_sessions
+as $func$
+declare
+  v_s    memori.vm_sessions;
+  v_user text;
+begin
+  perform memori._check_identifier('session id', p_session_id);
+  if p_now is null then
+    perform memori._invalid('p_now must not be NULL', 'Omit p_now to use the current time.');
+  end if;
+  -- the lock serialises the workers of one session: budgets hold under concurrency
+  select * into v_s from memori.vm_sessions where session_id = p_session_id for update;
+  if found then
+    -- the one acting-user rule (PM040 when p_user_id is not memori.user_id); no user at all: an owner's call
+    v_user := case when p_user_id is null then nullif(current_setting('memori.user_id', true), '')
+                   else memori._acting_user(p_user_id) end;
+    if v_user is not null and v_user <> v_s.user_id then
+      raise exception 'session % belongs to another user', quote_literal(p_session_id)
+        using errcode = 'PM041', hint = 'Use a session id of your own; session ids are unique across users.';
+    end if;
+    return v_s;
+  end if;
+  if not p_create then
+    raise exception 'no VM session %', quote_literal(p_session_id)
+      using errcode = 'PM005', hint = 'Start it with memori.turn_begin or memori.page_create.';
+  end if;
+  v_user := memori._acting_user(p_user_id);
+  -- one session namespace: a VM session is a session of memori.sessions
+  -- (created on first use, PM041 when the id is another user's)
+  perform memori._context_session(p_session_id, v_user, null, p_now);
+  begin
+    insert into memori.vm_sessions (session_id, user_id, max_l0_tokens, max_l1_pages, eviction_policy,
+                                    eviction_threshold, pinned_last_turns, fault_protection_turns,
+                                    eviction_cooldown_turns, faults_allowed, max_faults_per_turn,
+                                    max_fault_tokens_per_turn, fault_confidence_threshold, created_at, updated_at)
+    select p_session_id, v_user,
+           coalesce(max(value #>> '{}') filter (where key = 'vm.max_l0_tokens'), '128000')::integer,
+           coalesce(max(value #>> '{}') filter (where key = 'vm.max_l1_pages'), '100')::integer,
+           coalesce(max(value #>> '{}') filter (where key = 'vm.eviction_policy'), 'importance_weighted_lru'),
+           coalesce(max(value #>> '{}') filter (where key = 'vm.eviction_threshold'), '0.85')::numeric,
+           coalesce(max(value #>> '{}') filter (where key = 'vm.pinned_last_turns'), '3')::integer,
+           coalesce(max(value #>> '{}') filter (where key = 'vm.fault_protection_turns'), '2')::integer,
+           coalesce(max(value #>> '{}') filter (where key = 'vm.eviction_cooldown_turns'), '3')::integer,
+           coalesce(max(value #>> '{}') filter (where key = 'vm.faults_allowed'), 'true')::boolean,
+           coalesce(max(value #>> '{}') filter (where key = 'vm.max_faults_per_turn'), '3')::integer,
+           coalesce(max(value #>> '{}') filter (where key = 'vm.max_fault_tokens_per_turn'), '8192')::integer,
+           coalesce(max(value #>> '{}') filter (where key = 'vm.fault_confidence_threshold'), 'referenced'),
+           p_now, p_now
+      from memori.settings where key like 'vm.%'
+    returning * into v_s;
+  exception when unique_violation then
+    -- invisible under row-level security: another user's session
+    raise exception 'session % belongs to another user', quote_literal(p_session_id)
+      using errcode = 'PM041', hint = 'Use a session id of your own; session ids are unique across users.';
+  end;
+  return v_s;
+end
+$func$ language plpgsql volatile security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._vm_session(text, text, boolean, timestamptz) is 'A VM session row locked for update, created from the vm.* settings when p_create (for memori._acting_user); PM005 when missing, PM040 when p_user_id is not memori.user_id, PM041 when another user''s.';
+
+-------------------------------------------------------------------------------
+-- _vm_session_read: a session's row for readers (no lock)
+create or replace function memori._vm_session_read(p_session_id text) returns memori.vm_sessions
+as $func$
+declare
+  v_s memori.vm_sessions;
+begin
+  select * into v_s from memori.vm_sessions where session_id = p_session_id;
+  if not found then
+    raise exception 'no VM session %', coalesce(quote_literal(p_session_id), 'NULL')
+      using errcode = 'PM005', hint = 'Start it with memori.turn_begin or memori.page_create.';
+  end if;
+  return v_s;
+end
+$func$ language plpgsql stable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._vm_session_read(text) is 'A VM session row without locking it (readers); PM005 when missing.';
+
+-------------------------------------------------------------------------------
+-- _page_topics: the topic tags of a text (its most frequent long words)
+create or replace function memori._page_topics(p_text text, p_limit integer default 5) returns text
+as $func$
+  select string_agg(w, ', ' order by n desc, w)
+    from (select lower(m[1]) as w, count(*) as n
+            from regexp_matches(left(coalesce(p_text, ''), 20000), '([[:alpha:]][[:alnum:]_]{4,})', 'g') m
+           group by 1 order by 2 desc, 1 limit p_limit) t
+$func$ language sql immutable parallel safe security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._page_topics(text, integer) is 'Topic tags of a text: its most frequent words of 5+ letters (ties alphabetical), comma-separated.';
+
+-------------------------------------------------------------------------------
+-- _page_reference: the level-3 representation of a page, derived in SQL
+create or replace function memori._page_reference(
+  p_page_id text, p_modality text, p_hint text, p_content text, p_duration numeric, p_dimensions integer[]
+) returns text
+as $func$
+  select case p_modality
+    when 'image' then format('image:%s', p_page_id)
+                      || coalesce(format(' %sx%s', p_dimensions[1], p_dimensions[2]), '')
+                      || coalesce(' ' || p_hint, '')
+    when 'audio' then format('audio:%s', p_page_id) || coalesce(format(' %ss', round(p_duration)), '')
+                      || coalesce(' topics: ' || coalesce(p_hint, memori._page_topics(p_content)), '')
+    when 'video' then format('video:%s', p_page_id) || coalesce(format(' %ss', round(p_duration)), '')
+                      || coalesce(' ' || p_hint, '')
+    else 'topics: ' || coalesce(p_hint, memori._page_topics(p_content), p_page_id)
+  end
+$func$ language sql immutable parallel safe security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._page_reference(text, text, text, text, numeric, integer[]) is 'Level 3 of a page (seed 1.6): topic tags for text, "image:{id}", "audio:{id} duration + topics", "video:{id}".';
+
+-------------------------------------------------------------------------------
+-- _page_write_reference: store a page's derived level-3 representation
+create or replace function memori._page_write_reference(p_page memori.pages, p_now timestamptz) returns void
+as $func$
+declare
+  v_ref text := memori._page_reference(p_page.page_id, p_page.modality, p_page.hint, p_page.content,
+                                       p_page.duration_seconds, p_page.dimensions);
+begin
+  insert into memori.page_representations (session_id, page_id, user_id, level, content, tokens, version, created_at)
+  values (p_page.session_id, p_page.page_id, p_page.user_id, 3, v_ref, memori._tokens_estimate(v_ref), p_page.version, p_now)
+  on conflict (session_id, page_id, level) do update
+     set content = excluded.content, data = null, tokens = excluded.tokens, version = excluded.version,
+         created_at = excluded.created_at;
+end
+$func$ language plpgsql volatile security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._page_write_reference(memori.pages, timestamptz) is 'Derive and store level 3 (reference) of a page for its current version.';
+
+-------------------------------------------------------------------------------
+-- _page_mutation: append one entry to the mutation log
+create or replace function memori._page_mutation(
+  p_s memori.vm_sessions, p_page_id text, p_type text, p_tier_before text, p_tier_after text,
+  p_level_before integer, p_level_after integer, p_tokens_after integer, p_actor text, p_cause text,
+  p_now timestamptz
+) returns void
+as $func$
+begin
+  if p_actor is null or p_actor not in ('user', 'model', 'tool', 'system') then
+    raise exception 'unknown actor %', coalesce(quote_literal(p_actor), 'NULL')
+      using errcode = 'PM004', hint = 'Use one of: user, model, tool, system.';
+  end if;
+  insert into memori.page_mutations (session_id, user_id, page_id, at, turn, mutation_type, tier_before, tier_after,
+                                     level_before, level_after, tokens_after, actor, cause, expires_at)
+  values (p_s.session_id, p_s.user_id, p_page_id, p_now, p_s.turn, p_type, p_tier_before, p_tier_after,
+          p_level_before, p_level_after, p_tokens_after, p_actor, p_cause, memori._vm_retention('page_mutations', p_now));
+  -- any change to the working set or a page makes cached packs stale
+  delete from memori.vm_pack_cache where session_id = p_s.session_id;
+end
+$func$ language plpgsql volatile security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._page_mutation(memori.vm_sessions, text, text, text, text, integer, integer, integer, text, text, timestamptz) is 'Append a page mutation (at the session''s turn) and drop the session''s cached packs.';
+
+-------------------------------------------------------------------------------
+-- _page_get: a page of a session (PM005 when missing or expired)
+create or replace function memori._page_get(p_session_id text, p_page_id text, p_now timestamptz, p_lock boolean)
+returns memori.pages
+as $func$
+declare
+  v_p memori.pages;
+begin
+  -- resolved through the session's forks; a writer (p_lock) gets its own copy of a shared page
+  select * into v_p from memori.pages
+   where id = memori._page_resolve(p_session_id, p_page_id) and (expires_at is null or expires_at > p_now);
+  if not found then
+    raise exception 'no page % in session %', coalesce(quote_literal(p_page_id), 'NULL'), quote_literal(p_session_id)
+      using errcode = 'PM005',
+            hint = 'Page ids are unique within a session; list them with memori.vm_manifest or memori.working_set_list.';
+  end if;
+  if p_lock then
+    if v_p.session_id <> p_session_id then
+      v_p := memori._page_copy(v_p.id, p_session_id);
+    end if;
+    select * into v_p from memori.pages where id = v_p.id for update;
+  end if;
+  return v_p;
+end
+$func$ language plpgsql volatile security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._page_get(text, text, timestamptz, boolean) is 'An unexpired page a session sees (forks resolved); with p_lock the session''s own row, copied from the fork''s ancestor first, locked; PM005 when missing.';
+
+-------------------------------------------------------------------------------
+-- _page_check_content: the size limit of page content
+create or replace function memori._page_check_content(p_content text, p_data jsonb) returns integer
+as $func$
+declare
+  v_bytes integer := coalesce(octet_length(p_content), 0) + coalesce(octet_length(p_data::text), 0);
+  v_limit integer := coalesce((memori._setting('vm.max_content_bytes') #>> '{}')::integer, 1048576);
+begin
+  if v_bytes > v_limit then
+    raise exception 'page content is % bytes; the limit is % bytes', v_bytes, v_limit
+      using errcode = 'PM003',
+            hint = 'Store large media as an artifact (p_artifact_ref) with a caption as content, or raise memori.settings vm.max_content_bytes.';
+  end if;
+  return v_bytes;
+end
+$func$ language plpgsql stable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._page_check_content(text, jsonb) is 'Bytes of page content plus data; PM003 above vm.max_content_bytes.';
+
+-------------------------------------------------------------------------------
+-- _page_check_provenance: every cited page is a live page of the session (PM090)
+create or replace function memori._page_check_provenance(p_session_id text, p_provenance text[], p_now timestamptz)
+returns void
+as $func$
+declare
+  v_missing text[];
+begin
+  if p_provenance is null or cardinality(p_provenance) = 0 then
+    perform memori._invalid('provenance is empty: pass the page ids it derives from',
+                            'Pass p_provenance => ARRAY[''msg_042'', ''msg_043''].');
+  end if;
+  select array_agg(x order by o) into v_missing
+    from unnest(p_provenance) with ordinality as u(x, o)
+   where x is null or (memori.page_lookup(p_session_id, x, p_now)).page_id is null;
+  if v_missing is not null then
+    raise exception 'provenance page(s) % not in session %', array_to_string(v_missing, ', ', 'NULL'), quote_literal(p_session_id)
+      using errcode = 'PM090', detail = format('missing: %s', array_to_string(v_missing, ', ', 'NULL')),
+            hint = 'Cite pages of this session (memori.vm_manifest or memori.search_pages lists them); create the source pages first.';
+  end if;
+end
+$func$ language plpgsql stable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._page_check_provenance(text, text[], timestamptz) is 'PM001 for empty provenance, PM090 (listing them) when a cited page is not a live page of the session.';
+
