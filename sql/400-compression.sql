@@ -90,13 +90,13 @@ set search_path = pg_catalog, memori, pg_temp;
 comment on function memori._compression_flag(text, boolean) is 'A boolean memori.settings value, or the default when absent.';
 
 -------------------------------------------------------------------------------
--- _compression_tokens: the token estimate of text whose caller gave no count
+-- _compression_tokens: kept for callers in other rooms; memori.token_estimate is the estimate
 create or replace function memori._compression_tokens(p_text text) returns integer
 as $func$
-  select ceil(coalesce(char_length(p_text), 0) / memori._compression_num('compression.chars_per_token', 4))::integer
+  select memori.token_estimate(p_text, 'compression')
 $func$ language sql stable security invoker
 set search_path = pg_catalog, memori, pg_temp;
-comment on function memori._compression_tokens(text) is 'Estimated tokens of a text: ceil(characters / compression.chars_per_token).';
+comment on function memori._compression_tokens(text) is 'Deprecated alias of memori.token_estimate(text, ''compression'').';
 
 -------------------------------------------------------------------------------
 -- _strip_markers: text without goal-marker lines (they live in the goal block)
@@ -310,7 +310,7 @@ comment on function memori.goal_block(text) is 'The active goal rendered for the
 create or replace function memori._goal_tokens_refresh(p_session_id text) returns void
 as $func$
   update memori.compression_state
-     set goal_tokens = memori._compression_tokens(memori.goal_block(p_session_id))
+     set goal_tokens = memori.token_estimate(memori.goal_block(p_session_id), 'compression')
    where session_id = p_session_id
 $func$ language sql volatile security invoker
 set search_path = pg_catalog, memori, pg_temp;
@@ -588,7 +588,7 @@ begin
     perform memori._invalid(format('context size must be a positive number of tokens, got %s', p_context_size),
                             'Pass the model''s context size, e.g. 8192, or omit it.');
   end if;
-  v_tokens := coalesce(p_tokens, memori._compression_tokens(p_content));
+  v_tokens := coalesce(p_tokens, memori.token_estimate(p_content, 'compression'));
   v_state := memori._compression_session(p_session_id, p_user_id, p_now);
 
   update memori.compression_state s
@@ -907,7 +907,7 @@ begin
   if v_tokens < 0 then
     perform memori._invalid(format('summary %s has negative tokens', p_key), 'Omit tokens to estimate them from the text.');
   end if;
-  v_tokens := coalesce(v_tokens, memori._compression_tokens(v_text));
+  v_tokens := coalesce(v_tokens, memori.token_estimate(v_text, 'compression'));
   if v_tokens > p_source_tokens then
     raise exception 'summary % is % tokens, longer than its source of % tokens', p_key, v_tokens, p_source_tokens
       using errcode = 'PM073', hint = 'A summary must not be longer than what it replaces: summarize again with the plan''s target.';
@@ -1071,7 +1071,7 @@ as $func$
      where m.session_id = p_session_id and m.role = 'system' and not st.rolled_back @> m.seq
     union all
     select 2, 0, 'goal', 'system', g.id::text, memori.goal_block(p_session_id),
-           memori._compression_tokens(memori.goal_block(p_session_id))
+           memori.token_estimate(memori.goal_block(p_session_id), 'compression')
       from memori.goals g where g.session_id = p_session_id and g.status = 'active'
     union all
     select 3, c.from_seq, 'checkpoint', 'system', c.id::text, c.summary, c.current_tokens
