@@ -789,7 +789,7 @@ begin
   -- here (it would forbid COMMIT), every name is schema-qualified instead.
   v_run := memori._cleanup_start(pg_catalog.now(), p_batch_size, p_max_rows, p_trigger, true);
   commit;
-  v_pause := coalesce((select value::numeric from memori.settings where key = 'cleanup.batch_pause_ms'), 0);
+  v_pause := coalesce((memori._setting('cleanup.batch_pause_ms') #>> '{}')::numeric, 0);
   loop
     v_batch := memori.cleanup_batch(v_run.id);
     commit;
