@@ -134,8 +134,10 @@ comment on function memori._budget_config() is 'The budget settings (defaults wh
 -- _estimate_tokens: kept for callers in other rooms; memori.token_estimate is the estimate
 create or replace function memori._estimate_tokens(p_text text, p_content_type text, p_cfg jsonb) returns integer
 as $func$
-  select memori.token_estimate(p_text, p_content_type)
-$func$ language sql stable security invoker
+begin
+  return memori.token_estimate(p_text, p_content_type);
+end
+$func$ language plpgsql stable security invoker
 set search_path = pg_catalog, memori, pg_temp;
 comment on function memori._estimate_tokens(text, text, jsonb) is 'Deprecated alias of memori.token_estimate(text, content type) (the configuration argument is ignored: the estimate reads budget.density_*).';
 

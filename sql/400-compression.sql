@@ -93,8 +93,10 @@ comment on function memori._compression_flag(text, boolean) is 'A boolean memori
 -- _compression_tokens: kept for callers in other rooms; memori.token_estimate is the estimate
 create or replace function memori._compression_tokens(p_text text) returns integer
 as $func$
-  select memori.token_estimate(p_text, 'compression')
-$func$ language sql stable security invoker
+begin
+  return memori.token_estimate(p_text, 'compression');
+end
+$func$ language plpgsql stable security invoker
 set search_path = pg_catalog, memori, pg_temp;
 comment on function memori._compression_tokens(text) is 'Deprecated alias of memori.token_estimate(text, ''compression'').';
 

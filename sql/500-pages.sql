@@ -209,8 +209,10 @@ comment on function memori._vm_session_read(text) is 'A VM session row without l
 -- _tokens_estimate: kept for callers in other rooms; memori.token_estimate is the estimate
 create or replace function memori._tokens_estimate(p_text text) returns integer
 as $func$
-  select memori.token_estimate(p_text, 'page')
-$func$ language sql stable parallel safe security invoker
+begin
+  return memori.token_estimate(p_text, 'page');
+end
+$func$ language plpgsql stable parallel safe security invoker
 set search_path = pg_catalog, memori, pg_temp;
 comment on function memori._tokens_estimate(text) is 'Deprecated alias of memori.token_estimate(text, ''page'').';
 
