@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated
+from typing import Annotated, cast
 
 import typer
 from rich.table import Table
 
+from pymemdb.checkpoints import Checkpoint
 from pymemdb.cli._common import DsnOption, JsonOption, console, database, fmt_time, handle_errors, print_json
 from pymemdb.errors import InvalidArgument
-from pymemdb.types import Checkpoint
 
 app = typer.Typer(help="Typed checkpoints with retention windows, milestones and versions (seed 01).",
                   no_args_is_help=True)
@@ -22,7 +22,7 @@ def _json_object(raw: str, option: str) -> dict[str, object]:
     except json.JSONDecodeError as exc:
         raise InvalidArgument(f"{option} is not valid JSON: {exc.msg}",
                               hint=f'Pass a JSON object, e.g. {option} \'{{"step": 1}}\'.') from None
-    return value  # type: ignore[no-any-return]  # the SQL rejects non-objects with PM001
+    return cast(dict[str, object], value)  # the SQL rejects non-objects with PM001
 
 
 def _table(rows: list[Checkpoint], title: str) -> Table:

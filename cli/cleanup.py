@@ -27,7 +27,7 @@ from pymemdb.cli._common import (
     print_json,
 )
 from pymemdb.errors import InvalidArgument
-from pymemdb.types import CleanupBatch, CleanupRun
+from pymemdb.retention import CleanupBatch, CleanupRun
 
 app = typer.Typer(
     cls=OneLineErrors,

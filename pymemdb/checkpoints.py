@@ -6,57 +6,123 @@ import builtins
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from psycopg.types.json import Jsonb
 
-from pymemdb._sql import fn, given
-from pymemdb.types import (
-    Checkpoint,
-    CheckpointAutoResult,
-    CheckpointStat,
-    CheckpointStatus,
-    CheckpointVersion,
-)
+from pymemdb._sql import given, maybe, one, rows, scalar
 
 if TYPE_CHECKING:
     from pymemdb.db import Database
 
-CHECKPOINT_CREATE = fn(
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A row of memori.checkpoints."""
+
+    id: UUID
+    session_id: str
+    user_id: str
+    checkpoint_type: str
+    title: str
+    description: str | None
+    data: dict[str, Any]
+    metadata: dict[str, Any]
+    tags: list[str]
+    priority: int
+    retention_days: int
+    preserve_important: bool
+    version: int
+    created_at: datetime
+    updated_at: datetime
+    expires_at: datetime | None
+    pxyz: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class CheckpointVersion:
+    """memori.checkpoint_version: one kept version of a checkpoint."""
+
+    version: int
+    created_at: datetime
+    is_current: bool
+    bytes: int
+
+
+@dataclass(frozen=True)
+class CheckpointStat:
+    """memori.checkpoint_stat: one checkpoint type's counts and sizes."""
+
+    checkpoint_type: str
+    total: int
+    active: int
+    expiring_soon: int
+    expired: int
+    preserved: int
+    raw_bytes: int
+    stored_bytes: int
+    next_expiry: datetime | None
+
+
+@dataclass(frozen=True)
+class CheckpointAutoResult:
+    """memori.checkpoint_auto_result: whether an automatic checkpoint was made, and why (not)."""
+
+    created: bool
+    reason: str
+    next_allowed_at: datetime | None
+    checkpoint_id: UUID | None
+
+
+@dataclass(frozen=True)
+class CheckpointStatus:
+    """A row of the memori.checkpoint_expiry_status view."""
+
+    checkpoint_id: UUID
+    checkpoint_type: str
+    expires_at: datetime | None
+    status: str
+    days_until_expiry: Decimal | None
+    should_cleanup: bool
+
+CHECKPOINT_CREATE = one(
     "checkpoint_create",
     ("p_session_id", "text"), ("p_user_id", "text"), ("p_type", "text"), ("p_title", "text"), ("p_data", "jsonb"),
     ("p_description", "text"), ("p_metadata", "jsonb"), ("p_tags", "text[]"), ("p_retention_days", "integer"),
     ("p_now", "timestamptz"),
     result=Checkpoint,
 )
-CHECKPOINT_CREATE_MANY = fn(
-    "checkpoint_create_many", ("p_checkpoints", "jsonb"), ("p_now", "timestamptz"), result=Checkpoint, returns="many"
+CHECKPOINT_CREATE_MANY = rows(
+    "checkpoint_create_many", ("p_checkpoints", "jsonb"), ("p_now", "timestamptz"), result=Checkpoint
 )
-CHECKPOINT_GET = fn("checkpoint_get", ("p_id", "uuid"), ("p_now", "timestamptz"), result=Checkpoint)
-CHECKPOINT_QUERY = fn(
+CHECKPOINT_GET = maybe("checkpoint_get", ("p_id", "uuid"), ("p_now", "timestamptz"), result=Checkpoint)
+CHECKPOINT_QUERY = rows(
     "checkpoint_query",
     ("p_session_id", "text"), ("p_user_id", "text"), ("p_type", "text"), ("p_from", "timestamptz"),
     ("p_to", "timestamptz"), ("p_tags", "text[]"), ("p_include_expired", "boolean"), ("p_limit", "integer"),
     ("p_now", "timestamptz"),
-    result=Checkpoint, returns="many",
+    result=Checkpoint,
 )
-CHECKPOINT_DELETE = fn("checkpoint_delete", ("p_id", "uuid"), returns="scalar")
-CHECKPOINT_PRESERVE = fn("checkpoint_preserve", ("p_id", "uuid"), ("p_preserve", "boolean"), result=Checkpoint)
-CHECKPOINT_UPDATE = fn(
+CHECKPOINT_DELETE = scalar("checkpoint_delete", ("p_id", "uuid"), result=bool)
+CHECKPOINT_PRESERVE = one("checkpoint_preserve", ("p_id", "uuid"), ("p_preserve", "boolean"), result=Checkpoint)
+CHECKPOINT_UPDATE = one(
     "checkpoint_update", ("p_id", "uuid"), ("p_data", "jsonb"), ("p_now", "timestamptz"), result=Checkpoint
 )
-CHECKPOINT_VERSIONS = fn("checkpoint_versions", ("p_id", "uuid"), result=CheckpointVersion, returns="many")
-CHECKPOINT_AT_VERSION = fn("checkpoint_at_version", ("p_id", "uuid"), ("p_version", "integer"), returns="scalar")
-CHECKPOINT_STATS = fn(
-    "checkpoint_stats", ("p_user_id", "text"), ("p_now", "timestamptz"), result=CheckpointStat, returns="many"
+CHECKPOINT_VERSIONS = rows("checkpoint_versions", ("p_id", "uuid"), result=CheckpointVersion)
+CHECKPOINT_AT_VERSION = scalar(
+    "checkpoint_at_version", ("p_id", "uuid"), ("p_version", "integer"), result=dict
 )
-CHECKPOINT_DETECT_MILESTONE = fn(
+CHECKPOINT_STATS = rows(
+    "checkpoint_stats", ("p_user_id", "text"), ("p_now", "timestamptz"), result=CheckpointStat
+)
+CHECKPOINT_DETECT_MILESTONE = maybe(
     "checkpoint_detect_milestone",
     ("p_session_id", "text"), ("p_user_id", "text"), ("p_current", "jsonb"), ("p_now", "timestamptz"),
     result=Checkpoint,
 )
-CHECKPOINT_AUTO = fn(
+CHECKPOINT_AUTO = one(
     "checkpoint_auto",
     ("p_session_id", "text"), ("p_user_id", "text"), ("p_trigger", "text"), ("p_data", "jsonb"),
     ("p_now", "timestamptz"),
@@ -118,20 +184,20 @@ class Checkpoints:
     ) -> Checkpoint:
         """memori.checkpoint_create: priority and retention from the type's policy unless overridden."""
         new = NewCheckpoint(session_id, user_id, type, title, data, description, metadata, tags, retention_days, now)
-        return self._db.call(CHECKPOINT_CREATE, **_create_args(new))  # type: ignore[no-any-return]
+        return self._db.call(CHECKPOINT_CREATE, **_create_args(new))
 
     def create_many(
         self, checkpoints: Iterable[NewCheckpoint], *, now: datetime | None = None
     ) -> builtins.list[Checkpoint]:
         """memori.checkpoint_create_many: up to 10000 checkpoints in one statement, all or nothing, in order."""
         items = [_create_item(c) for c in checkpoints]
-        return self._db.call(  # type: ignore[no-any-return]
+        return self._db.call(
             CHECKPOINT_CREATE_MANY, **given(p_checkpoints=Jsonb(items), p_now=now)
         )
 
     def get(self, checkpoint_id: UUID | str, *, now: datetime | None = None) -> Checkpoint | None:
         """memori.checkpoint_get: None when missing or expired."""
-        return self._db.call(CHECKPOINT_GET, **given(p_id=checkpoint_id, p_now=now))  # type: ignore[no-any-return]
+        return self._db.call(CHECKPOINT_GET, **given(p_id=checkpoint_id, p_now=now))
 
     def query(
         self,
@@ -147,7 +213,7 @@ class Checkpoints:
         now: datetime | None = None,
     ) -> builtins.list[Checkpoint]:
         """memori.checkpoint_query: newest first, unexpired unless include_expired."""
-        return self._db.call(  # type: ignore[no-any-return]
+        return self._db.call(
             CHECKPOINT_QUERY,
             **given(p_session_id=session_id, p_user_id=user_id, p_type=type, p_from=since, p_to=until,
                     p_tags=None if tags is None else list(tags), p_include_expired=include_expired,
@@ -156,35 +222,35 @@ class Checkpoints:
 
     def delete(self, checkpoint_id: UUID | str) -> bool:
         """memori.checkpoint_delete: False when there was none."""
-        return self._db.call(CHECKPOINT_DELETE, p_id=checkpoint_id)  # type: ignore[no-any-return]
+        return self._db.call(CHECKPOINT_DELETE, p_id=checkpoint_id)
 
     def preserve(self, checkpoint_id: UUID | str, preserve: bool = True) -> Checkpoint:
         """memori.checkpoint_preserve: keep (or release) a manual/milestone checkpoint past expiry."""
-        return self._db.call(CHECKPOINT_PRESERVE, p_id=checkpoint_id, p_preserve=preserve)  # type: ignore[no-any-return]
+        return self._db.call(CHECKPOINT_PRESERVE, p_id=checkpoint_id, p_preserve=preserve)
 
     def update(self, checkpoint_id: UUID | str, data: dict[str, Any], *, now: datetime | None = None) -> Checkpoint:
         """memori.checkpoint_update: new data as a new version; older versions kept as diffs."""
-        return self._db.call(  # type: ignore[no-any-return]
+        return self._db.call(
             CHECKPOINT_UPDATE, **given(p_id=checkpoint_id, p_data=Jsonb(data), p_now=now)
         )
 
     def versions(self, checkpoint_id: UUID | str) -> builtins.list[CheckpointVersion]:
         """memori.checkpoint_versions: kept versions, current first."""
-        return self._db.call(CHECKPOINT_VERSIONS, p_id=checkpoint_id)  # type: ignore[no-any-return]
+        return self._db.call(CHECKPOINT_VERSIONS, p_id=checkpoint_id)
 
     def at_version(self, checkpoint_id: UUID | str, version: int) -> dict[str, Any]:
         """memori.checkpoint_at_version: a kept version's data, rebuilt exactly."""
-        return self._db.call(CHECKPOINT_AT_VERSION, p_id=checkpoint_id, p_version=version)  # type: ignore[no-any-return]
+        return self._db.call(CHECKPOINT_AT_VERSION, p_id=checkpoint_id, p_version=version)
 
     def stats(self, *, user_id: str | None = None, now: datetime | None = None) -> builtins.list[CheckpointStat]:
         """memori.checkpoint_stats: per type counts by status, raw and stored bytes, next expiry."""
-        return self._db.call(CHECKPOINT_STATS, **given(p_user_id=user_id, p_now=now))  # type: ignore[no-any-return]
+        return self._db.call(CHECKPOINT_STATS, **given(p_user_id=user_id, p_now=now))
 
     def detect_milestone(
         self, session_id: str, user_id: str, current: dict[str, Any], *, now: datetime | None = None
     ) -> Checkpoint | None:
         """memori.checkpoint_detect_milestone: the milestone created, or None when no criterion fired."""
-        return self._db.call(  # type: ignore[no-any-return]
+        return self._db.call(
             CHECKPOINT_DETECT_MILESTONE,
             **given(p_session_id=session_id, p_user_id=user_id, p_current=Jsonb(current), p_now=now),
         )
@@ -193,7 +259,7 @@ class Checkpoints:
         self, session_id: str, user_id: str, trigger: str, data: dict[str, Any], *, now: datetime | None = None
     ) -> CheckpointAutoResult:
         """memori.checkpoint_auto: an automatic checkpoint if the trigger is configured and the interval passed."""
-        return self._db.call(  # type: ignore[no-any-return]
+        return self._db.call(
             CHECKPOINT_AUTO,
             **given(p_session_id=session_id, p_user_id=user_id, p_trigger=trigger, p_data=Jsonb(data), p_now=now),
         )

@@ -10,10 +10,12 @@ from typing import Any, LiteralString, TypeVar, overload
 
 import psycopg
 from psycopg.rows import class_row, dict_row
+from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
 from pymemdb import embedded
-from pymemdb._sql import MaybeRow, OneRow, Rows, Scalar, SqlFunction
+from pymemdb._sql import MaybeRow, OneRow, Rows, Scalar, SqlFunction, given
+from pymemdb.core import SETTING_GET, TOKEN_ESTIMATE
 from pymemdb.errors import SchemaNotInstalled, wrap_exceptions
 
 T = TypeVar("T")
@@ -74,13 +76,13 @@ class Database:
     def _attach_concerns(self) -> None:
         from pymemdb.budget import Budget
         from pymemdb.checkpoints import Checkpoints
-        from pymemdb.cleanup import Cleanup
         from pymemdb.cluster import Cluster
         from pymemdb.compression import Compression, Goals, Snapshots
         from pymemdb.context import Business, Context, Projects, Sessions
         from pymemdb.events import Events
         from pymemdb.mcp.tokens import McpTokens
         from pymemdb.memories import Memories
+        from pymemdb.retention import Cleanup
         from pymemdb.store import Store
         from pymemdb.vm.fork import VmFork
         from pymemdb.vm.lifecycle import VmLifecycle
@@ -172,6 +174,15 @@ class Database:
         with self.transaction() as own, own.connection.cursor(row_factory=class_row(result)) as cur:
             cur.execute(query, params)
             return cur.fetchall()
+
+    # -- the core room (sql/000-core.sql) -------------------------------------
+    def setting(self, key: str, default: Any = None) -> Any:
+        """memori.setting_get: a memori.settings value (JSON), or ``default`` when the key is absent."""
+        return self.call(SETTING_GET, **given(p_key=key, p_default=None if default is None else Jsonb(default)))
+
+    def token_estimate(self, text: str, kind: str | None = None) -> int:
+        """memori.token_estimate: the one token estimate (kind general, business, code, auto, compression, page)."""
+        return self.call(TOKEN_ESTIMATE, **given(p_text=text, p_kind=kind))
 
     # -- calling SQL functions -------------------------------------------------
     @overload

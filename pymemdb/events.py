@@ -1,27 +1,39 @@
-"""Events: ``db.events.list(...)`` reads memori.events; ``db.events.listen()`` follows them live."""
+"""Events (sql/030-events.sql): ``db.events.list(...)`` and ``get(id)`` read them; ``listen()`` follows them live."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from pymemdb._sql import fn, given
+from pymemdb._sql import given, maybe, rows
 from pymemdb.errors import wrap_exceptions
-from pymemdb.types import Event
 
 if TYPE_CHECKING:
     from pymemdb.db import Database
 
+
+@dataclass(frozen=True)
+class Event:
+    """A row of memori.events."""
+
+    id: int
+    event_type: str
+    occurred_at: datetime
+    payload: dict[str, Any]
+    expires_at: datetime | None
+    user_id: str | None  # the acting user; None for system events (cleanup)
+
 CHANNEL = "memori_events"
 
-EVENT_LIST = fn(
-    "event_list", ("p_event_type", "text"), ("p_limit", "integer"), ("p_now", "timestamptz"),
-    result=Event, returns="many",
+EVENT_LIST = rows(
+    "event_list", ("p_event_type", "text"), ("p_limit", "integer"), ("p_now", "timestamptz"), result=Event
 )
+EVENT_GET = maybe("event_get", ("p_id", "bigint"), result=Event)
 
 
 class Events:
@@ -32,7 +44,7 @@ class Events:
         self, event_type: str | None = None, *, limit: int | None = None, now: datetime | None = None
     ) -> list[Event]:
         """memori.event_list: newest unexpired events, optionally of one type."""
-        return self._db.call(  # type: ignore[no-any-return]
+        return self._db.call(
             EVENT_LIST, **given(p_event_type=event_type, p_limit=limit, p_now=now)
         )
 
@@ -42,7 +54,7 @@ class Events:
         Each item is ``{"id", "type", "occurred_at", "payload"}`` (``truncated``
         instead of ``payload`` for bodies over NOTIFY's 8000 bytes: read those by
         id). A user's event is notified without its body (LISTEN is not subject
-        to row-level security); its body is read here from memori.events as the
+        to row-level security); its body is read with memori.event_get as the
         acting user, and events this user may not see are skipped. Uses its own
         connection for LISTEN, not the pool's.
         """
@@ -57,10 +69,11 @@ class Events:
                     event["payload"] = body
                 yield event
 
+    def get(self, event_id: int) -> Event | None:
+        """memori.event_get: one event by id, if the acting user may see it."""
+        return self._db.call(EVENT_GET, p_id=event_id)
+
     def _private_body(self, event_id: int) -> dict[str, Any] | None:
-        """The payload of a user's event if the acting user may see it (RLS, and the user itself)."""
-        with self._db.transaction() as cur:
-            row = cur.execute("select payload, user_id from memori.events where id = %s", (event_id,)).fetchone()
-        if row is None or (self._db.user_id is not None and row[1] != self._db.user_id):
-            return None
-        return row[0]  # type: ignore[no-any-return]
+        """The payload of a user's event if the acting user may see it (memori.event_get decides)."""
+        event = self.get(event_id)
+        return None if event is None else event.payload

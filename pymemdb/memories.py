@@ -3,16 +3,48 @@
 from __future__ import annotations
 
 import builtins
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from psycopg.types.json import Jsonb
 
 from pymemdb._sql import given, maybe, one, rows, scalar
-from pymemdb.types import Memory, SessionCheckpoint, TtlStatus
 
 if TYPE_CHECKING:
     from pymemdb.db import Database
+
+
+@dataclass(frozen=True)
+class Memory:
+    """A row of memori.memories (``user_id`` is the namespace, as in seed 05)."""
+
+    id: int
+    user_id: str
+    content: str
+    category: str
+    metadata: dict[str, Any]
+    created_at: datetime
+    expires_at: datetime | None
+    owner_id: str | None
+
+
+@dataclass(frozen=True)
+class SessionCheckpoint(Memory):
+    """memori.session_checkpoint: a memory plus where it was found (current, legacy, previous)."""
+
+    source: str
+
+
+@dataclass(frozen=True)
+class TtlStatus:
+    """A line of memori.ttl_status."""
+
+    user_id: str
+    permanent: int
+    active_ttl: int
+    expired: int
+    is_session: bool
 
 SESSION_CHECKPOINT_SAVE = one(
     "session_checkpoint_save",

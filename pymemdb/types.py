@@ -4,237 +4,27 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from decimal import Decimal
 from typing import Any
 from uuid import UUID
 
-
-@dataclass(frozen=True)
-class Memory:
-    """A row of memori.memories (``user_id`` is the namespace, as in seed 05)."""
-
-    id: int
-    user_id: str
-    content: str
-    category: str
-    metadata: dict[str, Any]
-    created_at: datetime
-    expires_at: datetime | None
-    owner_id: str | None
-
-
-@dataclass(frozen=True)
-class SessionCheckpoint(Memory):
-    """memori.session_checkpoint: a memory plus where it was found (current, legacy, previous)."""
-
-    source: str
-
-
-@dataclass(frozen=True)
-class CleanupCandidate:
-    """memori.cleanup_candidate: one row a cleanup would delete, in deletion order."""
-
-    seq: int
-    batch: int
-    table_name: str
-    row_id: str
-    owner: str | None
-    category: str | None
-    kind: str | None
-    priority: int
-    expires_at: datetime
-    reason: str
-
-
-@dataclass(frozen=True)
-class CleanupGroup:
-    """A line of memori.cleanup_preview_summary."""
-
-    table_name: str
-    owner: str | None
-    category: str | None
-    rows: int
-    oldest_expiry: datetime
-    newest_expiry: datetime
-    min_priority: int
-
-
-@dataclass(frozen=True)
-class CleanupRun:
-    """A row of memori.cleanup_runs."""
-
-    id: int
-    trigger: str
-    status: str
-    as_of: datetime
-    batch_size: int
-    max_rows: int | None
-    started_at: datetime
-    finished_at: datetime | None
-    planned: int
-    next_seq: int
-    deleted: int
-    batches: int
-    deleted_by_table: dict[str, int]
-    error: str | None
-    backend_pid: int
-    session_lock: bool
-    plan_done: bool
-    cursor_priority: int | None
-    cursor_expires: datetime | None
-    cursor_table: str | None
-    cursor_row_id: str | None
-    skipped: int  # rows left to the next run: a writer held them at every attempt
-    retried: int  # batches retried after a deadlock or lock timeout
-
-
-@dataclass(frozen=True)
-class CleanupBatch:
-    """memori.cleanup_batch_result."""
-
-    run_id: int
-    batch: int
-    deleted: int
-    deleted_by_table: dict[str, int]
-    remaining: int
-    done: bool
-    skipped: int  # rows of this batch a writer held: tried again at the end of the run
-
-
-@dataclass(frozen=True)
-class CleanupSummary:
-    """memori.cleanup_summary: what a finished run did."""
-
-    run_id: int
-    status: str
-    trigger: str
-    as_of: datetime
-    planned: int
-    deleted: int
-    batches: int
-    deleted_by_table: dict[str, int]
-    seconds: Decimal
-    error: str | None
-    skipped: int  # rows left to the next run: a writer held them at every attempt
-
-
-@dataclass(frozen=True)
-class CleanupJob:
-    """The pg_cron job of memori.cleanup_job."""
-
-    job_id: int
-    job_name: str
-    schedule: str
-    command: str
-    active: bool
-    last_status: str | None
-    last_start: datetime | None
-    last_message: str | None
-    next_run: datetime | None
-
-
-@dataclass(frozen=True)
-class CleanupStatus:
-    """The single row of the memori.cleanup_status view."""
-
-    expired_waiting: int
-    expiring_soon: int
-    last_success: datetime | None
-    running: int
-    failures_7d: int
-
-
-@dataclass(frozen=True)
-class Event:
-    """A row of memori.events."""
-
-    id: int
-    event_type: str
-    occurred_at: datetime
-    payload: dict[str, Any]
-    expires_at: datetime | None
-    user_id: str | None  # the acting user; None for system events (cleanup)
-
-
-@dataclass(frozen=True)
-class TtlStatus:
-    """A line of memori.ttl_status."""
-
-    user_id: str
-    permanent: int
-    active_ttl: int
-    expired: int
-    is_session: bool
-
-
-@dataclass(frozen=True)
-class Checkpoint:
-    """A row of memori.checkpoints."""
-
-    id: UUID
-    session_id: str
-    user_id: str
-    checkpoint_type: str
-    title: str
-    description: str | None
-    data: dict[str, Any]
-    metadata: dict[str, Any]
-    tags: list[str]
-    priority: int
-    retention_days: int
-    preserve_important: bool
-    version: int
-    created_at: datetime
-    updated_at: datetime
-    expires_at: datetime | None
-    pxyz: dict[str, Any]
-
-
-@dataclass(frozen=True)
-class CheckpointVersion:
-    """memori.checkpoint_version: one kept version of a checkpoint."""
-
-    version: int
-    created_at: datetime
-    is_current: bool
-    bytes: int
-
-
-@dataclass(frozen=True)
-class CheckpointStat:
-    """memori.checkpoint_stat: one checkpoint type's counts and sizes."""
-
-    checkpoint_type: str
-    total: int
-    active: int
-    expiring_soon: int
-    expired: int
-    preserved: int
-    raw_bytes: int
-    stored_bytes: int
-    next_expiry: datetime | None
-
-
-@dataclass(frozen=True)
-class CheckpointAutoResult:
-    """memori.checkpoint_auto_result: whether an automatic checkpoint was made, and why (not)."""
-
-    created: bool
-    reason: str
-    next_allowed_at: datetime | None
-    checkpoint_id: UUID | None
-
-
-@dataclass(frozen=True)
-class CheckpointStatus:
-    """A row of the memori.checkpoint_expiry_status view."""
-
-    checkpoint_id: UUID
-    checkpoint_type: str
-    expires_at: datetime | None
-    status: str
-    days_until_expiry: Decimal | None
-    should_cleanup: bool
+# The core rooms' result types live in their modules (pymemdb.memories, retention, events,
+# checkpoints); re-exported here so old imports keep working.
+from pymemdb.checkpoints import Checkpoint as Checkpoint
+from pymemdb.checkpoints import CheckpointAutoResult as CheckpointAutoResult
+from pymemdb.checkpoints import CheckpointStat as CheckpointStat
+from pymemdb.checkpoints import CheckpointStatus as CheckpointStatus
+from pymemdb.checkpoints import CheckpointVersion as CheckpointVersion
+from pymemdb.events import Event as Event
+from pymemdb.memories import Memory as Memory
+from pymemdb.memories import SessionCheckpoint as SessionCheckpoint
+from pymemdb.memories import TtlStatus as TtlStatus
+from pymemdb.retention import CleanupBatch as CleanupBatch
+from pymemdb.retention import CleanupCandidate as CleanupCandidate
+from pymemdb.retention import CleanupGroup as CleanupGroup
+from pymemdb.retention import CleanupJob as CleanupJob
+from pymemdb.retention import CleanupRun as CleanupRun
+from pymemdb.retention import CleanupStatus as CleanupStatus
+from pymemdb.retention import CleanupSummary as CleanupSummary
 
 
 # -- the context store (seed 01, part 2) -----------------------------------------

@@ -16,3 +16,21 @@ begin
   end if;
 end
 $retired$;
+
+-------------------------------------------------------------------------------
+-- cleanup_preview_summary, cleanup_job: returned anonymous tables before
+-- 2026-11-25 (now the named types memori.cleanup_group_result and
+-- memori.cleanup_job_result); CREATE OR REPLACE cannot change a return type.
+do $retired$
+declare
+  v_function text;
+begin
+  foreach v_function in array array['memori.cleanup_preview_summary(timestamptz, integer)',
+                                    'memori.cleanup_job(text, timestamptz)'] loop
+    if exists (select from pg_catalog.pg_proc
+                where oid = pg_catalog.to_regprocedure(v_function) and prorettype = 'record'::regtype) then
+      execute format('drop function %s', pg_catalog.to_regprocedure(v_function));
+    end if;
+  end loop;
+end
+$retired$;

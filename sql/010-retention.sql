@@ -241,8 +241,7 @@ comment on function memori.cleanup_count(timestamptz, integer) is 'Number of row
 create or replace function memori.cleanup_preview_summary(
   p_now      timestamptz default now(),
   p_max_rows integer default null
-) returns table (table_name text, owner text, category text, rows bigint,
-                 oldest_expiry timestamptz, newest_expiry timestamptz, min_priority integer)
+) returns setof memori.cleanup_group_result
 as $func$
   select p.table_name, p.owner, p.category, count(*), min(p.expires_at), max(p.expires_at), min(p.priority)
     from memori.cleanup_preview(p_now, 1000, p_max_rows) p
@@ -789,7 +788,7 @@ begin
   -- here (it would forbid COMMIT), every name is schema-qualified instead.
   v_run := memori._cleanup_start(pg_catalog.now(), p_batch_size, p_max_rows, p_trigger, true);
   commit;
-  v_pause := coalesce((select value::numeric from memori.settings where key = 'cleanup.batch_pause_ms'), 0);
+  v_pause := coalesce((memori._setting('cleanup.batch_pause_ms') #>> '{}')::numeric, 0);
   loop
     v_batch := memori.cleanup_batch(v_run.id);
     commit;

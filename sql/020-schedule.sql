@@ -264,8 +264,7 @@ comment on function memori.cleanup_unschedule(text) is 'Remove the pg_cron clean
 -------------------------------------------------------------------------------
 -- cleanup_job: the scheduled job, its last run and its next run
 create or replace function memori.cleanup_job(p_job_name text default 'memori-cleanup', p_now timestamptz default now())
-returns table (job_id bigint, job_name text, schedule text, command text, active boolean,
-               last_status text, last_start timestamptz, last_message text, next_run timestamptz)
+returns setof memori.cleanup_job_result
 as $func$
 begin
   if not exists (select 1 from pg_catalog.pg_extension where extname = 'pg_cron') then

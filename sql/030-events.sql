@@ -41,3 +41,19 @@ end
 $func$ language plpgsql stable security invoker
 set search_path = pg_catalog, memori, pg_temp;
 comment on function memori.event_list(text, integer, timestamptz) is 'Newest unexpired events, optionally of one type.';
+
+-------------------------------------------------------------------------------
+-- event_get: one event by id, if the acting user may see it
+-- (listeners read the body of a private notification through this: LISTEN
+-- is not subject to row-level security, memori.events is)
+create or replace function memori.event_get(p_id bigint) returns setof memori.events
+as $func$
+  select e.*
+    from memori.events e
+   where e.id = p_id
+     and (e.user_id is null
+          or nullif(current_setting('memori.user_id', true), '') is null
+          or e.user_id = current_setting('memori.user_id', true))
+$func$ language sql stable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori.event_get(bigint) is 'The event with this id if the acting user may see it (row-level security, and only the acting user''s own events when memori.user_id is set); no row otherwise.';

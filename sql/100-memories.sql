@@ -143,8 +143,9 @@ as $func$
 declare
   v_skill memori.session_skills := memori._session_skill(p_skill);
   v_row   memori.memories;
+  v_user  text;
 begin
-  perform memori._check_identifier('user id', p_user_id);
+  v_user := memori._acting_user(p_user_id);  -- NULL: memori.user_id; another user: PM040
   perform memori._check_content(p_content);
   if p_now is null then
     perform memori._invalid('p_now must not be NULL', 'Omit p_now to use the current time.');
@@ -156,10 +157,10 @@ begin
           'context',
           memori._check_metadata(p_metadata)
             || jsonb_build_object('type', 'session_checkpoint', 'ttl_days', v_skill.ttl_days,
-                                  'skill', v_skill.skill, 'user_id', p_user_id),
+                                  'skill', v_skill.skill, 'user_id', v_user),
           p_now,
           p_now + make_interval(days => v_skill.ttl_days),  -- NULL for permanent skills
-          p_user_id)
+          v_user)
   returning * into v_row;
   return v_row;
 end
@@ -172,7 +173,8 @@ comment on function memori.session_checkpoint_save(text, text, text, jsonb, time
 -- Tiers, first hit wins: (1) the current namespace, (2) the legacy namespace
 -- named by the user id, (3) any earlier session_{short}_YYYY_MM namespace.
 -- Rows of other users are skipped (rows without owner predate pymemdb and
--- match everyone, as in the seed); expired rows never come back.
+-- match everyone, as in the seed); expired rows never come back. The user is
+-- the acting user: p_user_id NULL means memori.user_id, another one is PM040.
 --
 -- A hot path, so one SQL statement, inlined into the caller's query (its plan
 -- is cached with the caller's prepared statement): without a SET clause
@@ -187,8 +189,8 @@ comment on function memori.session_checkpoint_save(text, text, text, jsonb, time
 -- idx_memories_checkpoint_unowned for rows without owner, merged; (2)
 -- idx_memories_checkpoint_latest; (3) a prefix range of
 -- idx_memories_session_checkpoints (sorted: it spans months).
--- The helpers are only called to raise errors (PM001 bad user id, PM002
--- unknown skill), in that order.
+-- The helpers are only called to raise errors (PM001 bad user id or PM040
+-- another user, else memori.user_id for a NULL one; PM002 unknown skill), in that order.
 create or replace function memori.session_checkpoint_load_latest(
   p_skill   text,
   p_user_id text,
@@ -200,24 +202,29 @@ begin atomic
     from (select case when (k.skill).short_name is null then (k.skill).permanent_namespace
                       else format('session_%s_%s', (k.skill).short_name, to_char(p_now at time zone 'UTC', 'YYYY_MM'))
                  end as namespace,
-                 'session_' || (k.skill).short_name || '_' as prefix  -- NULL for a permanent skill
-            from (select coalesce(
+                 'session_' || (k.skill).short_name || '_' as prefix,  -- NULL for a permanent skill
+                 k.user_id
+            from (select
+                         -- the acting user (memori._acting_user's rule, inline for a valid user id that is
+                         -- memori.user_id or comes without it): PM001/PM040 first, then the skill
+                         case when p_user_id is not null and btrim(p_user_id) <> '' and length(p_user_id) <= 256
+                                   and p_user_id !~ '[[:cntrl:]]'
+                                   and coalesce(nullif(current_setting('memori.user_id', true), ''), p_user_id) = p_user_id
+                              then p_user_id
+                              else memori._acting_user(p_user_id) end as user_id,
+                         coalesce(
                            -- the skill id, else a short name or an id without 'skill:' (key probes, no sort)
                            (select s from memori.session_skills s where s.skill = p_skill),
                            (select s from memori.session_skills s
                              where s.short_name = p_skill or s.skill = 'skill:' || p_skill
                              limit 1),
                            memori._session_skill(p_skill)) as skill  -- raises PM001/PM002 with a hint
-                    -- PM001 for a bad user id, before the skill is looked up
-                   where (p_user_id is not null and btrim(p_user_id) <> '' and length(p_user_id) <= 256
-                          and p_user_id !~ '[[:cntrl:]]')
-                      or memori._check_identifier('user id', p_user_id) is null
                   offset 0) k) n  -- a fence: the skill is looked up once, not once per use of its fields
    cross join lateral (
      -- (1) the current namespace: the user's newest row and the newest row without owner
      (select t.*, 'current'::text as source
         from ((select m.* from memori.memories m
-                where m.user_id = n.namespace and m.owner_id = p_user_id
+                where m.user_id = n.namespace and m.owner_id = n.user_id
                   and m.metadata->>'type' = 'session_checkpoint' and (m.expires_at is null or m.expires_at > p_now)
                 order by m.created_at desc, m.id desc limit 1)
               union all
@@ -231,7 +238,7 @@ begin atomic
      -- (2) the legacy namespace named by the user
      (select m.*, 'legacy'::text
         from memori.memories m
-       where m.user_id = p_user_id
+       where m.user_id = n.user_id
          and m.metadata->>'type' = 'session_checkpoint' and (m.expires_at is null or m.expires_at > p_now)
        order by m.created_at desc, m.id desc
        limit 1)
@@ -243,7 +250,7 @@ begin atomic
          and m.user_id ~>=~ n.prefix and m.user_id ~<~ (n.prefix || chr(1114111))  -- index range for the prefix
          and m.user_id ~ ('^' || n.prefix || '[0-9]{4}_[0-9]{2}$')
          and m.metadata->>'type' = 'session_checkpoint' and (m.expires_at is null or m.expires_at > p_now)
-         and (m.owner_id = p_user_id or m.owner_id is null)
+         and (m.owner_id = n.user_id or m.owner_id is null)
        order by m.created_at desc, m.id desc
        limit 1)
      limit 1) c;
@@ -263,7 +270,8 @@ create or replace function memori.memory_save(
 ) returns memori.memories
 as $func$
 declare
-  v_row memori.memories;
+  v_row   memori.memories;
+  v_owner text;
 begin
   perform memori._check_identifier('namespace', p_namespace);
   perform memori._check_identifier('category', p_category, 64);
@@ -271,17 +279,18 @@ begin
   if p_ttl is not null and p_ttl <= interval '0' then
     perform memori._invalid(format('ttl must be positive, got %s', p_ttl), 'Pass a positive interval such as ''7 days'', or NULL for a permanent memory.');
   end if;
-  if p_owner_id is not null then
-    perform memori._check_identifier('owner id', p_owner_id);
+  -- the acting-user rule: no owner means memori.user_id (none without it), another user is PM040
+  if p_owner_id is not null or nullif(current_setting('memori.user_id', true), '') is not null then
+    v_owner := memori._acting_user(p_owner_id);
   end if;
   insert into memori.memories (user_id, content, category, metadata, created_at, expires_at, owner_id)
-  values (p_namespace, p_content, p_category, memori._check_metadata(p_metadata), p_now, p_now + p_ttl, p_owner_id)
+  values (p_namespace, p_content, p_category, memori._check_metadata(p_metadata), p_now, p_now + p_ttl, v_owner)
   returning * into v_row;
   return v_row;
 end
 $func$ language plpgsql volatile security invoker
 set search_path = pg_catalog, memori, pg_temp;
-comment on function memori.memory_save(text, text, text, jsonb, interval, text, timestamptz) is 'Save a memory in a namespace; p_ttl NULL keeps it forever.';
+comment on function memori.memory_save(text, text, text, jsonb, interval, text, timestamptz) is 'Save a memory in a namespace; p_ttl NULL keeps it forever; the owner is the acting user (p_owner_id, else memori.user_id; PM040 when they differ).';
 
 -------------------------------------------------------------------------------
 -- memory_list: newest unexpired memories of a namespace

@@ -211,9 +211,30 @@ declare
   v_cfg  record;
   v_bad  record;
   v_rows memori.checkpoints[];
+  v_user text := nullif(current_setting('memori.user_id', true), '');
+  v_for  text;
 begin
   if p_now is null then
     perform memori._invalid('p_now must not be NULL', 'Omit p_now to use the current time.');
+  end if;
+  -- the acting-user rule (memori._acting_user) for every item: a checkpoint
+  -- without a user is the acting user's; one for another user is PM040
+  if v_user is not null and jsonb_typeof(p_items) = 'array' then
+    select t.e->>'user_id' into v_for
+      from jsonb_array_elements(p_items) with ordinality t(e, n)
+     where t.e->>'user_id' <> v_user
+     order by t.n
+     limit 1;
+    if found then
+      perform memori._acting_user(v_for);  -- raises PM040
+    end if;
+    if exists (select 1 from jsonb_array_elements(p_items) e
+                where jsonb_typeof(e) = 'object' and e->>'user_id' is null) then
+      p_items := (select jsonb_agg(case when jsonb_typeof(t.e) = 'object' and t.e->>'user_id' is null
+                                        then t.e || jsonb_build_object('user_id', v_user) else t.e end
+                                   order by t.n)
+                    from jsonb_array_elements(p_items) with ordinality t(e, n));
+    end if;
   end if;
   select coalesce(max(value::text) filter (where key = 'checkpoint.max_retention_days'), '365')::integer as max_retention,
          coalesce(max(value::text) filter (where key = 'checkpoint.default_retention_days'), '90')::integer as default_retention,
@@ -263,7 +284,7 @@ begin
 end
 $func$ language plpgsql volatile security invoker
 set search_path = pg_catalog, memori, pg_temp;
-comment on function memori._checkpoints_insert(jsonb, timestamptz, boolean) is 'Validate a JSON list of new checkpoints (the first broken rule raises, nothing is written), insert them in one statement with their type''s policy, emit their events.';
+comment on function memori._checkpoints_insert(jsonb, timestamptz, boolean) is 'Validate a JSON list of new checkpoints (the acting-user rule: no user_id means memori.user_id, another user is PM040; the first broken rule raises, nothing is written), insert them in one statement with their type''s policy, emit their events.';
 
 -------------------------------------------------------------------------------
 -- _checkpoints_created: events for checkpoints just inserted
@@ -670,6 +691,7 @@ declare
   v_row      memori.checkpoints;
 begin
   perform memori._check_identifier('session id', p_session_id);
+  p_user_id := memori._acting_user(p_user_id);  -- NULL: memori.user_id; another user: PM040
   perform memori._check_checkpoint_data(p_current);
   select * into v_previous from memori.checkpoints c
    where c.session_id = p_session_id and (c.expires_at is null or c.expires_at > p_now)
@@ -717,6 +739,7 @@ declare
   v_result   memori.checkpoint_auto_result;
 begin
   perform memori._check_identifier('session id', p_session_id);
+  p_user_id := memori._acting_user(p_user_id);  -- NULL: memori.user_id; another user: PM040
   perform memori._check_identifier('trigger', p_trigger, 64);
   if coalesce(memori._setting('checkpoint.auto_enabled'), 'true'::jsonb) <> 'true'::jsonb then
     v_result := (false, 'disabled', null, null);

@@ -131,33 +131,15 @@ set search_path = pg_catalog, memori, pg_temp;
 comment on function memori._budget_config() is 'The budget settings (defaults where a row is missing), boost tables, category caps and reserve as one JSON object.';
 
 -------------------------------------------------------------------------------
--- _content_kind: the 'auto' heuristic of estimate_tokens
-create or replace function memori._content_kind(p_text text) returns text
-as $func$
-  -- code: a fenced block, or at least 5% of the non-space characters are
-  -- code punctuation ({}[]();=<>); business: money or a business word;
-  -- anything else is general text.
-  select case
-    when p_text ~ '```'
-         or length(regexp_replace(p_text, '[^][{}();=<>]', '', 'g'))
-            >= 0.05 * greatest(length(regexp_replace(p_text, '\s', '', 'g')), 1) then 'code'
-    when p_text ~* '(\$\s?[0-9]|\m(revenue|client|customer|deal|invoice|contract|pricing|quarter|roi|sales|budget)s?\M)'
-      then 'business'
-    else 'general' end
-$func$ language sql immutable security invoker
-set search_path = pg_catalog, memori, pg_temp;
-comment on function memori._content_kind(text) is 'Guess code, business or general for estimate_tokens(..., ''auto''): code punctuation >= 5% or a fenced block, money or business words.';
-
--------------------------------------------------------------------------------
--- _estimate_tokens: ceil(characters / density) with a given configuration
+-- _estimate_tokens: kept for callers in other rooms; memori.token_estimate is the estimate
 create or replace function memori._estimate_tokens(p_text text, p_content_type text, p_cfg jsonb) returns integer
 as $func$
-  select ceil(char_length(p_text)::numeric
-              / (p_cfg->>('density_' || case when p_content_type = 'auto' then memori._content_kind(p_text)
-                                             else p_content_type end))::numeric)::integer
-$func$ language sql stable security invoker
+begin
+  return memori.token_estimate(p_text, p_content_type);
+end
+$func$ language plpgsql stable security invoker
 set search_path = pg_catalog, memori, pg_temp;
-comment on function memori._estimate_tokens(text, text, jsonb) is 'Token estimate ceil(length / density) for a content type (general, business, code, auto).';
+comment on function memori._estimate_tokens(text, text, jsonb) is 'Deprecated alias of memori.token_estimate(text, content type) (the configuration argument is ignored: the estimate reads budget.density_*).';
 
 -------------------------------------------------------------------------------
 -- estimate_tokens: the seed's token estimate
@@ -169,7 +151,7 @@ begin
     raise exception 'unknown content type %', coalesce(quote_literal(p_content_type), 'NULL')
       using errcode = 'PM004', hint = 'Use one of: general (3.8 chars/token), business (4.2), code (3.5), auto.';
   end if;
-  return memori._estimate_tokens(p_text, p_content_type, memori._budget_config());
+  return memori.token_estimate(p_text, p_content_type);
 end
 $func$ language plpgsql stable security invoker
 set search_path = pg_catalog, memori, pg_temp;
@@ -786,7 +768,7 @@ begin
     into v_ids, v_types, v_tokens, v_prio, v_orig, v_rec, v_rev
     from (select t.e->'id' as id, ct.chunk_type, t.n,
                  coalesce((t.e->>'tokens')::integer,
-                          memori._estimate_tokens(t.e->>'content', coalesce(t.e->>'content_type', 'general'), v_cfg))
+                          memori.token_estimate(t.e->>'content', coalesce(t.e->>'content_type', 'general')))
                    as tokens,
                  s.priority, s.recency, s.revenue
             from jsonb_array_elements(p_chunks) with ordinality t(e, n)
@@ -836,7 +818,7 @@ begin
                                             rag_boost, business_boost, revenue_boost, business, created_at, expires_at)
     select coalesce((t.e->>'id')::uuid, gen_random_uuid()), p_session_id, v_user, t.e->>'type', t.e->>'content',
            coalesce((t.e->>'tokens')::integer,
-                    memori._estimate_tokens(t.e->>'content', coalesce(t.e->>'content_type', 'general'), v_cfg)),
+                    memori.token_estimate(t.e->>'content', coalesce(t.e->>'content_type', 'general'))),
            s.ts, memori._epoch_us(s.ts), coalesce(nullif(t.e->'metadata', 'null'::jsonb), '{}'::jsonb), s.rag,
            s.business, s.revenue, s.is_business, p_now,
            p_now + coalesce(p_ttl, memori._budget_retention(t.e->>'type', 'context_chunks'))

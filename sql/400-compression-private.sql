@@ -84,13 +84,15 @@ set search_path = pg_catalog, memori, pg_temp;
 comment on function memori._compression_flag(text, boolean) is 'A boolean memori.settings value, or the default when absent.';
 
 -------------------------------------------------------------------------------
--- _compression_tokens: the token estimate of text whose caller gave no count
+-- _compression_tokens: kept for callers in other rooms; memori.token_estimate is the estimate
 create or replace function memori._compression_tokens(p_text text) returns integer
 as $func$
-  select ceil(coalesce(char_length(p_text), 0) / memori._compression_num('compression.chars_per_token', 4))::integer
-$func$ language sql stable security invoker
+begin
+  return memori.token_estimate(p_text, 'compression');
+end
+$func$ language plpgsql stable security invoker
 set search_path = pg_catalog, memori, pg_temp;
-comment on function memori._compression_tokens(text) is 'Estimated tokens of a text: ceil(characters / compression.chars_per_token).';
+comment on function memori._compression_tokens(text) is 'Deprecated alias of memori.token_estimate(text, ''compression'').';
 
 -------------------------------------------------------------------------------
 -- _strip_markers: text without goal-marker lines (they live in the goal block)
@@ -348,7 +350,7 @@ begin
   if v_tokens < 0 then
     perform memori._invalid(format('summary %s has negative tokens', p_key), 'Omit tokens to estimate them from the text.');
   end if;
-  v_tokens := coalesce(v_tokens, memori._compression_tokens(v_text));
+  v_tokens := coalesce(v_tokens, memori.token_estimate(v_text, 'compression'));
   if v_tokens > p_source_tokens then
     raise exception 'summary % is % tokens, longer than its source of % tokens', p_key, v_tokens, p_source_tokens
       using errcode = 'PM073', hint = 'A summary must not be longer than what it replaces: summarize again with the plan''s target.';

@@ -46,7 +46,7 @@ comment on function memori.goal_block(text) is 'The active goal rendered for the
 create or replace function memori._goal_tokens_refresh(p_session_id text) returns void
 as $func$
   update memori.compression_state
-     set goal_tokens = memori._compression_tokens(memori.goal_block(p_session_id))
+     set goal_tokens = memori.token_estimate(memori.goal_block(p_session_id), 'compression')
    where session_id = p_session_id
 $func$ language sql volatile security invoker
 set search_path = pg_catalog, memori, pg_temp;

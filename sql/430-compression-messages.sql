@@ -59,7 +59,7 @@ begin
     perform memori._invalid(format('context size must be a positive number of tokens, got %s', p_context_size),
                             'Pass the model''s context size, e.g. 8192, or omit it.');
   end if;
-  v_tokens := coalesce(p_tokens, memori._compression_tokens(p_content));
+  v_tokens := coalesce(p_tokens, memori.token_estimate(p_content, 'compression'));
   v_state := memori._compression_session(p_session_id, p_user_id, p_now);
 
   update memori.compression_state s
@@ -437,7 +437,7 @@ as $func$
      where m.session_id = p_session_id and m.role = 'system' and not st.rolled_back @> m.seq
     union all
     select 2, 0, 'goal', 'system', g.id::text, memori.goal_block(p_session_id),
-           memori._compression_tokens(memori.goal_block(p_session_id))
+           memori.token_estimate(memori.goal_block(p_session_id), 'compression')
       from memori.goals g where g.session_id = p_session_id and g.status = 'active'
     union all
     select 3, c.from_seq, 'checkpoint', 'system', c.id::text, c.summary, c.current_tokens

@@ -135,7 +135,7 @@ declare
                                        p_page.duration_seconds, p_page.dimensions);
 begin
   insert into memori.page_representations (session_id, page_id, user_id, level, content, tokens, version, created_at)
-  values (p_page.session_id, p_page.page_id, p_page.user_id, 3, v_ref, memori._tokens_estimate(v_ref), p_page.version, p_now)
+  values (p_page.session_id, p_page.page_id, p_page.user_id, 3, v_ref, memori.token_estimate(v_ref, 'page'), p_page.version, p_now)
   on conflict (session_id, page_id, level) do update
      set content = excluded.content, data = null, tokens = excluded.tokens, version = excluded.version,
          created_at = excluded.created_at;

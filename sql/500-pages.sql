@@ -99,14 +99,15 @@ select memori.retention_register('vm_sessions', 'memori.vm_sessions', 'memori._r
                                  'AI virtual memory sessions (seed 03)', 4, null, false);
 
 -------------------------------------------------------------------------------
--- _tokens_estimate: the token count of a text (4 bytes a token, as seed 02)
+-- _tokens_estimate: kept for callers in other rooms; memori.token_estimate is the estimate
 create or replace function memori._tokens_estimate(p_text text) returns integer
 as $func$
-  select case when p_text is null or p_text = '' then 0
-              else greatest(1, ceil(octet_length(p_text) / 4.0)::integer) end
-$func$ language sql immutable parallel safe security invoker
+begin
+  return memori.token_estimate(p_text, 'page');
+end
+$func$ language plpgsql stable parallel safe security invoker
 set search_path = pg_catalog, memori, pg_temp;
-comment on function memori._tokens_estimate(text) is 'Estimated tokens of a text: one per 4 bytes, at least 1 for non-empty text.';
+comment on function memori._tokens_estimate(text) is 'Deprecated alias of memori.token_estimate(text, ''page'').';
 
 -------------------------------------------------------------------------------
 -- _pages_notify: tell page-table caches (client TLBs) that a page changed
@@ -308,7 +309,7 @@ begin
   values (p_session_id, v_s.user_id, p_page_id, p_page_type, p_modality, p_role, p_content, p_data, p_artifact_ref,
           coalesce(p_mime_type, case p_modality when 'text' then 'text/plain' when 'structured' then 'application/json' end),
           coalesce(p_size_bytes, v_bytes),
-          coalesce(p_tokens, memori._tokens_estimate(coalesce(p_content, p_data::text, p_artifact_ref))),
+          coalesce(p_tokens, memori.token_estimate(coalesce(p_content, p_data::text, p_artifact_ref), 'page')),
           case when p_importance < 1e-6 then 0 else p_importance end, coalesce(p_provenance, '{}'), p_represents, p_segment, v_s.turn, p_hint,
           p_dimensions, p_duration_seconds, p_now, p_now, p_now, true, p_expires_at)
   returning * into v_p;
@@ -359,7 +360,7 @@ begin
   perform memori._page_check_content(coalesce(p_content, v_p.content), coalesce(p_data, v_p.data));
   insert into memori.page_versions (session_id, page_id, user_id, version, content, data, tokens, created_at)
   values (v_p.session_id, v_p.page_id, v_p.user_id, v_p.version, v_p.content, v_p.data, v_p.tokens, v_p.updated_at);
-  v_new := coalesce(p_tokens, memori._tokens_estimate(coalesce(p_content, v_p.content, coalesce(p_data, v_p.data)::text)));
+  v_new := coalesce(p_tokens, memori.token_estimate(coalesce(p_content, v_p.content, coalesce(p_data, v_p.data)::text), 'page'));
   update memori.pages
      set content = coalesce(p_content, content), data = coalesce(p_data, data), tokens = v_new,
          provenance = case when p_provenance is null then provenance
@@ -466,7 +467,7 @@ begin
   insert into memori.page_representations (session_id, page_id, user_id, level, content, data, tokens, version,
                                            created_at)
   values (p_session_id, p_page_id, v_p.user_id, p_level, p_content, p_data,
-          coalesce(p_tokens, memori._tokens_estimate(coalesce(p_content, p_data::text))), v_p.version, p_now)
+          coalesce(p_tokens, memori.token_estimate(coalesce(p_content, p_data::text), 'page')), v_p.version, p_now)
   on conflict (session_id, page_id, level) do update
      set content = excluded.content, data = excluded.data, tokens = excluded.tokens, version = excluded.version,
          created_at = excluded.created_at

@@ -11,9 +11,8 @@ import pytest
 from typer.testing import CliRunner
 
 import pymemdb
-from pymemdb.checkpoints import NewCheckpoint
+from pymemdb.checkpoints import Checkpoint, NewCheckpoint
 from pymemdb.cli.main import app
-from pymemdb.types import Checkpoint
 from tests.helpers import T0
 
 DAY = timedelta(days=1)

@@ -9,7 +9,8 @@ import psycopg
 import pytest
 
 import pymemdb
-from pymemdb.types import CleanupSummary, Memory, SessionCheckpoint
+from pymemdb.memories import Memory, SessionCheckpoint
+from pymemdb.retention import CleanupSummary
 from tests.helpers import T0, memory
 
 DAY = timedelta(days=1)

@@ -113,7 +113,7 @@ def test_a_superuser_server_acts_as_memori_app(dsn: str, world: None) -> None:
         memori = MemoriMcp(db, user="bob")
         memori.check_role()
         assert memori.set_role
-        from pymemdb.cleanup import CLEANUP_PREVIEW
+        from pymemdb.retention import CLEANUP_PREVIEW
 
         owners = {r.owner for r in memori.run("bob", CLEANUP_PREVIEW)}
         assert owners == {"notes"}

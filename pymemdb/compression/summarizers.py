@@ -32,7 +32,7 @@ CHARS_PER_TOKEN = 4  # memori.settings compression.chars_per_token (default)
 
 
 def estimate_tokens(text: str, chars_per_token: float = CHARS_PER_TOKEN) -> int:
-    """The SQL estimate (memori._compression_tokens): ceil(characters / chars_per_token)."""
+    """memori.token_estimate(text, 'compression'): ceil(characters / chars_per_token); a test compares them."""
     return math.ceil(len(text) / chars_per_token)
 
 

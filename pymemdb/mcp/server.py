@@ -31,7 +31,6 @@ from pydantic import BaseModel, Field
 from starlette.types import ASGIApp
 
 from pymemdb._sql import SqlFunction, given
-from pymemdb.cleanup import CLEANUP_PREVIEW
 from pymemdb.context import CONTEXT_RESOLVE
 from pymemdb.db import Database
 from pymemdb.errors import McpInvalidArgument, McpUnsafeRole, PymemdbError
@@ -54,6 +53,7 @@ from pymemdb.mcp.memory import (
 )
 from pymemdb.mcp.tokens import parse_ttl
 from pymemdb.memories import SESSION_CHECKPOINT_LOAD_LATEST
+from pymemdb.retention import CLEANUP_PREVIEW
 from pymemdb.vm.embedders import Embedder
 
 log = logging.getLogger("pymemdb.mcp")

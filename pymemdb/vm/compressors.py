@@ -53,7 +53,7 @@ class Compressor(Protocol):
 
 
 def estimate_tokens(text: str) -> int:
-    """The SQL's estimate (memori._tokens_estimate): one token per 4 bytes."""
+    """memori.token_estimate(text, 'page'): one token per 4 bytes (tests/test_token_estimate.py checks it)."""
     return max(1, math.ceil(len(text.encode()) / 4)) if text else 0
 
 
