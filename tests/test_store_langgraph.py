@@ -391,7 +391,7 @@ def test_vector_only_store_keeps_no_full_text(dsn: str, conn: psycopg.Connection
     with MemoriStore.from_dsn(dsn, user_id="alice", index=index, full_text=False) as s:  # type: ignore[arg-type]
         s.put(("d",), "a", {"text": "red apple"})
         s.batch([PutOp(("d",), "b", {"text": "blue car"}), PutOp(("d",), "c", {"text": "green apple"})])
-        assert value(conn, "select count(*) from memori.store_items where search_tsv is not null") == 0
+        assert value(conn, "select count(*) from memori.store_items where text_fields is not null") == 0
         assert value(conn, "select count(*) from memori.store_vectors") == 3
         found = s.search(("d",), query="blue car")
         assert found[0].key == "b" and all(i.score is not None for i in found)

@@ -274,14 +274,11 @@ class _MemoriStoreBase(BaseStore):
             if self.index_config:
                 item["vectors"] = {name: vectors[text] for name, text in self._field_texts(op) if text in vectors}
         elif self.index_config or op.index:
-            fields = self._field_texts(op)
             paths = [p for p, _ in self._fields] if op.index is None else list(op.index)
-            if "$" in paths:
-                item["index"] = ["$"]  # the whole value: full text over its string leaves
-            else:
-                item["text"] = "\n".join(text for _, text in fields)
+            # the item records the paths (or "$": the whole value); searches derive the full text from them
+            item["index"] = ["$"] if "$" in paths else paths
             if self.index_config:
-                item["vectors"] = {name: vectors[text] for name, text in fields if text in vectors}
+                item["vectors"] = {name: vectors[text] for name, text in self._field_texts(op) if text in vectors}
         return item
 
     def _put_args(self, item: dict[str, Any]) -> dict[str, Any]:
