@@ -320,7 +320,9 @@ class _MemoriStoreBase(BaseStore):
         return out
 
     def _row_factory(self, function: SqlFunction[Any]) -> Any:
-        return dict_row if function.result is None or function.name in _DISCARD else class_row(function.result)
+        if function.result is None or function.returns == "scalar" or function.name in _DISCARD:
+            return dict_row
+        return class_row(function.result)
 
 
 def _pool_kwargs(user_id: str) -> dict[str, Any]:
