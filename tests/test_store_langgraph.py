@@ -256,6 +256,9 @@ def test_drop_in_constructor(dsn: str) -> None:
     async def run() -> None:
         async with AsyncMemoriStore.from_conn_string(dsn) as a:
             assert (await a.aget(("a",), "k")).value == {"v": 1}  # type: ignore[union-attr]
+        # AsyncPostgresStore's pipeline and pool_config arguments (LangGraph's async fixtures pass them)
+        async with AsyncMemoriStore.from_conn_string(dsn, pipeline=True, pool_config={"max_size": 2}) as a:
+            assert (await a.aget(("a",), "k")).value == {"v": 1}  # type: ignore[union-attr]
 
     asyncio.run(run())
 

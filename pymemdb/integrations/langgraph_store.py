@@ -556,8 +556,13 @@ class AsyncMemoriStore(_MemoriStoreBase):
     @asynccontextmanager
     async def from_conn_string(cls, conn_string: str, *, user_id: str = "default",
                                index: MemoriIndexConfig | None = None, ttl: TTLConfig | None = None,
+                               pipeline: bool = False,
                                pool_config: dict[str, Any] | None = None) -> AsyncIterator[AsyncMemoriStore]:
-        """AsyncPostgresStore's constructor, for drop-in use: acts for ``user_id`` (``"default"`` unless given)."""
+        """AsyncPostgresStore's constructor, for drop-in use: acts for ``user_id`` (``"default"`` unless given).
+
+        ``pipeline`` is accepted and ignored (every batch is pipelined); ``pool_config``'s ``max_size`` is used.
+        """
+        del pipeline
         async with cls.from_dsn(conn_string, user_id=user_id, index=index, ttl=ttl,
                                 max_size=int((pool_config or {}).get("max_size") or 8)) as store:
             yield store
