@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from psycopg.types.json import Jsonb
 
-from pymemdb._sql import fn, given
+from pymemdb._sql import given, maybe, one, rows, scalar
 
 if TYPE_CHECKING:
     from pymemdb.db import Database
@@ -74,53 +74,53 @@ class StoreNamespace:
     namespace: list[str]
 
 
-STORE_PUT = fn(
+STORE_PUT = one(
     "store_put",
     ("p_user_id", "text"), ("p_namespace", "text[]"), ("p_key", "text"), ("p_value", "jsonb"),
     ("p_ttl", "interval"), ("p_index", "text[]"), ("p_now", "timestamptz"), ("p_text", "text"),
     ("p_fields", "text[]"), ("p_embeddings", "public.vector[]"),
     result=StoreItem,
 )
-STORE_PUT_MANY = fn(
-    "store_put_many", ("p_user_id", "text"), ("p_items", "jsonb"), ("p_now", "timestamptz"), returns="scalar",
+STORE_PUT_MANY = scalar(
+    "store_put_many", ("p_user_id", "text"), ("p_items", "jsonb"), ("p_now", "timestamptz"), result=int,
 )
-STORE_GET = fn(
+STORE_GET = maybe(
     "store_get",
     ("p_user_id", "text"), ("p_namespace", "text[]"), ("p_key", "text"), ("p_refresh_ttl", "boolean"),
     ("p_now", "timestamptz"),
     result=StoreItem,
 )
-STORE_GET_MANY = fn(
+STORE_GET_MANY = rows(
     "store_get_many",
     ("p_user_id", "text"), ("p_namespaces", "jsonb"), ("p_keys", "text[]"), ("p_refresh_ttl", "boolean"),
     ("p_now", "timestamptz"),
-    result=StoreGetResult, returns="many",
+    result=StoreGetResult,
 )
-STORE_DELETE = fn(
-    "store_delete", ("p_user_id", "text"), ("p_namespace", "text[]"), ("p_key", "text"), returns="scalar",
+STORE_DELETE = scalar(
+    "store_delete", ("p_user_id", "text"), ("p_namespace", "text[]"), ("p_key", "text"), result=bool,
 )
-STORE_SEARCH = fn(
+STORE_SEARCH = rows(
     "store_search",
     ("p_user_id", "text"), ("p_namespace_prefix", "text[]"), ("p_filter", "jsonb"), ("p_query", "text"),
     ("p_query_embedding", "public.vector"), ("p_limit", "integer"), ("p_offset", "integer"),
     ("p_refresh_ttl", "boolean"), ("p_now", "timestamptz"), ("p_distance", "text"), ("p_vector_type", "text"),
-    result=StoreSearchResult, returns="many",
+    result=StoreSearchResult,
 )
-STORE_LIST_NAMESPACES = fn(
+STORE_LIST_NAMESPACES = rows(
     "store_list_namespaces",
     ("p_user_id", "text"), ("p_prefix", "text[]"), ("p_suffix", "text[]"), ("p_max_depth", "integer"),
     ("p_limit", "integer"), ("p_offset", "integer"), ("p_now", "timestamptz"),
-    result=StoreNamespace, returns="many",
+    result=StoreNamespace,
 )
-STORE_NAMESPACE_DELETE = fn(
+STORE_NAMESPACE_DELETE = scalar(
     "store_namespace_delete", ("p_user_id", "text"), ("p_prefix", "text[]"), ("p_now", "timestamptz"),
-    returns="scalar",
+    result=int,
 )
-STORE_INDEX_ENSURE = fn(
+STORE_INDEX_ENSURE = scalar(
     "store_index_ensure",
     ("p_dims", "integer"), ("p_distance", "text"), ("p_vector_type", "text"), ("p_method", "text"),
     ("p_options", "jsonb"),
-    returns="scalar",
+    result=str,  # NULL for 'flat' (no index)
 )
 
 Distance = Literal["cosine", "l2", "inner_product"]
@@ -152,7 +152,7 @@ class Store:
     ) -> StoreItem:
         """memori.store_put: upsert an item; ``index`` names the fields for full text (False: none)."""
         fields = list(embeddings or {})
-        return self._db.call(  # type: ignore[no-any-return]
+        return self._db.call(
             STORE_PUT,
             **given(p_user_id=user_id or self._db.user_id, p_namespace=list(namespace), p_key=key,
                     p_value=Jsonb(dict(value)), p_ttl=ttl,
@@ -170,7 +170,7 @@ class Store:
     def get(self, namespace: Sequence[str], key: str, *, refresh_ttl: bool = True, user_id: str | None = None,
             now: datetime | None = None) -> StoreItem | None:
         """memori.store_get: the unexpired item, its TTL refreshed unless ``refresh_ttl=False``."""
-        return self._db.call(  # type: ignore[no-any-return]
+        return self._db.call(
             STORE_GET, **given(p_user_id=user_id or self._db.user_id, p_namespace=list(namespace), p_key=key,
                                p_refresh_ttl=refresh_ttl, p_now=now),
         )
@@ -178,7 +178,7 @@ class Store:
     def get_many(self, requests: Sequence[tuple[Sequence[str], str]], *, refresh_ttl: bool = True,
                  user_id: str | None = None, now: datetime | None = None) -> builtins.list[StoreGetResult]:
         """memori.store_get_many: many (namespace, key) pairs in one call; ``ord`` is the 1-based request."""
-        return self._db.call(  # type: ignore[no-any-return]
+        return self._db.call(
             STORE_GET_MANY,
             **given(p_user_id=user_id or self._db.user_id, p_namespaces=Jsonb([list(ns) for ns, _ in requests]),
                     p_keys=[k for _, k in requests], p_refresh_ttl=refresh_ttl, p_now=now),
@@ -205,7 +205,7 @@ class Store:
         now: datetime | None = None,
     ) -> builtins.list[StoreSearchResult]:
         """memori.store_search: newest first, or ranked by full text and/or vector similarity (fused)."""
-        return self._db.call(  # type: ignore[no-any-return]
+        return self._db.call(
             STORE_SEARCH,
             **given(p_user_id=user_id or self._db.user_id, p_namespace_prefix=list(namespace_prefix),
                     p_filter=None if filter is None else Jsonb(dict(filter)), p_query=query,
@@ -245,7 +245,7 @@ class Store:
                      method: Literal["hnsw", "ivfflat", "flat"] = "hnsw",
                      options: Mapping[str, Any] | None = None) -> str | None:
         """memori.store_index_ensure: create the ANN index of a configuration (owner only); its name."""
-        return self._db.call(  # type: ignore[no-any-return]
+        return self._db.call(
             STORE_INDEX_ENSURE,
             **given(p_dims=dims, p_distance=distance, p_vector_type=vector_type, p_method=method,
                     p_options=None if options is None else Jsonb(dict(options))),

@@ -22,7 +22,7 @@
 --
 -- pgvector lives in schema public; its types and operators are qualified.
 
-comment on table memori.store_items is 'Long-term memory items per user: (namespace path, key) -> jsonb value, TTL with refresh on read, full-text vector of the indexed fields (issue 17).';
+comment on table memori.store_items is 'Long-term memory items per user: (namespace path, key) -> jsonb value, TTL with refresh on read, text_fields naming what full text covers (the vector is derived at query time, migration 0024) (issue 17).';
 comment on table memori.store_vectors is 'Embeddings of store items, one per indexed field; dimension per store (partial ANN indexes per dimension, memori.store_index_ensure).';
 
 insert into memori.settings (key, value, description) values
@@ -112,28 +112,47 @@ begin
   end loop;
   return v_tsv;
 end
-$func$ language plpgsql stable security invoker
+$func$ language plpgsql immutable security invoker
 set search_path = pg_catalog, memori, pg_temp;
 comment on function memori._store_tsv_fields(jsonb, text[]) is 'Full-text vector of the string leaves of a store value''s index fields.';
 
 -------------------------------------------------------------------------------
--- _store_tsv: the full-text vector of an item's indexed fields, the one rule
--- store_put and store_put_many apply. p_index NULL or containing '$': the whole
--- value; '{}' (index=False): not indexed; else the fields' string leaves.
--- p_text (the texts the client embedded) wins when given. A SQL-standard body
--- without SET, so PostgreSQL inlines it into the put's expression (no call per
--- item on the hot path); names are bound when it is created.
-create or replace function memori._store_tsv(p_value jsonb, p_index text[], p_text text default null)
-returns tsvector
-language sql stable
+-- _store_text_spec: what of an item full text covers, the one rule store_put
+-- and store_put_many apply (migration 0024: the vector itself is not stored).
+-- p_index NULL or containing '$': the whole value ('$'); '{}' (index=False):
+-- nothing (NULL); else the field paths, one per line. p_text (texts a caller
+-- extracted itself) wins when given: kept literally after U+0002. A
+-- SQL-standard body without SET, so PostgreSQL inlines it into the put.
+create or replace function memori._store_text_spec(p_value jsonb, p_index text[], p_text text default null)
+returns text
+language sql immutable
 begin atomic
-  select case when p_value is null or pg_catalog.cardinality(p_index) = 0 then null::pg_catalog.tsvector
-              when p_text is not null then pg_catalog.to_tsvector('english'::pg_catalog.regconfig, p_text)
-              when p_index is null or '$' = any (p_index)
-                then pg_catalog.jsonb_to_tsvector('english'::pg_catalog.regconfig, p_value, '["string"]'::pg_catalog.jsonb)
-              else memori._store_tsv_fields(p_value, p_index) end;
+  select case when p_value is null or pg_catalog.cardinality(p_index) = 0 then null::text
+              when p_text is not null then pg_catalog.chr(2) || p_text
+              when p_index is null or '$' = any (p_index) then '$'
+              else pg_catalog.array_to_string(p_index, pg_catalog.chr(10)) end;
 end;
-comment on function memori._store_tsv(jsonb, text[], text) is 'Full-text vector of a store value: the whole value (index NULL or ''$''), nothing (index ''{}''), the string leaves of the index fields, or p_text when given.';
+comment on function memori._store_text_spec(jsonb, text[], text) is 'What full text covers for a stored value: ''$'' (the whole value: index NULL or ''$''), NULL (index ''{}''), the index field paths one per line, or chr(2) || p_text when given.';
+
+-------------------------------------------------------------------------------
+-- _store_item_tsv: an item's full-text vector, derived at query time from its
+-- value and text_fields (see _store_text_spec); immutable, so the optional GIN
+-- index (store_index_ensure(p_method => 'text')) is an expression index on it.
+create or replace function memori._store_item_tsv(p_value jsonb, p_spec text)
+returns tsvector
+language sql immutable
+begin atomic
+  select case when p_spec is null then null::pg_catalog.tsvector
+              when p_spec = '$'
+                then pg_catalog.jsonb_to_tsvector('english'::pg_catalog.regconfig, p_value, '["string"]'::pg_catalog.jsonb)
+              when pg_catalog.left(p_spec, 1) = pg_catalog.chr(2)
+                then pg_catalog.to_tsvector('english'::pg_catalog.regconfig, pg_catalog.substr(p_spec, 2))
+              else memori._store_tsv_fields(p_value, pg_catalog.string_to_array(p_spec, pg_catalog.chr(10))) end;
+end;
+comment on function memori._store_item_tsv(jsonb, text) is 'Full-text vector of a store item from its value and text_fields: the whole value (''$''), the string leaves of the listed fields, a literal text (chr(2) prefix), or NULL.';
+
+-- (before migration 0024 the vector was stored, computed by _store_tsv)
+drop function if exists memori._store_tsv(jsonb, text[], text);
 
 -------------------------------------------------------------------------------
 -- _store_filter_sql: a LangGraph filter as an SQL condition on i.value
@@ -286,7 +305,7 @@ as $func$
 declare
   v_set     text := nullif(current_setting('memori.user_id', true), '');
   v_user    text := p_user_id;
-  v_tsv     tsvector;
+  v_spec    text;
   v_item    memori.store_item;
   v_id      bigint;
   v_updated boolean;
@@ -311,15 +330,15 @@ begin
   if cardinality(coalesce(p_fields, '{}')) <> cardinality(coalesce(p_embeddings, '{}')) then
     perform memori._invalid('p_fields and p_embeddings differ in length', 'Pass one embedding per indexed field.');
   end if;
-  v_tsv := memori._store_tsv(p_value, p_index, p_text);
-  insert into memori.store_items as s (user_id, namespace, key, value, created_at, updated_at, expires_at, ttl, search_tsv)
-  values (v_user, p_namespace, p_key, p_value, p_now, p_now, p_now + p_ttl, p_ttl, v_tsv)
+  v_spec := memori._store_text_spec(p_value, p_index, p_text);
+  insert into memori.store_items as s (user_id, namespace, key, value, created_at, updated_at, expires_at, ttl, text_fields)
+  values (v_user, p_namespace, p_key, p_value, p_now, p_now, p_now + p_ttl, p_ttl, v_spec)
   on conflict (user_id, namespace, key) do update
      set value = excluded.value,
          -- an expired item the cleaner has not reached yet is replaced, not continued
          created_at = case when s.expires_at <= p_now then excluded.created_at else s.created_at end,
          updated_at = excluded.updated_at, expires_at = excluded.expires_at, ttl = excluded.ttl,
-         search_tsv = excluded.search_tsv
+         text_fields = excluded.text_fields
   returning s.namespace, s.key, s.value, s.created_at, s.updated_at, s.expires_at, s.ttl, s.id, (s.xmax <> 0)
        into v_item.namespace, v_item.key, v_item.value, v_item.created_at, v_item.updated_at, v_item.expires_at,
             v_item.ttl, v_id, v_updated;
@@ -355,7 +374,7 @@ declare
   v_user    text := memori._acting_user(p_user_id);
   v_it      record;
   v_n       bigint := 0;
-  v_tsv     tsvector;
+  v_spec    text;
   v_id      bigint;
   v_updated boolean;
 begin
@@ -390,15 +409,15 @@ begin
       if v_it.ttl is not null and v_it.ttl <= interval '0' then
         perform memori._invalid(format('ttl %s is not positive', v_it.ttl), 'Pass a positive ttl_seconds, or null.');
       end if;
-      v_tsv := memori._store_tsv(v_it.value, v_it.idx, v_it.txt);
+      v_spec := memori._store_text_spec(v_it.value, v_it.idx, v_it.txt);
       insert into memori.store_items as s (user_id, namespace, key, value, created_at, updated_at, expires_at, ttl,
-                                           search_tsv)
-      values (v_user, v_it.ns, v_it.key, v_it.value, p_now, p_now, p_now + v_it.ttl, v_it.ttl, v_tsv)
+                                           text_fields)
+      values (v_user, v_it.ns, v_it.key, v_it.value, p_now, p_now, p_now + v_it.ttl, v_it.ttl, v_spec)
       on conflict (user_id, namespace, key) do update
          set value = excluded.value,
              created_at = case when s.expires_at <= p_now then excluded.created_at else s.created_at end,
              updated_at = excluded.updated_at, expires_at = excluded.expires_at, ttl = excluded.ttl,
-             search_tsv = excluded.search_tsv
+             text_fields = excluded.text_fields
       returning s.id, (s.xmax <> 0) into v_id, v_updated;
       if v_updated then
         delete from memori.store_vectors v where v.user_id = v_user and v.item_id = v_id;
@@ -621,8 +640,9 @@ begin
       using errcode = 'PM122', hint = 'Use hnsw, ivfflat or flat (exact search, no index); text for the full-text GIN index.';
   end if;
   if p_method = 'text' then
-    create index if not exists idx_store_items_search_tsv on memori.store_items using gin (search_tsv)
-     where search_tsv is not null;
+    -- (the name predates migration 0024, when the vector was a stored column)
+    create index if not exists idx_store_items_search_tsv on memori.store_items
+     using gin (memori._store_item_tsv(value, text_fields)) where text_fields is not null;
     return 'idx_store_items_search_tsv';
   end if;
   v_max := (case p_vector_type when 'halfvec' then 4000 else 2000 end);
@@ -734,13 +754,15 @@ begin
     if v_tsq is not null and numnode(v_tsq) > 0 then
       if v_few then
         select coalesce(array_agg(s.id order by s.r desc, s.id), '{}') into v_ft
-          from (select i.id, ts_rank_cd(i.search_tsv, v_tsq) as r from memori.store_items i
-                 where i.user_id = v_user and i.id = any (v_match) and i.search_tsv @@ v_tsq
+          from (select i.id, ts_rank_cd(t.tsv, v_tsq) as r
+                  from memori.store_items i cross join lateral (select memori._store_item_tsv(i.value, i.text_fields)) t(tsv)
+                 where i.user_id = v_user and i.id = any (v_match) and i.text_fields is not null and t.tsv @@ v_tsq
                  order by r desc, i.id limit v_k) s;
       else
         execute format('select coalesce(array_agg(id order by r desc, id), ''{}'') from ('
-                       'select i.id, ts_rank_cd(i.search_tsv, $4) as r from memori.store_items i '
-                       'where %s and i.search_tsv @@ $4 order by r desc, i.id limit $5) s', v_where)
+                       'select i.id, ts_rank_cd(memori._store_item_tsv(i.value, i.text_fields), $4) as r '
+                       'from memori.store_items i where %s and i.text_fields is not null '
+                       'and memori._store_item_tsv(i.value, i.text_fields) @@ $4 order by r desc, i.id limit $5) s', v_where)
           into v_ft using v_user, p_now, v_prefix, v_tsq, v_k;
       end if;
     end if;
@@ -830,8 +852,9 @@ begin
            (p.ord + p_offset)::integer,
            case when v_vr[p.ord + p_offset] is not null then v_vr[p.ord + p_offset] end,
            case when v_tr[p.ord + p_offset] is not null then v_tr[p.ord + p_offset] end,
-           case when v_tsq is not null and numnode(v_tsq) > 0 and i.search_tsv @@ v_tsq
-                then ts_rank_cd(i.search_tsv, v_tsq) end
+           case when v_tsq is not null and numnode(v_tsq) > 0 and i.text_fields is not null
+                     and memori._store_item_tsv(i.value, i.text_fields) @@ v_tsq
+                then ts_rank_cd(memori._store_item_tsv(i.value, i.text_fields), v_tsq) end
       from unnest(v_page) with ordinality p(id, ord)
       join memori.store_items i on i.user_id = v_user and i.id = p.id
      order by p.ord;

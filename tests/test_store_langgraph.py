@@ -256,6 +256,9 @@ def test_drop_in_constructor(dsn: str) -> None:
     async def run() -> None:
         async with AsyncMemoriStore.from_conn_string(dsn) as a:
             assert (await a.aget(("a",), "k")).value == {"v": 1}  # type: ignore[union-attr]
+        # AsyncPostgresStore's pipeline and pool_config arguments (LangGraph's async fixtures pass them)
+        async with AsyncMemoriStore.from_conn_string(dsn, pipeline=True, pool_config={"max_size": 2}) as a:
+            assert (await a.aget(("a",), "k")).value == {"v": 1}  # type: ignore[union-attr]
 
     asyncio.run(run())
 
@@ -391,7 +394,7 @@ def test_vector_only_store_keeps_no_full_text(dsn: str, conn: psycopg.Connection
     with MemoriStore.from_dsn(dsn, user_id="alice", index=index, full_text=False) as s:  # type: ignore[arg-type]
         s.put(("d",), "a", {"text": "red apple"})
         s.batch([PutOp(("d",), "b", {"text": "blue car"}), PutOp(("d",), "c", {"text": "green apple"})])
-        assert value(conn, "select count(*) from memori.store_items where search_tsv is not null") == 0
+        assert value(conn, "select count(*) from memori.store_items where text_fields is not null") == 0
         assert value(conn, "select count(*) from memori.store_vectors") == 3
         found = s.search(("d",), query="blue car")
         assert found[0].key == "b" and all(i.score is not None for i in found)

@@ -155,18 +155,19 @@ def run(dsn: str, rows: int = 20_000, *, seed: int = 1, progress: Progress | Non
     from psycopg.rows import dict_row
 
     from pymemdb.integrations.langgraph import MemoriStore
+    from pymemdb.integrations.langgraph_store import MemoriIndexConfig
 
     rng = random.Random(seed)
     emb = _embedder()
-    index: dict[str, Any] = {"dims": DIMS, "embed": emb, "fields": ["text"], "distance_type": "cosine",
-                             "ann_index_config": {"kind": "hnsw", "vector_type": "vector"}}
+    index: MemoriIndexConfig = {"dims": DIMS, "embed": emb, "fields": ["text"], "distance_type": "cosine",
+                                "ann_index_config": {"kind": "hnsw", "vector_type": "vector"}}
     items = [_item(i, rng) for i in range(rows)]
     for _, _, value in items:
         emb.embed(value["text"])
     result: dict[str, Any] = {"rows": rows, "seed": seed, "dims": DIMS, "namespaces": USERS, "groups": GROUPS}
     with connect(dsn) as admin, psycopg.Connection.connect(
         dsn, autocommit=True, prepare_threshold=0, row_factory=dict_row  # as PostgresStore.from_conn_string
-    ) as up_conn, MemoriStore(dsn, user_id=USER, index=index, max_size=2) as ours:  # type: ignore[arg-type]
+    ) as up_conn, MemoriStore(dsn, user_id=USER, index=index, max_size=2) as ours:
         upstream = postgres_store(up_conn, index=index)
         upstream.setup()
         ours.setup()
@@ -253,7 +254,7 @@ def run(dsn: str, rows: int = 20_000, *, seed: int = 1, progress: Progress | Non
         if progress:
             progress("the same items again, MemoriStore(full_text=False)")
         admin.execute("delete from memori.store_items where user_id = %s", (USER,))
-        with MemoriStore(dsn, user_id=USER, index=index, max_size=2, full_text=False) as lean:  # type: ignore[arg-type]
+        with MemoriStore(dsn, user_id=USER, index=index, max_size=2, full_text=False) as lean:
             for lo in range(0, len(all_items), 500):
                 lean.batch([PutOp(ns, key, value) for ns, key, value in all_items[lo:lo + 500]])
         lean_sizes = _sizes(admin, "memori", OUR_TABLES)

@@ -274,14 +274,11 @@ class _MemoriStoreBase(BaseStore):
             if self.index_config:
                 item["vectors"] = {name: vectors[text] for name, text in self._field_texts(op) if text in vectors}
         elif self.index_config or op.index:
-            fields = self._field_texts(op)
             paths = [p for p, _ in self._fields] if op.index is None else list(op.index)
-            if "$" in paths:
-                item["index"] = ["$"]  # the whole value: full text over its string leaves
-            else:
-                item["text"] = "\n".join(text for _, text in fields)
+            # the item records the paths (or "$": the whole value); searches derive the full text from them
+            item["index"] = ["$"] if "$" in paths else paths
             if self.index_config:
-                item["vectors"] = {name: vectors[text] for name, text in fields if text in vectors}
+                item["vectors"] = {name: vectors[text] for name, text in self._field_texts(op) if text in vectors}
         return item
 
     def _put_args(self, item: dict[str, Any]) -> dict[str, Any]:
@@ -323,7 +320,9 @@ class _MemoriStoreBase(BaseStore):
         return out
 
     def _row_factory(self, function: SqlFunction[Any]) -> Any:
-        return dict_row if function.result is None or function.name in _DISCARD else class_row(function.result)
+        if function.result is None or function.returns == "scalar" or function.name in _DISCARD:
+            return dict_row
+        return class_row(function.result)
 
 
 def _pool_kwargs(user_id: str) -> dict[str, Any]:
@@ -557,8 +556,13 @@ class AsyncMemoriStore(_MemoriStoreBase):
     @asynccontextmanager
     async def from_conn_string(cls, conn_string: str, *, user_id: str = "default",
                                index: MemoriIndexConfig | None = None, ttl: TTLConfig | None = None,
+                               pipeline: bool = False,
                                pool_config: dict[str, Any] | None = None) -> AsyncIterator[AsyncMemoriStore]:
-        """AsyncPostgresStore's constructor, for drop-in use: acts for ``user_id`` (``"default"`` unless given)."""
+        """AsyncPostgresStore's constructor, for drop-in use: acts for ``user_id`` (``"default"`` unless given).
+
+        ``pipeline`` is accepted and ignored (every batch is pipelined); ``pool_config``'s ``max_size`` is used.
+        """
+        del pipeline
         async with cls.from_dsn(conn_string, user_id=user_id, index=index, ttl=ttl,
                                 max_size=int((pool_config or {}).get("max_size") or 8)) as store:
             yield store
