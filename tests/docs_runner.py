@@ -19,6 +19,8 @@ How a page marks its blocks (the docs-test convention):
 Every transcript and script runs in one psql-like session per page (autocommit, as psql), on a fresh
 database with the schema installed, in page order, interleaved with the Python blocks.
 
+The page's database is called ``mydb``: its real (random) name is printed as ``mydb``.
+
 Comparison (``matches``): both sides are normalised (whitespace runs collapse, blank lines and psql's
 ``(N rows)`` footers are dropped, the ``---+---`` rule of a table becomes ``---``, so column widths do not
 matter) and the volatile values of ``MASKS`` are replaced by their names on both sides. In the page, ``...``
@@ -103,6 +105,7 @@ def parse(page: str, text: str) -> list[Block]:
 @dataclass
 class Step:
     statement: str
+    prompt: str = "=> "
     printed: list[str] = field(default_factory=list)
 
 
@@ -113,7 +116,7 @@ def steps(body: str) -> list[Step]:
     for raw in body.splitlines():
         prompt = PROMPT.match(raw)
         if prompt:
-            result.append(Step(raw[prompt.end():]))
+            result.append(Step(raw[prompt.end():], prompt.group()))
             open_statement = not _complete(result[-1].statement)
         elif open_statement:
             result[-1].statement += "\n" + raw
@@ -168,6 +171,7 @@ class Session:
 
     def __init__(self, dsn: str) -> None:
         self.conn = psycopg.connect(dsn, autocommit=True)
+        self.dbname = self.conn.info.dbname
         self.notices: list[str] = []
         self.conn.add_notice_handler(lambda d: self.notices.append(f"{d.severity}:  {d.message_primary}"))
         self.expanded = False
@@ -190,7 +194,7 @@ class Session:
         out: list[str] = []
         for one in split_statements(text):
             out += self._one(one, bool(gset))
-        return out
+        return [line.replace(self.dbname, "mydb") for line in out]
 
     def _one(self, text: str, gset: bool) -> list[str]:
         out: list[str] = []
@@ -292,6 +296,7 @@ class Outcome:
     statement: str
     printed: list[str]
     actual: list[str]
+    step: int = -1  # the step of a transcript
 
 
 @dataclass
@@ -330,13 +335,13 @@ def run_page(page: str, text: str, dsn: str, namespace: dict[str, Any] | None = 
                     continue
                 report.ran += 1
                 if block.kind == "transcript":
-                    for step in steps(block.body):
+                    for number, step in enumerate(steps(block.body)):
                         try:
                             actual = session.run(step.statement)
                         except ValueError as error:
                             actual = [f"docs-test: {error}"]
                         if not matches(step.printed, actual):
-                            report.failures.append(Outcome(block, step.statement, step.printed, actual))
+                            report.failures.append(Outcome(block, step.statement, step.printed, actual, number))
                 elif block.kind == "script":
                     actual = [line for line in session.run(block.body) if line.startswith("ERROR")]
                     if actual:
