@@ -48,6 +48,7 @@ import psycopg
 # -- the masks: volatile values, replaced by their name on both sides before comparing ---------------------
 MASKS: list[tuple[str, str]] = [
     ("<uuid>", r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b"),
+    ("<uuid>", r"\b[0-9a-f]{8}-\.\.\."),  # a uuid abridged in the page: "2aa645f9-..."
     # a timestamp as PostgreSQL prints it (text) or Python does (isoformat / repr of datetime)
     ("<timestamp>", r"\b\d{4}-\d\d-\d\d[ T]\d\d:\d\d(?::\d\d(?:\.\d+)?)?(?:[+-]\d\d(?::\d\d)?|Z)?"),
     ("<timestamp>", r"datetime\.datetime\([^)]*\)"),
@@ -250,9 +251,14 @@ class Session:
         out = [" " + " | ".join(n.center(w) for n, w in zip(names, widths, strict=True)).rstrip()]
         out.append("-" + "-+-".join("-" * w for w in widths) + "-")
         for row in rows:
-            cells = [(v.rjust(w) if oid in _NUMERIC_OIDS else v.ljust(w))
-                     for v, w, oid in zip(row, widths, oids, strict=True)]
-            out.append((" " + " | ".join(cells)).rstrip())
+            split = [value.split("\n") for value in row]
+            for i in range(max(len(lines) for lines in split)):
+                cells = []
+                for lines, w, oid in zip(split, widths, oids, strict=True):
+                    v = lines[i] if i < len(lines) else ""
+                    cells.append((v.rjust(w) if oid in _NUMERIC_OIDS else v.ljust(w))
+                                 + ("+" if i < len(lines) - 1 else " "))
+                out.append((" " + "| ".join(cells)).rstrip())
         out.append(f"({len(rows)} row{'' if len(rows) == 1 else 's'})")
         return out
 
@@ -268,6 +274,7 @@ def normalise(lines: list[str]) -> list[str]:
     out = []
     for line in lines:
         line = " ".join(line.split())
+        line = line[:-1].rstrip() if line.endswith("+") and not RULE.match(line.replace(" ", "")) else line
         if not line or FOOTER.match(line):
             continue
         if RULE.match(line.replace(" ", "")) and "-" in line:
