@@ -54,7 +54,7 @@ MASKS: list[tuple[str, str]] = [
     ("<timestamp>", r"datetime\.datetime\([^)]*\)"),
     ("<duration>", r"\b\d+(?:\.\d+)? ?ms\b"),  # "12.3 ms"
     ("<duration>", r"\b\d\d:\d\d:\d\d\.\d+\b"),  # an interval with fractional seconds
-    ("<stamp>", r"\b\d{32}\.\d+\.[0-9.]+\b"),  # LangGraph channel versions
+    ("<stamp>", r"\b\d+\.\d+\.<uuid>"),  # a LangGraph checkpoint stamp: version.xmin.checkpoint id
     ("<token>", r"\bpm[a-z]*_[A-Za-z0-9_-]{16,}"),  # MCP bearer tokens
 ]
 
