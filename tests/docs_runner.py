@@ -39,6 +39,7 @@ import io
 import itertools
 import os
 import re
+import textwrap
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -55,11 +56,11 @@ MASKS: list[tuple[str, str]] = [
     ("<duration>", r"\b\d+(?:\.\d+)? ?ms\b"),  # "12.3 ms"
     ("<duration>", r"\b\d\d:\d\d:\d\d\.\d+\b"),  # an interval with fractional seconds
     ("<stamp>", r"\b\d+\.\d+\.<uuid>"),  # a LangGraph checkpoint stamp: version.xmin.checkpoint id
-    ("<token>", r"\bpm[a-z]*_[A-Za-z0-9_-]{16,}"),  # MCP bearer tokens
+    ("<token>", r"\bpmdb_[0-9a-f]{7,}"),  # an MCP bearer token or its prefix
 ]
 
 PROMPT = re.compile(r"^(?:[A-Za-z_][\w-]*)?=[>#] ")
-FENCE = re.compile(r"^```([\w-]*)[ \t]*\n(.*?)^```[ \t]*$", re.MULTILINE | re.DOTALL)
+FENCE = re.compile(r"^([ \t]*)```([\w-]*)[ \t]*\n(.*?)^\1```[ \t]*$", re.MULTILINE | re.DOTALL)  # also in a list
 SKIP = re.compile(r"<!--\s*docs-test:\s*skip\s+(.*?)\s*-->\s*\Z", re.DOTALL)
 RULE = re.compile(r"^[-+]+$")
 FOOTER = re.compile(r"^\(\d+ rows?\)$")
@@ -83,7 +84,7 @@ def parse(page: str, text: str) -> list[Block]:
     """The fenced blocks of a page, classified by the convention above."""
     blocks: list[Block] = []
     for match in FENCE.finditer(text):
-        lang, body = match.group(1), match.group(2)
+        lang, body = match.group(2), textwrap.dedent(match.group(3))
         line = text.count("\n", 0, match.start()) + 1
         before = text[: match.start()]
         skip = SKIP.search(before[-400:])
