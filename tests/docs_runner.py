@@ -191,11 +191,17 @@ class Session:
         gset = re.search(r"\\gset\s*$", text)
         if gset:
             text = text[: gset.start()]
+        gx = re.search(r"\\gx\s*$", text)
+        expanded = self.expanded
+        if gx:
+            text = text[: gx.start()]
+            self.expanded = True
         for name, value in self.variables.items():
             text = text.replace(f":'{name}'", "'" + value.replace("'", "''") + "'").replace(f":{name}", value)
         out: list[str] = []
         for one in split_statements(text):
             out += self._one(one, bool(gset))
+        self.expanded = expanded
         return [line.replace(self.dbname, "mydb") for line in out]
 
     def _one(self, text: str, gset: bool) -> list[str]:
