@@ -202,7 +202,7 @@ class Session:
         for one in split_statements(text):
             out += self._one(one, bool(gset))
         self.expanded = expanded
-        return [line.replace(self.dbname, "mydb") for line in out]
+        return [line.replace(self.dbname, "mydb") for text in out for line in text.split("\n")]
 
     def _one(self, text: str, gset: bool) -> list[str]:
         out: list[str] = []

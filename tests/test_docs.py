@@ -18,7 +18,7 @@ from tests.conftest import ROOT
 
 PAGES = ["README.md", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md"))]
 # pages not yet reproducible as printed: strict, so a page that starts passing must leave this list
-NOT_YET: set[str] = {"docs/vm.md"}
+NOT_YET: set[str] = set()
 
 
 @pytest.mark.parametrize("page", [pytest.param(p, marks=pytest.mark.xfail(strict=True, reason="issue 19 item 9"))

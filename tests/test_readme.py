@@ -74,7 +74,7 @@ def test_python_quick_start_runs_as_printed_twice(run: int, dsn: str, monkeypatc
         namespace: dict[str, Any] = {"__name__": "readme", "builder": _builder()}
         for number, code in enumerate(snippets, 1):
             try:
-                exec(compile(code, f"README.md (Python block {number})", "exec"), namespace)
+                exec(compile(code, f"README.md (Python block {number})", "exec", dont_inherit=True), namespace)
             except Exception as exc:
                 raise AssertionError(f"Python block {number} failed on run {_ + 1}: {exc!r}") from exc
 
