@@ -61,7 +61,7 @@ MASKS: list[tuple[str, str]] = [
 
 PROMPT = re.compile(r"^(?:[A-Za-z_][\w-]*)?=[>#] ")
 FENCE = re.compile(r"^([ \t]*)```([\w-]*)[ \t]*\n(.*?)^\1```[ \t]*$", re.MULTILINE | re.DOTALL)  # also in a list
-SKIP = re.compile(r"<!--\s*docs-test:\s*skip\s+(.*?)\s*-->\s*\Z", re.DOTALL)
+SKIP = re.compile(r"<!--[ \t]*docs-test:[ \t]*skip[ \t]+([^\n]*?)[ \t]*-->\s*\Z")
 RULE = re.compile(r"^[-+]+$")
 FOOTER = re.compile(r"^\(\d+ rows?\)$")
 

@@ -11,9 +11,12 @@ and in the failure message.
 
 from __future__ import annotations
 
+import re
+
+import psycopg
 import pytest
 
-from tests import docs_runner
+from tests import docs_reference, docs_runner
 from tests.conftest import ROOT
 
 PAGES = ["README.md", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md"))]
@@ -43,3 +46,13 @@ def test_convention_recognises_blocks() -> None:
                                [" id |           at", "----+------------------------", " 7 | 2026-11-25 12:00:01.5+00"])
     assert docs_runner.matches(['{"a": 1, ...}'], ['{"a": 1, "b": 2}'])
     assert not docs_runner.matches([" 8"], [" 7"])
+
+
+def test_every_public_function_is_in_the_reference(dsn: str) -> None:
+    """docs/reference.md lists every public function (regenerate: python -m tests.docs_reference DSN)."""
+    with psycopg.connect(dsn) as conn:
+        names = {row[0] for row in docs_reference.public_functions(conn)}
+    listed = set(re.findall(r"^\| `memori\.(\w+)\(", (ROOT / "docs" / "reference.md").read_text(encoding="utf-8"),
+                            flags=re.MULTILINE))
+    assert names - listed == set(), "missing from docs/reference.md: regenerate it with python -m tests.docs_reference"
+    assert listed - names == set(), "docs/reference.md lists functions that no longer exist: regenerate it"
