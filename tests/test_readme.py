@@ -74,7 +74,7 @@ def test_python_quick_start_runs_as_printed_twice(run: int, dsn: str, monkeypatc
         namespace: dict[str, Any] = {"__name__": "readme", "builder": _builder()}
         for number, code in enumerate(snippets, 1):
             try:
-                exec(compile(code, f"README.md (Python block {number})", "exec"), namespace)
+                exec(compile(code, f"README.md (Python block {number})", "exec", dont_inherit=True), namespace)
             except Exception as exc:
                 raise AssertionError(f"Python block {number} failed on run {_ + 1}: {exc!r}") from exc
 
@@ -106,8 +106,7 @@ def test_psql_quick_start_on_a_new_embedded_server(tmp_path: Path, monkeypatch: 
             done = subprocess.run([_psql(), "-X", "-q", "-d", url], input=script,
                                   capture_output=True, text=True, check=False)
             errors = [line for line in done.stderr.splitlines() if "ERROR" in line]
-            # the one statement that needs pg_cron, which the embedded server does not have
-            assert len(errors) == 1 and "pg_cron" in errors[0], done.stderr
+            assert not errors, done.stderr  # the statement that needs pg_cron is a block of its own
         with psycopg.connect(url) as conn:
             assert conn.execute("select version_num from memori.alembic_version").fetchone() == (head_revision(),)
     finally:
