@@ -11,20 +11,102 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
+from uuid import UUID
 
 from psycopg.types.json import Jsonb
 
-from pymemdb._sql import fn, given
+from pymemdb._sql import fn, given, rows, scalar
 from pymemdb.errors import InvalidArgument, PymemdbError
-from pymemdb.types import ChunkAdded, Optimization
 
 if TYPE_CHECKING:
     from pymemdb.db import Database
 
-ESTIMATE_TOKENS = fn("estimate_tokens", ("p_text", "text"), ("p_content_type", "text"), returns="scalar")
-BUSINESS_BOOST = fn("business_boost", ("p_metadata", "jsonb"), returns="scalar")
-CHUNK_PRIORITY = fn(
-    "chunk_priority", ("p_chunk", "jsonb"), ("p_now", "timestamptz"), ("p_options", "jsonb"), returns="scalar"
+
+# -- results ------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ChunkAdded:
+    """memori.chunk_added: a stored chunk's id, type, tokens (given or estimated) and expiry."""
+
+    id: UUID
+    chunk_type: str
+    tokens: int
+    expires_at: datetime | None
+
+
+@dataclass(frozen=True)
+class AllocatedChunk:
+    """One chunk of an optimisation's ``optimized_chunks`` (content only for stored chunks)."""
+
+    id: Any
+    type: str
+    tokens: int
+    priority: float
+    token_span: tuple[int, int]
+    original_index: int
+    content: str | None = None
+
+
+@dataclass(frozen=True)
+class BudgetConflict:
+    """A drop after an allocation: chunk1 (the last allocated) was kept, chunk2 did not fit ``budget``."""
+
+    chunk1: Any
+    chunk2: Any
+    conflict_type: str
+    resolution: str
+    budget: str | None
+
+
+@dataclass(frozen=True)
+class OptimizationMetrics:
+    prioritization_score: float
+    business_relevance_boost: float
+    recency_boost: float
+
+
+@dataclass(frozen=True)
+class Optimization:
+    """The result of memori.context_optimize / context_optimize_stored (seed 02's optimisation result)."""
+
+    optimized_chunks: list[AllocatedChunk]
+    dropped_chunk_ids: list[Any]
+    total_tokens_used: int
+    tokens_remaining: int
+    tokens_available: int
+    reserved_tokens: int
+    chunks_dropped: int
+    conflicts: list[BudgetConflict]
+    conflicts_count: int
+    requires_summarization: list[Any]
+    optimization_metrics: OptimizationMetrics
+    optimization_id: UUID | None
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> Optimization:
+        return cls(
+            optimized_chunks=[AllocatedChunk(c["id"], c["type"], c["tokens"], c["priority"],
+                                             (c["token_span"][0], c["token_span"][1]), c["original_index"],
+                                             c.get("content")) for c in doc["optimized_chunks"]],
+            dropped_chunk_ids=list(doc["dropped_chunk_ids"]),
+            total_tokens_used=doc["total_tokens_used"],
+            tokens_remaining=doc["tokens_remaining"],
+            tokens_available=doc["tokens_available"],
+            reserved_tokens=doc["reserved_tokens"],
+            chunks_dropped=doc["chunks_dropped"],
+            conflicts=[BudgetConflict(c["chunk1"], c["chunk2"], c["conflict_type"], c["resolution"], c.get("budget"))
+                       for c in doc["conflicts"]],
+            conflicts_count=doc["conflicts_count"],
+            requires_summarization=list(doc["requires_summarization"]),
+            optimization_metrics=OptimizationMetrics(**doc["optimization_metrics"]),
+            optimization_id=UUID(doc["optimization_id"]) if doc.get("optimization_id") else None,
+        )
+
+
+# -- declarations -------------------------------------------------------------------
+ESTIMATE_TOKENS = scalar("estimate_tokens", ("p_text", "text"), ("p_content_type", "text"), result=int)
+BUSINESS_BOOST = scalar("business_boost", ("p_metadata", "jsonb"), result=float)
+CHUNK_PRIORITY = scalar(
+    "chunk_priority", ("p_chunk", "jsonb"), ("p_now", "timestamptz"), ("p_options", "jsonb"), result=float
 )
 CONTEXT_OPTIMIZE = fn(
     "context_optimize",
@@ -36,13 +118,13 @@ CONTEXT_OPTIMIZE_STORED = fn(
     ("p_session_id", "text"), ("p_available_tokens", "integer"), ("p_options", "jsonb"), ("p_now", "timestamptz"),
     returns="scalar",
 )
-CHUNK_ADD_MANY = fn(
+CHUNK_ADD_MANY = rows(
     "chunk_add_many",
     ("p_session_id", "text"), ("p_chunks", "jsonb"), ("p_user_id", "text"), ("p_ttl", "interval"),
     ("p_now", "timestamptz"),
-    result=ChunkAdded, returns="many",
+    result=ChunkAdded,
 )
-CHUNK_CLEAR = fn("chunk_clear", ("p_session_id", "text"), returns="scalar")
+CHUNK_CLEAR = scalar("chunk_clear", ("p_session_id", "text"), result=int)
 # private: the failed event, in a transaction of its own (the failed call's rolled back with it)
 BUDGET_FAILED = fn("_budget_failed", ("p_payload", "jsonb"), ("p_now", "timestamptz"), returns="scalar")
 
@@ -99,19 +181,19 @@ class Budget:
 
     def estimate_tokens(self, text: str, content_type: str | None = None) -> int:
         """memori.estimate_tokens: ceil(length / chars per token) of general, business, code or auto text."""
-        return self._db.call(  # type: ignore[no-any-return]
+        return self._db.call(
             ESTIMATE_TOKENS, **given(p_text=text, p_content_type=content_type)
         )
 
     def business_boost(self, metadata: Mapping[str, Any]) -> float:
         """memori.business_boost: revenue, urgency, client tier, deal status, relationship; at most 20."""
-        return self._db.call(BUSINESS_BOOST, p_metadata=Jsonb(dict(metadata)))  # type: ignore[no-any-return]
+        return self._db.call(BUSINESS_BOOST, p_metadata=Jsonb(dict(metadata)))
 
     def chunk_priority(self, chunk: ChunkLike, *, now: datetime | None = None,
                        recency_mode: str | None = None, prefer_recent: bool | None = None) -> float:
         """memori.chunk_priority: base priority + recency + RAG + business boosts."""
         options = _options(recency_mode=recency_mode, prefer_recent=prefer_recent)
-        return self._db.call(  # type: ignore[no-any-return]
+        return self._db.call(
             CHUNK_PRIORITY, **given(p_chunk=Jsonb(_chunk_json(chunk)), p_now=now, p_options=Jsonb(options))
         )
 
@@ -194,11 +276,11 @@ class Budget:
     ) -> builtins.list[ChunkAdded]:
         """memori.chunk_add_many: store chunks of a session (content required), in order."""
         items = [_chunk_json(c) for c in chunks]
-        return self._db.call(  # type: ignore[no-any-return]
+        return self._db.call(
             CHUNK_ADD_MANY, **given(p_session_id=session_id, p_chunks=Jsonb(items), p_user_id=user_id, p_ttl=ttl,
                                     p_now=now)
         )
 
     def clear(self, session_id: str) -> int:
         """memori.chunk_clear: delete a session's stored chunks; returns how many."""
-        return self._db.call(CHUNK_CLEAR, p_session_id=session_id)  # type: ignore[no-any-return]
+        return self._db.call(CHUNK_CLEAR, p_session_id=session_id)
