@@ -8,15 +8,15 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from psycopg.types.json import Jsonb
 
-from pymemdb._sql import fn, given, rows, scalar
-from pymemdb.errors import InvalidArgument, PymemdbError
+from pymemdb._sql import given, one, rows, scalar
+from pymemdb.errors import InvalidArgument, from_diagnostics
 
 if TYPE_CHECKING:
     from pymemdb.db import Database
@@ -82,6 +82,14 @@ class Optimization:
     optimization_id: UUID | None
 
     @classmethod
+    def from_row(cls, row: OptimizationRow) -> Optimization:
+        """The typed result of a memori.optimization_result row; a failure it reports is raised."""
+        if row.error_sqlstate is not None:
+            raise from_diagnostics(row.error_sqlstate, row.error_message or "optimisation failed",
+                                   detail=row.error_detail, hint=row.error_hint)
+        return cls.from_json({f.name: getattr(row, f.name) for f in fields(cls)})
+
+    @classmethod
     def from_json(cls, doc: dict[str, Any]) -> Optimization:
         return cls(
             optimized_chunks=[AllocatedChunk(c["id"], c["type"], c["tokens"], c["priority"],
@@ -98,8 +106,31 @@ class Optimization:
             conflicts_count=doc["conflicts_count"],
             requires_summarization=list(doc["requires_summarization"]),
             optimization_metrics=OptimizationMetrics(**doc["optimization_metrics"]),
-            optimization_id=UUID(doc["optimization_id"]) if doc.get("optimization_id") else None,
+            optimization_id=(doc["optimization_id"] if isinstance(doc.get("optimization_id"), UUID)
+                             else UUID(doc["optimization_id"]) if doc.get("optimization_id") else None),
         )
+
+
+@dataclass(frozen=True)
+class OptimizationRow:
+    """memori.optimization_result as it comes: lists and metrics as JSON; error_* only with on_error report."""
+
+    optimized_chunks: list[dict[str, Any]] | None
+    dropped_chunk_ids: list[Any] | None
+    total_tokens_used: int | None
+    tokens_remaining: int | None
+    tokens_available: int | None
+    reserved_tokens: int | None
+    chunks_dropped: int | None
+    conflicts: list[dict[str, Any]] | None
+    conflicts_count: int | None
+    requires_summarization: list[Any] | None
+    optimization_metrics: dict[str, Any] | None
+    optimization_id: UUID | None
+    error_sqlstate: str | None
+    error_message: str | None
+    error_detail: str | None
+    error_hint: str | None
 
 
 # -- declarations -------------------------------------------------------------------
@@ -108,15 +139,15 @@ BUSINESS_BOOST = scalar("business_boost", ("p_metadata", "jsonb"), result=float)
 CHUNK_PRIORITY = scalar(
     "chunk_priority", ("p_chunk", "jsonb"), ("p_now", "timestamptz"), ("p_options", "jsonb"), result=float
 )
-CONTEXT_OPTIMIZE = fn(
+CONTEXT_OPTIMIZE = one(
     "context_optimize",
     ("p_chunks", "jsonb"), ("p_available_tokens", "integer"), ("p_options", "jsonb"), ("p_now", "timestamptz"),
-    returns="scalar",
+    result=OptimizationRow,
 )
-CONTEXT_OPTIMIZE_STORED = fn(
+CONTEXT_OPTIMIZE_STORED = one(
     "context_optimize_stored",
     ("p_session_id", "text"), ("p_available_tokens", "integer"), ("p_options", "jsonb"), ("p_now", "timestamptz"),
-    returns="scalar",
+    result=OptimizationRow,
 )
 CHUNK_ADD_MANY = rows(
     "chunk_add_many",
@@ -125,8 +156,6 @@ CHUNK_ADD_MANY = rows(
     result=ChunkAdded,
 )
 CHUNK_CLEAR = scalar("chunk_clear", ("p_session_id", "text"), result=int)
-# private: the failed event, in a transaction of its own (the failed call's rolled back with it)
-BUDGET_FAILED = fn("_budget_failed", ("p_payload", "jsonb"), ("p_now", "timestamptz"), returns="scalar")
 
 CHUNK_TYPES = (
     "system_prompt", "current_user_prompt", "critical_rag_document", "tool_output", "tool_input",
@@ -216,12 +245,12 @@ class Budget:
         """memori.context_optimize: which chunks fit ``available_tokens`` minus the reserve, by priority."""
         options = _options(reserve_tokens=reserve_tokens, category_budgets=category_budgets, order=order,
                            recency_mode=recency_mode, prefer_recent=prefer_recent, persist=persist,
-                           max_conflicts=max_conflicts, user_id=user_id, session_id=session_id)
-        items = [_chunk_json(c) for c in chunks]
-        args = given(p_chunks=Jsonb(items), p_available_tokens=_check_tokens(available_tokens),
-                     p_options=Jsonb(options), p_now=now)
-        return self._run(CONTEXT_OPTIMIZE, args, {"source": "request", "chunks_count": len(items),
-                                                  "session_id": session_id, "user_id": user_id}, persist, now)
+                           max_conflicts=max_conflicts, user_id=user_id, session_id=session_id, on_error="report")
+        # on_error report: the SQL records context.optimization.failed and returns the error, raised here
+        row = self._db.call(CONTEXT_OPTIMIZE, **given(
+            p_chunks=Jsonb([_chunk_json(c) for c in chunks]), p_available_tokens=_check_tokens(available_tokens),
+            p_options=Jsonb(options), p_now=now))
+        return Optimization.from_row(row)
 
     def optimize_stored(
         self,
@@ -241,29 +270,11 @@ class Budget:
         """memori.context_optimize_stored: the same over a session's stored chunks; winners carry their content."""
         options = _options(reserve_tokens=reserve_tokens, category_budgets=category_budgets, order=order,
                            recency_mode=recency_mode, prefer_recent=prefer_recent, persist=persist,
-                           max_conflicts=max_conflicts, user_id=user_id)
-        args = given(p_session_id=session_id, p_available_tokens=_check_tokens(available_tokens),
-                     p_options=Jsonb(options), p_now=now)
-        return self._run(CONTEXT_OPTIMIZE_STORED, args, {"source": "stored", "session_id": session_id,
-                                                         "user_id": user_id}, persist, now)
-
-    def _run(self, function: Any, args: dict[str, Any], about: dict[str, Any], persist: bool | None,
-             now: datetime | None) -> Optimization:
-        try:
-            doc = self._db.call(function, **args)
-        except PymemdbError as exc:
-            if persist is not False:
-                self._failed(about | {"error": exc.message, "sqlstate": exc.sqlstate}, now)
-            raise
-        return Optimization.from_json(doc)
-
-    def _failed(self, payload: dict[str, Any], now: datetime | None) -> None:
-        """context.optimization.failed, best effort: a failure to record it must not hide the real error."""
-        try:
-            self._db.call(BUDGET_FAILED, **given(p_payload=Jsonb({k: v for k, v in payload.items() if v is not None}),
-                                                 p_now=now))
-        except PymemdbError:
-            pass
+                           max_conflicts=max_conflicts, user_id=user_id, on_error="report")
+        row = self._db.call(CONTEXT_OPTIMIZE_STORED, **given(
+            p_session_id=session_id, p_available_tokens=_check_tokens(available_tokens), p_options=Jsonb(options),
+            p_now=now))
+        return Optimization.from_row(row)
 
     def add_many(
         self,

@@ -302,10 +302,10 @@ begin
   end if;
   select string_agg(k, ', ') into v_unknown from jsonb_object_keys(v_opt) k
    where k not in ('reserve_tokens', 'category_budgets', 'order', 'recency_mode', 'prefer_recent', 'persist',
-                   'user_id', 'session_id', 'max_conflicts');
+                   'user_id', 'session_id', 'max_conflicts', 'on_error');
   if v_unknown is not null then
     perform memori._invalid(format('unknown option(s) %s', v_unknown),
-                            'Options: reserve_tokens, category_budgets, order, recency_mode, prefer_recent, persist, max_conflicts, user_id, session_id.');
+                            'Options: reserve_tokens, category_budgets, order, recency_mode, prefer_recent, persist, max_conflicts, user_id, session_id, on_error.');
   end if;
   v_opt := jsonb_strip_nulls(v_opt);
   if v_opt ? 'reserve_tokens' and (jsonb_typeof(v_opt->'reserve_tokens') <> 'number'
@@ -328,6 +328,10 @@ begin
   if coalesce(v_opt->>'order', 'priority') not in ('priority', 'original') then
     perform memori._invalid(format('order must be priority or original, got %s', v_opt->'order'),
                             'Pass {"order": "original"} to get the chunks in input order.');
+  end if;
+  if coalesce(v_opt->>'on_error', 'raise') not in ('raise', 'report') then
+    perform memori._invalid(format('on_error must be raise or report, got %s', v_opt->'on_error'),
+                            'report: the failure is recorded (context.optimization.failed) and returned in the error_* columns.');
   end if;
   if coalesce(v_opt->>'recency_mode', 'linear') not in ('linear', 'exponential') then
     perform memori._invalid(format('recency_mode must be linear or exponential, got %s', v_opt->'recency_mode'),
@@ -679,7 +683,9 @@ create or replace function memori._budget_record(p_result jsonb, p_source text, 
 returns jsonb
 as $func$
 declare
-  v_user text := coalesce(p_opt->>'user_id', nullif(current_setting('memori.user_id', true), ''), p_user_id);
+  -- the one acting-user rule when a user is given; else memori.user_id, else the stored chunks' owner
+  v_user text := case when p_opt ? 'user_id' then memori._acting_user(p_opt->>'user_id')
+                      else coalesce(nullif(current_setting('memori.user_id', true), ''), p_user_id) end;
   v_id   uuid;
 begin
   if not (p_opt->>'persist')::boolean then
@@ -701,7 +707,7 @@ begin
   values (v_user, p_session_id, p_source, p_chunks_count, jsonb_array_length(p_result->'optimized_chunks'),
           (p_result->>'chunks_dropped')::integer, jsonb_array_length(p_result->'conflicts'),
           (p_result->>'total_tokens_used')::integer, (p_result->>'tokens_available')::integer,
-          (p_result->>'reserved_tokens')::integer, p_result->'optimization_metrics', p_opt - 'user_id' - 'session_id',
+          (p_result->>'reserved_tokens')::integer, p_result->'optimization_metrics', p_opt - 'user_id' - 'session_id' - 'on_error',
           jsonb_build_object('entity', 'context', 'operation', 'optimize', 'source', p_source, 'time', p_now),
           p_now, p_now + memori._budget_retention(p_source))
   returning id into v_id;
@@ -742,30 +748,52 @@ set search_path = pg_catalog, memori, pg_temp;
 comment on function memori._budget_retention(text, text) is 'Retention of a context_chunks / context_optimizations kind: its policy, else the table default (NULL: kept).';
 
 -------------------------------------------------------------------------------
--- _budget_failed: the context.optimization.failed event (the client calls it after a failed call)
-create or replace function memori._budget_failed(p_payload jsonb, p_now timestamptz default now()) returns void
+-- _budget_failed: the context.optimization.failed event and the failure as a result
+drop function if exists memori._budget_failed(jsonb, timestamptz);  -- the client called it before 0020
+create or replace function memori._budget_failed(
+  p_about   jsonb,        -- source, chunks_count, session_id, user_id of the failed call
+  p_options jsonb,        -- the call's options as given (they may be what failed)
+  p_state   text,
+  p_message text,
+  p_detail  text,
+  p_hint    text,
+  p_now     timestamptz
+) returns memori.optimization_result
 as $func$
+declare
+  v_result memori.optimization_result;
 begin
-  -- A failed call's own transaction rolls back with its events, so the
-  -- client reports the failure in a transaction of its own.
-  perform memori._event_emit('context.optimization.failed', p_payload, p_now);
+  -- The failed call's own work is rolled back (its exception block); this runs
+  -- in the caller's transaction, which stays usable, so the event is kept.
+  if p_options->'persist' is distinct from 'false'::jsonb then
+    perform memori._event_emit('context.optimization.failed',
+              jsonb_strip_nulls(p_about || jsonb_build_object('error', p_message, 'sqlstate', p_state)),
+              coalesce(p_now, now()));
+  end if;
+  v_result.error_sqlstate := p_state;
+  v_result.error_message := p_message;
+  v_result.error_detail := p_detail;
+  v_result.error_hint := p_hint;
+  return v_result;
 end
 $func$ language plpgsql volatile security invoker
 set search_path = pg_catalog, memori, pg_temp;
-comment on function memori._budget_failed(jsonb, timestamptz) is 'Emit context.optimization.failed (called by the client after a failed optimisation).';
+comment on function memori._budget_failed(jsonb, jsonb, text, text, text, text, timestamptz) is 'Emit context.optimization.failed (unless persist is false) and return the failure as an optimization_result (on_error report).';
 
 -------------------------------------------------------------------------------
 -- context_optimize: the seed's token budget optimisation of a chunk list
+-- (the result was jsonb before migration 0020: create or replace cannot change it)
+drop function if exists memori.context_optimize(jsonb, integer, jsonb, timestamptz);
 create or replace function memori.context_optimize(
   p_chunks           jsonb,
   p_available_tokens integer,
   p_options          jsonb default '{}'::jsonb,
   p_now              timestamptz default now()
-) returns jsonb
+) returns memori.optimization_result
 as $func$
 declare
   v_cfg    jsonb := memori._budget_config();
-  v_opt    jsonb := memori._budget_options(p_options, v_cfg);
+  v_opt    jsonb;
   v_n      integer;
   v_ids    jsonb[];
   v_types  text[];
@@ -774,7 +802,13 @@ declare
   v_orig   integer[];
   v_rec    double precision[];
   v_rev    double precision[];
+  v_state  text;
+  v_msg    text;
+  v_detail text;
+  v_hint   text;
 begin
+  -- (in the body, not the declarations: the exception block below catches what fails here)
+  v_opt := memori._budget_options(p_options, v_cfg);
   if p_now is null then
     perform memori._invalid('p_now must not be NULL', 'Omit p_now to use the current time.');
   end if;
@@ -794,14 +828,26 @@ begin
            cross join lateral memori._chunk_score(ct.base_priority, t.e, p_now, v_opt, v_cfg) s
            order by s.priority desc, s.ts desc nulls last, t.n) c;
   -- steps 3 to 6: budget, greedy walk, result; then persist and events
-  return memori._budget_record(
+  return jsonb_populate_record(null::memori.optimization_result, memori._budget_record(
            memori._budget_resolve(v_ids, v_types, v_tokens, v_prio, v_orig, v_rec, v_rev, p_available_tokens,
                                   v_opt, v_cfg, false),
-           'request', v_n, v_opt, v_opt->>'session_id', null, p_now);
+           'request', v_n, v_opt, v_opt->>'session_id', null, p_now));
+exception when others then
+  get stacked diagnostics v_state = returned_sqlstate, v_msg = message_text, v_detail = pg_exception_detail,
+                          v_hint = pg_exception_hint;
+  if p_options->>'on_error' is distinct from 'report' then
+    raise;
+  end if;
+  return memori._budget_failed(
+           jsonb_build_object('source', 'request', 'session_id', p_options->>'session_id',
+                              'user_id', p_options->>'user_id',
+                              'chunks_count', case when jsonb_typeof(p_chunks) = 'array'
+                                                   then jsonb_array_length(p_chunks) end),
+           p_options, v_state, v_msg, v_detail, v_hint, p_now);
 end
 $func$ language plpgsql volatile security invoker
 set search_path = pg_catalog, memori, pg_temp;
-comment on function memori.context_optimize(jsonb, integer, jsonb, timestamptz) is 'Seed 02''s optimisation: prioritise chunks, sort, greedily fill available tokens minus the reserve; allocation, drops, conflicts, metrics.';
+comment on function memori.context_optimize(jsonb, integer, jsonb, timestamptz) is 'Seed 02''s optimisation: prioritise chunks, sort, greedily fill available tokens minus the reserve; allocation, drops, conflicts, metrics. With {"on_error": "report"} a failure is recorded (context.optimization.failed) and returned in error_* instead of raised.';
 
 -------------------------------------------------------------------------------
 -- chunk_add_many: store chunks of a session (ranked later by context_optimize_stored)
@@ -816,13 +862,11 @@ as $func$
 declare
   v_cfg  jsonb := memori._budget_config();
   v_opt  jsonb := memori._budget_options('{}', v_cfg);
-  v_user text := coalesce(p_user_id, nullif(current_setting('memori.user_id', true), ''));
+  v_user text;
 begin
   perform memori._check_identifier('session id', p_session_id);
-  if v_user is null then
-    perform memori._invalid('no user for the chunks', 'Pass p_user_id, or SET memori.user_id for the transaction.');
-  end if;
-  perform memori._check_identifier('user id', v_user);
+  -- the one acting-user rule: p_user_id must be memori.user_id when that is set (PM040)
+  v_user := memori._acting_user(p_user_id);
   if p_now is null then
     perform memori._invalid('p_now must not be NULL', 'Omit p_now to use the current time.');
   end if;
@@ -867,18 +911,19 @@ comment on function memori.chunk_clear(text) is 'Delete every stored chunk of a 
 
 -------------------------------------------------------------------------------
 -- context_optimize_stored: the same optimisation over a session's stored chunks
+drop function if exists memori.context_optimize_stored(text, integer, jsonb, timestamptz);
 create or replace function memori.context_optimize_stored(
   p_session_id       text,
   p_available_tokens integer,
   p_options          jsonb default '{}'::jsonb,
   p_now              timestamptz default now()
-) returns jsonb
+) returns memori.optimization_result
 as $func$
 declare
   v_cfg    jsonb := memori._budget_config();
-  v_opt    jsonb := memori._budget_options(p_options, v_cfg);
-  v_prefer boolean := (v_opt->>'prefer_recent')::boolean;
-  v_exp    boolean := v_opt->>'recency_mode' = 'exponential';
+  v_opt    jsonb;
+  v_prefer boolean;
+  v_exp    boolean;
   v_linear float8 := (v_cfg->>'recency_linear_max')::float8;
   v_max    float8 := (v_cfg->>'recency_max_boost')::float8;
   v_rate   float8 := (v_cfg->>'recency_decay_rate')::float8;
@@ -893,10 +938,19 @@ declare
   v_rec    double precision[];
   v_rev    double precision[];
   v_bases  jsonb := v_cfg->'bases';
-  v_caps   boolean := (v_opt->>'category_budgets')::boolean;
+  v_caps   boolean;
   v_result jsonb;
   v_owner  text;
+  v_state  text;
+  v_msg    text;
+  v_detail text;
+  v_hint   text;
 begin
+  -- (in the body, not the declarations: the exception block below catches what fails here)
+  v_opt := memori._budget_options(p_options, v_cfg);
+  v_prefer := (v_opt->>'prefer_recent')::boolean;
+  v_exp := v_opt->>'recency_mode' = 'exponential';
+  v_caps := (v_opt->>'category_budgets')::boolean;
   perform memori._check_identifier('session id', p_session_id);
   if p_now is null then
     perform memori._invalid('p_now must not be NULL', 'Omit p_now to use the current time.');
@@ -941,8 +995,18 @@ begin
      and nullif(current_setting('memori.user_id', true), '') is null then
     select k.user_id into v_owner from memori.context_chunks k where k.session_id = p_session_id limit 1;
   end if;
-  return memori._budget_record(v_result, 'stored', v_n, v_opt, p_session_id, v_owner, p_now);
+  return jsonb_populate_record(null::memori.optimization_result,
+                               memori._budget_record(v_result, 'stored', v_n, v_opt, p_session_id, v_owner, p_now));
+exception when others then
+  get stacked diagnostics v_state = returned_sqlstate, v_msg = message_text, v_detail = pg_exception_detail,
+                          v_hint = pg_exception_hint;
+  if p_options->>'on_error' is distinct from 'report' then
+    raise;
+  end if;
+  return memori._budget_failed(
+           jsonb_build_object('source', 'stored', 'session_id', p_session_id, 'user_id', p_options->>'user_id'),
+           p_options, v_state, v_msg, v_detail, v_hint, p_now);
 end
 $func$ language plpgsql volatile security invoker
 set search_path = pg_catalog, memori, pg_temp;
-comment on function memori.context_optimize_stored(text, integer, jsonb, timestamptz) is 'context_optimize over a session''s unexpired stored chunks, ranked from an index; content is read for the allocated chunks only.';
+comment on function memori.context_optimize_stored(text, integer, jsonb, timestamptz) is 'context_optimize over a session''s unexpired stored chunks, ranked from an index; content is read for the allocated chunks only. {"on_error": "report"} as for context_optimize.';
