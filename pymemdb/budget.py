@@ -10,7 +10,7 @@ import builtins
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 from uuid import UUID
 
 from psycopg.types.json import Jsonb
@@ -204,6 +204,25 @@ def _options(**kwargs: Any) -> dict[str, Any]:
     return {k: v for k, v in kwargs.items() if v is not None}
 
 
+class OptimizeOptions(TypedDict, total=False):
+    """The options of optimize and optimize_stored (p_options; None or absent: the SQL default)."""
+
+    reserve_tokens: int | None
+    category_budgets: bool | None
+    order: str | None
+    recency_mode: str | None
+    prefer_recent: bool | None
+    persist: bool | None
+    max_conflicts: int | None
+    user_id: str | None
+
+
+def _reported(options: OptimizeOptions, **more: Any) -> Jsonb:
+    """p_options with on_error report: the SQL records context.optimization.failed and returns the error,
+    which Optimization.from_row raises."""
+    return Jsonb(_options(**options, **more, on_error="report"))
+
+
 class Budget:
     def __init__(self, db: Database) -> None:
         self._db = db
@@ -231,25 +250,14 @@ class Budget:
         chunks: Iterable[ChunkLike],
         available_tokens: int,
         *,
-        reserve_tokens: int | None = None,
-        category_budgets: bool | None = None,
-        order: str | None = None,
-        recency_mode: str | None = None,
-        prefer_recent: bool | None = None,
-        persist: bool | None = None,
-        max_conflicts: int | None = None,
-        user_id: str | None = None,
         session_id: str | None = None,
         now: datetime | None = None,
+        **options: Unpack[OptimizeOptions],
     ) -> Optimization:
         """memori.context_optimize: which chunks fit ``available_tokens`` minus the reserve, by priority."""
-        options = _options(reserve_tokens=reserve_tokens, category_budgets=category_budgets, order=order,
-                           recency_mode=recency_mode, prefer_recent=prefer_recent, persist=persist,
-                           max_conflicts=max_conflicts, user_id=user_id, session_id=session_id, on_error="report")
-        # on_error report: the SQL records context.optimization.failed and returns the error, raised here
         row = self._db.call(CONTEXT_OPTIMIZE, **given(
             p_chunks=Jsonb([_chunk_json(c) for c in chunks]), p_available_tokens=_check_tokens(available_tokens),
-            p_options=Jsonb(options), p_now=now))
+            p_options=_reported(options, session_id=session_id), p_now=now))
         return Optimization.from_row(row)
 
     def optimize_stored(
@@ -257,23 +265,13 @@ class Budget:
         session_id: str,
         available_tokens: int,
         *,
-        reserve_tokens: int | None = None,
-        category_budgets: bool | None = None,
-        order: str | None = None,
-        recency_mode: str | None = None,
-        prefer_recent: bool | None = None,
-        persist: bool | None = None,
-        max_conflicts: int | None = None,
-        user_id: str | None = None,
         now: datetime | None = None,
+        **options: Unpack[OptimizeOptions],
     ) -> Optimization:
         """memori.context_optimize_stored: the same over a session's stored chunks; winners carry their content."""
-        options = _options(reserve_tokens=reserve_tokens, category_budgets=category_budgets, order=order,
-                           recency_mode=recency_mode, prefer_recent=prefer_recent, persist=persist,
-                           max_conflicts=max_conflicts, user_id=user_id, on_error="report")
         row = self._db.call(CONTEXT_OPTIMIZE_STORED, **given(
-            p_session_id=session_id, p_available_tokens=_check_tokens(available_tokens), p_options=Jsonb(options),
-            p_now=now))
+            p_session_id=session_id, p_available_tokens=_check_tokens(available_tokens),
+            p_options=_reported(options), p_now=now))
         return Optimization.from_row(row)
 
     def add_many(
