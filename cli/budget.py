@@ -10,9 +10,9 @@ from typing import Annotated, Any, cast
 import typer
 from rich.table import Table
 
+from pymemdb.budget import Optimization
 from pymemdb.cli._common import DsnOption, JsonOption, console, database, handle_errors, print_json
 from pymemdb.errors import InvalidArgument
-from pymemdb.types import Optimization
 
 app = typer.Typer(help="Token budgets: which context chunks fit the model's window, by priority (seed 02).",
                   no_args_is_help=True)

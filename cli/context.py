@@ -10,9 +10,8 @@ import typer
 from rich.table import Table
 
 from pymemdb.cli._common import DsnOption, JsonOption, console, database, fmt_time, handle_errors, print_json
-from pymemdb.context import Scope
+from pymemdb.context import ContextValue, Scope
 from pymemdb.errors import InvalidArgument
-from pymemdb.types import ContextValue
 
 app = typer.Typer(help="Scoped context (global, user, project, session) resolved most specific first (seed 01).",
                   no_args_is_help=True)

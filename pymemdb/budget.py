@@ -8,43 +8,154 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict, Unpack
+from uuid import UUID
 
 from psycopg.types.json import Jsonb
 
-from pymemdb._sql import fn, given
-from pymemdb.errors import InvalidArgument, PymemdbError
-from pymemdb.types import ChunkAdded, Optimization
+from pymemdb._sql import given, one, rows, scalar
+from pymemdb.errors import InvalidArgument, from_diagnostics
 
 if TYPE_CHECKING:
     from pymemdb.db import Database
 
-ESTIMATE_TOKENS = fn("estimate_tokens", ("p_text", "text"), ("p_content_type", "text"), returns="scalar")
-BUSINESS_BOOST = fn("business_boost", ("p_metadata", "jsonb"), returns="scalar")
-CHUNK_PRIORITY = fn(
-    "chunk_priority", ("p_chunk", "jsonb"), ("p_now", "timestamptz"), ("p_options", "jsonb"), returns="scalar"
+
+# -- results ------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ChunkAdded:
+    """memori.chunk_added: a stored chunk's id, type, tokens (given or estimated) and expiry."""
+
+    id: UUID
+    chunk_type: str
+    tokens: int
+    expires_at: datetime | None
+
+
+@dataclass(frozen=True)
+class AllocatedChunk:
+    """One chunk of an optimisation's ``optimized_chunks`` (content only for stored chunks)."""
+
+    id: Any
+    type: str
+    tokens: int
+    priority: float
+    token_span: tuple[int, int]
+    original_index: int
+    content: str | None = None
+
+
+@dataclass(frozen=True)
+class BudgetConflict:
+    """A drop after an allocation: chunk1 (the last allocated) was kept, chunk2 did not fit ``budget``."""
+
+    chunk1: Any
+    chunk2: Any
+    conflict_type: str
+    resolution: str
+    budget: str | None
+
+
+@dataclass(frozen=True)
+class OptimizationMetrics:
+    prioritization_score: float
+    business_relevance_boost: float
+    recency_boost: float
+
+
+@dataclass(frozen=True)
+class Optimization:
+    """The result of memori.context_optimize / context_optimize_stored (seed 02's optimisation result)."""
+
+    optimized_chunks: list[AllocatedChunk]
+    dropped_chunk_ids: list[Any]
+    total_tokens_used: int
+    tokens_remaining: int
+    tokens_available: int
+    reserved_tokens: int
+    chunks_dropped: int
+    conflicts: list[BudgetConflict]
+    conflicts_count: int
+    requires_summarization: list[Any]
+    optimization_metrics: OptimizationMetrics
+    optimization_id: UUID | None
+
+    @classmethod
+    def from_row(cls, row: OptimizationRow) -> Optimization:
+        """The typed result of a memori.optimization_result row; a failure it reports is raised."""
+        if row.error_sqlstate is not None:
+            raise from_diagnostics(row.error_sqlstate, row.error_message or "optimisation failed",
+                                   detail=row.error_detail, hint=row.error_hint)
+        return cls.from_json({f.name: getattr(row, f.name) for f in fields(cls)})
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> Optimization:
+        return cls(
+            optimized_chunks=[AllocatedChunk(c["id"], c["type"], c["tokens"], c["priority"],
+                                             (c["token_span"][0], c["token_span"][1]), c["original_index"],
+                                             c.get("content")) for c in doc["optimized_chunks"]],
+            dropped_chunk_ids=list(doc["dropped_chunk_ids"]),
+            total_tokens_used=doc["total_tokens_used"],
+            tokens_remaining=doc["tokens_remaining"],
+            tokens_available=doc["tokens_available"],
+            reserved_tokens=doc["reserved_tokens"],
+            chunks_dropped=doc["chunks_dropped"],
+            conflicts=[BudgetConflict(c["chunk1"], c["chunk2"], c["conflict_type"], c["resolution"], c.get("budget"))
+                       for c in doc["conflicts"]],
+            conflicts_count=doc["conflicts_count"],
+            requires_summarization=list(doc["requires_summarization"]),
+            optimization_metrics=OptimizationMetrics(**doc["optimization_metrics"]),
+            optimization_id=(doc["optimization_id"] if isinstance(doc.get("optimization_id"), UUID)
+                             else UUID(doc["optimization_id"]) if doc.get("optimization_id") else None),
+        )
+
+
+@dataclass(frozen=True)
+class OptimizationRow:
+    """memori.optimization_result as it comes: lists and metrics as JSON; error_* only with on_error report."""
+
+    optimized_chunks: list[dict[str, Any]] | None
+    dropped_chunk_ids: list[Any] | None
+    total_tokens_used: int | None
+    tokens_remaining: int | None
+    tokens_available: int | None
+    reserved_tokens: int | None
+    chunks_dropped: int | None
+    conflicts: list[dict[str, Any]] | None
+    conflicts_count: int | None
+    requires_summarization: list[Any] | None
+    optimization_metrics: dict[str, Any] | None
+    optimization_id: UUID | None
+    error_sqlstate: str | None
+    error_message: str | None
+    error_detail: str | None
+    error_hint: str | None
+
+
+# -- declarations -------------------------------------------------------------------
+ESTIMATE_TOKENS = scalar("estimate_tokens", ("p_text", "text"), ("p_content_type", "text"), result=int)
+BUSINESS_BOOST = scalar("business_boost", ("p_metadata", "jsonb"), result=float)
+CHUNK_PRIORITY = scalar(
+    "chunk_priority", ("p_chunk", "jsonb"), ("p_now", "timestamptz"), ("p_options", "jsonb"), result=float
 )
-CONTEXT_OPTIMIZE = fn(
+CONTEXT_OPTIMIZE = one(
     "context_optimize",
     ("p_chunks", "jsonb"), ("p_available_tokens", "integer"), ("p_options", "jsonb"), ("p_now", "timestamptz"),
-    returns="scalar",
+    result=OptimizationRow,
 )
-CONTEXT_OPTIMIZE_STORED = fn(
+CONTEXT_OPTIMIZE_STORED = one(
     "context_optimize_stored",
     ("p_session_id", "text"), ("p_available_tokens", "integer"), ("p_options", "jsonb"), ("p_now", "timestamptz"),
-    returns="scalar",
+    result=OptimizationRow,
 )
-CHUNK_ADD_MANY = fn(
+CHUNK_ADD_MANY = rows(
     "chunk_add_many",
     ("p_session_id", "text"), ("p_chunks", "jsonb"), ("p_user_id", "text"), ("p_ttl", "interval"),
     ("p_now", "timestamptz"),
-    result=ChunkAdded, returns="many",
+    result=ChunkAdded,
 )
-CHUNK_CLEAR = fn("chunk_clear", ("p_session_id", "text"), returns="scalar")
-# private: the failed event, in a transaction of its own (the failed call's rolled back with it)
-BUDGET_FAILED = fn("_budget_failed", ("p_payload", "jsonb"), ("p_now", "timestamptz"), returns="scalar")
+CHUNK_CLEAR = scalar("chunk_clear", ("p_session_id", "text"), result=int)
 
 CHUNK_TYPES = (
     "system_prompt", "current_user_prompt", "critical_rag_document", "tool_output", "tool_input",
@@ -93,25 +204,44 @@ def _options(**kwargs: Any) -> dict[str, Any]:
     return {k: v for k, v in kwargs.items() if v is not None}
 
 
+class OptimizeOptions(TypedDict, total=False):
+    """The options of optimize and optimize_stored (p_options; None or absent: the SQL default)."""
+
+    reserve_tokens: int | None
+    category_budgets: bool | None
+    order: str | None
+    recency_mode: str | None
+    prefer_recent: bool | None
+    persist: bool | None
+    max_conflicts: int | None
+    user_id: str | None
+
+
+def _reported(options: OptimizeOptions, **more: Any) -> Jsonb:
+    """p_options with on_error report: the SQL records context.optimization.failed and returns the error,
+    which Optimization.from_row raises."""
+    return Jsonb(_options(**options, **more, on_error="report"))
+
+
 class Budget:
     def __init__(self, db: Database) -> None:
         self._db = db
 
     def estimate_tokens(self, text: str, content_type: str | None = None) -> int:
         """memori.estimate_tokens: ceil(length / chars per token) of general, business, code or auto text."""
-        return self._db.call(  # type: ignore[no-any-return]
+        return self._db.call(
             ESTIMATE_TOKENS, **given(p_text=text, p_content_type=content_type)
         )
 
     def business_boost(self, metadata: Mapping[str, Any]) -> float:
         """memori.business_boost: revenue, urgency, client tier, deal status, relationship; at most 20."""
-        return self._db.call(BUSINESS_BOOST, p_metadata=Jsonb(dict(metadata)))  # type: ignore[no-any-return]
+        return self._db.call(BUSINESS_BOOST, p_metadata=Jsonb(dict(metadata)))
 
     def chunk_priority(self, chunk: ChunkLike, *, now: datetime | None = None,
                        recency_mode: str | None = None, prefer_recent: bool | None = None) -> float:
         """memori.chunk_priority: base priority + recency + RAG + business boosts."""
         options = _options(recency_mode=recency_mode, prefer_recent=prefer_recent)
-        return self._db.call(  # type: ignore[no-any-return]
+        return self._db.call(
             CHUNK_PRIORITY, **given(p_chunk=Jsonb(_chunk_json(chunk)), p_now=now, p_options=Jsonb(options))
         )
 
@@ -120,68 +250,29 @@ class Budget:
         chunks: Iterable[ChunkLike],
         available_tokens: int,
         *,
-        reserve_tokens: int | None = None,
-        category_budgets: bool | None = None,
-        order: str | None = None,
-        recency_mode: str | None = None,
-        prefer_recent: bool | None = None,
-        persist: bool | None = None,
-        max_conflicts: int | None = None,
-        user_id: str | None = None,
         session_id: str | None = None,
         now: datetime | None = None,
+        **options: Unpack[OptimizeOptions],
     ) -> Optimization:
         """memori.context_optimize: which chunks fit ``available_tokens`` minus the reserve, by priority."""
-        options = _options(reserve_tokens=reserve_tokens, category_budgets=category_budgets, order=order,
-                           recency_mode=recency_mode, prefer_recent=prefer_recent, persist=persist,
-                           max_conflicts=max_conflicts, user_id=user_id, session_id=session_id)
-        items = [_chunk_json(c) for c in chunks]
-        args = given(p_chunks=Jsonb(items), p_available_tokens=_check_tokens(available_tokens),
-                     p_options=Jsonb(options), p_now=now)
-        return self._run(CONTEXT_OPTIMIZE, args, {"source": "request", "chunks_count": len(items),
-                                                  "session_id": session_id, "user_id": user_id}, persist, now)
+        row = self._db.call(CONTEXT_OPTIMIZE, **given(
+            p_chunks=Jsonb([_chunk_json(c) for c in chunks]), p_available_tokens=_check_tokens(available_tokens),
+            p_options=_reported(options, session_id=session_id), p_now=now))
+        return Optimization.from_row(row)
 
     def optimize_stored(
         self,
         session_id: str,
         available_tokens: int,
         *,
-        reserve_tokens: int | None = None,
-        category_budgets: bool | None = None,
-        order: str | None = None,
-        recency_mode: str | None = None,
-        prefer_recent: bool | None = None,
-        persist: bool | None = None,
-        max_conflicts: int | None = None,
-        user_id: str | None = None,
         now: datetime | None = None,
+        **options: Unpack[OptimizeOptions],
     ) -> Optimization:
         """memori.context_optimize_stored: the same over a session's stored chunks; winners carry their content."""
-        options = _options(reserve_tokens=reserve_tokens, category_budgets=category_budgets, order=order,
-                           recency_mode=recency_mode, prefer_recent=prefer_recent, persist=persist,
-                           max_conflicts=max_conflicts, user_id=user_id)
-        args = given(p_session_id=session_id, p_available_tokens=_check_tokens(available_tokens),
-                     p_options=Jsonb(options), p_now=now)
-        return self._run(CONTEXT_OPTIMIZE_STORED, args, {"source": "stored", "session_id": session_id,
-                                                         "user_id": user_id}, persist, now)
-
-    def _run(self, function: Any, args: dict[str, Any], about: dict[str, Any], persist: bool | None,
-             now: datetime | None) -> Optimization:
-        try:
-            doc = self._db.call(function, **args)
-        except PymemdbError as exc:
-            if persist is not False:
-                self._failed(about | {"error": exc.message, "sqlstate": exc.sqlstate}, now)
-            raise
-        return Optimization.from_json(doc)
-
-    def _failed(self, payload: dict[str, Any], now: datetime | None) -> None:
-        """context.optimization.failed, best effort: a failure to record it must not hide the real error."""
-        try:
-            self._db.call(BUDGET_FAILED, **given(p_payload=Jsonb({k: v for k, v in payload.items() if v is not None}),
-                                                 p_now=now))
-        except PymemdbError:
-            pass
+        row = self._db.call(CONTEXT_OPTIMIZE_STORED, **given(
+            p_session_id=session_id, p_available_tokens=_check_tokens(available_tokens),
+            p_options=_reported(options), p_now=now))
+        return Optimization.from_row(row)
 
     def add_many(
         self,
@@ -194,11 +285,11 @@ class Budget:
     ) -> builtins.list[ChunkAdded]:
         """memori.chunk_add_many: store chunks of a session (content required), in order."""
         items = [_chunk_json(c) for c in chunks]
-        return self._db.call(  # type: ignore[no-any-return]
+        return self._db.call(
             CHUNK_ADD_MANY, **given(p_session_id=session_id, p_chunks=Jsonb(items), p_user_id=user_id, p_ttl=ttl,
                                     p_now=now)
         )
 
     def clear(self, session_id: str) -> int:
         """memori.chunk_clear: delete a session's stored chunks; returns how many."""
-        return self._db.call(CHUNK_CLEAR, p_session_id=session_id)  # type: ignore[no-any-return]
+        return self._db.call(CHUNK_CLEAR, p_session_id=session_id)

@@ -15,101 +15,196 @@ from uuid import UUID
 
 from psycopg.types.json import Jsonb
 
-from pymemdb._sql import fn, given
-from pymemdb.types import (
-    ContextEntry,
-    ContextStat,
-    ContextValue,
-    ContextWindow,
-    Project,
-    ProjectMember,
-    SessionContext,
-)
+from pymemdb._sql import given, maybe, one, rows, scalar
 
 if TYPE_CHECKING:
     from pymemdb.db import Database
 
+
+# -- results ------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ContextEntry:
+    """A row of memori.context_entries (``ttl`` in milliseconds, as in the seed)."""
+
+    id: UUID
+    key: str
+    value: Any
+    type: str
+    scope: str
+    user_id: str
+    project_id: str | None
+    session_id: str | None
+    ttl: int | None
+    expires_at: datetime | None
+    created_at: datetime
+    updated_at: datetime
+    pxyz: dict[str, Any]
+    scope_owner: str
+
+
+@dataclass(frozen=True)
+class ContextValue:
+    """memori.context_value: a key's value and the scope it was resolved from."""
+
+    key: str
+    value: Any
+    scope: str
+    type: str
+    entry_id: UUID
+    user_id: str
+    project_id: str | None
+    session_id: str | None
+    expires_at: datetime | None
+    updated_at: datetime
+
+
+@dataclass(frozen=True)
+class ContextStat:
+    """memori.context_stat: visible entries of one scope or type."""
+
+    dimension: str  # 'scope' | 'type'
+    name: str
+    total: int
+    active: int
+    expiring_soon: int
+    expired: int
+    value_bytes: int
+
+
+@dataclass(frozen=True)
+class SessionContext:
+    """memori.session_context: a session and its live windows (highest priority first)."""
+
+    session_id: str
+    user_id: str
+    project_id: str | None
+    start_time: datetime
+    last_activity: datetime
+    metadata: dict[str, Any]
+    context_windows: list[dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class ContextWindow:
+    """A row of memori.context_windows."""
+
+    window_id: UUID
+    session_id: str
+    user_id: str
+    window_type: str
+    content: dict[str, Any]
+    priority: int
+    retention_policy: str
+    created_at: datetime
+    expires_at: datetime | None
+
+
+@dataclass(frozen=True)
+class Project:
+    """A row of memori.projects."""
+
+    project_id: str
+    name: str
+    owner_id: str
+    metadata: dict[str, Any]
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class ProjectMember:
+    """A row of memori.project_members."""
+
+    project_id: str
+    user_id: str
+    project_owner: str
+    role: str
+    added_at: datetime
+
+
+# -- declarations -------------------------------------------------------------------
+
 _REQUESTER = (("p_user_id", "text"), ("p_project_id", "text"), ("p_session_id", "text"))
 
-CONTEXT_SET = fn(
+CONTEXT_SET = one(
     "context_set",
     ("p_key", "text"), ("p_value", "jsonb"), ("p_type", "text"), ("p_scope", "text"), *_REQUESTER,
     ("p_ttl_ms", "bigint"), ("p_now", "timestamptz"),
     result=ContextEntry,
 )
-CONTEXT_GET = fn("context_get", ("p_key", "text"), *_REQUESTER, ("p_now", "timestamptz"), result=ContextValue)
-CONTEXT_RESOLVE = fn(
-    "context_resolve", *_REQUESTER, ("p_prefix", "text"), ("p_now", "timestamptz"), result=ContextValue, returns="many"
+CONTEXT_GET = maybe(
+    "context_get", ("p_key", "text"), *_REQUESTER, ("p_now", "timestamptz"), result=ContextValue
 )
-CONTEXT_DELETE = fn("context_delete", ("p_key", "text"), ("p_scope", "text"), *_REQUESTER, returns="scalar")
-CONTEXT_SEARCH = fn(
+CONTEXT_RESOLVE = rows(
+    "context_resolve", *_REQUESTER, ("p_prefix", "text"), ("p_now", "timestamptz"), result=ContextValue
+)
+CONTEXT_DELETE = scalar(
+    "context_delete", ("p_key", "text"), ("p_scope", "text"), *_REQUESTER, result=bool
+)
+CONTEXT_SEARCH = rows(
     "context_search",
     *_REQUESTER, ("p_key_pattern", "text"), ("p_value_contains", "jsonb"), ("p_scopes", "text[]"),
     ("p_types", "text[]"), ("p_limit", "integer"), ("p_now", "timestamptz"),
-    result=ContextValue, returns="many",
+    result=ContextValue,
 )
-CONTEXT_EXPIRING_SOON = fn(
+CONTEXT_EXPIRING_SOON = rows(
     "context_expiring_soon", ("p_within", "interval"), *_REQUESTER, ("p_now", "timestamptz"),
-    result=ContextValue, returns="many",
+    result=ContextValue,
 )
-CONTEXT_CLEANUP_BY_SCOPE = fn(
+CONTEXT_CLEANUP_BY_SCOPE = scalar(
     "context_cleanup_by_scope", ("p_scope", "text"), *_REQUESTER, ("p_expired_only", "boolean"),
-    ("p_now", "timestamptz"), returns="scalar",
+    ("p_now", "timestamptz"), result=int
 )
-CONTEXT_PRUNE_OLD = fn(
-    "context_prune_old", ("p_older_than", "interval"), ("p_user_id", "text"), ("p_now", "timestamptz"),
-    returns="scalar",
+CONTEXT_PRUNE_OLD = scalar(
+    "context_prune_old", ("p_older_than", "interval"), ("p_user_id", "text"), ("p_now", "timestamptz"), result=int
 )
-CONTEXT_STATS = fn(
+CONTEXT_STATS = rows(
     "context_stats", *_REQUESTER, ("p_within", "interval"), ("p_now", "timestamptz"), result=ContextStat,
-    returns="many",
 )
-BUSINESS_CONTEXT_GET = fn("business_context_get", ("p_user_id", "text"), ("p_now", "timestamptz"), returns="scalar")
-BUSINESS_CONTEXT_SET = fn(
-    "business_context_set", ("p_context", "jsonb"), ("p_user_id", "text"), ("p_now", "timestamptz"), returns="scalar"
+BUSINESS_CONTEXT_GET = scalar(
+    "business_context_get", ("p_user_id", "text"), ("p_now", "timestamptz"), result=dict
 )
-BUSINESS_CONTEXT_UPDATE = fn(
-    "business_context_update", ("p_fields", "jsonb"), ("p_user_id", "text"), ("p_now", "timestamptz"),
-    returns="scalar",
+BUSINESS_CONTEXT_SET = scalar(
+    "business_context_set", ("p_context", "jsonb"), ("p_user_id", "text"), ("p_now", "timestamptz"), result=dict
 )
-SESSION_CONTEXT_SET = fn(
+BUSINESS_CONTEXT_UPDATE = scalar(
+    "business_context_update", ("p_fields", "jsonb"), ("p_user_id", "text"), ("p_now", "timestamptz"), result=dict
+)
+SESSION_CONTEXT_SET = one(
     "session_context_set",
     ("p_session_id", "text"), ("p_user_id", "text"), ("p_project_id", "text"), ("p_metadata", "jsonb"),
     ("p_now", "timestamptz"),
     result=SessionContext,
 )
-SESSION_CONTEXT_GET = fn(
+SESSION_CONTEXT_GET = maybe(
     "session_context_get", ("p_session_id", "text"), ("p_user_id", "text"), ("p_now", "timestamptz"),
     result=SessionContext,
 )
-SESSION_CONTEXT_ADD_WINDOW = fn(
+SESSION_CONTEXT_ADD_WINDOW = one(
     "session_context_add_window",
     ("p_session_id", "text"), ("p_window_type", "text"), ("p_content", "jsonb"), ("p_priority", "integer"),
     ("p_retention_policy", "text"), ("p_user_id", "text"), ("p_now", "timestamptz"),
     result=ContextWindow,
 )
-SESSION_CONTEXT_REMOVE_WINDOW = fn(
+SESSION_CONTEXT_REMOVE_WINDOW = scalar(
     "session_context_remove_window",
-    ("p_session_id", "text"), ("p_window_id", "uuid"), ("p_user_id", "text"), ("p_now", "timestamptz"),
-    returns="scalar",
+    ("p_session_id", "text"), ("p_window_id", "uuid"), ("p_user_id", "text"), ("p_now", "timestamptz"), result=bool
 )
-PROJECT_CREATE = fn(
+PROJECT_CREATE = one(
     "project_create",
     ("p_project_id", "text"), ("p_name", "text"), ("p_user_id", "text"), ("p_metadata", "jsonb"),
     ("p_now", "timestamptz"),
     result=Project,
 )
-PROJECT_MEMBER_ADD = fn(
+PROJECT_MEMBER_ADD = one(
     "project_member_add",
     ("p_project_id", "text"), ("p_member_id", "text"), ("p_user_id", "text"), ("p_now", "timestamptz"),
     result=ProjectMember,
 )
-PROJECT_MEMBER_REMOVE = fn(
-    "project_member_remove", ("p_project_id", "text"), ("p_member_id", "text"), ("p_user_id", "text"),
-    returns="scalar",
+PROJECT_MEMBER_REMOVE = scalar(
+    "project_member_remove", ("p_project_id", "text"), ("p_member_id", "text"), ("p_user_id", "text"), result=bool
 )
-PROJECT_MEMBER_LIST = fn(
-    "project_member_list", ("p_project_id", "text"), ("p_user_id", "text"), result=ProjectMember, returns="many"
+PROJECT_MEMBER_LIST = rows(
+    "project_member_list", ("p_project_id", "text"), ("p_user_id", "text"), result=ProjectMember
 )
 
 
@@ -139,30 +234,27 @@ class Context:
     def __init__(self, db: Database) -> None:
         self._db = db
 
-    def _call(self, function: Any, who: Scope, **args: Any) -> Any:
-        return self._db.call(function, **who.args(), **args)
-
     def set(
         self, key: str, value: Any, *, type: str, scope: str, who: Scope = _ANYONE, ttl_ms: int | None = None,
         now: datetime | None = None,
     ) -> ContextEntry:
         """memori.context_set: store ``value`` at ``scope`` (global|user|project|session); upsert."""
-        return self._call(CONTEXT_SET, who, p_key=key, p_value=Jsonb(value), p_type=type, p_scope=scope,  # type: ignore[no-any-return]
+        return self._db.call(CONTEXT_SET, **who.args(), p_key=key, p_value=Jsonb(value), p_type=type, p_scope=scope,
                           **given(p_ttl_ms=ttl_ms, p_now=now))
 
     def get(self, key: str, who: Scope = _ANYONE, *, now: datetime | None = None) -> ContextValue | None:
         """memori.context_get: the most specific visible value of ``key`` and its scope, or None."""
-        return self._call(CONTEXT_GET, who, p_key=key, **given(p_now=now))  # type: ignore[no-any-return]
+        return self._db.call(CONTEXT_GET, **who.args(), p_key=key, **given(p_now=now))
 
     def resolve(
         self, who: Scope = _ANYONE, *, prefix: str | None = None, now: datetime | None = None
     ) -> list[ContextValue]:
         """memori.context_resolve: every visible key resolved (``{v.key: v.value for v in ...}`` merges them)."""
-        return self._call(CONTEXT_RESOLVE, who, **given(p_prefix=prefix, p_now=now))  # type: ignore[no-any-return]
+        return self._db.call(CONTEXT_RESOLVE, **who.args(), **given(p_prefix=prefix, p_now=now))
 
     def delete(self, key: str, *, scope: str, who: Scope = _ANYONE) -> bool:
         """memori.context_delete: remove the entry of ``key`` at one scope."""
-        return bool(self._call(CONTEXT_DELETE, who, p_key=key, p_scope=scope))
+        return bool(self._db.call(CONTEXT_DELETE, **who.args(), p_key=key, p_scope=scope))
 
     def search(
         self, who: Scope = _ANYONE, *, key_pattern: str | None = None, value_contains: Any = None,
@@ -170,8 +262,8 @@ class Context:
         now: datetime | None = None,
     ) -> list[ContextValue]:
         """memori.context_search: visible entries at every scope by LIKE pattern, contained JSON, scopes, types."""
-        return self._call(  # type: ignore[no-any-return]
-            CONTEXT_SEARCH, who,
+        return self._db.call(
+            CONTEXT_SEARCH, **who.args(),
             **given(p_key_pattern=key_pattern,
                     p_value_contains=None if value_contains is None else Jsonb(value_contains),
                     p_scopes=None if scopes is None else list(scopes),
@@ -182,13 +274,13 @@ class Context:
         self, who: Scope = _ANYONE, *, within: timedelta | None = None, now: datetime | None = None
     ) -> list[ContextValue]:
         """memori.context_expiring_soon: visible entries expiring within ``within`` (default one hour)."""
-        return self._call(CONTEXT_EXPIRING_SOON, who, **given(p_within=within, p_now=now))  # type: ignore[no-any-return]
+        return self._db.call(CONTEXT_EXPIRING_SOON, **who.args(), **given(p_within=within, p_now=now))
 
     def cleanup_by_scope(
         self, scope: str, who: Scope = _ANYONE, *, expired_only: bool = False, now: datetime | None = None
     ) -> int:
         """memori.context_cleanup_by_scope: delete every (or every expired) entry of one scope owner."""
-        return int(self._call(CONTEXT_CLEANUP_BY_SCOPE, who, p_scope=scope, p_expired_only=expired_only,
+        return int(self._db.call(CONTEXT_CLEANUP_BY_SCOPE, **who.args(), p_scope=scope, p_expired_only=expired_only,
                               **given(p_now=now)))
 
     def prune_old(self, older_than: timedelta, *, user_id: str | None = None, now: datetime | None = None) -> int:
@@ -200,7 +292,7 @@ class Context:
         self, who: Scope = _ANYONE, *, within: timedelta | None = None, now: datetime | None = None
     ) -> list[ContextStat]:
         """memori.context_stats: visible entries per scope and per type."""
-        return self._call(CONTEXT_STATS, who, **given(p_within=within, p_now=now))  # type: ignore[no-any-return]
+        return self._db.call(CONTEXT_STATS, **who.args(), **given(p_within=within, p_now=now))
 
 
 class Business:
@@ -211,20 +303,20 @@ class Business:
 
     def get(self, user_id: str | None = None, *, now: datetime | None = None) -> dict[str, Any] | None:
         """memori.business_context_get."""
-        return self._db.call(BUSINESS_CONTEXT_GET, **given(p_user_id=user_id, p_now=now))  # type: ignore[no-any-return]
+        return self._db.call(BUSINESS_CONTEXT_GET, **given(p_user_id=user_id, p_now=now))
 
     def set(
         self, context: dict[str, Any], user_id: str | None = None, *, now: datetime | None = None
     ) -> dict[str, Any]:
         """memori.business_context_set: replace it (validated against the seed's shape)."""
-        return self._db.call(BUSINESS_CONTEXT_SET, p_context=Jsonb(context),  # type: ignore[no-any-return]
+        return self._db.call(BUSINESS_CONTEXT_SET, p_context=Jsonb(context),
                              **given(p_user_id=user_id, p_now=now))
 
     def update(
         self, fields: dict[str, Any], user_id: str | None = None, *, now: datetime | None = None
     ) -> dict[str, Any]:
         """memori.business_context_update: merge top-level fields."""
-        return self._db.call(BUSINESS_CONTEXT_UPDATE, p_fields=Jsonb(fields),  # type: ignore[no-any-return]
+        return self._db.call(BUSINESS_CONTEXT_UPDATE, p_fields=Jsonb(fields),
                              **given(p_user_id=user_id, p_now=now))
 
 
@@ -239,7 +331,7 @@ class Sessions:
         metadata: dict[str, Any] | None = None, now: datetime | None = None,
     ) -> SessionContext:
         """memori.session_context_set: create or update the user's session."""
-        return self._db.call(  # type: ignore[no-any-return]
+        return self._db.call(
             SESSION_CONTEXT_SET, p_session_id=session_id,
             **given(p_user_id=user_id, p_project_id=project_id,
                     p_metadata=None if metadata is None else Jsonb(metadata), p_now=now),
@@ -247,7 +339,7 @@ class Sessions:
 
     def get(self, session_id: str, *, user_id: str | None = None, now: datetime | None = None) -> SessionContext | None:
         """memori.session_context_get: the session with its live windows, or None."""
-        return self._db.call(SESSION_CONTEXT_GET, p_session_id=session_id,  # type: ignore[no-any-return]
+        return self._db.call(SESSION_CONTEXT_GET, p_session_id=session_id,
                              **given(p_user_id=user_id, p_now=now))
 
     def add_window(
@@ -255,7 +347,7 @@ class Sessions:
         retention_policy: str | None = None, user_id: str | None = None, now: datetime | None = None,
     ) -> ContextWindow:
         """memori.session_context_add_window: add one, removing the lowest priority beyond the limit."""
-        return self._db.call(  # type: ignore[no-any-return]
+        return self._db.call(
             SESSION_CONTEXT_ADD_WINDOW, p_session_id=session_id, p_window_type=window_type, p_content=Jsonb(content),
             **given(p_priority=priority, p_retention_policy=retention_policy, p_user_id=user_id, p_now=now),
         )
@@ -279,7 +371,7 @@ class Projects:
         now: datetime | None = None,
     ) -> Project:
         """memori.project_create: the acting user owns it and is its first member."""
-        return self._db.call(  # type: ignore[no-any-return]
+        return self._db.call(
             PROJECT_CREATE, p_project_id=project_id, p_name=name,
             **given(p_user_id=user_id, p_metadata=None if metadata is None else Jsonb(metadata), p_now=now),
         )
@@ -288,7 +380,7 @@ class Projects:
         self, project_id: str, member_id: str, *, user_id: str | None = None, now: datetime | None = None
     ) -> ProjectMember:
         """memori.project_member_add (owner only)."""
-        return self._db.call(PROJECT_MEMBER_ADD, p_project_id=project_id, p_member_id=member_id,  # type: ignore[no-any-return]
+        return self._db.call(PROJECT_MEMBER_ADD, p_project_id=project_id, p_member_id=member_id,
                              **given(p_user_id=user_id, p_now=now))
 
     def member_remove(self, project_id: str, member_id: str, *, user_id: str | None = None) -> bool:
@@ -298,5 +390,5 @@ class Projects:
 
     def member_list(self, project_id: str, *, user_id: str | None = None) -> list[ProjectMember]:
         """memori.project_member_list (owner only)."""
-        return self._db.call(PROJECT_MEMBER_LIST, p_project_id=project_id,  # type: ignore[no-any-return]
+        return self._db.call(PROJECT_MEMBER_LIST, p_project_id=project_id,
                              **given(p_user_id=user_id))

@@ -449,22 +449,28 @@ _SCHEMA_HINT = "Run `pymemdb init` (or `pymemdb init --sql | psql`) to install o
 def from_psycopg(exc: psycopg.Error) -> PymemdbError:
     """The pymemdb error for a psycopg error."""
     diag = exc.diag
-    state = getattr(exc, "sqlstate", None) or diag.sqlstate
-    message = diag.message_primary or str(exc).strip().splitlines()[0]
-    kwargs = {"sqlstate": state, "detail": diag.message_detail, "hint": diag.message_hint}
+    return from_diagnostics(getattr(exc, "sqlstate", None) or diag.sqlstate,
+                            diag.message_primary or str(exc).strip().splitlines()[0],
+                            detail=diag.message_detail, hint=diag.message_hint)
+
+
+def from_diagnostics(state: str | None, message: str, *, detail: str | None = None,
+                     hint: str | None = None) -> PymemdbError:
+    """The pymemdb error for an error's SQLSTATE, message, detail and hint (raised, or returned by a function)."""
+    kwargs = {"sqlstate": state, "detail": detail, "hint": hint}
     if state in _BY_SQLSTATE:
         return _BY_SQLSTATE[state](message, **kwargs)
     if state == "42501":  # insufficient_privilege: a grant or a row-level security policy said no
-        kwargs["hint"] = diag.message_hint or (
+        kwargs["hint"] = hint or (
             "The connected role may not do this: app roles act for the user in memori.user_id "
             "(pymemdb.connect(user_id=...) or db.as_user(...)); cleanup needs memori_cleaner."
         )
         return AccessDenied(message, **kwargs)
     if state in _BAD_INPUT_HINTS:
-        kwargs["hint"] = diag.message_hint or _BAD_INPUT_HINTS[state]
+        kwargs["hint"] = hint or _BAD_INPUT_HINTS[state]
         return InvalidArgument(message, **kwargs)
     if state in _NOT_INSTALLED_SQLSTATES and "memori" in message:
-        return SchemaNotInstalled(message, sqlstate=state, detail=diag.message_detail, hint=_SCHEMA_HINT)
+        return SchemaNotInstalled(message, sqlstate=state, detail=detail, hint=_SCHEMA_HINT)
     return DatabaseError(message, **kwargs)
 
 

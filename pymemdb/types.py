@@ -28,103 +28,15 @@ from pymemdb.retention import CleanupSummary as CleanupSummary
 
 
 # -- the context store (seed 01, part 2) -----------------------------------------
-@dataclass(frozen=True)
-class ContextEntry:
-    """A row of memori.context_entries (``ttl`` in milliseconds, as in the seed)."""
-
-    id: UUID
-    key: str
-    value: Any
-    type: str
-    scope: str
-    user_id: str
-    project_id: str | None
-    session_id: str | None
-    ttl: int | None
-    expires_at: datetime | None
-    created_at: datetime
-    updated_at: datetime
-    pxyz: dict[str, Any]
-    scope_owner: str
-
-
-@dataclass(frozen=True)
-class ContextValue:
-    """memori.context_value: a key's value and the scope it was resolved from."""
-
-    key: str
-    value: Any
-    scope: str
-    type: str
-    entry_id: UUID
-    user_id: str
-    project_id: str | None
-    session_id: str | None
-    expires_at: datetime | None
-    updated_at: datetime
-
-
-@dataclass(frozen=True)
-class ContextStat:
-    """memori.context_stat: visible entries of one scope or type."""
-
-    dimension: str  # 'scope' | 'type'
-    name: str
-    total: int
-    active: int
-    expiring_soon: int
-    expired: int
-    value_bytes: int
-
-
-@dataclass(frozen=True)
-class SessionContext:
-    """memori.session_context: a session and its live windows (highest priority first)."""
-
-    session_id: str
-    user_id: str
-    project_id: str | None
-    start_time: datetime
-    last_activity: datetime
-    metadata: dict[str, Any]
-    context_windows: list[dict[str, Any]]
-
-
-@dataclass(frozen=True)
-class ContextWindow:
-    """A row of memori.context_windows."""
-
-    window_id: UUID
-    session_id: str
-    user_id: str
-    window_type: str
-    content: dict[str, Any]
-    priority: int
-    retention_policy: str
-    created_at: datetime
-    expires_at: datetime | None
-
-
-@dataclass(frozen=True)
-class Project:
-    """A row of memori.projects."""
-
-    project_id: str
-    name: str
-    owner_id: str
-    metadata: dict[str, Any]
-    created_at: datetime
-
-
-@dataclass(frozen=True)
-class ProjectMember:
-    """A row of memori.project_members."""
-
-    project_id: str
-    user_id: str
-    project_owner: str
-    role: str
-    added_at: datetime
+from pymemdb.context import (  # noqa: E402, F401
+    ContextEntry,
+    ContextStat,
+    ContextValue,
+    ContextWindow,
+    Project,
+    ProjectMember,
+    SessionContext,
+)
 
 
 # -- compression (seed 04) -------------------------------------------------------
@@ -194,84 +106,13 @@ class LangGraphPruneResult:
 
 
 # -- context window manager (seed 02) -------------------------------------------------------
-@dataclass(frozen=True)
-class ChunkAdded:
-    """memori.chunk_added: a stored chunk's id, type, tokens (given or estimated) and expiry."""
-
-    id: UUID
-    chunk_type: str
-    tokens: int
-    expires_at: datetime | None
-
-
-@dataclass(frozen=True)
-class AllocatedChunk:
-    """One chunk of an optimisation's ``optimized_chunks`` (content only for stored chunks)."""
-
-    id: Any
-    type: str
-    tokens: int
-    priority: float
-    token_span: tuple[int, int]
-    original_index: int
-    content: str | None = None
-
-
-@dataclass(frozen=True)
-class BudgetConflict:
-    """A drop after an allocation: chunk1 (the last allocated) was kept, chunk2 did not fit ``budget``."""
-
-    chunk1: Any
-    chunk2: Any
-    conflict_type: str
-    resolution: str
-    budget: str | None
-
-
-@dataclass(frozen=True)
-class OptimizationMetrics:
-    prioritization_score: float
-    business_relevance_boost: float
-    recency_boost: float
-
-
-@dataclass(frozen=True)
-class Optimization:
-    """The result of memori.context_optimize / context_optimize_stored (seed 02's optimisation result)."""
-
-    optimized_chunks: list[AllocatedChunk]
-    dropped_chunk_ids: list[Any]
-    total_tokens_used: int
-    tokens_remaining: int
-    tokens_available: int
-    reserved_tokens: int
-    chunks_dropped: int
-    conflicts: list[BudgetConflict]
-    conflicts_count: int
-    requires_summarization: list[Any]
-    optimization_metrics: OptimizationMetrics
-    optimization_id: UUID | None
-
-    @classmethod
-    def from_json(cls, doc: dict[str, Any]) -> Optimization:
-        return cls(
-            optimized_chunks=[AllocatedChunk(c["id"], c["type"], c["tokens"], c["priority"],
-                                             (c["token_span"][0], c["token_span"][1]), c["original_index"],
-                                             c.get("content")) for c in doc["optimized_chunks"]],
-            dropped_chunk_ids=list(doc["dropped_chunk_ids"]),
-            total_tokens_used=doc["total_tokens_used"],
-            tokens_remaining=doc["tokens_remaining"],
-            tokens_available=doc["tokens_available"],
-            reserved_tokens=doc["reserved_tokens"],
-            chunks_dropped=doc["chunks_dropped"],
-            conflicts=[BudgetConflict(c["chunk1"], c["chunk2"], c["conflict_type"], c["resolution"], c.get("budget"))
-                       for c in doc["conflicts"]],
-            conflicts_count=doc["conflicts_count"],
-            requires_summarization=list(doc["requires_summarization"]),
-            optimization_metrics=OptimizationMetrics(**doc["optimization_metrics"]),
-            optimization_id=UUID(doc["optimization_id"]) if doc.get("optimization_id") else None,
-        )
-
+from pymemdb.budget import (  # noqa: E402, F401
+    AllocatedChunk,
+    BudgetConflict,
+    ChunkAdded,
+    Optimization,
+    OptimizationMetrics,
+)
 
 # -- AI virtual memory (seed 03, issue 7): the result types live with their wrappers in pymemdb/vm/ --------
 from pymemdb.vm.compressors import PageCompressItem  # noqa: E402, F401

@@ -78,154 +78,6 @@ insert into memori.retention_policies (table_name, kind, priority, retention, pr
 on conflict (table_name, kind) do nothing;
 
 -------------------------------------------------------------------------------
--- _check_context_enum: a value from a fixed set (PM004 lists the set)
-create or replace function memori._check_context_enum(p_what text, p_value text, p_allowed text[]) returns text
-as $func$
-begin
-  if p_value is null or not (p_value = any(p_allowed)) then
-    raise exception 'unknown % %', p_what, coalesce(quote_literal(p_value), 'NULL')
-      using errcode = 'PM004',
-            hint = format('Use one of: %s.', array_to_string(p_allowed, ', '));
-  end if;
-  return p_value;
-end
-$func$ language plpgsql immutable security invoker
-set search_path = pg_catalog, memori, pg_temp;
-comment on function memori._check_context_enum(text, text, text[]) is 'Raise PM004 (listing the allowed values) unless the value is one of them.';
-
--------------------------------------------------------------------------------
--- _check_context_value: a bounded JSON value
-create or replace function memori._check_context_value(p_what text, p_value jsonb) returns jsonb
-as $func$
-declare
-  v_limit bigint := coalesce(memori._setting('context.max_value_bytes')::bigint, 1048576);
-  v_bytes bigint;
-begin
-  if p_value is null then
-    perform memori._invalid(format('%s must not be NULL', p_what), 'Pass a JSON value; to remove an entry use context_delete.');
-  end if;
-  v_bytes := octet_length(p_value::text);
-  if v_bytes > v_limit then
-    raise exception '% is % bytes; the limit is % bytes', p_what, v_bytes, v_limit
-      using errcode = 'PM003',
-            hint = 'Keep large artifacts outside and reference them, or raise memori.settings context.max_value_bytes.';
-  end if;
-  return p_value;
-end
-$func$ language plpgsql stable security invoker
-set search_path = pg_catalog, memori, pg_temp;
-comment on function memori._check_context_value(text, jsonb) is 'Validate a context value or window content: not NULL, at most context.max_value_bytes (PM003).';
-
--------------------------------------------------------------------------------
--- _is_project_member: may the user see the project's entries?
-create or replace function memori._is_project_member(p_project_id text, p_user_id text) returns boolean
-as $func$
-  select exists (select 1 from memori.project_members m
-                  where m.project_id = p_project_id and m.user_id = p_user_id)
-$func$ language sql stable security invoker
-set search_path = pg_catalog, memori, pg_temp;
-comment on function memori._is_project_member(text, text) is 'True when the user is a member (or the owner) of the project.';
-
--------------------------------------------------------------------------------
--- _require_project_member: PM041 unless the user is a member of the project
-create or replace function memori._require_project_member(p_project_id text, p_user_id text) returns void
-as $func$
-begin
-  if not memori._is_project_member(p_project_id, p_user_id) then
-    raise exception 'user % is not a member of project %', quote_literal(p_user_id), quote_literal(p_project_id)
-      using errcode = 'PM041', hint = 'Ask the project owner to add the user (memori.project_member_add).';
-  end if;
-end
-$func$ language plpgsql stable security invoker
-set search_path = pg_catalog, memori, pg_temp;
-comment on function memori._require_project_member(text, text) is 'Raise PM041 unless the user is a member (or the owner) of the project.';
-
--------------------------------------------------------------------------------
--- _context_requester: the project and session a read may see
---   project: p_project_id, else the session's project; NULL unless a member
---   session: p_session_id when the session is the user's, else NULL
--- context_get and context_resolve inline the same query: a call of a function
--- with a pinned search_path costs more than the lookup itself.
-create or replace function memori._context_requester(
-  p_user_id    text,
-  p_project_id text,
-  p_session_id text,
-  out project_id text,
-  out session_id text
-)
-as $func$
-  -- the session is found by its primary key and then checked: with the user in
-  -- the join condition a generic plan may scan all of the user's sessions
-  select m.project_id, case when s.user_id = p_user_id then s.session_id end
-    from (select) one
-    left join memori.sessions s on s.session_id = p_session_id
-    left join memori.project_members m
-           on m.project_id = coalesce(p_project_id, case when s.user_id = p_user_id then s.project_id end)
-          and m.user_id = p_user_id
-$func$ language sql stable security invoker
-set search_path = pg_catalog, memori, pg_temp;
-comment on function memori._context_requester(text, text, text) is 'The project (given, else the session''s; only if the user is a member) and session (only if the user''s) a read may see.';
-
--------------------------------------------------------------------------------
--- _context_session: the acting user's session, created on first use
-create or replace function memori._context_session(
-  p_session_id text,
-  p_user_id    text,
-  p_project_id text,
-  p_now        timestamptz
-) returns memori.sessions
-as $func$
-declare
-  v_session memori.sessions;
-begin
-  perform memori._check_identifier('session id', p_session_id);
-  -- lock: window limits and last_activity are per session
-  select * into v_session from memori.sessions s where s.session_id = p_session_id for update;
-  if found then
-    if v_session.user_id <> p_user_id then
-      raise exception 'session % belongs to another user', quote_literal(p_session_id)
-        using errcode = 'PM041', hint = 'Use a session of the acting user (session ids are global: use UUIDs).';
-    end if;
-    return v_session;
-  end if;
-  if p_project_id is not null then
-    perform memori._require_project_member(p_project_id, p_user_id);
-  end if;
-  begin
-    insert into memori.sessions (session_id, user_id, project_id, start_time, last_activity)
-    values (p_session_id, p_user_id, p_project_id, p_now, p_now)
-    returning * into v_session;
-  exception when unique_violation then
-    -- taken by a session this user cannot see (row-level security)
-    raise exception 'session % belongs to another user', quote_literal(p_session_id)
-      using errcode = 'PM041', hint = 'Use a session of the acting user (session ids are global: use UUIDs).';
-  end;
-  return v_session;
-end
-$func$ language plpgsql volatile security invoker
-set search_path = pg_catalog, memori, pg_temp;
-comment on function memori._context_session(text, text, text, timestamptz) is 'The acting user''s session, locked, created on first use; PM041 for another user''s session or a project the user is not in.';
-
--------------------------------------------------------------------------------
--- _context_pxyz: the seed's coordinate, filled by the database
-create or replace function memori._context_pxyz() returns trigger
-as $func$
-begin
-  new.pxyz := jsonb_build_object(
-    'entity', 'context_store_entry',
-    'operation', case when tg_op = 'INSERT' then 'store' else 'update' end,
-    'scope', new.scope,
-    'time', new.updated_at);
-  return new;
-end
-$func$ language plpgsql security invoker
-set search_path = pg_catalog, memori, pg_temp;
-comment on function memori._context_pxyz() is 'Trigger: set context_entries.pxyz (entity, operation, scope, time) on every insert and update.';
-
-create or replace trigger context_entries_pxyz before insert or update on memori.context_entries
-  for each row execute function memori._context_pxyz();
-
--------------------------------------------------------------------------------
 -- project_create: a project owned by the acting user (who becomes a member)
 create or replace function memori.project_create(
   p_project_id text,
@@ -256,25 +108,6 @@ end
 $func$ language plpgsql volatile security invoker
 set search_path = pg_catalog, memori, pg_temp;
 comment on function memori.project_create(text, text, text, jsonb, timestamptz) is 'Create a project owned by the acting user, who becomes its first member.';
-
--------------------------------------------------------------------------------
--- _project_owned: the acting user's own project, or PM041
-create or replace function memori._project_owned(p_project_id text, p_user_id text) returns memori.projects
-as $func$
-declare
-  v_project memori.projects;
-begin
-  perform memori._check_identifier('project id', p_project_id);
-  select * into v_project from memori.projects p where p.project_id = p_project_id and p.owner_id = p_user_id;
-  if not found then
-    raise exception 'project % does not exist or is not owned by %', quote_literal(p_project_id), quote_literal(p_user_id)
-      using errcode = 'PM041', hint = 'Only the project owner manages its members.';
-  end if;
-  return v_project;
-end
-$func$ language plpgsql stable security invoker
-set search_path = pg_catalog, memori, pg_temp;
-comment on function memori._project_owned(text, text) is 'The project when the user owns it; PM041 otherwise.';
 
 -------------------------------------------------------------------------------
 -- project_member_add: the owner adds a member
@@ -456,16 +289,6 @@ set search_path = pg_catalog, memori, pg_temp;
 comment on function memori.context_get(text, text, text, text, timestamptz) is 'Resolve a key: the most specific visible, unexpired entry (session > project > user > global) and the scope it came from.';
 
 -------------------------------------------------------------------------------
--- _context_prefix_upper: the smallest key after every key with the prefix
-create or replace function memori._context_prefix_upper(p_prefix text) returns text
-as $func$
-  select case when p_prefix is null or p_prefix = '' or ascii(right(p_prefix, 1)) >= 1114111 then null
-              else left(p_prefix, -1) || chr(ascii(right(p_prefix, 1)) + 1) end
-$func$ language sql immutable security invoker
-set search_path = pg_catalog, memori, pg_temp;
-comment on function memori._context_prefix_upper(text) is 'Exclusive upper bound of the keys starting with a prefix (bytewise order), NULL when unbounded.';
-
--------------------------------------------------------------------------------
 -- context_resolve: every visible key, resolved, as one merged view
 create or replace function memori.context_resolve(
   p_user_id    text default null,
@@ -534,23 +357,6 @@ end
 $func$ language plpgsql volatile security invoker
 set search_path = pg_catalog, memori, pg_temp;
 comment on function memori.context_delete(text, text, text, text, text) is 'Delete the entry of a key at one scope; true when one was deleted.';
-
--------------------------------------------------------------------------------
--- _context_visible: every visible entry of a requester (expired ones too)
-create or replace function memori._context_visible(p_user_id text, p_project_id text, p_session_id text)
-returns setof memori.context_entries
-as $func$
-  select e.*
-    from memori._context_requester(p_user_id, p_project_id, p_session_id) r,
-         memori.context_entries e
-   where e.scope_owner = any (array['', p_user_id, r.project_id, r.session_id])
-     and case e.scope when 'global'  then true
-                      when 'user'    then e.scope_owner = p_user_id
-                      when 'project' then e.scope_owner = r.project_id
-                      when 'session' then e.scope_owner = r.session_id and e.user_id = p_user_id end
-$func$ language sql stable security invoker
-set search_path = pg_catalog, memori, pg_temp;
-comment on function memori._context_visible(text, text, text) is 'Entries the seed''s matches_scope lets a requester see (membership and session ownership checked), expired ones included.';
 
 -------------------------------------------------------------------------------
 -- context_search: visible entries by key pattern, contained value, scopes, types
@@ -720,46 +526,6 @@ set search_path = pg_catalog, memori, pg_temp;
 comment on function memori.context_stats(text, text, text, interval, timestamptz) is 'Visible entries per scope and per type: total, active, expiring within p_within, expired, stored value bytes.';
 
 -------------------------------------------------------------------------------
--- _business_context_check: the seed's business_context shape
-create or replace function memori._business_context_check(p_context jsonb) returns jsonb
-as $func$
-declare
-  v_unknown text;
-begin
-  if p_context is null or jsonb_typeof(p_context) <> 'object' then
-    perform memori._invalid('business context must be a JSON object',
-                            'Pass {"focus_mode": "deep_work", "business_objectives": [...], ...}.');
-  end if;
-  select string_agg(k, ', ' order by k) into v_unknown
-    from jsonb_object_keys(p_context) k
-   where k not in ('current_project', 'active_workflow', 'focus_mode', 'business_objectives',
-                   'context_variables', 'workspace_settings');
-  if v_unknown is not null then
-    perform memori._invalid(format('unknown business context field(s): %s', v_unknown),
-                            'Fields: current_project, active_workflow, focus_mode, business_objectives, context_variables, workspace_settings.');
-  end if;
-  if p_context ? 'focus_mode' and p_context->'focus_mode' <> 'null'::jsonb then
-    perform memori._check_context_enum('focus mode', p_context->>'focus_mode',
-                                       array['deep_work', 'collaboration', 'planning', 'execution']);
-  end if;
-  if jsonb_typeof(p_context->'business_objectives') not in ('array', 'null') then
-    perform memori._invalid('business_objectives must be an array', 'Pass ["objective", ...].');
-  end if;
-  if jsonb_typeof(p_context->'context_variables') not in ('object', 'null')
-     or jsonb_typeof(p_context->'workspace_settings') not in ('object', 'null') then
-    perform memori._invalid('context_variables and workspace_settings must be objects', 'Pass {"name": value, ...}.');
-  end if;
-  if jsonb_typeof(p_context->'current_project') not in ('string', 'null')
-     or jsonb_typeof(p_context->'active_workflow') not in ('string', 'null') then
-    perform memori._invalid('current_project and active_workflow must be strings', 'Pass the project id and workflow name as text.');
-  end if;
-  return memori._check_context_value('business context', p_context);
-end
-$func$ language plpgsql stable security invoker
-set search_path = pg_catalog, memori, pg_temp;
-comment on function memori._business_context_check(jsonb) is 'Validate the seed''s business_context shape (known fields, focus_mode enum, field types); PM001/PM004.';
-
--------------------------------------------------------------------------------
 -- business_context_get: the user's business context (with user_id), or NULL
 create or replace function memori.business_context_get(p_user_id text default null, p_now timestamptz default now())
 returns jsonb
@@ -822,25 +588,6 @@ end
 $func$ language plpgsql volatile security invoker
 set search_path = pg_catalog, memori, pg_temp;
 comment on function memori.business_context_update(jsonb, text, timestamptz) is 'Merge top-level fields into the acting user''s business context (creating it when absent).';
-
--------------------------------------------------------------------------------
--- _session_context: a session with its live windows, in the seed's shape
-create or replace function memori._session_context(p_session memori.sessions, p_now timestamptz)
-returns memori.session_context
-as $func$
-  select p_session.session_id, p_session.user_id, p_session.project_id, p_session.start_time,
-         p_session.last_activity, p_session.metadata,
-         coalesce((select jsonb_agg(jsonb_build_object(
-                             'window_id', w.window_id, 'type', w.window_type, 'content', w.content,
-                             'priority', w.priority, 'retention_policy', w.retention_policy,
-                             'created_at', w.created_at, 'expires_at', w.expires_at)
-                           order by w.priority desc, w.created_at, w.window_id)
-                     from memori.context_windows w
-                    where w.session_id = p_session.session_id
-                      and (w.expires_at is null or w.expires_at > p_now)), '[]'::jsonb)
-$func$ language sql stable security invoker
-set search_path = pg_catalog, memori, pg_temp;
-comment on function memori._session_context(memori.sessions, timestamptz) is 'A session and its unexpired windows (highest priority first) as memori.session_context.';
 
 -------------------------------------------------------------------------------
 -- session_context_set: create or update the acting user's session

@@ -11,8 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from psycopg.types.json import Jsonb
 
 from tests import budget_oracle as oracle
-from tests.helpers import T0, assert_sqlstate, rows, value
-from tests.test_budget_property import assert_same, chunk_lists
+from tests.helpers import T0, assert_sqlstate, one, rows, value
+from tests.test_budget_property import NO_ERROR, assert_same, chunk_lists
 
 DAY = timedelta(days=1)
 QUIET = {"persist": False}
@@ -20,7 +20,7 @@ QUIET = {"persist": False}
 
 def optimize(conn: psycopg.Connection, chunks: Any, available: int, options: dict[str, Any] | None = None,
              now: Any = T0) -> dict[str, Any]:
-    return value(conn, "select memori.context_optimize(%s, %s, %s, %s)",  # type: ignore[no-any-return]
+    return value(conn, "select to_jsonb(memori.context_optimize(%s, %s, %s, %s)) - " + NO_ERROR,  # type: ignore[no-any-return]
                  (Jsonb(chunks), available, Jsonb(QUIET | (options or {})), now))
 
 
@@ -223,7 +223,7 @@ def test_error_names_the_chunk(conn: psycopg.Connection) -> None:
 
 # -- persistence and events ---------------------------------------------------------------
 def test_persisted_with_events(conn: psycopg.Connection) -> None:
-    result = value(conn, "select memori.context_optimize(%s, 6000, %s, %s)",
+    result = value(conn, "select to_jsonb(memori.context_optimize(%s, 6000, %s, %s)) - " + NO_ERROR,
                    (Jsonb(SEED_EXAMPLE), Jsonb({"user_id": "alice", "session_id": "s1"}), T0))
     record = rows(conn, "select * from memori.context_optimizations")
     assert len(record) == 1 and str(record[0]["id"]) == result["optimization_id"]
@@ -239,7 +239,7 @@ def test_persist_needs_a_user_and_can_be_off(conn: psycopg.Connection) -> None:
     err = assert_sqlstate(conn, "PM001", "select memori.context_optimize('[]', 2000)")
     assert "persist" in (err.diag.message_hint or "")
     conn.execute("set memori.user_id = 'bob'")
-    value(conn, "select memori.context_optimize('[]', 2000)")
+    value(conn, "select to_jsonb(memori.context_optimize('[]', 2000)) - " + NO_ERROR)
     assert value(conn, "select user_id from memori.context_optimizations") == "bob"
     conn.execute("reset memori.user_id")
     assert optimize(conn, [], 2000)["optimization_id"] is None
@@ -255,7 +255,7 @@ def add(conn: psycopg.Connection, session: str, chunks: list[dict[str, Any]], tt
 
 def stored(conn: psycopg.Connection, session: str, available: int, options: dict[str, Any] | None = None,
            now: Any = T0) -> dict[str, Any]:
-    return value(conn, "select memori.context_optimize_stored(%s, %s, %s, %s)",  # type: ignore[no-any-return]
+    return value(conn, "select to_jsonb(memori.context_optimize_stored(%s, %s, %s, %s)) - " + NO_ERROR,  # type: ignore[no-any-return]
                  (session, available, Jsonb(QUIET | (options or {})), now))
 
 
@@ -301,7 +301,7 @@ def test_stored_bad_input(conn: psycopg.Connection) -> None:
 
 def test_stored_persists_for_the_chunks_owner(conn: psycopg.Connection) -> None:
     add(conn, "s1", [{"type": "tool_output", "content": "x"}])
-    result = value(conn, "select memori.context_optimize_stored('s1', 2000, '{}', %s)", (T0,))
+    result = value(conn, "select to_jsonb(memori.context_optimize_stored('s1', 2000, '{}', %s)) - " + NO_ERROR, (T0,))
     assert value(conn, "select user_id || '/' || session_id || '/' || source from memori.context_optimizations"
                        " where id = %s", (result["optimization_id"],)) == "alice/s1/stored"
 
@@ -333,3 +333,42 @@ def test_conflicts_are_capped_but_counted(conn: psycopg.Connection) -> None:
     assert result["conflicts_count"] == 28 and [c["chunk2"] for c in result["conflicts"]] == [2, 3, 4, 5, 6]
     assert optimize(conn, chunks, 25, {"reserve_tokens": 0})["conflicts_count"] == 28
     assert len(optimize(conn, chunks, 25, {"reserve_tokens": 0, "max_conflicts": 0})["conflicts"]) == 0
+
+
+# -- one acting-user rule (issue 19) and the failure event emitted by the SQL -------------
+def test_acting_user_rule(conn: psycopg.Connection) -> None:
+    """An owner or superuser passing another user's id gets PM040; no user given means memori.user_id."""
+    chunk = [{"type": "tool_output", "content": "x" * 38}]
+    conn.execute("select set_config('memori.user_id', 'alice', false)")
+    try:
+        assert_sqlstate(conn, "PM040", "select * from memori.chunk_add_many('s1', %s, 'bob')", (Jsonb(chunk),))
+        assert_sqlstate(conn, "PM040", "select * from memori.context_optimize('[]', 100, %s)",
+                        (Jsonb({"user_id": "bob", "reserve_tokens": 0}),))
+        added = rows(conn, "select * from memori.chunk_add_many('s1', %s)", (Jsonb(chunk),))
+        assert value(conn, "select user_id from memori.context_chunks where id = %s", (added[0]["id"],)) == "alice"
+        optimization = value(conn, "select optimization_id from memori.context_optimize('[]', 100, %s)",
+                             (Jsonb({"reserve_tokens": 0}),))
+        assert value(conn, "select user_id from memori.context_optimizations where id = %s", (optimization,)) == "alice"
+    finally:
+        conn.execute("select set_config('memori.user_id', '', false)")
+    assert_sqlstate(conn, "PM001", "select * from memori.chunk_add_many('s2', %s)", (Jsonb(chunk),))
+
+
+def test_on_error_report_records_the_failure(conn: psycopg.Connection) -> None:
+    """{"on_error": "report"}: the function records context.optimization.failed and returns the error."""
+    before = value(conn, "select count(*) from memori.events where event_type = 'context.optimization.failed'")
+    row = one(conn, "select * from memori.context_optimize(%s, 10, %s)",
+              (Jsonb([{"id": "a", "type": "novel", "tokens": 1}]), Jsonb({"on_error": "report", "user_id": "alice"})))
+    assert row is not None and row["error_sqlstate"] == "PM004" and row["optimized_chunks"] is None
+    payload = value(conn, "select payload from memori.events where event_type = 'context.optimization.failed' "
+                          "order by id desc limit 1")
+    assert payload == {"source": "request", "chunks_count": 1, "user_id": "alice", "error": row["error_message"],
+                       "sqlstate": "PM004"}
+    row = one(conn, "select * from memori.context_optimize_stored('s', 10, %s)",
+              (Jsonb({"on_error": "report", "persist": False}),))  # reserve > available; persist off: no event
+    assert row is not None and row["error_sqlstate"] == "PM001"
+    assert value(conn, "select count(*) from memori.events where event_type = 'context.optimization.failed'") \
+        == before + 1
+    assert_sqlstate(conn, "PM004", "select * from memori.context_optimize(%s, 10, '{\"persist\": false}')",
+                    (Jsonb([{"id": "a", "type": "novel", "tokens": 1}]),))  # on_error raise (the default)
+    assert_sqlstate(conn, "PM001", "select * from memori.context_optimize('[]', 10, '{\"on_error\": \"ignore\"}')")

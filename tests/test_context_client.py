@@ -12,8 +12,7 @@ from typer.testing import CliRunner
 import pymemdb
 from pymemdb import Scope
 from pymemdb.cli.main import app as main_app
-from pymemdb.context import CONTEXT_SET
-from pymemdb.types import ContextEntry, ContextStat, ContextValue, SessionContext
+from pymemdb.context import CONTEXT_SET, ContextEntry, ContextStat, ContextValue, SessionContext
 from tests.helpers import T0
 
 runner = CliRunner()

@@ -79,7 +79,9 @@ select g.session, 'bench_user', g.chunk_type, g.content, memori._estimate_tokens
  order by g.i
 """
 
-STORED: LiteralString = ("select memori.context_optimize_stored(%s::text, %s::integer, %s::jsonb, %s::timestamptz)")
+# what an application reads: the optimization_result row (the first two columns are the selection)
+STORED: LiteralString = ("select * from memori.context_optimize_stored(%s::text, %s::integer, %s::jsonb,"
+                         " %s::timestamptz)")
 # The naive client's query: every unexpired candidate of the session, with content and metadata.
 FETCH_ALL: LiteralString = """
 select id, chunk_type, content, tokens, ts, metadata from memori.context_chunks
@@ -187,8 +189,8 @@ def _interleaved(conn: psycopg.Connection[Any], session: str, ranker: NaiveRanke
         t3 = time.perf_counter_ns()
         lean_result = lean(conn, ranker, session, NOW)
         t4 = time.perf_counter_ns()
-        assert row is not None  # outside the timed spans
-        result = row[0]
+        assert row is not None
+        result = {"optimized_chunks": row[0], "dropped_chunk_ids": row[1]}
         if i >= 2:
             samples["stored"].append(t1 - t0)
             samples["stored_persist"].append(t2 - t1)
