@@ -22,7 +22,7 @@
 --
 -- pgvector lives in schema public; its types and operators are qualified.
 
-comment on table memori.store_items is 'Long-term memory items per user: (namespace path, key) -> jsonb value, TTL with refresh on read, text_fields naming what full text covers (the vector is derived at query time, migration 0024) (issue 17).';
+comment on table memori.store_items is 'Long-term memory items per user: (namespace path, key) -> jsonb value, TTL with refresh on read, text_fields naming what full text covers (the vector is derived at query time, migration 0021) (issue 17).';
 comment on table memori.store_vectors is 'Embeddings of store items, one per indexed field; dimension per store (partial ANN indexes per dimension, memori.store_index_ensure).';
 
 insert into memori.settings (key, value, description) values
@@ -118,7 +118,7 @@ comment on function memori._store_tsv_fields(jsonb, text[]) is 'Full-text vector
 
 -------------------------------------------------------------------------------
 -- _store_text_spec: what of an item full text covers, the one rule store_put
--- and store_put_many apply (migration 0024: the vector itself is not stored).
+-- and store_put_many apply (migration 0021: the vector itself is not stored).
 -- p_index NULL or containing '$': the whole value ('$'); '{}' (index=False):
 -- nothing (NULL); else the field paths, one per line. p_text (texts a caller
 -- extracted itself) wins when given: kept literally after U+0002. A
@@ -151,7 +151,7 @@ begin atomic
 end;
 comment on function memori._store_item_tsv(jsonb, text) is 'Full-text vector of a store item from its value and text_fields: the whole value (''$''), the string leaves of the listed fields, a literal text (chr(2) prefix), or NULL.';
 
--- (before migration 0024 the vector was stored, computed by _store_tsv)
+-- (before migration 0021 the vector was stored, computed by _store_tsv)
 drop function if exists memori._store_tsv(jsonb, text[], text);
 
 -------------------------------------------------------------------------------
@@ -640,7 +640,7 @@ begin
       using errcode = 'PM122', hint = 'Use hnsw, ivfflat or flat (exact search, no index); text for the full-text GIN index.';
   end if;
   if p_method = 'text' then
-    -- (the name predates migration 0024, when the vector was a stored column)
+    -- (the name predates migration 0021, when the vector was a stored column)
     create index if not exists idx_store_items_search_tsv on memori.store_items
      using gin (memori._store_item_tsv(value, text_fields)) where text_fields is not null;
     return 'idx_store_items_search_tsv';

@@ -63,6 +63,7 @@ LANDED: list[tuple[str, str, str]] = [
     ("d5ab32440a7bc5b0afbc1fee6fd0000efcdd1212", "0010", "0010 on 0008, last sql/"),
     ("694f1be8bcf5ce41143757af5bc089543f2b423a", "0010", "0010 on 0009, last sql/"),
     ("0dd4b9930d15f8c8b5e6e4dfb57bedb879a53dd4", "0011", "0011, last sql/ before issue 16"),
+    ("a5667e015cec225557edd0e29421b91507f2b560", "0018", "0018, last sql/ before issue 19"),
 ]
 
 # Data written through the old version's API, each when its table exists then.

@@ -1,7 +1,7 @@
 """The context window manager's typed result (issue 19): memori.optimization_result.
 
 Revision ID: 0020
-Revises: 0018
+Revises: 0019
 Create Date: 2026-11-25
 
 Run-once DDL only; the API is sql/300-budget.sql. context_optimize and
@@ -15,7 +15,7 @@ raised, so the event survives.
 from alembic import op
 
 revision = "0020"
-down_revision = "0018"
+down_revision = "0019"
 branch_labels = None
 depends_on = None
 

@@ -1,7 +1,7 @@
 """Store items keep which fields are full-text indexed, not the full-text vector (issue 17).
 
-Revision ID: 0024
-Revises: 0018
+Revision ID: 0021
+Revises: 0020
 Create Date: 2026-11-25
 
 Run-once DDL only; the API is sql/810-store.sql.
@@ -21,8 +21,8 @@ Items written before this revision keep full text over their whole value
 
 from alembic import op
 
-revision = "0024"
-down_revision = "0018"
+revision = "0021"
+down_revision = "0020"
 branch_labels = None
 depends_on = None
 
