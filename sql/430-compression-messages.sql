@@ -1,7 +1,7 @@
 -- pymemdb SQL API: conversation compression (seed 04): messages, budget, plan / prompt /
 -- apply, the active context, reliability and the session export.
 --
--- Configuration and private helpers: sql/400-compression-private.sql.
+-- Configuration and private helpers: sql/400-compression-internals.sql.
 --
 -- The full history (memori.messages) is append-only and never compressed.
 -- What is sent to the LLM is derived from it and from a per-session marker

@@ -1,6 +1,6 @@
 -- pymemdb SQL API: the virtual memory's part of a conversation snapshot (seeds 03 and 04).
 --
--- memori.snapshot_create (sql/400-compression.sql) stores, next to the
+-- memori.snapshot_create (sql/420-compression-snapshots.sql) stores, next to the
 -- messages, checkpoints and goals, each page's version and the working set;
 -- memori.snapshot_restore brings them back: a page whose content changed gets
 -- its snapshotted content again as a new version (page_versions keeps every
