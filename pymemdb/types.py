@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 from uuid import UUID
 
@@ -14,6 +13,31 @@ from pymemdb.checkpoints import CheckpointAutoResult as CheckpointAutoResult
 from pymemdb.checkpoints import CheckpointStat as CheckpointStat
 from pymemdb.checkpoints import CheckpointStatus as CheckpointStatus
 from pymemdb.checkpoints import CheckpointVersion as CheckpointVersion
+
+# -- compression (seed 04) -------------------------------------------------------
+from pymemdb.compression.goals import Goal, GoalMarkerResult  # noqa: F401
+from pymemdb.compression.messages import (  # noqa: F401
+    CompressionApplied,
+    CompressionBudget,
+    CompressionPlan,
+    CompressionRequest,
+    ContextItem,
+    MessageAdded,
+    Reliability,
+    SessionReliability,
+)
+from pymemdb.compression.snapshots import Snapshot  # noqa: F401
+
+# -- the context store (seed 01, part 2) -----------------------------------------
+from pymemdb.context import (  # noqa: F401
+    ContextEntry,
+    ContextStat,
+    ContextValue,
+    ContextWindow,
+    Project,
+    ProjectMember,
+    SessionContext,
+)
 from pymemdb.events import Event as Event
 from pymemdb.memories import Memory as Memory
 from pymemdb.memories import SessionCheckpoint as SessionCheckpoint
@@ -25,33 +49,6 @@ from pymemdb.retention import CleanupJob as CleanupJob
 from pymemdb.retention import CleanupRun as CleanupRun
 from pymemdb.retention import CleanupStatus as CleanupStatus
 from pymemdb.retention import CleanupSummary as CleanupSummary
-
-
-# -- the context store (seed 01, part 2) -----------------------------------------
-from pymemdb.context import (  # noqa: E402, F401
-    ContextEntry,
-    ContextStat,
-    ContextValue,
-    ContextWindow,
-    Project,
-    ProjectMember,
-    SessionContext,
-)
-
-
-# -- compression (seed 04) -------------------------------------------------------
-from pymemdb.compression.goals import Goal, GoalMarkerResult  # noqa: F401, E402
-from pymemdb.compression.messages import (  # noqa: F401, E402
-    CompressionApplied,
-    CompressionBudget,
-    CompressionPlan,
-    CompressionRequest,
-    ContextItem,
-    MessageAdded,
-    Reliability,
-    SessionReliability,
-)
-from pymemdb.compression.snapshots import Snapshot  # noqa: F401, E402
 
 # -- LangGraph checkpointer (issue 9) ---------------------------------------------
 
