@@ -11,7 +11,8 @@ from __future__ import annotations
 import psycopg
 import pytest
 
-from pymemdb import compressors, summarizers
+from pymemdb.compression import summarizers
+from pymemdb.vm import compressors
 from tests.helpers import assert_sqlstate, value
 
 SAMPLE = [
