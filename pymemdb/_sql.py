@@ -22,7 +22,7 @@ REGISTRY: list[SqlFunction[Any]] = []
 
 @dataclass(frozen=True)
 class SqlFunction(Generic[T]):
-    """A declaration; ``Database.call`` returns ``Any`` for it. Prefer the typed kinds below."""
+    """A declaration. Declare with one()/maybe()/rows()/scalar(): their kind types ``Database.call``."""
 
     name: str  # without schema
     params: tuple[tuple[str, str], ...]  # (parameter name, SQL type for the cast)
@@ -98,13 +98,3 @@ def scalar(name: str, *params: tuple[str, str], result: type[T]) -> Scalar[T]:
 def given(**kwargs: Any) -> dict[str, Any]:
     """Drop arguments left at None so the SQL defaults apply."""
     return {k: v for k, v in kwargs.items() if v is not None}
-
-
-def fn(
-    name: str,
-    *params: tuple[str, str],
-    result: type | None = None,
-    returns: Literal["one", "many", "scalar"] = "one",
-) -> SqlFunction[Any]:
-    """An untyped declaration (``call`` returns ``Any``): use one/maybe/rows/scalar in new code."""
-    return SqlFunction(name, tuple(params), result, returns)

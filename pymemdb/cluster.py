@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from pymemdb._sql import fn, given
+from pymemdb._sql import given, rows
 
 if TYPE_CHECKING:
     from pymemdb.db import Database
@@ -43,8 +43,8 @@ class DistributeResult:
     error: str | None
 
 
-DISTRIBUTION_PLAN = fn("distribution_plan", result=DistributionPlanRow, returns="many")
-DISTRIBUTE = fn("distribute", ("p_dry_run", "boolean"), result=DistributeResult, returns="many")
+DISTRIBUTION_PLAN = rows("distribution_plan", result=DistributionPlanRow)
+DISTRIBUTE = rows("distribute", ("p_dry_run", "boolean"), result=DistributeResult)
 
 
 class Cluster:
@@ -53,8 +53,8 @@ class Cluster:
 
     def distribution_plan(self) -> list[DistributionPlanRow]:
         """memori.distribution_plan: the Citus placement of every memori table, in apply order."""
-        return self._db.call(DISTRIBUTION_PLAN)  # type: ignore[no-any-return]
+        return self._db.call(DISTRIBUTION_PLAN)
 
     def distribute(self, *, dry_run: bool | None = None) -> list[DistributeResult]:
         """memori.distribute: place the tables on the Citus cluster (PM140 without Citus); dry_run only reports."""
-        return self._db.call(DISTRIBUTE, **given(p_dry_run=dry_run))  # type: ignore[no-any-return]
+        return self._db.call(DISTRIBUTE, **given(p_dry_run=dry_run))

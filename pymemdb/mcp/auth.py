@@ -46,7 +46,7 @@ class MemoriTokenVerifier:
         with self._db.transaction() as cur:
             self._in_role(cur)
             args: dict[str, Any] = {"p_token": token, "p_client": client}
-            return self._db.call(MCP_TOKEN_VERIFY, cur, **args)  # type: ignore[no-any-return]
+            return self._db.call(MCP_TOKEN_VERIFY, cur, **args)
 
     async def verify_token(self, token: str) -> AccessToken | None:
         try:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
-from pymemdb._sql import fn, given
+from pymemdb._sql import given, maybe, one, rows, scalar
 from pymemdb.errors import McpInvalidArgument
 
 if TYPE_CHECKING:
@@ -54,22 +54,22 @@ class McpPrincipal:
     expires_at: datetime
 
 
-MCP_TOKEN_CREATE = fn(
+MCP_TOKEN_CREATE = one(
     "mcp_token_create",
     ("p_user_id", "text"), ("p_name", "text"), ("p_ttl", "interval"), ("p_now", "timestamptz"),
     result=McpTokenSecret,
 )
-MCP_TOKEN_LIST = fn(
+MCP_TOKEN_LIST = rows(
     "mcp_token_list",
     ("p_user_id", "text"), ("p_include_inactive", "boolean"), ("p_now", "timestamptz"),
-    result=McpTokenInfo, returns="many",
+    result=McpTokenInfo,
 )
-MCP_TOKEN_REVOKE = fn(
+MCP_TOKEN_REVOKE = scalar(
     "mcp_token_revoke",
     ("p_user_id", "text"), ("p_name", "text"), ("p_token_id", "bigint"), ("p_now", "timestamptz"),
-    returns="scalar",
+    result=int,
 )
-MCP_TOKEN_VERIFY = fn(
+MCP_TOKEN_VERIFY = maybe(
     "mcp_token_verify",
     ("p_token", "text"), ("p_client", "text"), ("p_now", "timestamptz"),
     result=McpPrincipal,
@@ -84,7 +84,7 @@ class McpTokens:
         self, user_id: str, name: str = "default", *, ttl: timedelta | None = None, now: datetime | None = None
     ) -> McpTokenSecret:
         """memori.mcp_token_create: issue a token for ``user_id``; the secret is in the result only."""
-        return self._db.call(  # type: ignore[no-any-return]
+        return self._db.call(
             MCP_TOKEN_CREATE, **given(p_user_id=user_id, p_name=name, p_ttl=ttl, p_now=now)
         )
 
@@ -92,7 +92,7 @@ class McpTokens:
         self, user_id: str | None = None, *, include_inactive: bool = False, now: datetime | None = None
     ) -> list[McpTokenInfo]:
         """memori.mcp_token_list: the tokens the caller may see (of one user if given), never a secret."""
-        return self._db.call(  # type: ignore[no-any-return]
+        return self._db.call(
             MCP_TOKEN_LIST, **given(p_user_id=user_id, p_include_inactive=include_inactive, p_now=now)
         )
 
@@ -105,7 +105,7 @@ class McpTokens:
         now: datetime | None = None,
     ) -> int:
         """memori.mcp_token_revoke: revoke by name (of a user) or id; returns how many."""
-        return self._db.call(  # type: ignore[no-any-return]
+        return self._db.call(
             MCP_TOKEN_REVOKE, **given(p_user_id=user_id, p_name=name, p_token_id=token_id, p_now=now)
         )
 
@@ -113,7 +113,7 @@ class McpTokens:
         self, token: str | None, *, client: str | None = None, now: datetime | None = None
     ) -> McpPrincipal | None:
         """memori.mcp_token_verify: the user a token acts for, or None (the refusal is recorded)."""
-        return self._db.call(  # type: ignore[no-any-return]
+        return self._db.call(
             MCP_TOKEN_VERIFY, p_token=token, **given(p_client=client, p_now=now)
         )
 
