@@ -104,17 +104,6 @@ select memori.retention_register('context_optimizations', 'memori.context_optimi
                                  'Persisted context optimisations (seed 02)', 1, interval '90 days');
 
 -------------------------------------------------------------------------------
--- _estimate_tokens: kept for callers in other rooms; memori.token_estimate is the estimate
-create or replace function memori._estimate_tokens(p_text text, p_content_type text, p_cfg jsonb) returns integer
-as $func$
-begin
-  return memori.token_estimate(p_text, p_content_type);
-end
-$func$ language plpgsql stable security invoker
-set search_path = pg_catalog, memori, pg_temp;
-comment on function memori._estimate_tokens(text, text, jsonb) is 'Deprecated alias of memori.token_estimate(text, content type) (the configuration argument is ignored: the estimate reads budget.density_*).';
-
--------------------------------------------------------------------------------
 -- estimate_tokens: the seed's token estimate
 create or replace function memori.estimate_tokens(p_text text, p_content_type text default 'general')
 returns integer

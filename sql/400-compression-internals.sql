@@ -84,17 +84,6 @@ set search_path = pg_catalog, memori, pg_temp;
 comment on function memori._compression_flag(text, boolean) is 'A boolean memori.settings value, or the default when absent.';
 
 -------------------------------------------------------------------------------
--- _compression_tokens: kept for callers in other rooms; memori.token_estimate is the estimate
-create or replace function memori._compression_tokens(p_text text) returns integer
-as $func$
-begin
-  return memori.token_estimate(p_text, 'compression');
-end
-$func$ language plpgsql stable security invoker
-set search_path = pg_catalog, memori, pg_temp;
-comment on function memori._compression_tokens(text) is 'Deprecated alias of memori.token_estimate(text, ''compression'').';
-
--------------------------------------------------------------------------------
 -- _strip_markers: text without goal-marker lines (they live in the goal block)
 create or replace function memori._strip_markers(p_text text) returns text
 as $func$

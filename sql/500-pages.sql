@@ -99,17 +99,6 @@ select memori.retention_register('vm_sessions', 'memori.vm_sessions', 'memori._r
                                  'AI virtual memory sessions (seed 03)', 4, null, false);
 
 -------------------------------------------------------------------------------
--- _tokens_estimate: kept for callers in other rooms; memori.token_estimate is the estimate
-create or replace function memori._tokens_estimate(p_text text) returns integer
-as $func$
-begin
-  return memori.token_estimate(p_text, 'page');
-end
-$func$ language plpgsql stable parallel safe security invoker
-set search_path = pg_catalog, memori, pg_temp;
-comment on function memori._tokens_estimate(text) is 'Deprecated alias of memori.token_estimate(text, ''page'').';
-
--------------------------------------------------------------------------------
 -- _pages_notify: tell page-table caches (client TLBs) that a page changed
 create or replace function memori._pages_notify() returns trigger
 as $func$

@@ -137,9 +137,9 @@ declare
   v_keep   bigint[] := '{}';
   v_shown  text[] := '{}';
 begin
-  if v_budget < memori._tokens_estimate(v_open || v_close) then
+  if v_budget < memori.token_estimate(v_open || v_close, 'page') then
     perform memori._invalid(format('token budget must be at least %s (the empty block), got %s',
-                                   memori._tokens_estimate(v_open || v_close), v_budget),
+                                   memori.token_estimate(v_open || v_close, 'page'), v_budget),
                             'Pass the tokens the context may use, e.g. 8000.');
   end if;
   perform memori._check_identifier('model', p_model, 200);
@@ -155,7 +155,7 @@ begin
     return v_packed;
   end if;
 
-  v_left := v_budget - memori._tokens_estimate(v_open || v_close);
+  v_left := v_budget - memori.token_estimate(v_open || v_close, 'page');
   -- "traditional conversation feel": pinned pages, then the newest first; older
   -- transcript pages of a segment that has a summary page show as that summary
   for v_item in

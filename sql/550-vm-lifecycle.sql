@@ -90,7 +90,7 @@ as $func$
 declare
   -- no creating: a claim cites pages, so its session exists already
   v_s       memori.vm_sessions := memori._vm_session(p_session_id, p_user_id, false, p_now);
-  v_tokens  integer := memori._tokens_estimate(p_content);
+  v_tokens  integer := memori.token_estimate(p_content, 'page');
   v_max     integer := memori._vm_setting_int('vm.claim_max_tokens', 200);
   v_id      text := p_claim_id;
   v_stem    text;
@@ -322,8 +322,8 @@ begin
     perform memori._invalid('the segment summary is empty', 'Summarize memori.segment_pages with a Summarizer (db.vm.segment_close does).');
   end if;
   select sum(x.tokens) into v_source from unnest(v_pages) x;
-  if memori._tokens_estimate(p_summary) >= v_source then
-    raise exception 'the summary is % tokens; the segment it replaces is % tokens', memori._tokens_estimate(p_summary), v_source
+  if memori.token_estimate(p_summary, 'page') >= v_source then
+    raise exception 'the summary is % tokens; the segment it replaces is % tokens', memori.token_estimate(p_summary, 'page'), v_source
       using errcode = 'PM092', detail = format('segment %s of session %s', v_label, p_session_id),
             hint = 'Summarize to well under the segment''s tokens (a tenth is the seed''s 10:1 target).';
   end if;

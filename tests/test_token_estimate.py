@@ -1,8 +1,8 @@
 """One token estimator (issue 19): memori.token_estimate gives every concern the estimate it had before.
 
-The three SQL formulas it replaced (budget's _estimate_tokens, compression's
-_compression_tokens, the pages' _tokens_estimate) are written out here as they
-were, and compared with it on a sample; the Python estimators of the
+The three SQL helpers it replaced (budget's _estimate_tokens, compression's
+_compression_tokens, the pages' _tokens_estimate, now dropped) are written out
+here as they were, and compared with it on a sample; the Python estimators of the
 summarizers and compressors are measured against it too.
 """
 
@@ -66,11 +66,12 @@ def test_page_kind_matches_the_old_formula(conn: psycopg.Connection) -> None:
         assert estimate(conn, text, "page") == value(conn, OLD_PAGE, {"t": text}), text
 
 
-def test_the_old_names_are_aliases(conn: psycopg.Connection) -> None:
-    for text in SAMPLE:
-        assert value(conn, "select memori._tokens_estimate(%s)", (text,)) == estimate(conn, text, "page")
-        assert value(conn, "select memori._compression_tokens(%s)", (text,)) == estimate(conn, text, "compression")
-        assert value(conn, "select memori._estimate_tokens(%s, 'code', '{}')", (text,)) == estimate(conn, text, "code")
+def test_the_old_names_are_gone(conn: psycopg.Connection) -> None:
+    """One estimator: the three helpers it replaced are not installed (the retired sweep drops them on upgrade)."""
+    old = {"_tokens_estimate", "_compression_tokens", "_estimate_tokens"}
+    found = {r[0] for r in conn.execute("select proname from pg_proc where pronamespace = 'memori'::regnamespace "
+                                        "and proname = any(%s)", (list(old),))}
+    assert found == set()
 
 
 def test_python_estimators_agree_with_sql(conn: psycopg.Connection) -> None:

@@ -70,7 +70,7 @@ g as (
 )
 insert into memori.context_chunks (session_id, user_id, chunk_type, content, tokens, ts, ts_us, metadata, rag_boost,
                                    business_boost, revenue_boost, business, created_at, expires_at)
-select g.session, 'bench_user', g.chunk_type, g.content, memori._estimate_tokens(g.content, 'general', g.cfg), s.ts,
+select g.session, 'bench_user', g.chunk_type, g.content, memori.token_estimate(g.content, 'general'), s.ts,
        memori._epoch_us(s.ts),
        g.metadata, s.rag, s.business, s.revenue, s.is_business, g.now, g.now + interval '30 days'
   from g

@@ -43,12 +43,12 @@ select %(s)s, %(u)s, 'msg_' || lpad(g::text, 7, '0'), 'transcript', 'text',
   from generate_series(1, %(n)s) g
 """
 FIX_TOKENS: LiteralString = """
-update memori.pages set tokens = memori._tokens_estimate(content), size_bytes = octet_length(content)
+update memori.pages set tokens = memori.token_estimate(content, 'page'), size_bytes = octet_length(content)
  where session_id = %(s)s
 """
 GENERATE_REFERENCES: LiteralString = """
 insert into memori.page_representations (session_id, page_id, user_id, level, content, tokens, version, created_at)
-select p.session_id, p.page_id, p.user_id, 3, r.ref, memori._tokens_estimate(r.ref), 1, %(now)s
+select p.session_id, p.page_id, p.user_id, 3, r.ref, memori.token_estimate(r.ref, 'page'), 1, %(now)s
   from memori.pages p
  cross join lateral (select memori._page_reference(p.page_id, p.modality, p.hint, p.content, null, null) as ref) r
  where p.session_id = %(s)s

@@ -43,7 +43,7 @@ select %(s)s, %(u)s, 'old_' || lpad(g::text, 7, '0'), 'transcript', 'text',
   from generate_series(1, %(n)s) g
 """
 FIX_TOKENS: LiteralString = """
-update memori.pages set tokens = memori._tokens_estimate(content), size_bytes = octet_length(content)
+update memori.pages set tokens = memori.token_estimate(content, 'page'), size_bytes = octet_length(content)
  where session_id = %(s)s
 """
 
