@@ -14,6 +14,9 @@ How a page marks its blocks (the docs-test convention):
   Python block printed is compared with it.
 - **Skip**: ``<!-- docs-test: skip <reason> -->`` on the line before a block. The test lists every skip
   with its reason. Keep them rare: a shell command that starts servers, a pg_cron schedule, Citus.
+- **Copy**: ``<!-- docs-test: copy of PAGE#anchor -->`` on the line before a transcript: a verbatim copy
+  of a transcript that runs in PAGE (docs/reference.md copies its examples so; tests/docs_reference.py
+  writes them and tests/test_docs.py checks they are still what it writes). Not run again here.
 - Anything else (signatures, diagrams, ``bash``, ``json``) is prose, not run.
 
 Every transcript and script runs in one psql-like session per page (autocommit, as psql), on a fresh
@@ -62,6 +65,7 @@ MASKS: list[tuple[str, str]] = [
 PROMPT = re.compile(r"^(?:[A-Za-z_][\w-]*)?=[>#] ")
 FENCE = re.compile(r"^([ \t]*)```([\w-]*)[ \t]*\n(.*?)^\1```[ \t]*$", re.MULTILINE | re.DOTALL)  # also in a list
 SKIP = re.compile(r"<!--[ \t]*docs-test:[ \t]*skip[ \t]+([^\n]*?)[ \t]*-->\s*\Z")
+COPY = re.compile(r"<!--[ \t]*docs-test:[ \t]*copy of[ \t]+(\S+)[ \t]*-->\s*\Z")
 RULE = re.compile(r"^[-+]+$")
 FOOTER = re.compile(r"^\(\d+ rows?\)$")
 
@@ -74,6 +78,7 @@ class Block:
     body: str
     skip: str | None = None
     expected: Block | None = None  # the ```text block after a python block
+    copy: str | None = None  # PAGE#anchor where the block runs (a copy)
 
     @property
     def where(self) -> str:
@@ -88,6 +93,7 @@ def parse(page: str, text: str) -> list[Block]:
         line = text.count("\n", 0, match.start()) + 1
         before = text[: match.start()]
         skip = SKIP.search(before[-400:])
+        copy = COPY.search(before[-400:])
         if lang in ("", "sql", "psql") and PROMPT.match(body.lstrip("\n")):
             kind = "transcript"
         elif lang == "sql":
@@ -96,7 +102,8 @@ def parse(page: str, text: str) -> list[Block]:
             kind = lang
         else:
             kind = "prose"
-        blocks.append(Block(page, line, kind, body, skip.group(1) if skip else None))
+        blocks.append(Block(page, line, kind, body, skip.group(1) if skip else None,
+                            copy=copy.group(1) if copy else None))
     for previous, block in itertools.pairwise(blocks):
         if previous.kind == "python" and block.kind == "text":
             previous.expected = block
@@ -317,6 +324,8 @@ class Outcome:
 class Report:
     ran: int = 0
     skipped: list[Block] = field(default_factory=list)
+    copied: int = 0  # copies of blocks that run on another page
+    outputs: dict[tuple[int, int], list[str]] = field(default_factory=dict)  # (block line, step): what it printed
     failures: list[Outcome] = field(default_factory=list)
 
 
@@ -344,6 +353,9 @@ def run_page(page: str, text: str, dsn: str, namespace: dict[str, Any] | None = 
             for block in parse(page, text):
                 if block.kind in ("prose", "text"):
                     continue
+                if block.copy is not None:
+                    report.copied += 1
+                    continue
                 if block.skip is not None:
                     report.skipped.append(block)
                     continue
@@ -354,6 +366,7 @@ def run_page(page: str, text: str, dsn: str, namespace: dict[str, Any] | None = 
                             actual = session.run(step.statement)
                         except ValueError as error:
                             actual = [f"docs-test: {error}"]
+                        report.outputs[(block.line, number)] = actual
                         if not matches(step.printed, actual):
                             report.failures.append(Outcome(block, step.statement, step.printed, actual, number))
                 elif block.kind == "script":

@@ -11,7 +11,7 @@ and in the failure message.
 
 from __future__ import annotations
 
-import re
+import difflib
 
 import psycopg
 import pytest
@@ -29,7 +29,8 @@ NOT_YET: set[str] = set()
 def test_page_examples_run_as_printed(page: str, dsn: str) -> None:
     report = docs_runner.run_page(page, (ROOT / page).read_text(encoding="utf-8"), dsn)
     skips = [f"  skipped {b.where} ({b.kind}): {b.skip}" for b in report.skipped]
-    print(f"{page}: {report.ran} blocks run, {len(report.skipped)} skipped", *skips, sep="\n")
+    print(f"{page}: {report.ran} blocks run, {len(report.skipped)} skipped, {report.copied} copies not run",
+          *skips, sep="\n")
     assert not report.failures, "\n\n".join(
         [f"{len(report.failures)} example(s) of {page} differ from what they print:",
          *map(docs_runner.describe, report.failures), *skips])
@@ -42,17 +43,38 @@ def test_convention_recognises_blocks() -> None:
     blocks = docs_runner.parse("t.md", text)
     assert [b.kind for b in blocks] == ["transcript", "script", "python", "text"]
     assert blocks[1].skip == "needs pg_cron" and blocks[2].expected is blocks[3]
+    copied = docs_runner.parse("r.md", "<!-- docs-test: copy of docs/vm.md#faults -->\n```\n=> select 1;\n```\n")
+    assert copied[0].kind == "transcript" and copied[0].copy == "docs/vm.md#faults"
     assert docs_runner.matches([" id | at", "----+----", " 7 | 2026-01-01 10:00:00+00", "(1 row)"],
                                [" id |           at", "----+------------------------", " 7 | 2026-11-25 12:00:01.5+00"])
     assert docs_runner.matches(['{"a": 1, ...}'], ['{"a": 1, "b": 2}'])
     assert not docs_runner.matches([" 8"], [" 7"])
 
 
-def test_every_public_function_is_in_the_reference(dsn: str) -> None:
-    """docs/reference.md lists every public function (regenerate: python -m tests.docs_reference DSN)."""
+def test_reference_is_generated(dsn: str) -> None:
+    """docs/reference.md is what tests/docs_reference.py makes of the current catalog and pages."""
     with psycopg.connect(dsn) as conn:
-        names = {row[0] for row in docs_reference.public_functions(conn)}
-    listed = set(re.findall(r"^\| `memori\.(\w+)\(", (ROOT / "docs" / "reference.md").read_text(encoding="utf-8"),
-                            flags=re.MULTILINE))
-    assert names - listed == set(), "missing from docs/reference.md: regenerate it with python -m tests.docs_reference"
-    assert listed - names == set(), "docs/reference.md lists functions that no longer exist: regenerate it"
+        expected, _ = docs_reference.generate(conn)
+    actual = (ROOT / docs_reference.REFERENCE).read_text(encoding="utf-8")
+    diff = list(difflib.unified_diff(actual.splitlines(), expected.splitlines(), "docs/reference.md", "generated",
+                                     lineterm="", n=1))
+    assert not diff, f"docs/reference.md is stale: regenerate it with {docs_reference.COMMAND}\n" + "\n".join(
+        diff[:60])
+
+
+def test_every_public_function_has_an_example(dsn: str) -> None:
+    """Each public function is called in a transcript the docs test runs (its reference entry copies it)."""
+    with psycopg.connect(dsn) as conn:
+        _, functions = docs_reference.generate(conn)
+    missing = sorted(f"{f.name} ({f.source})" for f in functions if f.example is None)
+    assert not missing, (f"{len(missing)} public function(s) have no psql example in README.md or docs/*.md "
+                         "(add a transcript to the concern page, then regenerate docs/reference.md): "
+                         + ", ".join(missing))
+
+
+def test_copies_are_only_in_the_reference() -> None:
+    """A copy mark skips a block: only the generated reference may use it (its copies run on their page)."""
+    for page in PAGES:
+        if page != docs_reference.REFERENCE:
+            copies = [b.where for b in docs_runner.parse(page, (ROOT / page).read_text(encoding="utf-8")) if b.copy]
+            assert not copies, f"docs-test copy marks outside {docs_reference.REFERENCE}: {copies}"
