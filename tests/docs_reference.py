@@ -11,9 +11,10 @@ Where each part of an entry comes from, so that none can drift:
 - purpose: the function's ``comment on function``;
 - concern (the section): the sql/ file that defines the function, sections in file (band) order,
   titled by the file's first comment line;
-- parameter descriptions: only what the function's source in sql/ says of a parameter, either a
-  header comment line ``-- p_name: ...`` (with its indented continuation lines) or a trailing
-  ``-- ...`` on the parameter's line; no text is invented, and the column is left out when no
+- parameter descriptions: only what is written of a parameter, in the function's source in sql/ (a
+  header comment line ``-- p_name: ...`` with its indented continuation lines, or a trailing
+  ``-- ...`` on the parameter's line), else in a ``| parameter | meaning |`` table of a page under
+  a heading that is the function's name; no text is invented, and the column is left out when no
   parameter of the function has one;
 - the example: the first statement that calls ``memori.<name>(`` in a psql transcript of README.md
   or docs/*.md that the docs test runs (not skipped), with what it prints, copied verbatim with a
@@ -27,6 +28,7 @@ catalog and pages, and when a public function has no example.
 
 from __future__ import annotations
 
+import itertools
 import re
 import sys
 from dataclasses import dataclass, field
@@ -244,25 +246,60 @@ def _rank(name: str, heading: str, printed: list[str]) -> tuple[int, int]:
     return output, 0 if name in heading else 1
 
 
+VARIABLE = re.compile(r"(?<!:):'?([A-Za-z_]\w*)")  # a psql variable (:name or :'name'), not a ::cast
+
+
 def harvest(root: Path = ROOT) -> dict[str, Example]:
-    """For each function called in a run transcript: its best example (see _rank), the first of its rank."""
+    """For each function called in a run transcript: its best example (see _rank), the first of its rank.
+
+    A statement that uses psql variables is shown after the ``\\gset`` statements that set them."""
     best: dict[str, tuple[tuple[int, int], Example]] = {}
     for page in pages(root):
         text = (root / page).read_text(encoding="utf-8")
         headings = _headings(text)
+        gsets: list[str] = []  # the page's \gset statements so far, with their prompts
         for block in docs_runner.parse(page, text):
             if block.kind != "transcript" or block.skip is not None or block.copy is not None:
                 continue
             _, heading, anchor = max([h for h in headings if h[0] < block.line], default=(0, page, ""))
             for step in docs_runner.steps(block.body):
+                shown = step.prompt + step.statement
+                setters = [g for name in dict.fromkeys(VARIABLE.findall(step.statement))
+                           for g in [next((g for g in reversed(gsets) if re.search(rf"\b{name}\b", g)), None)] if g]
                 for name in dict.fromkeys(CALL.findall(step.statement)):
                     rank = _rank(name, heading, step.printed)
                     if name not in best or rank < best[name][0]:
                         printed = list(step.printed)
                         while printed and not printed[-1].strip():
                             printed.pop()
-                        best[name] = (rank, Example(page, heading, anchor, step.prompt + step.statement, printed))
+                        statement = "\n".join([*dict.fromkeys(setters), shown])
+                        best[name] = (rank, Example(page, heading, anchor, statement, printed))
+                if re.search(r"\\gset\s*$", step.statement):
+                    gsets.append(shown)
     return {name: example for name, (_, example) in best.items()}
+
+
+def page_descriptions(root: Path = ROOT) -> dict[str, dict[str, str]]:
+    """Parameter descriptions of the pages: a ``| parameter | meaning |`` table under a heading that names
+    one function (``### page_create``); a row may name several parameters (``| `p_a` / `p_b` | ... |``)."""
+    found: dict[str, dict[str, str]] = {}
+    for page in pages(root):
+        text = (root / page).read_text(encoding="utf-8")
+        headings = _headings(text)
+        lines = text.splitlines()
+        for number, line in enumerate(lines, 1):
+            if not re.match(r"\|\s*parameter\s*\|\s*meaning\s*\|\s*$", line):
+                continue
+            _, heading, _ = max([h for h in headings if h[0] < number], default=(0, "", ""))
+            if not re.fullmatch(r"\w+", heading):
+                continue
+            table = found.setdefault(heading, {})
+            for row in itertools.takewhile(lambda r: r.startswith("|"), lines[number + 1:]):
+                cells = [c.strip() for c in re.split(r"(?<!\\)\|", row)[1:-1]]
+                if len(cells) == 2:
+                    for name in re.findall(r"`(p_\w+)`", cells[0]):
+                        table.setdefault(name, cells[1])
+    return found
 
 
 # -- rendering -------------------------------------------------------------------------------------------------
@@ -357,8 +394,11 @@ def generate(conn: psycopg.Connection, root: Path = ROOT) -> tuple[str, list[Fun
     functions = public_functions(conn)
     concerns = attach_sources(functions, root)
     examples = harvest(root)
+    documented = page_descriptions(root)
     for function in functions:
         function.example = examples.get(function.name)
+        for param in function.params:  # the source's own words first, else the page's table
+            param.description = param.description or documented.get(function.name, {}).get(param.name, "")
     return render(concerns), functions
 
 
