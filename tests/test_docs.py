@@ -16,7 +16,7 @@ import difflib
 import psycopg
 import pytest
 
-from tests import docs_reference, docs_runner
+from tests import docs_bless, docs_reference, docs_runner
 from tests.conftest import ROOT
 
 PAGES = ["README.md", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md"))]
@@ -78,3 +78,14 @@ def test_copies_are_only_in_the_reference() -> None:
         if page != docs_reference.REFERENCE:
             copies = [b.where for b in docs_runner.parse(page, (ROOT / page).read_text(encoding="utf-8")) if b.copy]
             assert not copies, f"docs-test copy marks outside {docs_reference.REFERENCE}: {copies}"
+
+
+def test_bless_rewrites_only_the_outputs_that_changed(dsn: str) -> None:
+    """tests.docs_bless: a step that still matches keeps its text (masks, abridgements); a stale one gets the output."""
+    page = "\n".join(["# t", "", "```", "=> select now() as at, 1 as n;", "  at  | n", "------+---",
+                      " 2020-01-01 00:00:00+00 | 1", "", "=> select 2 as n;", " n", "---", " 3", "```", "", "end"])
+    blessed, changed = docs_bless.bless("t.md", page, dsn)
+    assert changed == 1
+    assert " 2020-01-01 00:00:00+00 | 1" in blessed and " 3\n" not in blessed and blessed.endswith("```\n\nend")
+    assert "=> select 2 as n;\n n\n---\n 2\n(1 row)\n```" in blessed
+    assert not docs_runner.run_page("t.md", blessed, dsn).failures
