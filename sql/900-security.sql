@@ -133,7 +133,9 @@ begin
                   memori._retention_checkpoints, memori.checkpoint_expiry_status
     to memori_cleaner;
   grant execute on all functions in schema memori to memori_cleaner;
-  grant execute on procedure memori.cleanup_run(integer, integer, text) to memori_cleaner;
+  grant execute on procedure memori.cleanup_run(integer, integer, text),
+                            memori._cleanup_whole(timestamptz, integer, integer, text, boolean, memori.cleanup_summary)
+    to memori_cleaner;
   revoke execute on function memori.retention_register(text, regclass, regclass, name, text, integer, interval, boolean),
                              memori._retention_rebuild_rows(),
                              memori.session_checkpoint_save(text, text, text, jsonb, timestamptz),
