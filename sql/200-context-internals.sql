@@ -33,11 +33,8 @@ begin
     perform memori._invalid(format('%s must not be NULL', p_what), 'Pass a JSON value; to remove an entry use context_delete.');
   end if;
   v_bytes := octet_length(p_value::text);
-  if v_bytes > v_limit then
-    raise exception '% is % bytes; the limit is % bytes', p_what, v_bytes, v_limit
-      using errcode = 'PM003',
-            hint = 'Keep large artifacts outside and reference them, or raise memori.settings context.max_value_bytes.';
-  end if;
+  perform memori._raise(memori._too_large(p_what, v_bytes, v_limit,
+    'Keep large artifacts outside and reference them, or raise memori.settings context.max_value_bytes.'));
   return p_value;
 end
 $func$ language plpgsql stable security invoker
@@ -67,6 +64,31 @@ end
 $func$ language plpgsql stable security invoker
 set search_path = pg_catalog, memori, pg_temp;
 comment on function memori._require_project_member(text, text) is 'Raise PM041 unless the user is a member (or the owner) of the project.';
+
+-------------------------------------------------------------------------------
+-- _context_scope_owner: the owner a change at one scope is keyed on
+-- p_missing is the message when the scope's owner is not given (%1$s: the scope).
+create or replace function memori._context_scope_owner(
+  p_scope text, p_user_id text, p_project_id text, p_session_id text, p_missing text
+) returns text
+as $func$
+declare
+  v_owner text;
+begin
+  perform memori._check_context_enum('scope', p_scope, array['global', 'user', 'project', 'session']);
+  v_owner := case p_scope when 'global' then '' when 'user' then p_user_id
+                          when 'project' then p_project_id when 'session' then p_session_id end;
+  if v_owner is null then
+    perform memori._invalid(format(p_missing, p_scope), format('Pass p_%s_id.', p_scope));
+  end if;
+  if p_scope = 'project' then
+    perform memori._require_project_member(p_project_id, p_user_id);
+  end if;
+  return v_owner;
+end
+$func$ language plpgsql stable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._context_scope_owner(text, text, text, text, text) is 'The scope_owner of a scope (PM004 for an unknown scope, PM001 when its id is missing, PM041 for a project the user is not a member of).';
 
 -------------------------------------------------------------------------------
 -- _context_requester: the project and session a read may see
@@ -109,25 +131,22 @@ begin
   perform memori._check_identifier('session id', p_session_id);
   -- lock: window limits and last_activity are per session
   select * into v_session from memori.sessions s where s.session_id = p_session_id for update;
-  if found then
-    if v_session.user_id <> p_user_id then
-      raise exception 'session % belongs to another user', quote_literal(p_session_id)
-        using errcode = 'PM041', hint = 'Use a session of the acting user (session ids are global: use UUIDs).';
+  if not found then
+    if p_project_id is not null then
+      perform memori._require_project_member(p_project_id, p_user_id);
     end if;
-    return v_session;
+    begin
+      insert into memori.sessions (session_id, user_id, project_id, start_time, last_activity)
+      values (p_session_id, p_user_id, p_project_id, p_now, p_now)
+      returning * into v_session;
+    exception when unique_violation then
+      v_session := null;  -- taken by a session this user cannot see (row-level security)
+    end;
   end if;
-  if p_project_id is not null then
-    perform memori._require_project_member(p_project_id, p_user_id);
-  end if;
-  begin
-    insert into memori.sessions (session_id, user_id, project_id, start_time, last_activity)
-    values (p_session_id, p_user_id, p_project_id, p_now, p_now)
-    returning * into v_session;
-  exception when unique_violation then
-    -- taken by a session this user cannot see (row-level security)
+  if v_session.user_id is distinct from p_user_id then
     raise exception 'session % belongs to another user', quote_literal(p_session_id)
       using errcode = 'PM041', hint = 'Use a session of the acting user (session ids are global: use UUIDs).';
-  end;
+  end if;
   return v_session;
 end
 $func$ language plpgsql volatile security invoker

@@ -339,16 +339,8 @@ declare
   v_user  text := memori._acting_user(p_user_id);
   v_owner text;
 begin
-  perform memori._check_context_enum('scope', p_scope, array['global', 'user', 'project', 'session']);
-  v_owner := case p_scope when 'global' then '' when 'user' then v_user
-                          when 'project' then p_project_id when 'session' then p_session_id end;
-  if v_owner is null then
-    perform memori._invalid(format('deleting a %s entry needs its %s', p_scope, p_scope),
-                            format('Pass p_%s_id.', p_scope));
-  end if;
-  if p_scope = 'project' then
-    perform memori._require_project_member(p_project_id, v_user);
-  end if;
+  v_owner := memori._context_scope_owner(p_scope, v_user, p_project_id, p_session_id,
+                                         'deleting a %1$s entry needs its %1$s');
   delete from memori.context_entries e
    where e.scope_owner = v_owner and e.key = p_key and e.scope = p_scope
      and (p_scope <> 'session' or e.user_id = v_user);
@@ -445,15 +437,8 @@ declare
   v_owner text;
   v_count integer;
 begin
-  perform memori._check_context_enum('scope', p_scope, array['global', 'user', 'project', 'session']);
-  v_owner := case p_scope when 'global' then '' when 'user' then v_user
-                          when 'project' then p_project_id when 'session' then p_session_id end;
-  if v_owner is null then
-    perform memori._invalid(format('cleaning %s entries needs the %s', p_scope, p_scope), format('Pass p_%s_id.', p_scope));
-  end if;
-  if p_scope = 'project' then
-    perform memori._require_project_member(p_project_id, v_user);
-  end if;
+  v_owner := memori._context_scope_owner(p_scope, v_user, p_project_id, p_session_id,
+                                         'cleaning %1$s entries needs the %1$s');
   delete from memori.context_entries e
    where e.scope_owner = v_owner and e.scope = p_scope
      and (p_scope <> 'session' or e.user_id = v_user)
