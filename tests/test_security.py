@@ -12,7 +12,8 @@ from tests.helpers import T0, assert_sqlstate, memory, rows, value
 
 # Procedures that COMMIT cannot carry a SET clause; they qualify every name instead.
 TRANSACTION_CONTROL = {"memori.cleanup_run(integer,integer,text)",
-                       "memori._cleanup_whole(timestamp with time zone,integer,integer,text,boolean,memori.cleanup_summary)"}
+                       "memori._cleanup_whole(timestamp with time zone,integer,integer,text,boolean,"
+                       "memori.cleanup_summary)"}
 # SQL-standard bodies (BEGIN ATOMIC) are resolved when created, so the caller's
 # search_path cannot reach them; without a SET clause PostgreSQL inlines them.
 INLINED = {"memori.lg_checkpoint_stamp(text,text,uuid,text,timestamp with time zone)",
