@@ -91,32 +91,6 @@ set search_path = pg_catalog, memori, pg_temp;
 comment on function memori._context_scope_owner(text, text, text, text, text) is 'The scope_owner of a scope (PM004 for an unknown scope, PM001 when its id is missing, PM041 for a project the user is not a member of).';
 
 -------------------------------------------------------------------------------
--- _context_requester: the project and session a read may see
---   project: p_project_id, else the session's project; NULL unless a member
---   session: p_session_id when the session is the user's, else NULL
--- context_get and context_resolve inline the same query: a call of a function
--- with a pinned search_path costs more than the lookup itself.
-create or replace function memori._context_requester(
-  p_user_id    text,
-  p_project_id text,
-  p_session_id text,
-  out project_id text,
-  out session_id text
-)
-as $func$
-  -- the session is found by its primary key and then checked: with the user in
-  -- the join condition a generic plan may scan all of the user's sessions
-  select m.project_id, case when s.user_id = p_user_id then s.session_id end
-    from (select) one
-    left join memori.sessions s on s.session_id = p_session_id
-    left join memori.project_members m
-           on m.project_id = coalesce(p_project_id, case when s.user_id = p_user_id then s.project_id end)
-          and m.user_id = p_user_id
-$func$ language sql stable security invoker
-set search_path = pg_catalog, memori, pg_temp;
-comment on function memori._context_requester(text, text, text) is 'The project (given, else the session''s; only if the user is a member) and session (only if the user''s) a read may see.';
-
--------------------------------------------------------------------------------
 -- _context_session: the acting user's session, created on first use
 create or replace function memori._context_session(
   p_session_id text,
@@ -203,19 +177,34 @@ comment on function memori._context_prefix_upper(text) is 'Exclusive upper bound
 
 -------------------------------------------------------------------------------
 -- _context_visible: every visible entry of a requester (expired ones too)
+-- The one visibility rule of every read (context_get, context_resolve,
+-- context_search, context_expiring_soon, context_stats). The requester may
+-- see the project given (else the session's project) only as a member, and
+-- the session only when it is the user's; the session is found by its primary
+-- key and then checked: with the user in the join condition a generic plan
+-- may scan all of the user's sessions.
+-- A hot path (context_get), so inlined into the caller's query: without a SET
+-- clause PostgreSQL inlines a SQL function (a call of a function with a pinned
+-- search_path costs more than the lookup itself). Its SQL-standard body
+-- (BEGIN ATOMIC) is parsed when it is created, so every name in it is resolved
+-- then, never at call time: the caller's search_path cannot change what it reads.
 create or replace function memori._context_visible(p_user_id text, p_project_id text, p_session_id text)
 returns setof memori.context_entries
-as $func$
+language sql stable security invoker
+begin atomic
   select e.*
-    from memori._context_requester(p_user_id, p_project_id, p_session_id) r,
-         memori.context_entries e
-   where e.scope_owner = any (array['', p_user_id, r.project_id, r.session_id])
-     and case e.scope when 'global'  then true
+    from (select case when s.user_id = p_user_id then s.session_id end as session_id, m.project_id
+            from (select) one
+            left join memori.sessions s on s.session_id = p_session_id
+            left join memori.project_members m
+                   on m.project_id = coalesce(p_project_id, case when s.user_id = p_user_id then s.project_id end)
+                  and m.user_id = p_user_id) r
+    join memori.context_entries e on e.scope_owner = any (array['', p_user_id, r.project_id, r.session_id])
+   where case e.scope when 'global'  then true
                       when 'user'    then e.scope_owner = p_user_id
                       when 'project' then e.scope_owner = r.project_id
-                      when 'session' then e.scope_owner = r.session_id and e.user_id = p_user_id end
-$func$ language sql stable security invoker
-set search_path = pg_catalog, memori, pg_temp;
+                      when 'session' then e.scope_owner = r.session_id and e.user_id = p_user_id end;
+end;
 comment on function memori._context_visible(text, text, text) is 'Entries the seed''s matches_scope lets a requester see (membership and session ownership checked), expired ones included.';
 
 -------------------------------------------------------------------------------

@@ -8,9 +8,10 @@
 -- direct table access. The acting user is p_user_id, else the transaction's
 -- memori.user_id setting (the client sets it per transaction).
 --
--- Scope specificity (session 4 > project 3 > user 2 > global 1) is written
--- inline as a CASE in each query: a function with a pinned search_path is not
--- inlined and would run once per candidate row.
+-- Which entries a requester sees is one rule, memori._context_visible (an
+-- inlined SQL function). Scope specificity (session 4 > project 3 > user 2 >
+-- global 1) is written inline as a CASE in each query: a function with a
+-- pinned search_path is not inlined and would run once per candidate row.
 
 -------------------------------------------------------------------------------
 -- configuration (kept when re-installing)
@@ -268,19 +269,9 @@ declare
 begin
   return query
     select e.key::text, e.value, e.scope, e.type, e.id, e.user_id, e.project_id, e.session_id, e.expires_at, e.updated_at
-      from (select case when s.user_id = v_user then s.session_id end as session_id, m.project_id
-              from (select) one  -- memori._context_requester, inlined on this hot path
-              left join memori.sessions s on s.session_id = p_session_id
-              left join memori.project_members m
-                     on m.project_id = coalesce(p_project_id, case when s.user_id = v_user then s.project_id end)
-                    and m.user_id = v_user) r
-      join memori.context_entries e on e.scope_owner = any (array['', v_user, r.project_id, r.session_id])
+      from memori._context_visible(v_user, p_project_id, p_session_id) e  -- inlined
      where e.key = p_key
        and (e.expires_at is null or e.expires_at > p_now)
-       and case e.scope when 'global'  then true
-                        when 'user'    then e.scope_owner = v_user
-                        when 'project' then e.scope_owner = r.project_id
-                        when 'session' then e.scope_owner = r.session_id and e.user_id = v_user end
      order by case e.scope when 'session' then 4 when 'project' then 3 when 'user' then 2 else 1 end desc
      limit 1;
 end
@@ -306,19 +297,9 @@ begin
   return query
     select distinct on (e.key)
            e.key::text, e.value, e.scope, e.type, e.id, e.user_id, e.project_id, e.session_id, e.expires_at, e.updated_at
-      from (select case when s.user_id = v_user then s.session_id end as session_id, m.project_id
-              from (select) one  -- memori._context_requester, inlined on this hot path
-              left join memori.sessions s on s.session_id = p_session_id
-              left join memori.project_members m
-                     on m.project_id = coalesce(p_project_id, case when s.user_id = v_user then s.project_id end)
-                    and m.user_id = v_user) r
-      join memori.context_entries e on e.scope_owner = any (array['', v_user, r.project_id, r.session_id])
+      from memori._context_visible(v_user, p_project_id, p_session_id) e  -- inlined
      where e.key >= v_lo and (v_hi is null or e.key < v_hi)
        and (e.expires_at is null or e.expires_at > p_now)
-       and case e.scope when 'global'  then true
-                        when 'user'    then e.scope_owner = v_user
-                        when 'project' then e.scope_owner = r.project_id
-                        when 'session' then e.scope_owner = r.session_id and e.user_id = v_user end
      order by e.key, case e.scope when 'session' then 4 when 'project' then 3 when 'user' then 2 else 1 end desc;
 end
 $func$ language plpgsql stable security invoker

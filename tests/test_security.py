@@ -18,7 +18,8 @@ TRANSACTION_CONTROL = {"memori.cleanup_run(integer,integer,text)",
 # search_path cannot reach them; without a SET clause PostgreSQL inlines them.
 INLINED = {"memori.lg_checkpoint_stamp(text,text,uuid,text,timestamp with time zone)",
            "memori.session_checkpoint_load_latest(text,text,timestamp with time zone)",
-           "memori._store_text_spec(jsonb,text[],text)", "memori._store_item_tsv(jsonb,text)"}
+           "memori._store_text_spec(jsonb,text[],text)", "memori._store_item_tsv(jsonb,text)",
+           "memori._context_visible(text,text,text)"}
 
 
 def test_every_function_pins_search_path(conn: psycopg.Connection) -> None:
