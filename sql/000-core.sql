@@ -112,6 +112,29 @@ set search_path = pg_catalog, memori, pg_temp;
 comment on function memori._check_batch(integer, integer) is 'Validate cleanup batch size (1..100000) and row cap (NULL or >= 0); raises PM001.';
 
 -------------------------------------------------------------------------------
+-- _too_large: the PM003 problem of a payload over its byte limit
+create or replace function memori._too_large(p_what text, p_bytes bigint, p_limit bigint, p_hint text) returns text[]
+as $func$
+  select case when p_bytes > p_limit
+              then array['PM003', format('%s is %s bytes; the limit is %s bytes', p_what, p_bytes, p_limit), p_hint] end
+$func$ language sql immutable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._too_large(text, bigint, bigint, text) is 'The problem {PM003, message, hint} of a payload of p_bytes over p_limit bytes; NULL within the limit.';
+
+-------------------------------------------------------------------------------
+-- _raise: raise a problem {sqlstate, message, hint}
+create or replace function memori._raise(p_problem text[]) returns void
+as $func$
+begin
+  if p_problem is not null then
+    raise exception '%', p_problem[2] using errcode = p_problem[1], hint = p_problem[3];
+  end if;
+end
+$func$ language plpgsql immutable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._raise(text[]) is 'Raise a problem {sqlstate, message, hint} such as _too_large returns; nothing when it is NULL.';
+
+-------------------------------------------------------------------------------
 -- _event_message: the NOTIFY text of a stored event
 -- (signatures before revision 0003 had no user: an upgrade drops them)
 drop function if exists memori._event_message(bigint, text, timestamptz, jsonb);

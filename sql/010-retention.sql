@@ -748,6 +748,52 @@ set search_path = pg_catalog, memori, pg_temp;
 comment on function memori.cleanup_finish(bigint, text) is 'Close a cleanup run (succeeded, or failed with p_error), drop its plan, emit cleanup.cleaned_up and release the session lock.';
 
 -------------------------------------------------------------------------------
+-- _cleanup_whole: the one batch loop of cleanup_execute and cleanup_run
+-- Start a run, call cleanup_batch until it says done, finish the run. With
+-- p_commit (cleanup_run) the lock is session-level and every step commits,
+-- pausing cleanup.batch_pause_ms between batches; without it (cleanup_execute)
+-- everything is one transaction holding a transaction-level lock. COMMIT needs
+-- a top-level CALL: no search_path SET clause, every name is schema-qualified.
+create or replace procedure memori._cleanup_whole(
+  p_now timestamptz, p_batch_size integer, p_max_rows integer, p_trigger text, p_commit boolean,
+  inout p_summary memori.cleanup_summary
+)
+as $proc$
+declare
+  v_run   memori.cleanup_runs;
+  v_batch memori.cleanup_batch_result;
+  v_pause numeric := 0;
+begin
+  if p_commit then
+    -- Fail before taking the session lock when COMMIT is not allowed (CALL
+    -- inside a transaction block): an error after it would leave the lock
+    -- held until the connection closes. At top level this commits nothing.
+    commit;
+    v_pause := coalesce((memori._setting('cleanup.batch_pause_ms') #>> '{}')::numeric, 0);
+  end if;
+  v_run := memori._cleanup_start(p_now, p_batch_size, p_max_rows, p_trigger, p_commit);
+  if p_commit then
+    commit;
+  end if;
+  loop
+    v_batch := memori.cleanup_batch(v_run.id);
+    if p_commit then
+      commit;
+    end if;
+    exit when v_batch.done;
+    if v_pause > 0 then
+      perform pg_catalog.pg_sleep(v_pause / 1000);  -- yield to the workload between batches
+    end if;
+  end loop;
+  p_summary := memori.cleanup_finish(v_run.id);
+  if p_commit then
+    commit;
+  end if;
+end
+$proc$ language plpgsql security invoker;
+comment on procedure memori._cleanup_whole(timestamptz, integer, integer, text, boolean, memori.cleanup_summary) is 'Start a cleanup run, delete batch by batch until done, finish it: in one transaction, or (p_commit, top-level CALL only) committing every step.';
+
+-------------------------------------------------------------------------------
 -- cleanup_execute: a whole cleanup in one call (one transaction)
 create or replace function memori.cleanup_execute(
   p_now        timestamptz default now(),
@@ -757,15 +803,10 @@ create or replace function memori.cleanup_execute(
 ) returns memori.cleanup_summary
 as $func$
 declare
-  v_run   memori.cleanup_runs;
-  v_batch memori.cleanup_batch_result;
+  v_summary memori.cleanup_summary;
 begin
-  v_run := memori._cleanup_start(p_now, p_batch_size, p_max_rows, p_trigger, false);
-  loop
-    v_batch := memori.cleanup_batch(v_run.id);
-    exit when v_batch.done;
-  end loop;
-  return memori.cleanup_finish(v_run.id);
+  call memori._cleanup_whole(p_now, p_batch_size, p_max_rows, p_trigger, false, v_summary);
+  return v_summary;
 end
 $func$ language plpgsql volatile security invoker
 set search_path = pg_catalog, memori, pg_temp;
@@ -773,6 +814,8 @@ comment on function memori.cleanup_execute(timestamptz, integer, integer, text) 
 
 -------------------------------------------------------------------------------
 -- cleanup_run: a whole cleanup, committing after every batch (pg_cron, psql)
+-- CALL it at top level: inside a transaction block it fails with 2D000
+-- (invalid transaction termination) before taking the cleanup lock.
 create or replace procedure memori.cleanup_run(
   p_batch_size integer default 1000,
   p_max_rows   integer default null,
@@ -780,28 +823,14 @@ create or replace procedure memori.cleanup_run(
 )
 as $proc$
 declare
-  v_run   memori.cleanup_runs;
-  v_batch memori.cleanup_batch_result;
-  v_pause numeric;
+  v_summary memori.cleanup_summary;
 begin
   -- Transaction control needs a top-level CALL: no search_path SET clause
   -- here (it would forbid COMMIT), every name is schema-qualified instead.
-  v_run := memori._cleanup_start(pg_catalog.now(), p_batch_size, p_max_rows, p_trigger, true);
-  commit;
-  v_pause := coalesce((memori._setting('cleanup.batch_pause_ms') #>> '{}')::numeric, 0);
-  loop
-    v_batch := memori.cleanup_batch(v_run.id);
-    commit;
-    exit when v_batch.done;
-    if v_pause > 0 then
-      perform pg_catalog.pg_sleep(v_pause / 1000);  -- yield to the workload between batches
-    end if;
-  end loop;
-  perform memori.cleanup_finish(v_run.id);
-  commit;
+  call memori._cleanup_whole(pg_catalog.now(), p_batch_size, p_max_rows, p_trigger, true, v_summary);
 end
 $proc$ language plpgsql security invoker;
-comment on procedure memori.cleanup_run(integer, integer, text) is 'Cleanup with one transaction per batch (CALL it at top level, e.g. from pg_cron); an interrupted run is marked abandoned by the next one.';
+comment on procedure memori.cleanup_run(integer, integer, text) is 'Cleanup with one transaction per batch (CALL it at top level, e.g. from pg_cron; in a transaction block it fails with 2D000 before taking the lock); an interrupted run is marked abandoned by the next one.';
 
 -------------------------------------------------------------------------------
 -- cleanup_runs_recent: the latest cleanup runs, newest first

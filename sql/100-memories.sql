@@ -104,12 +104,9 @@ begin
   if p_content is null or p_content = '' then
     perform memori._invalid('content must not be empty', 'Pass the checkpoint or memory text as content.');
   end if;
-  if octet_length(p_content) > v_limit then
-    raise exception 'content is % bytes; the limit is % bytes', octet_length(p_content), v_limit
-      using errcode = 'PM003',
-            hint = 'Store less (summarise, or keep large artifacts outside and reference them), '
-                   'or raise memori.settings memories.max_content_bytes.';
-  end if;
+  perform memori._raise(memori._too_large('content', octet_length(p_content), v_limit,
+                                          'Store less (summarise, or keep large artifacts outside and reference them), '
+                                          'or raise memori.settings memories.max_content_bytes.'));
 end
 $func$ language plpgsql stable security invoker
 set search_path = pg_catalog, memori, pg_temp;

@@ -111,11 +111,8 @@ begin
                             'Pass the session state as {"key": value, ...}.');
   end if;
   v_bytes := octet_length(p_data::text);
-  if v_bytes > v_limit then
-    raise exception 'checkpoint data is % bytes; the limit is % bytes', v_bytes, v_limit
-      using errcode = 'PM003',
-            hint = 'Keep large artifacts outside and reference them, or raise memori.settings checkpoint.max_data_bytes.';
-  end if;
+  perform memori._raise(memori._too_large('checkpoint data', v_bytes, v_limit,
+    'Keep large artifacts outside and reference them, or raise memori.settings checkpoint.max_data_bytes.'));
   return v_bytes;
 end
 $func$ language plpgsql stable security invoker
@@ -174,8 +171,8 @@ as $func$
       array['PM001', format('checkpoint data must be a JSON object, got %s', coalesce(jsonb_typeof(p_item->'data'), 'NULL')),
             'Pass the session state as {"key": value, ...}.']
     when octet_length((p_item->'data')::text) > p_max_bytes then
-      array['PM003', format('checkpoint data is %s bytes; the limit is %s bytes', octet_length((p_item->'data')::text), p_max_bytes),
-            'Keep large artifacts outside and reference them, or raise memori.settings checkpoint.max_data_bytes.']
+      memori._too_large('checkpoint data', octet_length((p_item->'data')::text), p_max_bytes,
+        'Keep large artifacts outside and reference them, or raise memori.settings checkpoint.max_data_bytes.')
     when coalesce(jsonb_typeof(p_item->'description'), 'null') not in ('string', 'null')
          or length(p_item->>'description') > 10000 then
       array['PM001', 'description must be a string of at most 10000 characters', 'Shorten the description; put details in data.']

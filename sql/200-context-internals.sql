@@ -33,11 +33,8 @@ begin
     perform memori._invalid(format('%s must not be NULL', p_what), 'Pass a JSON value; to remove an entry use context_delete.');
   end if;
   v_bytes := octet_length(p_value::text);
-  if v_bytes > v_limit then
-    raise exception '% is % bytes; the limit is % bytes', p_what, v_bytes, v_limit
-      using errcode = 'PM003',
-            hint = 'Keep large artifacts outside and reference them, or raise memori.settings context.max_value_bytes.';
-  end if;
+  perform memori._raise(memori._too_large(p_what, v_bytes, v_limit,
+    'Keep large artifacts outside and reference them, or raise memori.settings context.max_value_bytes.'));
   return p_value;
 end
 $func$ language plpgsql stable security invoker
@@ -69,30 +66,29 @@ set search_path = pg_catalog, memori, pg_temp;
 comment on function memori._require_project_member(text, text) is 'Raise PM041 unless the user is a member (or the owner) of the project.';
 
 -------------------------------------------------------------------------------
--- _context_requester: the project and session a read may see
---   project: p_project_id, else the session's project; NULL unless a member
---   session: p_session_id when the session is the user's, else NULL
--- context_get and context_resolve inline the same query: a call of a function
--- with a pinned search_path costs more than the lookup itself.
-create or replace function memori._context_requester(
-  p_user_id    text,
-  p_project_id text,
-  p_session_id text,
-  out project_id text,
-  out session_id text
-)
+-- _context_scope_owner: the owner a change at one scope is keyed on
+-- p_missing is the message when the scope's owner is not given (%1$s: the scope).
+create or replace function memori._context_scope_owner(
+  p_scope text, p_user_id text, p_project_id text, p_session_id text, p_missing text
+) returns text
 as $func$
-  -- the session is found by its primary key and then checked: with the user in
-  -- the join condition a generic plan may scan all of the user's sessions
-  select m.project_id, case when s.user_id = p_user_id then s.session_id end
-    from (select) one
-    left join memori.sessions s on s.session_id = p_session_id
-    left join memori.project_members m
-           on m.project_id = coalesce(p_project_id, case when s.user_id = p_user_id then s.project_id end)
-          and m.user_id = p_user_id
-$func$ language sql stable security invoker
+declare
+  v_owner text;
+begin
+  perform memori._check_context_enum('scope', p_scope, array['global', 'user', 'project', 'session']);
+  v_owner := case p_scope when 'global' then '' when 'user' then p_user_id
+                          when 'project' then p_project_id when 'session' then p_session_id end;
+  if v_owner is null then
+    perform memori._invalid(format(p_missing, p_scope), format('Pass p_%s_id.', p_scope));
+  end if;
+  if p_scope = 'project' then
+    perform memori._require_project_member(p_project_id, p_user_id);
+  end if;
+  return v_owner;
+end
+$func$ language plpgsql stable security invoker
 set search_path = pg_catalog, memori, pg_temp;
-comment on function memori._context_requester(text, text, text) is 'The project (given, else the session''s; only if the user is a member) and session (only if the user''s) a read may see.';
+comment on function memori._context_scope_owner(text, text, text, text, text) is 'The scope_owner of a scope (PM004 for an unknown scope, PM001 when its id is missing, PM041 for a project the user is not a member of).';
 
 -------------------------------------------------------------------------------
 -- _context_session: the acting user's session, created on first use
@@ -109,25 +105,22 @@ begin
   perform memori._check_identifier('session id', p_session_id);
   -- lock: window limits and last_activity are per session
   select * into v_session from memori.sessions s where s.session_id = p_session_id for update;
-  if found then
-    if v_session.user_id <> p_user_id then
-      raise exception 'session % belongs to another user', quote_literal(p_session_id)
-        using errcode = 'PM041', hint = 'Use a session of the acting user (session ids are global: use UUIDs).';
+  if not found then
+    if p_project_id is not null then
+      perform memori._require_project_member(p_project_id, p_user_id);
     end if;
-    return v_session;
+    begin
+      insert into memori.sessions (session_id, user_id, project_id, start_time, last_activity)
+      values (p_session_id, p_user_id, p_project_id, p_now, p_now)
+      returning * into v_session;
+    exception when unique_violation then
+      v_session := null;  -- taken by a session this user cannot see (row-level security)
+    end;
   end if;
-  if p_project_id is not null then
-    perform memori._require_project_member(p_project_id, p_user_id);
-  end if;
-  begin
-    insert into memori.sessions (session_id, user_id, project_id, start_time, last_activity)
-    values (p_session_id, p_user_id, p_project_id, p_now, p_now)
-    returning * into v_session;
-  exception when unique_violation then
-    -- taken by a session this user cannot see (row-level security)
+  if v_session.user_id is distinct from p_user_id then
     raise exception 'session % belongs to another user', quote_literal(p_session_id)
       using errcode = 'PM041', hint = 'Use a session of the acting user (session ids are global: use UUIDs).';
-  end;
+  end if;
   return v_session;
 end
 $func$ language plpgsql volatile security invoker
@@ -184,19 +177,34 @@ comment on function memori._context_prefix_upper(text) is 'Exclusive upper bound
 
 -------------------------------------------------------------------------------
 -- _context_visible: every visible entry of a requester (expired ones too)
+-- The one visibility rule of every read (context_get, context_resolve,
+-- context_search, context_expiring_soon, context_stats). The requester may
+-- see the project given (else the session's project) only as a member, and
+-- the session only when it is the user's; the session is found by its primary
+-- key and then checked: with the user in the join condition a generic plan
+-- may scan all of the user's sessions.
+-- A hot path (context_get), so inlined into the caller's query: without a SET
+-- clause PostgreSQL inlines a SQL function (a call of a function with a pinned
+-- search_path costs more than the lookup itself). Its SQL-standard body
+-- (BEGIN ATOMIC) is parsed when it is created, so every name in it is resolved
+-- then, never at call time: the caller's search_path cannot change what it reads.
 create or replace function memori._context_visible(p_user_id text, p_project_id text, p_session_id text)
 returns setof memori.context_entries
-as $func$
+language sql stable security invoker
+begin atomic
   select e.*
-    from memori._context_requester(p_user_id, p_project_id, p_session_id) r,
-         memori.context_entries e
-   where e.scope_owner = any (array['', p_user_id, r.project_id, r.session_id])
-     and case e.scope when 'global'  then true
+    from (select case when s.user_id = p_user_id then s.session_id end as session_id, m.project_id
+            from (select) one
+            left join memori.sessions s on s.session_id = p_session_id
+            left join memori.project_members m
+                   on m.project_id = coalesce(p_project_id, case when s.user_id = p_user_id then s.project_id end)
+                  and m.user_id = p_user_id) r
+    join memori.context_entries e on e.scope_owner = any (array['', p_user_id, r.project_id, r.session_id])
+   where case e.scope when 'global'  then true
                       when 'user'    then e.scope_owner = p_user_id
                       when 'project' then e.scope_owner = r.project_id
-                      when 'session' then e.scope_owner = r.session_id and e.user_id = p_user_id end
-$func$ language sql stable security invoker
-set search_path = pg_catalog, memori, pg_temp;
+                      when 'session' then e.scope_owner = r.session_id and e.user_id = p_user_id end;
+end;
 comment on function memori._context_visible(text, text, text) is 'Entries the seed''s matches_scope lets a requester see (membership and session ownership checked), expired ones included.';
 
 -------------------------------------------------------------------------------

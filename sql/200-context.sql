@@ -8,9 +8,10 @@
 -- direct table access. The acting user is p_user_id, else the transaction's
 -- memori.user_id setting (the client sets it per transaction).
 --
--- Scope specificity (session 4 > project 3 > user 2 > global 1) is written
--- inline as a CASE in each query: a function with a pinned search_path is not
--- inlined and would run once per candidate row.
+-- Which entries a requester sees is one rule, memori._context_visible (an
+-- inlined SQL function). Scope specificity (session 4 > project 3 > user 2 >
+-- global 1) is written inline as a CASE in each query: a function with a
+-- pinned search_path is not inlined and would run once per candidate row.
 
 -------------------------------------------------------------------------------
 -- configuration (kept when re-installing)
@@ -268,19 +269,9 @@ declare
 begin
   return query
     select e.key::text, e.value, e.scope, e.type, e.id, e.user_id, e.project_id, e.session_id, e.expires_at, e.updated_at
-      from (select case when s.user_id = v_user then s.session_id end as session_id, m.project_id
-              from (select) one  -- memori._context_requester, inlined on this hot path
-              left join memori.sessions s on s.session_id = p_session_id
-              left join memori.project_members m
-                     on m.project_id = coalesce(p_project_id, case when s.user_id = v_user then s.project_id end)
-                    and m.user_id = v_user) r
-      join memori.context_entries e on e.scope_owner = any (array['', v_user, r.project_id, r.session_id])
+      from memori._context_visible(v_user, p_project_id, p_session_id) e  -- inlined
      where e.key = p_key
        and (e.expires_at is null or e.expires_at > p_now)
-       and case e.scope when 'global'  then true
-                        when 'user'    then e.scope_owner = v_user
-                        when 'project' then e.scope_owner = r.project_id
-                        when 'session' then e.scope_owner = r.session_id and e.user_id = v_user end
      order by case e.scope when 'session' then 4 when 'project' then 3 when 'user' then 2 else 1 end desc
      limit 1;
 end
@@ -306,19 +297,9 @@ begin
   return query
     select distinct on (e.key)
            e.key::text, e.value, e.scope, e.type, e.id, e.user_id, e.project_id, e.session_id, e.expires_at, e.updated_at
-      from (select case when s.user_id = v_user then s.session_id end as session_id, m.project_id
-              from (select) one  -- memori._context_requester, inlined on this hot path
-              left join memori.sessions s on s.session_id = p_session_id
-              left join memori.project_members m
-                     on m.project_id = coalesce(p_project_id, case when s.user_id = v_user then s.project_id end)
-                    and m.user_id = v_user) r
-      join memori.context_entries e on e.scope_owner = any (array['', v_user, r.project_id, r.session_id])
+      from memori._context_visible(v_user, p_project_id, p_session_id) e  -- inlined
      where e.key >= v_lo and (v_hi is null or e.key < v_hi)
        and (e.expires_at is null or e.expires_at > p_now)
-       and case e.scope when 'global'  then true
-                        when 'user'    then e.scope_owner = v_user
-                        when 'project' then e.scope_owner = r.project_id
-                        when 'session' then e.scope_owner = r.session_id and e.user_id = v_user end
      order by e.key, case e.scope when 'session' then 4 when 'project' then 3 when 'user' then 2 else 1 end desc;
 end
 $func$ language plpgsql stable security invoker
@@ -339,16 +320,8 @@ declare
   v_user  text := memori._acting_user(p_user_id);
   v_owner text;
 begin
-  perform memori._check_context_enum('scope', p_scope, array['global', 'user', 'project', 'session']);
-  v_owner := case p_scope when 'global' then '' when 'user' then v_user
-                          when 'project' then p_project_id when 'session' then p_session_id end;
-  if v_owner is null then
-    perform memori._invalid(format('deleting a %s entry needs its %s', p_scope, p_scope),
-                            format('Pass p_%s_id.', p_scope));
-  end if;
-  if p_scope = 'project' then
-    perform memori._require_project_member(p_project_id, v_user);
-  end if;
+  v_owner := memori._context_scope_owner(p_scope, v_user, p_project_id, p_session_id,
+                                         'deleting a %1$s entry needs its %1$s');
   delete from memori.context_entries e
    where e.scope_owner = v_owner and e.key = p_key and e.scope = p_scope
      and (p_scope <> 'session' or e.user_id = v_user);
@@ -445,15 +418,8 @@ declare
   v_owner text;
   v_count integer;
 begin
-  perform memori._check_context_enum('scope', p_scope, array['global', 'user', 'project', 'session']);
-  v_owner := case p_scope when 'global' then '' when 'user' then v_user
-                          when 'project' then p_project_id when 'session' then p_session_id end;
-  if v_owner is null then
-    perform memori._invalid(format('cleaning %s entries needs the %s', p_scope, p_scope), format('Pass p_%s_id.', p_scope));
-  end if;
-  if p_scope = 'project' then
-    perform memori._require_project_member(p_project_id, v_user);
-  end if;
+  v_owner := memori._context_scope_owner(p_scope, v_user, p_project_id, p_session_id,
+                                         'cleaning %1$s entries needs the %1$s');
   delete from memori.context_entries e
    where e.scope_owner = v_owner and e.scope = p_scope
      and (p_scope <> 'session' or e.user_id = v_user)

@@ -232,8 +232,8 @@ as $func$
       case when p_stored then array['PM001', 'content is missing', 'A stored chunk needs its content.']
            else array['PM001', 'content and tokens are both missing', 'Pass the content, the token count, or both.'] end
     when p_stored and octet_length(p_chunk->>'content') > p_max_bytes then
-      array['PM003', format('content is %s bytes; the limit is %s bytes', octet_length(p_chunk->>'content'), p_max_bytes),
-            'Store smaller chunks, or raise memori.settings budget.max_content_bytes.']
+      memori._too_large('content', octet_length(p_chunk->>'content'), p_max_bytes,
+                        'Store smaller chunks, or raise memori.settings budget.max_content_bytes.')
     when coalesce(jsonb_typeof(p_chunk->'timestamp'), 'null') not in ('string', 'null') then
       array['PM001', 'timestamp must be an ISO 8601 string', 'Pass a time such as 2026-11-22T09:00:00Z, or omit it.']
     when coalesce(jsonb_typeof(p_chunk->'metadata'), 'null') not in ('object', 'null') then

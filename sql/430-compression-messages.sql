@@ -44,10 +44,8 @@ begin
   if p_content is null then
     perform memori._invalid('message content must not be NULL', 'Pass the message text (it may be empty).');
   end if;
-  if octet_length(p_content) > v_limit then
-    raise exception 'message is % bytes; the limit is % bytes', octet_length(p_content), v_limit
-      using errcode = 'PM003', hint = 'Store large tool output elsewhere and reference it, or raise compression.max_message_bytes.';
-  end if;
+  perform memori._raise(memori._too_large('message', octet_length(p_content), v_limit,
+    'Store large tool output elsewhere and reference it, or raise compression.max_message_bytes.'));
   if p_tokens < 0 then
     perform memori._invalid(format('tokens must be >= 0, got %s', p_tokens),
                             'Pass the message''s token count, or omit it to estimate it from the text.');

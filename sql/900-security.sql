@@ -133,7 +133,9 @@ begin
                   memori._retention_checkpoints, memori.checkpoint_expiry_status
     to memori_cleaner;
   grant execute on all functions in schema memori to memori_cleaner;
-  grant execute on procedure memori.cleanup_run(integer, integer, text) to memori_cleaner;
+  grant execute on procedure memori.cleanup_run(integer, integer, text),
+                            memori._cleanup_whole(timestamptz, integer, integer, text, boolean, memori.cleanup_summary)
+    to memori_cleaner;
   revoke execute on function memori.retention_register(text, regclass, regclass, name, text, integer, interval, boolean),
                              memori._retention_rebuild_rows(),
                              memori.session_checkpoint_save(text, text, text, jsonb, timestamptz),
@@ -402,14 +404,6 @@ begin
                      v_cur);
   execute format('create policy member_read on memori.projects for select to %I using (owner_id = %s or %s)',
                  v_app, v_cur, format(v_member, 'projects.project_id'));
-  execute format('create policy owner_write on memori.projects for insert to %I with check (owner_id = %s)', v_app, v_cur);
-  execute format('create policy owner_update on memori.projects for update to %I using (owner_id = %s) '
-                 'with check (owner_id = %s)', v_app, v_cur, v_cur);
-  execute format('create policy owner_delete on memori.projects for delete to %I using (owner_id = %s)', v_app, v_cur);
-  execute format('create policy member_rows on memori.project_members for select to %I '
-                 'using (user_id = %s or project_owner = %s)', v_app, v_cur, v_cur);
-  execute format('create policy owner_write on memori.project_members for all to %I '
-                 'using (project_owner = %s) with check (project_owner = %s)', v_app, v_cur, v_cur);
 
   -- sessions: the user's own, in projects the user is a member of
   execute format('create policy user_rows on memori.sessions for all to %I using (user_id = %s) '
@@ -443,6 +437,25 @@ begin
                    'using (scope = ''global'') with check (scope = ''global'' and user_id = %s)', v_cur);
   end if;
 
+  -- Projects and shared regions are both an owned row with an access list: the
+  -- owner inserts, updates and deletes the row; a member row is seen by its
+  -- user and the owner, and only the owner (the list's owner column) writes it.
+  for v_t in select * from (values ('projects', 'owner_id', 'owner_write', 'project_members', 'project_owner'),
+                                   ('vm_regions', 'user_id', 'owner_insert', 'vm_region_members', 'region_owner'))
+                             as o(tbl, owner_col, insert_policy, members, members_owner)
+  loop
+    execute format('create policy %I on memori.%I for insert to %I with check (%I = %s)',
+                   v_t.insert_policy, v_t.tbl, v_app, v_t.owner_col, v_cur);
+    execute format('create policy owner_update on memori.%I for update to %I using (%I = %s) with check (%I = %s)',
+                   v_t.tbl, v_app, v_t.owner_col, v_cur, v_t.owner_col, v_cur);
+    execute format('create policy owner_delete on memori.%I for delete to %I using (%I = %s)',
+                   v_t.tbl, v_app, v_t.owner_col, v_cur);
+    execute format('create policy member_rows on memori.%I for select to %I using (user_id = %s or %I = %s)',
+                   v_t.members, v_app, v_cur, v_t.members_owner, v_cur);
+    execute format('create policy owner_write on memori.%I for all to %I using (%I = %s) with check (%I = %s)',
+                   v_t.members, v_app, v_t.members_owner, v_cur, v_t.members_owner, v_cur);
+  end loop;
+
   -- shared regions (issue 7): the owner manages a region, its access list and
   -- its entries; a listed user reads the region and its pages, never writes.
   -- Every check binds the member row's region_owner to the owner of the
@@ -452,14 +465,6 @@ begin
   execute format('create policy member_read on memori.vm_regions for select to %I using (user_id = %s or exists ('
                  'select 1 from memori.vm_region_members m where m.region_id = vm_regions.region_id '
                  'and m.region_owner = vm_regions.user_id and m.user_id = %s))', v_app, v_cur, v_cur);
-  execute format('create policy owner_insert on memori.vm_regions for insert to %I with check (user_id = %s)', v_app, v_cur);
-  execute format('create policy owner_update on memori.vm_regions for update to %I using (user_id = %s) '
-                 'with check (user_id = %s)', v_app, v_cur, v_cur);
-  execute format('create policy owner_delete on memori.vm_regions for delete to %I using (user_id = %s)', v_app, v_cur);
-  execute format('create policy member_rows on memori.vm_region_members for select to %I '
-                 'using (user_id = %s or region_owner = %s)', v_app, v_cur, v_cur);
-  execute format('create policy owner_write on memori.vm_region_members for all to %I '
-                 'using (region_owner = %s) with check (region_owner = %s)', v_app, v_cur, v_cur);
   execute format('create policy member_read on memori.vm_region_pages for select to %I using (user_id = %s or exists ('
                  'select 1 from memori.vm_region_members m where m.region_id = vm_region_pages.region_id '
                  'and m.region_owner = vm_region_pages.user_id and m.user_id = %s))', v_app, v_cur, v_cur);

@@ -186,26 +186,21 @@ begin
     end loop;
   end if;
   if p_placement in ('distributed', 'reference') then
-    -- foreign keys to tables that stay local
-    for r in select c.conname, pg_catalog.pg_get_constraintdef(c.oid) as def
+    -- foreign keys to tables that stay local; and a reference table may not
+    -- reference a distributed one (the local ones are listed first)
+    for r in select c.conname, pg_catalog.pg_get_constraintdef(c.oid) as def, t.placement
                from pg_catalog.pg_constraint c
+              cross join lateral (select pl.placement from memori.distribution_plan() pl
+                                   where pg_catalog.to_regclass('memori.' || pl.table_name) = c.confrelid
+                                     and (pl.placement = 'local' or (pl.placement = 'distributed' and p_placement = 'reference'))
+                                   limit 1) t
               where c.conrelid = p_table and c.contype = 'f'
-                and exists (select 1 from memori.distribution_plan() pl
-                             where pl.placement = 'local' and pg_catalog.to_regclass('memori.' || pl.table_name) = c.confrelid)
+              order by t.placement = 'distributed'
     loop
-      v_blockers := v_blockers || format('%s %s (to a coordinator-local table)', r.conname, r.def);
+      v_blockers := v_blockers || format('%s %s (%s)', r.conname, r.def,
+                                         case r.placement when 'local' then 'to a coordinator-local table'
+                                                          else 'reference table to a distributed table' end);
     end loop;
-    -- a reference table may not reference a distributed one
-    if p_placement = 'reference' then
-      for r in select c.conname, pg_catalog.pg_get_constraintdef(c.oid) as def
-                 from pg_catalog.pg_constraint c
-                where c.conrelid = p_table and c.contype = 'f'
-                  and exists (select 1 from memori.distribution_plan() pl
-                               where pl.placement = 'distributed' and pg_catalog.to_regclass('memori.' || pl.table_name) = c.confrelid)
-      loop
-        v_blockers := v_blockers || format('%s %s (reference table to a distributed table)', r.conname, r.def);
-      end loop;
-    end if;
     -- object identifiers are node-local: a replicated or distributed copy read on a worker names
     -- another object or none (retention_tables.relation and .candidate_view)
     for r in select a.attname, a.atttypid::regtype::text as typ from pg_catalog.pg_attribute a

@@ -206,6 +206,20 @@ def test_second_cleanup_is_refused_not_queued(dsn: str) -> None:
         assert execute(second)["status"] == "succeeded"
 
 
+def test_cleanup_run_in_a_transaction_block_fails_before_taking_the_lock(dsn: str) -> None:
+    """CALL cleanup_run inside BEGIN cannot commit: it fails (2D000) before the session lock, not after."""
+    with psycopg.connect(dsn, autocommit=True) as c, psycopg.connect(dsn, autocommit=True) as other:
+        memory(c, "ns", T0 - SEC)
+        with pytest.raises(psycopg.Error) as info, c.transaction():
+            c.execute("call memori.cleanup_run(10, null, 'sql')")
+        assert info.value.sqlstate == "2D000"  # invalid transaction termination
+        assert value(c, "select memori._cleanup_lock_held()") is False
+        assert value(c, "select count(*) from memori.cleanup_runs") == 0
+        assert execute(other, T0 + DAY)["deleted"] == 1  # no CleanupAlreadyRunning (PM020)
+        c.execute("call memori.cleanup_run(10, null, 'sql')")  # at top level it runs
+        assert value(c, "select memori._cleanup_lock_held()") is False
+
+
 def test_dead_runner_is_marked_abandoned(dsn: str) -> None:
     with psycopg.connect(dsn, autocommit=True) as c:
         memory(c, "ns", T0 - SEC)

@@ -11,12 +11,15 @@ from tests.conftest import ROOT
 from tests.helpers import T0, assert_sqlstate, memory, rows, value
 
 # Procedures that COMMIT cannot carry a SET clause; they qualify every name instead.
-TRANSACTION_CONTROL = {"memori.cleanup_run(integer,integer,text)"}
+TRANSACTION_CONTROL = {"memori.cleanup_run(integer,integer,text)",
+                       "memori._cleanup_whole(timestamp with time zone,integer,integer,text,boolean,"
+                       "memori.cleanup_summary)"}
 # SQL-standard bodies (BEGIN ATOMIC) are resolved when created, so the caller's
 # search_path cannot reach them; without a SET clause PostgreSQL inlines them.
 INLINED = {"memori.lg_checkpoint_stamp(text,text,uuid,text,timestamp with time zone)",
            "memori.session_checkpoint_load_latest(text,text,timestamp with time zone)",
-           "memori._store_text_spec(jsonb,text[],text)", "memori._store_item_tsv(jsonb,text)"}
+           "memori._store_text_spec(jsonb,text[],text)", "memori._store_item_tsv(jsonb,text)",
+           "memori._context_visible(text,text,text)"}
 
 
 def test_every_function_pins_search_path(conn: psycopg.Connection) -> None:
