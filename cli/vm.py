@@ -7,7 +7,7 @@ pre-pass, prefetch, metrics), forks, GC and shared regions (cli/vm_fork.py).
 
 from __future__ import annotations
 
-import json
+import dataclasses
 from typing import Annotated
 
 import typer
@@ -171,7 +171,7 @@ def prefetch(
 @app.command()
 @handle_errors
 def metrics(session_id: SessionArg, dsn: DsnOption = None) -> None:
-    """VM metrics of a session as JSON, lifecycle figures included (memori.vm_metrics)."""
+    """VM metrics of a session as JSON, with lifecycle figures and the TLB counters (memori.vm_metrics)."""
     with database(dsn) as db:
         found = db.pages.metrics(session_id)
-    print(json.dumps(found, indent=2, default=str))
+        print_json({**dataclasses.asdict(found), "tlb": db.pages.tlb.stats()})

@@ -7,7 +7,7 @@ from typing import Any
 import psycopg
 
 from tests.helpers import T0, assert_sqlstate, rows, value
-from tests.test_vm_lifecycle import S, call, configure, metrics, scalar
+from tests.test_vm_lifecycle import S, call, configure, first, metrics, scalar
 
 # eight decisions, each reversed later
 REVERSALS = {
@@ -19,8 +19,8 @@ REVERSALS = {
 
 
 def say(conn: psycopg.Connection, text: str) -> str:
-    return str(scalar(conn, "vm_turn_start", p_session_id=S, p_user_message=text, p_user_id="alice",
-                      p_now=T0)["page_id"])
+    return str(first(conn, "vm_turn_start", p_session_id=S, p_user_message=text, p_user_id="alice",
+                     p_now=T0)["page_id"])
 
 
 def run_with_reversals(conn: psycopg.Connection) -> dict[str, dict[str, Any]]:
@@ -53,8 +53,8 @@ def test_the_prepass_follows_reversed_decisions_and_never_faults_the_old_discuss
     ids = run_with_reversals(conn)
     old_pages = set().union(*({t["old"]} | t["old_discussion"] for t in ids.values()))
     for topic in REVERSALS:
-        started = scalar(conn, "vm_turn_start", p_session_id=S,
-                         p_user_message=f"As we decided earlier, what's our {topic}?", p_now=T0)
+        started = first(conn, "vm_turn_start", p_session_id=S,
+                        p_user_message=f"As we decided earlier, what's our {topic}?", p_now=T0)
         served = [i["page_id"] for i in started["prefetch"] if i["outcome"] == "served"]
         # the topic's current claim is in context after the pre-pass (faulted now, or by an earlier recall's top
         # claims), at most one fault for the topic, and never the old decision or its discussion
