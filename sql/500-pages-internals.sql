@@ -12,6 +12,55 @@ set search_path = pg_catalog, memori, pg_temp;
 comment on function memori._vm_retention(text, timestamptz) is 'Expiry of a new row of a VM table from its default retention policy (NULL: kept).';
 
 -------------------------------------------------------------------------------
+-- _vm_choices: the values of each VM enumeration, in one place
+create or replace function memori._vm_choices(p_what text) returns text[]
+as $func$
+  select case p_what
+    when 'page type' then array['transcript', 'summary', 'artifact', 'claim', 'procedure', 'index']
+    when 'modality' then array['text', 'image', 'audio', 'video', 'structured']
+    when 'role' then array['user', 'assistant', 'tool', 'system']
+    when 'eviction policy' then array['lru', 'importance_weighted_lru', 'modality_aware_lru']
+    when 'fault confidence threshold' then array['explicit', 'referenced', 'speculative']
+    when 'VM prompt mode' then array['strict', 'relaxed', 'passive']
+  end
+$func$ language sql immutable parallel safe security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._vm_choices(text) is 'The allowed values of a VM enumeration (page type, modality, role, eviction policy, fault confidence threshold, VM prompt mode).';
+
+-------------------------------------------------------------------------------
+-- _vm_check_choice: PM004 unless a value is one of its enumeration's
+create or replace function memori._vm_check_choice(p_what text, p_value text, p_null_means text default null)
+returns void
+as $func$
+declare
+  v_allowed text[] := memori._vm_choices(p_what);
+begin
+  if p_value is null and p_null_means is not null then
+    return;  -- NULL is allowed: it means p_null_means
+  end if;
+  if p_value is null or not (p_value = any (v_allowed)) then
+    raise exception 'unknown % %', p_what, coalesce(quote_literal(p_value), 'NULL')
+      using errcode = 'PM004',
+            hint = format('Use one of: %s%s.', array_to_string(v_allowed, ', '), ' (' || p_null_means || ')');
+  end if;
+end
+$func$ language plpgsql immutable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._vm_check_choice(text, text, text) is 'PM004 "unknown <what>" unless the value is one of memori._vm_choices(<what>); NULL passes when p_null_means says what it means.';
+
+-------------------------------------------------------------------------------
+-- _vm_foreign_session: PM041, the session id is another user's
+create or replace function memori._vm_foreign_session(p_session_id text) returns void
+as $func$
+begin
+  raise exception 'session % belongs to another user', quote_literal(p_session_id)
+    using errcode = 'PM041', hint = 'Use a session id of your own; session ids are unique across users.';
+end
+$func$ language plpgsql immutable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._vm_foreign_session(text) is 'Raise PM041: the VM session id belongs to another user (session ids are unique across users).';
+
+-------------------------------------------------------------------------------
 -- _vm_session: a session's row, locked; created with the defaults when asked
 create or replace function memori._vm_session(
   p_session_id text, p_user_id text, p_create boolean, p_now timestamptz
@@ -32,8 +81,7 @@ begin
     v_user := case when p_user_id is null then nullif(current_setting('memori.user_id', true), '')
                    else memori._acting_user(p_user_id) end;
     if v_user is not null and v_user <> v_s.user_id then
-      raise exception 'session % belongs to another user', quote_literal(p_session_id)
-        using errcode = 'PM041', hint = 'Use a session id of your own; session ids are unique across users.';
+      perform memori._vm_foreign_session(p_session_id);
     end if;
     return v_s;
   end if;
@@ -67,8 +115,7 @@ begin
     returning * into v_s;
   exception when unique_violation then
     -- invisible under row-level security: another user's session
-    raise exception 'session % belongs to another user', quote_literal(p_session_id)
-      using errcode = 'PM041', hint = 'Use a session id of your own; session ids are unique across users.';
+    perform memori._vm_foreign_session(p_session_id);
   end;
   return v_s;
 end

@@ -283,10 +283,7 @@ declare
   v_s     memori.vm_sessions := memori._vm_session_read(p_session_id);
   v_rules text;
 begin
-  if p_mode is null or p_mode not in ('strict', 'relaxed', 'passive') then
-    raise exception 'unknown VM prompt mode %', coalesce(quote_literal(p_mode), 'NULL')
-      using errcode = 'PM004', hint = 'Use one of: strict, relaxed, passive.';
-  end if;
+  perform memori._vm_check_choice('VM prompt mode', p_mode);
   v_rules := case p_mode
     when 'strict' then
 '<VM:RULES>

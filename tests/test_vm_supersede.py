@@ -100,12 +100,18 @@ def test_current_claim_ranks_first_and_the_old_one_stays_in_history(conn: psycop
     assert {i["page_id"] for i in items if i["why"] == "top_claim"} == {t["new"] for t in ids.values()}
 
 
-def test_conflicting_current_claims_are_reported_until_resolved(conn: psycopg.Connection) -> None:
+def redis_decided(conn: psycopg.Connection, then: str) -> tuple[str, str, dict[str, Any]]:
+    """'Use Redis for cache_layer.' recorded as a claim, and a second message (``then``): their page ids, the claim."""
     configure(conn, {"pinned_last_turns": 0})
     a = say(conn, "Use Redis for cache_layer.")
-    b = say(conn, "Actually, Memcached for cache_layer?")
-    first = call(conn, "claim_create", p_session_id=S, p_content="Decision: use Redis for cache_layer",
+    b = say(conn, then)
+    claim = call(conn, "claim_create", p_session_id=S, p_content="Decision: use Redis for cache_layer",
                  p_provenance=[a], p_topic="cache_layer", p_now=T0)[0]
+    return a, b, claim
+
+
+def test_conflicting_current_claims_are_reported_until_resolved(conn: psycopg.Connection) -> None:
+    a, b, first = redis_decided(conn, "Actually, Memcached for cache_layer?")
     assert call(conn, "claim_conflicts", p_session_id=S, p_now=T0) == []
     # the same decision recorded twice is no conflict; a different one is
     call(conn, "claim_create", p_session_id=S, p_content="Decision:  use Redis for cache_layer ",
@@ -135,11 +141,7 @@ def test_conflicting_current_claims_are_reported_until_resolved(conn: psycopg.Co
 
 
 def test_supersede_refusals_and_page_update_provenance(conn: psycopg.Connection) -> None:
-    configure(conn, {"pinned_last_turns": 0})
-    a = say(conn, "Use Redis for cache_layer.")
-    b = say(conn, "No wait, Memcached.")
-    claim = call(conn, "claim_create", p_session_id=S, p_content="Decision: use Redis for cache_layer",
-                 p_provenance=[a], p_topic="cache_layer", p_now=T0)[0]
+    a, b, claim = redis_decided(conn, "No wait, Memcached.")
     assert_sqlstate(conn, "PM100", "select memori.claim_supersede(%s, %s, 'x', array[%s], 'why', p_now => %s)",
                     (S, a, b, T0))
     assert_sqlstate(conn, "PM001", "select memori.claim_supersede(%s, %s, 'x', array[%s], ' ', p_now => %s)",
