@@ -63,7 +63,8 @@ begin
                             'Call with p_user_id => ''alice'', or SET memori.user_id = ''alice''.');
   end if;
   if v_s.session_id is not null and v_s.user_id <> v_user then
-    perform memori._vm_foreign_session(p_session_id);
+    raise exception 'session % belongs to another user', quote_literal(p_session_id)
+      using errcode = 'PM041', hint = 'Use a session id of your own; session ids are unique across users.';
   end if;
   return v_user;
 end
