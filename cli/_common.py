@@ -162,23 +162,33 @@ def print_json(value: Any) -> None:
 
 
 def rows_table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[str]], *,
-               right: Collection[str] = ()) -> Table:
-    """A rich table: these columns (the ones in ``right`` right-aligned), one line per row."""
+               right: Collection[str] = (), fold: bool = False) -> Table:
+    """A rich table: these columns (the ones in ``right`` right-aligned), one line per row; ``fold`` wraps long
+    words (ids, JSON) instead of cutting them short."""
     table = Table(title=title)
     for column in columns:
-        table.add_column(column, justify="right" if column in right else "left")
+        table.add_column(column, justify="right" if column in right else "left",
+                         overflow="fold" if fold else "ellipsis")
     for row in rows:
         table.add_row(*row)
     return table
 
 
 def print_rows(items: Sequence[R], as_json: bool, title: str | None, columns: Sequence[str],
-               cells: Callable[[R], Sequence[str]], *, right: Collection[str] = ()) -> None:
+               cells: Callable[[R], Sequence[str]], *, right: Collection[str] = (), fold: bool = False) -> None:
     """A list command's output: the items as JSON with --json, else a table of ``cells(item)`` per item."""
     if as_json:
         print_json(items)
         return
-    console.print(rows_table(title, columns, map(cells, items), right=right))
+    console.print(rows_table(title, columns, map(cells, items), right=right, fold=fold))
+
+
+def print_one(item: R, as_json: bool, line: Callable[[R], str]) -> None:
+    """A command's one result: as JSON with --json, else ``line(item)``."""
+    if as_json:
+        print_json(item)
+    else:
+        console.print(line(item))
 
 
 def fmt_time(value: datetime | None) -> str:

@@ -7,14 +7,13 @@ pre-pass, prefetch, metrics), forks, GC and shared regions (cli/vm_fork.py).
 
 from __future__ import annotations
 
-import json
+import dataclasses
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
 from pymemdb.cli import vm_fork, vm_pages
-from pymemdb.cli._common import DsnOption, JsonOption, console, database, handle_errors, print_json
+from pymemdb.cli._common import DsnOption, JsonOption, database, handle_errors, print_json, print_one, print_rows
 from pymemdb.vm.lifecycle import VmPrefetchItem
 
 app = typer.Typer(help="AI virtual memory: pages, working set, faults, context, search, claims, segments, prefetch, "
@@ -25,13 +24,9 @@ vm_fork.register(app)
 SessionArg = Annotated[str, typer.Argument(help="VM session id.")]
 
 
-def _items(items: list[VmPrefetchItem], title: str) -> Table:
-    table = Table(title=title)
-    for column in ("page_id", "type", "tier", "reason", "why", "outcome"):
-        table.add_column(column)
-    for i in items:
-        table.add_row(i.page_id, i.page_type, i.tier, i.reason, i.why, i.outcome or "-")
-    return table
+def _items(items: list[VmPrefetchItem], as_json: bool, title: str) -> None:
+    print_rows(items, as_json, title, ("page_id", "type", "tier", "reason", "why", "outcome"),
+               lambda i: (i.page_id, i.page_type, i.tier, i.reason, i.why, i.outcome or "-"))
 
 
 @app.command()
@@ -49,10 +44,7 @@ def claim(
     """Record a decision as a claim page with provenance (memori.claim_create)."""
     with database(dsn) as db:
         page = db.vm.claim_create(session_id, content, provenance, topic=topic, importance=importance)
-    if as_json:
-        print_json(page)
-    else:
-        console.print(f"{page.page_id}: {page.tier}, {page.tokens} tokens, from {', '.join(page.provenance)}")
+    print_one(page, as_json, lambda p: f"{p.page_id}: {p.tier}, {p.tokens} tokens, from {', '.join(p.provenance)}")
 
 
 @app.command()
@@ -69,10 +61,7 @@ def supersede(
     """Replace a claim with a new one on its topic; the old one stays as history (memori.claim_supersede)."""
     with database(dsn) as db:
         page = db.vm.claim_supersede(session_id, claim_id, content, provenance, reason)
-    if as_json:
-        print_json(page)
-    else:
-        console.print(f"{page.page_id} supersedes {claim_id}: {page.tier}, from {', '.join(page.provenance)}")
+    print_one(page, as_json, lambda p: f"{p.page_id} supersedes {claim_id}: {p.tier}, from {', '.join(p.provenance)}")
 
 
 @app.command()
@@ -81,15 +70,9 @@ def conflicts(session_id: SessionArg, dsn: DsnOption = None, as_json: JsonOption
     """Pairs of current claims on one topic that disagree (memori.claim_conflicts); exit 1 when there are some."""
     with database(dsn) as db:
         found = db.vm.claim_conflicts(session_id)
-    if as_json:
-        print_json(found)
-    else:
-        table = Table(title="Conflicting current claims (resolve with: pymemdb vm supersede)")
-        for column in ("topic", "claim", "says", "other claim", "other says"):
-            table.add_column(column)
-        for c in found:
-            table.add_row(c.topic, c.claim_id, c.content or "", c.other_claim_id, c.other_content or "")
-        console.print(table)
+    print_rows(found, as_json, "Conflicting current claims (resolve with: pymemdb vm supersede)",
+               ("topic", "claim", "says", "other claim", "other says"),
+               lambda c: (c.topic, c.claim_id, c.content or "", c.other_claim_id, c.other_content or ""))
     if found:
         raise typer.Exit(1)
 
@@ -106,11 +89,8 @@ def segment_close(
     """Close the open segment: summary page in, transcript out to L2, next segment open (memori.segment_close)."""
     with database(dsn) as db:
         seg = db.vm.segment_close(session_id, summary)
-    if as_json:
-        print_json(seg)
-    else:
-        console.print(f"{seg.segment} closed: {seg.pages} pages ({seg.source_tokens} tokens) -> {seg.summary_page_id} "
-                      f"({seg.summary_tokens} tokens), {seg.evicted} swapped out to L2")
+    print_one(seg, as_json, lambda s: f"{s.segment} closed: {s.pages} pages ({s.source_tokens} tokens) -> "
+                                      f"{s.summary_page_id} ({s.summary_tokens} tokens), {s.evicted} swapped out to L2")
 
 
 @app.command()
@@ -119,16 +99,10 @@ def segments(session_id: SessionArg, dsn: DsnOption = None, as_json: JsonOption 
     """Closed segments of a session (memori.segment_list)."""
     with database(dsn) as db:
         found = db.vm.segment_list(session_id)
-    if as_json:
-        print_json(found)
-        return
-    table = Table(title=f"segments of {session_id}")
-    for column in ("segment", "turns", "pages", "evicted", "tokens", "summary"):
-        table.add_column(column)
-    for s in found:
-        table.add_row(s.segment, f"{s.first_turn}-{s.last_turn}", str(s.pages), str(s.evicted),
-                      f"{s.source_tokens} -> {s.summary_tokens}", s.summary_page_id)
-    console.print(table)
+    print_rows(found, as_json, f"segments of {session_id}",
+               ("segment", "turns", "pages", "evicted", "tokens", "summary"),
+               lambda s: (s.segment, f"{s.first_turn}-{s.last_turn}", str(s.pages), str(s.evicted),
+                          f"{s.source_tokens} -> {s.summary_tokens}", s.summary_page_id))
 
 
 @app.command()
@@ -143,10 +117,7 @@ def prepass(
     """The runtime pre-pass: pages to prefetch for a user message (memori.vm_prepass)."""
     with database(dsn) as db:
         items = db.vm.prepass(session_id, message, apply=apply)
-    if as_json:
-        print_json(items)
-    else:
-        console.print(_items(items, "vm_prepass"))
+    _items(items, as_json, "vm_prepass")
 
 
 @app.command()
@@ -162,16 +133,13 @@ def prefetch(
     """The simple prefetcher: last summary, top claims, tool prerequisites (memori.vm_prefetch)."""
     with database(dsn) as db:
         items = db.vm.prefetch(session_id, apply=apply, tools=tool)
-    if as_json:
-        print_json(items)
-    else:
-        console.print(_items(items, "vm_prefetch"))
+    _items(items, as_json, "vm_prefetch")
 
 
 @app.command()
 @handle_errors
 def metrics(session_id: SessionArg, dsn: DsnOption = None) -> None:
-    """VM metrics of a session as JSON, lifecycle figures included (memori.vm_metrics)."""
+    """VM metrics of a session as JSON, with lifecycle figures and the TLB counters (memori.vm_metrics)."""
     with database(dsn) as db:
         found = db.pages.metrics(session_id)
-    print(json.dumps(found, indent=2, default=str))
+        print_json({**dataclasses.asdict(found), "tlb": db.pages.tlb.stats()})

@@ -5,9 +5,18 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
-from pymemdb.cli._common import DsnOption, JsonOption, NowOption, console, database, fmt_time, handle_errors, print_json
+from pymemdb.cli._common import (
+    DsnOption,
+    JsonOption,
+    NowOption,
+    console,
+    database,
+    fmt_time,
+    handle_errors,
+    print_one,
+    print_rows,
+)
 
 UserOption = Annotated[str | None, typer.Option("--user", help="Acting user (default: memori.user_id).")]
 RegionArg = Annotated[str, typer.Argument(help="Region id (unique across users).")]
@@ -25,11 +34,8 @@ def fork(
     """Fork a session copy-on-write: it sees every page of the source, none is copied (memori.session_fork)."""
     with database(dsn) as db:
         result = db.vm_fork.fork(source_session_id, new_session_id)
-    if as_json:
-        print_json(result)
-    else:
-        console.print(f"{result.session_id}: fork of {result.source_session_id} (depth {result.depth}), "
-                      f"{result.shared_pages} pages shared, {result.working_set_pages} mapped pages copied")
+    print_one(result, as_json, lambda r: f"{r.session_id}: fork of {r.source_session_id} (depth {r.depth}), "
+                                         f"{r.shared_pages} pages shared, {r.working_set_pages} mapped pages copied")
 
 
 def fork_chain(session_id: Annotated[str, typer.Argument(help="VM session id.")], dsn: DsnOption = None,
@@ -37,42 +43,26 @@ def fork_chain(session_id: Annotated[str, typer.Argument(help="VM session id.")]
     """The ancestors a forked session sees pages of (memori.session_fork_chain)."""
     with database(dsn) as db:
         chain = db.vm_fork.fork_chain(session_id)
-    if as_json:
-        print_json(chain)
-        return
-    table = Table(title=f"ancestors of {session_id}")
-    for column in ("depth", "ancestor", "max page row", "forked"):
-        table.add_column(column)
-    for c in chain:
-        table.add_row(str(c.depth), c.ancestor_session_id, str(c.max_page_id), fmt_time(c.forked_at))
-    console.print(table)
+    print_rows(chain, as_json, f"ancestors of {session_id}", ("depth", "ancestor", "max page row", "forked"),
+               lambda c: (str(c.depth), c.ancestor_session_id, str(c.max_page_id), fmt_time(c.forked_at)))
 
 
 def storage(dsn: DsnOption = None, as_json: JsonOption = False) -> None:
     """Bytes on disk of every VM table (memori.vm_storage)."""
     with database(dsn) as db:
         sizes = db.vm_fork.storage()
-    if as_json:
-        print_json(sizes)
-        return
-    table = Table(title=f"VM tables: {sum(s.bytes for s in sizes):,} bytes")
-    for column in ("table", "bytes", "rows (estimate)"):
-        table.add_column(column)
-    for s in sizes:
-        table.add_row(s.table_name, f"{s.bytes:,}", f"{max(s.row_estimate, 0):,}")
-    console.print(table)
+    print_rows(sizes, as_json, f"VM tables: {sum(s.bytes for s in sizes):,} bytes",
+               ("table", "bytes", "rows (estimate)"),
+               lambda s: (s.table_name, f"{s.bytes:,}", f"{max(s.row_estimate, 0):,}"))
 
 
 def gc(now: NowOption = None, dsn: DsnOption = None, as_json: JsonOption = False) -> None:
     """Mark pages no live session reaches to expire after vm.gc_grace (memori.vm_gc); memori-cleanup deletes them."""
     with database(dsn) as db:
         result = db.vm_fork.gc(now=now)
-    if as_json:
-        print_json(result)
-    else:
-        console.print(f"{result.live_sessions} live sessions, {result.reachable} reachable pages; "
-                      f"marked {result.marked} (expire {fmt_time(result.expires_at)}), unmarked {result.unmarked}, "
-                      f"{result.already_marked} marked earlier")
+    print_one(result, as_json, lambda r: f"{r.live_sessions} live sessions, {r.reachable} reachable pages; "
+                                         f"marked {r.marked} (expire {fmt_time(r.expires_at)}), unmarked {r.unmarked}, "
+                                         f"{r.already_marked} marked earlier")
 
 
 @region_app.command("create")
@@ -141,15 +131,8 @@ def region_show(region_id: RegionArg, limit: Annotated[int, typer.Option("--limi
     """The pages of a region, with content (memori.region_pages): owner or listed users only."""
     with database(dsn) as db:
         found = db.vm_fork.region_pages(region_id, user_id=user_id, limit=limit)
-    if as_json:
-        print_json(found)
-        return
-    table = Table(title=f"{len(found)} pages in {region_id}")
-    for column in ("owner", "session", "page", "type", "content"):
-        table.add_column(column, overflow="fold")
-    for p in found:
-        table.add_row(p.owner, p.session_id, p.page_id, p.page_type, p.content or "")
-    console.print(table)
+    print_rows(found, as_json, f"{len(found)} pages in {region_id}", ("owner", "session", "page", "type", "content"),
+               lambda p: (p.owner, p.session_id, p.page_id, p.page_type, p.content or ""), fold=True)
 
 
 @region_app.command("list")
@@ -158,16 +141,9 @@ def region_list(user_id: UserOption = None, dsn: DsnOption = None, as_json: Json
     """Regions you own (with their access lists) or may read (memori.region_list)."""
     with database(dsn) as db:
         found = db.vm_fork.region_list(user_id=user_id)
-    if as_json:
-        print_json(found)
-        return
-    table = Table(title="regions")
-    for column in ("region", "owner", "scope", "members", "entries"):
-        table.add_column(column)
-    for r in found:
-        table.add_row(r.region_id, r.owner, r.scope, "-" if r.members is None else ",".join(r.members),
-                      str(r.entries))
-    console.print(table)
+    print_rows(found, as_json, "regions", ("region", "owner", "scope", "members", "entries"),
+               lambda r: (r.region_id, r.owner, r.scope, "-" if r.members is None else ",".join(r.members),
+                          str(r.entries)))
 
 
 @region_app.command("drop")

@@ -9,9 +9,8 @@ import json
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
-from pymemdb.cli._common import DsnOption, JsonOption, console, database, fmt_time, handle_errors, print_json
+from pymemdb.cli._common import DsnOption, JsonOption, console, database, fmt_time, handle_errors, print_one, print_rows
 from pymemdb.errors import InvalidArgument
 from pymemdb.vm.embedders import HashingEmbedder
 
@@ -45,10 +44,7 @@ def add(
         page = db.pages.create(session_id, page_id, content, page_type=page_type, modality=modality, role=role,
                                importance=importance, hint=hint, segment=segment, add_to_working_set=not no_map,
                                pin=pin, user_id=user_id)
-    if as_json:
-        print_json(page)
-    else:
-        console.print(f"{page.page_id}: {page.tier}, {page.tokens} tokens, version {page.version}")
+    print_one(page, as_json, lambda p: f"{p.page_id}: {p.tier}, {p.tokens} tokens, version {p.version}")
 
 
 @app.command()
@@ -91,16 +87,10 @@ def evict(
     """Free working-set tokens, compressing before evicting (memori.vm_evict)."""
     with database(dsn) as db:
         done = db.pages.evict(session_id, tokens, policy)
-    if as_json:
-        print_json(done)
-        return
-    table = Table(title=f"freed {sum(d.tokens_freed for d in done)} tokens")
-    for column in ("page", "action", "level", "tier", "tokens freed"):
-        table.add_column(column)
-    for d in done:
-        table.add_row(d.page_id, d.action, "" if d.level_after is None else str(d.level_after), d.tier_after,
-                      str(d.tokens_freed))
-    console.print(table)
+    print_rows(done, as_json, f"freed {sum(d.tokens_freed for d in done)} tokens",
+               ("page", "action", "level", "tier", "tokens freed"),
+               lambda d: (d.page_id, d.action, "" if d.level_after is None else str(d.level_after), d.tier_after,
+                          str(d.tokens_freed)))
 
 
 @app.command()
@@ -134,18 +124,12 @@ def history(session_id: SessionArg, page_id: PageArg, dsn: DsnOption = None, as_
     """Every logged mutation of a page (memori.page_history)."""
     with database(dsn) as db:
         found = db.pages.history(session_id, page_id)
-    if as_json:
-        print_json(found)
-        return
-    table = Table(title=f"{session_id} / {page_id}")
-    for column in ("#", "at", "turn", "type", "tier", "level", "actor", "cause"):
-        table.add_column(column, overflow="fold")
-    for m in found:
-        table.add_row(str(m.id), fmt_time(m.at), str(m.turn), m.mutation_type,
-                      f"{m.tier_before or '-'} → {m.tier_after}",
-                      f"{'-' if m.level_before is None else m.level_before} → "
-                      f"{'-' if m.level_after is None else m.level_after}", m.actor, m.cause or "")
-    console.print(table)
+    print_rows(found, as_json, f"{session_id} / {page_id}",
+               ("#", "at", "turn", "type", "tier", "level", "actor", "cause"),
+               lambda m: (str(m.id), fmt_time(m.at), str(m.turn), m.mutation_type,
+                          f"{m.tier_before or '-'} → {m.tier_after}",
+                          f"{'-' if m.level_before is None else m.level_before} → "
+                          f"{'-' if m.level_after is None else m.level_after}", m.actor, m.cause or ""), fold=True)
 
 
 @app.command()
@@ -161,15 +145,8 @@ def replay(
         raise InvalidArgument(f"turn must be >= 0, got {turn}", hint="Turns start at 1 (turn_begin).")
     with database(dsn) as db:
         found = db.pages.context_at_turn(session_id, turn)
-    if as_json:
-        print_json(found)
-        return
-    table = Table(title=f"L0 of {session_id} at turn {turn}: {sum(s.tokens for s in found)} tokens")
-    for column in ("page", "level", "tokens"):
-        table.add_column(column)
-    for s in found:
-        table.add_row(s.page_id, str(s.level), str(s.tokens))
-    console.print(table)
+    print_rows(found, as_json, f"L0 of {session_id} at turn {turn}: {sum(s.tokens for s in found)} tokens",
+               ("page", "level", "tokens"), lambda s: (s.page_id, str(s.level), str(s.tokens)))
 
 
 @app.command()
@@ -196,16 +173,10 @@ def search(
         found = db.pages.search(session_id, query, embedder=HashingEmbedder() if embed else None,
                                 modality=modality, page_types=page_type or None, limit=limit, scope=scope,
                                 user_id=user_id)
-    if as_json:
-        print_json(found)
-        return
     total = found[0].total_available if found else 0
     at_least = "" if not found or found[0].total_exact is not False else "at least "
     mode = found[0].mode if found else ("hybrid" if embed else "full_text")
-    table = Table(title=f"{len(found)} of {at_least}{total} matching pages ({mode})")
-    for column in ("page", "session", "modality", "tier", "levels", "relevance", "hint"):
-        table.add_column(column, overflow="fold")
-    for r in found:
-        table.add_row(r.page_id, r.session_id, r.modality, r.tier, ",".join(map(str, r.levels)),
-                      f"{r.relevance:.4f}", r.hint)
-    console.print(table)
+    print_rows(found, as_json, f"{len(found)} of {at_least}{total} matching pages ({mode})",
+               ("page", "session", "modality", "tier", "levels", "relevance", "hint"),
+               lambda r: (r.page_id, r.session_id, r.modality, r.tier, ",".join(map(str, r.levels)),
+                          f"{r.relevance:.4f}", r.hint), fold=True)

@@ -123,7 +123,7 @@ from pymemdb.vm.fork import (  # noqa: E402, F401
     VmRegion,
     VmStorage,
 )
-from pymemdb.vm.lifecycle import ClaimConflict, SegmentPage, VmPrefetchItem, VmSegment  # noqa: E402, F401
+from pymemdb.vm.lifecycle import ClaimConflict, SegmentPage, VmPrefetchItem, VmSegment, VmTurn  # noqa: E402, F401
 from pymemdb.vm.page_cache import PageTableEntry  # noqa: E402, F401
 from pymemdb.vm.pages import (  # noqa: E402, F401
     Page,
@@ -132,6 +132,7 @@ from pymemdb.vm.pages import (  # noqa: E402, F401
     PageRepresentation,
     VmEviction,
     VmEvictionCandidate,
+    VmMetrics,
     VmPageState,
     VmSession,
     WorkingSetEntry,

@@ -12,6 +12,43 @@ set search_path = pg_catalog, memori, pg_temp;
 comment on function memori._vm_retention(text, timestamptz) is 'Expiry of a new row of a VM table from its default retention policy (NULL: kept).';
 
 -------------------------------------------------------------------------------
+-- _vm_choices: the values of each VM enumeration, in one place
+create or replace function memori._vm_choices(p_what text) returns text[]
+as $func$
+  select case p_what
+    when 'page type' then array['transcript', 'summary', 'artifact', 'claim', 'procedure', 'index']
+    when 'modality' then array['text', 'image', 'audio', 'video', 'structured']
+    when 'role' then array['user', 'assistant', 'tool', 'system']
+    when 'eviction policy' then array['lru', 'importance_weighted_lru', 'modality_aware_lru']
+    when 'fault confidence threshold' then array['explicit', 'referenced', 'speculative']
+    when 'VM prompt mode' then array['strict', 'relaxed', 'passive']
+  end
+$func$ language sql immutable parallel safe security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._vm_choices(text) is 'The allowed values of a VM enumeration (page type, modality, role, eviction policy, fault confidence threshold, VM prompt mode).';
+
+-------------------------------------------------------------------------------
+-- _vm_check_choice: PM004 unless a value is one of its enumeration's
+create or replace function memori._vm_check_choice(p_what text, p_value text, p_null_means text default null)
+returns void
+as $func$
+declare
+  v_allowed text[] := memori._vm_choices(p_what);
+begin
+  if p_value is null and p_null_means is not null then
+    return;  -- NULL is allowed: it means p_null_means
+  end if;
+  if p_value is null or not (p_value = any (v_allowed)) then
+    raise exception 'unknown % %', p_what, coalesce(quote_literal(p_value), 'NULL')
+      using errcode = 'PM004',
+            hint = format('Use one of: %s%s.', array_to_string(v_allowed, ', '), ' (' || p_null_means || ')');
+  end if;
+end
+$func$ language plpgsql immutable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._vm_check_choice(text, text, text) is 'PM004 "unknown <what>" unless the value is one of memori._vm_choices(<what>); NULL passes when p_null_means says what it means.';
+
+-------------------------------------------------------------------------------
 -- _vm_session: a session's row, locked; created with the defaults when asked
 create or replace function memori._vm_session(
   p_session_id text, p_user_id text, p_create boolean, p_now timestamptz
@@ -31,46 +68,45 @@ begin
     -- the one acting-user rule (PM040 when p_user_id is not memori.user_id); no user at all: an owner's call
     v_user := case when p_user_id is null then nullif(current_setting('memori.user_id', true), '')
                    else memori._acting_user(p_user_id) end;
-    if v_user is not null and v_user <> v_s.user_id then
-      raise exception 'session % belongs to another user', quote_literal(p_session_id)
-        using errcode = 'PM041', hint = 'Use a session id of your own; session ids are unique across users.';
+    if v_user is null or v_user = v_s.user_id then
+      return v_s;
     end if;
-    return v_s;
-  end if;
-  if not p_create then
+    -- else another user's session: PM041 below
+  elsif not p_create then
     raise exception 'no VM session %', quote_literal(p_session_id)
       using errcode = 'PM005', hint = 'Start it with memori.turn_begin or memori.page_create.';
+  else
+    v_user := memori._acting_user(p_user_id);
+    -- one session namespace: a VM session is a session of memori.sessions
+    -- (created on first use, PM041 when the id is another user's)
+    perform memori._context_session(p_session_id, v_user, null, p_now);
+    begin
+      insert into memori.vm_sessions (session_id, user_id, max_l0_tokens, max_l1_pages, eviction_policy,
+                                      eviction_threshold, pinned_last_turns, fault_protection_turns,
+                                      eviction_cooldown_turns, faults_allowed, max_faults_per_turn,
+                                      max_fault_tokens_per_turn, fault_confidence_threshold, created_at, updated_at)
+      select p_session_id, v_user,
+             coalesce(max(value #>> '{}') filter (where key = 'vm.max_l0_tokens'), '128000')::integer,
+             coalesce(max(value #>> '{}') filter (where key = 'vm.max_l1_pages'), '100')::integer,
+             coalesce(max(value #>> '{}') filter (where key = 'vm.eviction_policy'), 'importance_weighted_lru'),
+             coalesce(max(value #>> '{}') filter (where key = 'vm.eviction_threshold'), '0.85')::numeric,
+             coalesce(max(value #>> '{}') filter (where key = 'vm.pinned_last_turns'), '3')::integer,
+             coalesce(max(value #>> '{}') filter (where key = 'vm.fault_protection_turns'), '2')::integer,
+             coalesce(max(value #>> '{}') filter (where key = 'vm.eviction_cooldown_turns'), '3')::integer,
+             coalesce(max(value #>> '{}') filter (where key = 'vm.faults_allowed'), 'true')::boolean,
+             coalesce(max(value #>> '{}') filter (where key = 'vm.max_faults_per_turn'), '3')::integer,
+             coalesce(max(value #>> '{}') filter (where key = 'vm.max_fault_tokens_per_turn'), '8192')::integer,
+             coalesce(max(value #>> '{}') filter (where key = 'vm.fault_confidence_threshold'), 'referenced'),
+             p_now, p_now
+        from memori.settings where key like 'vm.%'
+      returning * into v_s;
+      return v_s;
+    exception when unique_violation then
+      null;  -- invisible under row-level security: another user's session, PM041 below
+    end;
   end if;
-  v_user := memori._acting_user(p_user_id);
-  -- one session namespace: a VM session is a session of memori.sessions
-  -- (created on first use, PM041 when the id is another user's)
-  perform memori._context_session(p_session_id, v_user, null, p_now);
-  begin
-    insert into memori.vm_sessions (session_id, user_id, max_l0_tokens, max_l1_pages, eviction_policy,
-                                    eviction_threshold, pinned_last_turns, fault_protection_turns,
-                                    eviction_cooldown_turns, faults_allowed, max_faults_per_turn,
-                                    max_fault_tokens_per_turn, fault_confidence_threshold, created_at, updated_at)
-    select p_session_id, v_user,
-           coalesce(max(value #>> '{}') filter (where key = 'vm.max_l0_tokens'), '128000')::integer,
-           coalesce(max(value #>> '{}') filter (where key = 'vm.max_l1_pages'), '100')::integer,
-           coalesce(max(value #>> '{}') filter (where key = 'vm.eviction_policy'), 'importance_weighted_lru'),
-           coalesce(max(value #>> '{}') filter (where key = 'vm.eviction_threshold'), '0.85')::numeric,
-           coalesce(max(value #>> '{}') filter (where key = 'vm.pinned_last_turns'), '3')::integer,
-           coalesce(max(value #>> '{}') filter (where key = 'vm.fault_protection_turns'), '2')::integer,
-           coalesce(max(value #>> '{}') filter (where key = 'vm.eviction_cooldown_turns'), '3')::integer,
-           coalesce(max(value #>> '{}') filter (where key = 'vm.faults_allowed'), 'true')::boolean,
-           coalesce(max(value #>> '{}') filter (where key = 'vm.max_faults_per_turn'), '3')::integer,
-           coalesce(max(value #>> '{}') filter (where key = 'vm.max_fault_tokens_per_turn'), '8192')::integer,
-           coalesce(max(value #>> '{}') filter (where key = 'vm.fault_confidence_threshold'), 'referenced'),
-           p_now, p_now
-      from memori.settings where key like 'vm.%'
-    returning * into v_s;
-  exception when unique_violation then
-    -- invisible under row-level security: another user's session
-    raise exception 'session % belongs to another user', quote_literal(p_session_id)
-      using errcode = 'PM041', hint = 'Use a session id of your own; session ids are unique across users.';
-  end;
-  return v_s;
+  raise exception 'session % belongs to another user', quote_literal(p_session_id)
+    using errcode = 'PM041', hint = 'Use a session id of your own; session ids are unique across users.';
 end
 $func$ language plpgsql volatile security invoker
 set search_path = pg_catalog, memori, pg_temp;

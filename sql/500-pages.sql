@@ -171,15 +171,12 @@ begin
   if v_bad is not null then
     perform memori._invalid(format('unknown VM setting(s) %s', v_bad), 'Settings: ' || array_to_string(v_allowed, ', ') || '.');
   end if;
-  if p_config ? 'eviction_policy'
-     and (p_config->>'eviction_policy') not in ('lru', 'importance_weighted_lru', 'modality_aware_lru') then
-    raise exception 'unknown eviction policy %', quote_literal(p_config->>'eviction_policy')
-      using errcode = 'PM004', hint = 'Use one of: lru, importance_weighted_lru, modality_aware_lru.';
+  -- a JSON null keeps the current value
+  if p_config->>'eviction_policy' is not null then
+    perform memori._vm_check_choice('eviction policy', p_config->>'eviction_policy');
   end if;
-  if p_config ? 'fault_confidence_threshold'
-     and (p_config->>'fault_confidence_threshold') not in ('explicit', 'referenced', 'speculative') then
-    raise exception 'unknown fault confidence threshold %', quote_literal(p_config->>'fault_confidence_threshold')
-      using errcode = 'PM004', hint = 'Use one of: explicit, referenced, speculative.';
+  if p_config->>'fault_confidence_threshold' is not null then
+    perform memori._vm_check_choice('fault confidence threshold', p_config->>'fault_confidence_threshold');
   end if;
   if p_config ? 'paging_mode' and not coalesce((p_config->>'paging_mode') in ('model', 'runtime', 'hybrid'), false) then
     raise exception 'unknown paging mode %', coalesce(quote_literal(p_config->>'paging_mode'), 'NULL')
@@ -260,18 +257,9 @@ declare
   v_bytes integer;
 begin
   perform memori._check_identifier('page id', p_page_id, 200);
-  if p_page_type is null or p_page_type not in ('transcript', 'summary', 'artifact', 'claim', 'procedure', 'index') then
-    raise exception 'unknown page type %', coalesce(quote_literal(p_page_type), 'NULL')
-      using errcode = 'PM004', hint = 'Use one of: transcript, summary, artifact, claim, procedure, index.';
-  end if;
-  if p_modality is null or p_modality not in ('text', 'image', 'audio', 'video', 'structured') then
-    raise exception 'unknown modality %', coalesce(quote_literal(p_modality), 'NULL')
-      using errcode = 'PM004', hint = 'Use one of: text, image, audio, video, structured.';
-  end if;
-  if p_role is not null and p_role not in ('user', 'assistant', 'tool', 'system') then
-    raise exception 'unknown role %', quote_literal(p_role)
-      using errcode = 'PM004', hint = 'Use one of: user, assistant, tool, system (or omit it).';
-  end if;
+  perform memori._vm_check_choice('page type', p_page_type);
+  perform memori._vm_check_choice('modality', p_modality);
+  perform memori._vm_check_choice('role', p_role, 'or omit it');
   if p_importance is null or p_importance < 0 or p_importance > 1 then
     perform memori._invalid(format('importance must be between 0 and 1, got %s', coalesce(p_importance::text, 'NULL')),
                             'Pass an importance such as 0.5 (claims are typically 0.9+).');

@@ -283,10 +283,7 @@ declare
   v_s     memori.vm_sessions := memori._vm_session_read(p_session_id);
   v_rules text;
 begin
-  if p_mode is null or p_mode not in ('strict', 'relaxed', 'passive') then
-    raise exception 'unknown VM prompt mode %', coalesce(quote_literal(p_mode), 'NULL')
-      using errcode = 'PM004', hint = 'Use one of: strict, relaxed, passive.';
-  end if;
+  perform memori._vm_check_choice('VM prompt mode', p_mode);
   v_rules := case p_mode
     when 'strict' then
 '<VM:RULES>
@@ -333,48 +330,46 @@ comment on function memori.vm_developer_message(text, text, text, integer, text,
 
 -------------------------------------------------------------------------------
 -- vm_metrics: budget use, faults by reason, evictions, pack cache
-create or replace function memori.vm_metrics(p_session_id text, p_now timestamptz default now()) returns jsonb
+create or replace function memori.vm_metrics(p_session_id text, p_now timestamptz default now())
+returns memori.vm_metrics_result
 as $func$
 declare
   v_s memori.vm_sessions := memori._vm_session_read(p_session_id);
+  v_r memori.vm_metrics_result;
 begin
-  return jsonb_build_object(
-    'session_id', v_s.session_id,
-    'turn', v_s.turn,
-    'l0_tokens', (select coalesce(sum(tokens), 0) from memori.working_set where session_id = v_s.session_id),
-    'max_l0_tokens', v_s.max_l0_tokens,
-    -- the seed's TokenBudget: L0 use by modality
-    'l0_tokens_by_modality', coalesce((select jsonb_object_agg(modality, n) from (
-                                         select p.modality, sum(w.tokens) as n
-                                           from memori.working_set w
-                                           join memori.pages p on p.session_id = w.session_id and p.page_id = w.page_id
-                                          where w.session_id = v_s.session_id group by p.modality) t), '{}'::jsonb),
-    'working_set_pages', (select count(*) from memori.working_set where session_id = v_s.session_id),
-    'pinned_pages', (select count(*) from memori.working_set where session_id = v_s.session_id and pinned),
-    'pages_by_tier', coalesce((select jsonb_object_agg(tier, n) from (
-                                 select tier, count(*) as n from memori.vm_visible_pages
-                                  where viewer_session_id = v_s.session_id group by tier) t), '{}'::jsonb),
-    'dirty_pages', (select count(*) from memori.vm_visible_pages where viewer_session_id = v_s.session_id and dirty),
-    'faults', (select jsonb_build_object(
-                 'total', count(*),
-                 'served', count(*) filter (where outcome = 'served'),
-                 'already_mapped', count(*) filter (where outcome = 'already_mapped'),
-                 'refused', count(*) filter (where outcome = 'refused'),
-                 'errors', count(*) filter (where outcome = 'error'),
-                 'tokens', coalesce(sum(tokens), 0),
-                 'by_reason', coalesce((select jsonb_object_agg(reason, n) from (
-                                          select reason, count(*) as n from memori.page_faults
-                                           where session_id = v_s.session_id group by reason) r), '{}'::jsonb))
-                 from memori.page_faults where session_id = v_s.session_id),
-    'mutations', coalesce((select jsonb_object_agg(mutation_type, n) from (
-                             select mutation_type, count(*) as n from memori.page_mutations
-                              where session_id = v_s.session_id group by mutation_type) m), '{}'::jsonb),
-    'pack_cache', jsonb_build_object('hits', v_s.pack_hits, 'misses', v_s.pack_misses,
-                                     'hit_rate', case when v_s.pack_hits + v_s.pack_misses > 0
-                                                      then round(v_s.pack_hits::numeric / (v_s.pack_hits + v_s.pack_misses), 3) end))
-    -- lifecycle metrics (sql/555-vm-metrics.sql): per-turn faults, evictions, thrash index, prefetch hit rate
-    || memori._vm_metrics_lifecycle(v_s, p_now);
+  v_r.session_id := v_s.session_id;
+  v_r.turn := v_s.turn;
+  v_r.max_l0_tokens := v_s.max_l0_tokens;
+  select coalesce(sum(tokens), 0), count(*), count(*) filter (where pinned)
+    into v_r.l0_tokens, v_r.working_set_pages, v_r.pinned_pages
+    from memori.working_set where session_id = v_s.session_id;
+  -- the seed's TokenBudget: L0 use by modality
+  v_r.l0_tokens_by_modality := coalesce((select jsonb_object_agg(modality, n) from (
+                                           select p.modality, sum(w.tokens) as n
+                                             from memori.working_set w
+                                             join memori.pages p on p.session_id = w.session_id and p.page_id = w.page_id
+                                            where w.session_id = v_s.session_id group by p.modality) t), '{}'::jsonb);
+  select coalesce(jsonb_object_agg(tier, n), '{}'::jsonb), coalesce(sum(d), 0)
+    into v_r.pages_by_tier, v_r.dirty_pages
+    from (select tier, count(*) as n, count(*) filter (where dirty) as d from memori.vm_visible_pages
+           where viewer_session_id = v_s.session_id group by tier) t;
+  select count(*), count(*) filter (where outcome = 'served'), count(*) filter (where outcome = 'already_mapped'),
+         count(*) filter (where outcome = 'refused'), count(*) filter (where outcome = 'error'), coalesce(sum(tokens), 0)
+    into v_r.faults, v_r.faults_served, v_r.faults_already_mapped, v_r.faults_refused, v_r.faults_errors,
+         v_r.fault_tokens
+    from memori.page_faults where session_id = v_s.session_id;
+  v_r.faults_by_reason := coalesce((select jsonb_object_agg(reason, n) from (
+                                      select reason, count(*) as n from memori.page_faults
+                                       where session_id = v_s.session_id group by reason) r), '{}'::jsonb);
+  v_r.mutations := coalesce((select jsonb_object_agg(mutation_type, n) from (
+                               select mutation_type, count(*) as n from memori.page_mutations
+                                where session_id = v_s.session_id group by mutation_type) m), '{}'::jsonb);
+  v_r.pack_hits := v_s.pack_hits;
+  v_r.pack_misses := v_s.pack_misses;
+  v_r.pack_hit_rate := round(v_s.pack_hits::numeric / nullif(v_s.pack_hits + v_s.pack_misses, 0), 3);
+  -- lifecycle metrics (sql/555-vm-metrics.sql): per-turn faults, evictions, thrash index, prefetch hit rate
+  return memori._vm_metrics_lifecycle(v_s, p_now, v_r);
 end
 $func$ language plpgsql volatile security invoker
 set search_path = pg_catalog, memori, pg_temp;
-comment on function memori.vm_metrics(text, timestamptz) is 'VM metrics of a session: L0 use (also by modality), pinned pages, pages by tier, faults by outcome and reason, mutations by type, pack cache hits and misses.';
+comment on function memori.vm_metrics(text, timestamptz) is 'VM metrics of a session: L0 use (also by modality), pinned pages, pages by tier, faults by outcome and reason, mutations by type, pack cache hits and misses, and the lifecycle figures (memori.vm_metrics_result).';

@@ -78,15 +78,11 @@ create or replace function memori._vm_check_filters(p_modality text, p_page_type
 returns void
 as $func$
 begin
-  if p_modality is not null and p_modality not in ('text', 'image', 'audio', 'video', 'structured') then
-    raise exception 'unknown modality %', quote_literal(p_modality)
-      using errcode = 'PM004', hint = 'Use one of: text, image, audio, video, structured (or NULL for all).';
-  end if;
+  perform memori._vm_check_choice('modality', p_modality, 'or NULL for all');
   if p_page_types is not null and exists (
-       select 1 from unnest(p_page_types) t
-        where t is null or t not in ('transcript', 'summary', 'artifact', 'claim', 'procedure', 'index')) then
+       select 1 from unnest(p_page_types) t where t is null or t <> all (memori._vm_choices('page type'))) then
     raise exception 'unknown page type in %', p_page_types::text
-      using errcode = 'PM004', hint = 'Use one of: transcript, summary, artifact, claim, procedure, index.';
+      using errcode = 'PM004', hint = format('Use one of: %s.', array_to_string(memori._vm_choices('page type'), ', '));
   end if;
   if p_limit is null or p_limit < 1 or p_limit > 100 then
     perform memori._invalid(format('limit %s is outside 1..100', coalesce(p_limit::text, 'NULL')),
@@ -349,28 +345,17 @@ begin
     -- 100k pages): unless p_exact_total, the count stops after
     -- vm.search_exact_max + 1, which is all the choice needs, and
     -- total_exact says the total is a lower bound.
-    if coalesce(p_exact_total, false) then
-      select count(*) into v_total
-        from memori.pages p
-       where p.user_id = v_user
-         and (p.expires_at is null or p.expires_at > p_now)
-         and (p_modality is null or p.modality = p_modality)
-         and (p_page_types is null or p.page_type = any (p_page_types))
-         and ((numnode(v_tsq) > 0 and p.search_tsv @@ v_tsq)
-              or (p_query_embedding is not null and p.embedding is not null));
-    else
-      select count(*) into v_total
-        from (select
-                from memori.pages p
-               where p.user_id = v_user
-                 and (p.expires_at is null or p.expires_at > p_now)
-                 and (p_modality is null or p.modality = p_modality)
-                 and (p_page_types is null or p.page_type = any (p_page_types))
-                 and ((numnode(v_tsq) > 0 and p.search_tsv @@ v_tsq)
-                      or (p_query_embedding is not null and p.embedding is not null))
-               limit v_exact + 1) b;
-      v_total_exact := v_total <= v_exact;
-    end if;
+    select count(*) into v_total
+      from (select
+              from memori.pages p
+             where p.user_id = v_user
+               and (p.expires_at is null or p.expires_at > p_now)
+               and (p_modality is null or p.modality = p_modality)
+               and (p_page_types is null or p.page_type = any (p_page_types))
+               and ((numnode(v_tsq) > 0 and p.search_tsv @@ v_tsq)
+                    or (p_query_embedding is not null and p.embedding is not null))
+             limit case when not coalesce(p_exact_total, false) then v_exact + 1 end) b;  -- NULL: no limit
+    v_total_exact := coalesce(p_exact_total, false) or v_total <= v_exact;
 
     -- ranking 2: cosine distance, best v_k. Up to vm.search_exact_max matches
     -- exactly; above, through the HNSW index with iterative scans (relaxed

@@ -197,26 +197,6 @@ set search_path = pg_catalog, memori, pg_temp;
 comment on function memori._vm_check_prefetch_args(integer, integer) is 'PM001 unless max faults >= 0 (or NULL) and the target level is 0..3.';
 
 -------------------------------------------------------------------------------
--- _vm_prefetch_proposed: proposals left unapplied (those in context marked in_context)
-drop function if exists memori._vm_prefetch_proposed(memori.vm_prefetch_item[]);
-create or replace function memori._vm_prefetch_proposed(p_s memori.vm_sessions, p_items memori.vm_prefetch_item[])
-returns memori.vm_prefetch_item[]
-as $func$
-declare
-  v_out  memori.vm_prefetch_item[] := '{}';
-  v_item memori.vm_prefetch_item;
-begin
-  foreach v_item in array p_items loop
-    v_item.outcome := case when memori._vm_resident(p_s.session_id, v_item.page_id) then 'in_context' end;
-    v_out := v_out || v_item;
-  end loop;
-  return v_out;
-end
-$func$ language plpgsql stable security invoker
-set search_path = pg_catalog, memori, pg_temp;
-comment on function memori._vm_prefetch_proposed(memori.vm_sessions, memori.vm_prefetch_item[]) is 'Proposals without applying them: pages in L0 at a useful level are marked in_context.';
-
--------------------------------------------------------------------------------
 -- _vm_resident: a page mapped at a level that still carries its content
 create or replace function memori._vm_resident(p_session_id text, p_page_id text) returns boolean
 as $func$
@@ -253,8 +233,14 @@ begin
   if coalesce(p_apply, false) then
     return memori._vm_prefetch_apply(p_s, p_items, p_source, p_max_faults, p_target_level, p_now);
   end if;
-  return memori._vm_prefetch_proposed(p_s, p_items);
+  -- proposals only: pages in L0 at a useful level are marked in_context
+  return array(select (i.page_id, i.page_type, i.tier, i.reason, i.why, i.applied,
+                       case when memori._vm_resident(p_s.session_id, i.page_id) then 'in_context' end,
+                       i.tokens)::memori.vm_prefetch_item
+                 from unnest(p_items) with ordinality
+                      as i(page_id, page_type, tier, reason, why, applied, outcome, tokens, n)
+                order by i.n);
 end
 $func$ language plpgsql volatile security invoker
 set search_path = pg_catalog, memori, pg_temp;
-comment on function memori._vm_prefetch_result(memori.vm_sessions, memori.vm_prefetch_item[], boolean, text, integer, integer, timestamptz) is 'The items of vm_prepass or vm_prefetch (p_source): faulted in within the turn''s budget when p_apply, else marked as proposed.';
+comment on function memori._vm_prefetch_result(memori.vm_sessions, memori.vm_prefetch_item[], boolean, text, integer, integer, timestamptz) is 'The items of vm_prepass or vm_prefetch (p_source): faulted in within the turn''s budget when p_apply, else proposed only (in_context when in L0 at a useful level).';

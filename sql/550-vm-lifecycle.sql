@@ -620,7 +620,7 @@ create or replace function memori.vm_turn_start(
   p_page_id      text default null,
   p_user_id      text default null,
   p_now          timestamptz default now()
-) returns jsonb
+) returns memori.vm_turn_result
 as $func$
 declare
   v_turn  integer := memori.turn_begin(p_session_id, p_user_id, p_now);
@@ -637,12 +637,11 @@ begin
     select coalesce(jsonb_agg(to_jsonb(i)), '[]') into v_items
       from memori.vm_prepass(p_session_id, p_user_message, true, p_now => p_now) i;
   end if;
-  return jsonb_build_object('turn', v_turn, 'page_id', v_p.page_id, 'segment', v_label,
-                            'paging_mode', v_s.paging_mode, 'prefetch', v_items);
+  return (v_turn, v_p.page_id, v_label, v_s.paging_mode, v_items)::memori.vm_turn_result;
 end
 $func$ language plpgsql volatile security invoker
 set search_path = pg_catalog, memori, pg_temp;
-comment on function memori.vm_turn_start(text, text, text, text, timestamptz) is 'Begin a turn and record the user''s message as a transcript page of the open segment; in paging mode runtime or hybrid, run the pre-pass and fault its pages in. Returns {turn, page_id, segment, paging_mode, prefetch}.';
+comment on function memori.vm_turn_start(text, text, text, text, timestamptz) is 'Begin a turn and record the user''s message as a transcript page of the open segment; in paging mode runtime or hybrid, run the pre-pass and fault its pages in. Returns memori.vm_turn_result (turn, page_id, segment, paging_mode, prefetch: the pre-pass''s items as JSON).';
 
 -------------------------------------------------------------------------------
 -- vm_cite: the pages the model's answer cited this turn (prefetch hit rate)

@@ -1,10 +1,10 @@
 -- pymemdb SQL API, part 16: AI virtual memory lifecycle metrics (seed 03, phase 7 and success metrics; issue 7).
 --
--- memori.vm_metrics (sql/120) merges these keys into its result: faults per
--- turn, evictions, tokens available, the compression ratio of closed
--- segments, the seed's thrash index and the prefetch hit rate. The page-table
--- cache (the seed's TLB) lives in the client, so its hit rate is added by the
--- client (db.pages.metrics()["tlb"]), not here.
+-- memori.vm_metrics (sql/520) fills these columns of its result through
+-- _vm_metrics_lifecycle: faults per turn, evictions, tokens available, the
+-- compression ratio of closed segments, the seed's thrash index and the
+-- prefetch hit rate. The page-table cache (the seed's TLB) lives in the
+-- client, so its hit rate is the client's (db.pages.tlb.stats()), not here.
 
 -------------------------------------------------------------------------------
 -- _vm_page_topic: the topic a page belongs to, for the thrash index
@@ -28,20 +28,21 @@ comment on function memori._vm_page_topic(text, text) is 'Topic of a page for th
 
 -------------------------------------------------------------------------------
 -- _vm_metrics_lifecycle: the lifecycle part of vm_metrics
-create or replace function memori._vm_metrics_lifecycle(p_s memori.vm_sessions, p_now timestamptz) returns jsonb
+create or replace function memori._vm_metrics_lifecycle(
+  p_s memori.vm_sessions, p_now timestamptz, p_r memori.vm_metrics_result
+) returns memori.vm_metrics_result
 as $func$
 declare
   v_window integer := greatest(memori._vm_setting_int('vm.thrash_window_turns', 5), 1);
-  v_l0     bigint;
-  v_faults jsonb;
+  v_r      memori.vm_metrics_result := p_r;
   v_thrash record;
 begin
-  select coalesce(sum(tokens), 0) into v_l0 from memori.working_set where session_id = p_s.session_id;
-  select jsonb_build_object(
-           'per_turn', round(coalesce(sum(n), 0)::numeric / greatest(p_s.turn, 1), 3),
-           'max_per_turn', coalesce(max(n), 0),
-           'this_turn', coalesce(max(n) filter (where turn = p_s.turn), 0))
-    into v_faults
+  v_r.paging_mode := p_s.paging_mode;
+  v_r.tokens_available := greatest(p_s.max_l0_tokens - v_r.l0_tokens, 0);
+  v_r.l0_utilization := round(v_r.l0_tokens::numeric / p_s.max_l0_tokens, 3);
+  select round(coalesce(sum(n), 0)::numeric / greatest(p_s.turn, 1), 3), coalesce(max(n), 0),
+         coalesce(max(n) filter (where turn = p_s.turn), 0)
+    into v_r.faults_per_turn, v_r.faults_max_per_turn, v_r.faults_this_turn
     from (select turn, count(*) as n from memori.page_faults
            where session_id = p_s.session_id and outcome = 'served' group by turn) t;
   -- the seed's thrash index: in a window of N turns, every served fault after
@@ -67,44 +68,36 @@ begin
          coalesce(max(thrash), 0) as worst,
          case when max(thrash) > 0 then (select w2.t from w w2 order by w2.thrash desc, w2.t limit 1) end as worst_turn
     into v_thrash from w;
-  return jsonb_build_object(
-    'paging_mode', p_s.paging_mode,
-    'faults_per_turn', v_faults,
-    'tokens_available', greatest(p_s.max_l0_tokens - v_l0, 0),
-    'l0_utilization', round(v_l0::numeric / p_s.max_l0_tokens, 3),
-    'evictions', (select jsonb_build_object(
-                    'from_l0', count(*) filter (where tier_before = 'L0'),
-                    'to_l2', count(*) filter (where tier_after in ('L2', 'L3', 'L4')),
-                    'by_cause', coalesce(jsonb_object_agg(cause, n) filter (where cause is not null), '{}'::jsonb))
-                    from (select tier_before, tier_after, cause, count(*) over (partition by cause) as n
-                            from memori.page_mutations
-                           where session_id = p_s.session_id and mutation_type = 'evict') e),
-    'segments', (select jsonb_build_object(
-                   'closed', count(*),
-                   'open', memori._vm_segment_label(p_s.segment_seq),
-                   'source_tokens', coalesce(sum(source_tokens), 0),
-                   'summary_tokens', coalesce(sum(summary_tokens), 0))
-                   from memori.vm_segments where session_id = p_s.session_id),
-    -- the seed's "average reduction from L0 to L2": transcript tokens of closed segments per summary token
-    'compression_ratio', (select round(sum(source_tokens)::numeric / nullif(sum(summary_tokens), 0), 2)
-                            from memori.vm_segments where session_id = p_s.session_id),
-    'claims', (select jsonb_build_object('total', count(*), 'in_l0', count(*) filter (where p.tier = 'L0'))
-                 from memori.vm_visible_pages p
-                where p.viewer_session_id = p_s.session_id and p.page_type = 'claim'
-                  and (p.expires_at is null or p.expires_at > p_now)),
-    'thrash_index', round(v_thrash.now::numeric / v_window, 3),
-    'thrash_index_max', round(v_thrash.worst::numeric / v_window, 3),
-    'thrash_index_max_turn', v_thrash.worst_turn,
-    'thrash_window_turns', v_window,
-    'prefetch', (select jsonb_build_object(
-                   'prefetched', count(*),
-                   'used', count(*) filter (where used_turn is not null),
-                   'by_source', coalesce(jsonb_object_agg(source, n) filter (where source is not null), '{}'::jsonb),
-                   'hit_rate', round((count(*) filter (where used_turn is not null))::numeric / nullif(count(*), 0), 3))
-                   from (select used_turn, source, count(*) over (partition by source) as n
-                           from memori.vm_prefetches
-                          where session_id = p_s.session_id and (expires_at is null or expires_at > p_now)) x));
+  v_r.thrash_index := round(v_thrash.now::numeric / v_window, 3);
+  v_r.thrash_index_max := round(v_thrash.worst::numeric / v_window, 3);
+  v_r.thrash_index_max_turn := v_thrash.worst_turn;
+  v_r.thrash_window_turns := v_window;
+  select count(*) filter (where tier_before = 'L0'), count(*) filter (where tier_after in ('L2', 'L3', 'L4')),
+         coalesce(jsonb_object_agg(cause, n) filter (where cause is not null), '{}'::jsonb)
+    into v_r.evictions_from_l0, v_r.evictions_to_l2, v_r.evictions_by_cause
+    from (select tier_before, tier_after, cause, count(*) over (partition by cause) as n
+            from memori.page_mutations
+           where session_id = p_s.session_id and mutation_type = 'evict') e;
+  -- the seed's "average reduction from L0 to L2": transcript tokens of closed segments per summary token
+  select count(*), memori._vm_segment_label(p_s.segment_seq), coalesce(sum(source_tokens), 0),
+         coalesce(sum(summary_tokens), 0), round(sum(source_tokens)::numeric / nullif(sum(summary_tokens), 0), 2)
+    into v_r.segments_closed, v_r.segment_open, v_r.segment_source_tokens, v_r.segment_summary_tokens,
+         v_r.compression_ratio
+    from memori.vm_segments where session_id = p_s.session_id;
+  select count(*), count(*) filter (where p.tier = 'L0')
+    into v_r.claims, v_r.claims_in_l0
+    from memori.vm_visible_pages p
+   where p.viewer_session_id = p_s.session_id and p.page_type = 'claim'
+     and (p.expires_at is null or p.expires_at > p_now);
+  select count(*), count(*) filter (where used_turn is not null),
+         coalesce(jsonb_object_agg(source, n) filter (where source is not null), '{}'::jsonb),
+         round((count(*) filter (where used_turn is not null))::numeric / nullif(count(*), 0), 3)
+    into v_r.prefetched, v_r.prefetch_used, v_r.prefetch_by_source, v_r.prefetch_hit_rate
+    from (select used_turn, source, count(*) over (partition by source) as n
+            from memori.vm_prefetches
+           where session_id = p_s.session_id and (expires_at is null or expires_at > p_now)) x;
+  return v_r;
 end
 $func$ language plpgsql stable security invoker
 set search_path = pg_catalog, memori, pg_temp;
-comment on function memori._vm_metrics_lifecycle(memori.vm_sessions, timestamptz) is 'Lifecycle metrics merged into vm_metrics: paging mode, faults per turn, tokens available, evictions, segments and compression ratio, claims, thrash index (now and worst window), prefetch hit rate.';
+comment on function memori._vm_metrics_lifecycle(memori.vm_sessions, timestamptz, memori.vm_metrics_result) is 'vm_metrics with its lifecycle columns filled in: paging mode, tokens available, faults per turn, evictions, segments and compression ratio, claims, thrash index (now and worst window), prefetch hit rate.';

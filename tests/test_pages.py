@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import psycopg
+import pytest
 
 from tests.helpers import T0, assert_sqlstate, one, rows, value
 
@@ -57,19 +58,23 @@ def test_create_without_mapping_stays_in_l2(conn: psycopg.Connection) -> None:
     assert ws(conn) == {}
 
 
-def test_bad_input_has_our_codes(conn: psycopg.Connection) -> None:
+@pytest.mark.parametrize(("code", "query"), [
+    ("PM063", "select memori.page_create('sess_1', 'msg_001', 'x', p_user_id => 'alice')"),
+    ("PM004", "select memori.page_create('sess_1', 'm2', 'x', p_page_type => 'note')"),
+    ("PM004", "select memori.page_create('sess_1', 'm2', 'x', p_modality => 'smell')"),
+    ("PM004", "select memori.page_create('sess_1', 'm2', 'x', p_role => 'robot')"),
+    ("PM001", "select memori.page_create('sess_1', 'm2', 'x', p_importance => 2)"),
+    ("PM001", "select memori.page_create('sess_2', 'm2', 'x')"),  # no user
+    ("PM041", "select memori.page_create('sess_1', 'm2', 'x', p_user_id => 'bob')"),
+    ("PM003", "select memori.page_create('sess_1', 'm2', repeat('x', 2000000))"),
+    ("PM005", "select memori.vm_add_page('sess_1', 'nope')"),
+    ("PM001", "select memori.vm_add_page('sess_1', 'msg_001', 4)"),
+    ("PM004", "select memori.vm_evict('sess_1', 10, 'fifo')"),
+    ("PM005", "select memori.vm_manifest('no_such_session')"),
+])
+def test_bad_input_has_our_codes(conn: psycopg.Connection, code: str, query: str) -> None:
     page(conn, "msg_001")
-    assert_sqlstate(conn, "PM063", "select memori.page_create('sess_1', 'msg_001', 'x', p_user_id => 'alice')")
-    assert_sqlstate(conn, "PM004", "select memori.page_create('sess_1', 'm2', 'x', p_page_type => 'note')")
-    assert_sqlstate(conn, "PM004", "select memori.page_create('sess_1', 'm2', 'x', p_modality => 'smell')")
-    assert_sqlstate(conn, "PM001", "select memori.page_create('sess_1', 'm2', 'x', p_importance => 2)")
-    assert_sqlstate(conn, "PM001", "select memori.page_create('sess_2', 'm2', 'x')")  # no user
-    assert_sqlstate(conn, "PM041", "select memori.page_create('sess_1', 'm2', 'x', p_user_id => 'bob')")
-    assert_sqlstate(conn, "PM003", "select memori.page_create('sess_1', 'm2', repeat('x', 2000000))")
-    assert_sqlstate(conn, "PM005", "select memori.vm_add_page('sess_1', 'nope')")
-    assert_sqlstate(conn, "PM001", "select memori.vm_add_page('sess_1', 'msg_001', 4)")
-    assert_sqlstate(conn, "PM004", "select memori.vm_evict('sess_1', 10, 'fifo')")
-    assert_sqlstate(conn, "PM005", "select memori.vm_manifest('no_such_session')")
+    assert_sqlstate(conn, code, query)
 
 
 def test_update_makes_a_version_and_drops_stale_levels(conn: psycopg.Connection) -> None:

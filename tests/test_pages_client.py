@@ -49,9 +49,8 @@ def test_round_trip(db: pymemdb.Database) -> None:
         db.pages.create(S, "msg_1", "again")
     with pytest.raises(InvalidArgument):
         db.pages.add_page(S, "msg_1", 9)
-    metrics = db.pages.metrics(S)
-    assert metrics["faults"]["by_reason"] == {"user_requested_recall": 1}
-    assert set(metrics["tlb"]) == {"entries", "max_entries", "hits", "misses", "hit_rate"}
+    assert db.pages.metrics(S).faults_by_reason == {"user_requested_recall": 1}
+    assert set(db.pages.tlb.stats()) == {"entries", "max_entries", "hits", "misses", "hit_rate"}
 
 
 def test_tlb_counts_hits_and_is_invalidated_by_notify(db: pymemdb.Database, dsn: str) -> None:
@@ -69,7 +68,7 @@ def test_tlb_counts_hits_and_is_invalidated_by_notify(db: pymemdb.Database, dsn:
     again = db.pages.lookup(S, "msg_1")
     assert again is not None and again.version == 2
     assert db.pages.lookup(S, "missing") is None
-    assert db.pages.metrics(S)["tlb"]["hit_rate"] == 0.25
+    assert db.pages.tlb.stats()["hit_rate"] == 0.25
 
 
 def test_tlb_never_serves_an_expired_page(db: pymemdb.Database) -> None:

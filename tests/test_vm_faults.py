@@ -227,8 +227,8 @@ def test_pack_cache_hits_and_invalidation(conn: psycopg.Connection) -> None:
     assert (s["pack_hits"], s["pack_misses"]) == (1, 1)
     conn.execute("select memori.page_update(%s, 'msg_1', 'changed', p_now => %s)", (S, T0))
     assert "changed" in value(conn, "select memori.vm_context(%s, 1000, 'gpt-4o')", (S,))
-    metrics = value(conn, "select memori.vm_metrics(%s)", (S,))
-    assert metrics["pack_cache"] == {"hits": 1, "misses": 2, "hit_rate": 0.333}
+    metrics = rows(conn, "select pack_hits, pack_misses, pack_hit_rate from memori.vm_metrics(%s)", (S,))
+    assert metrics == [{"pack_hits": 1, "pack_misses": 2, "pack_hit_rate": 0.333}]
 
 
 def test_tools_and_developer_message(conn: psycopg.Connection) -> None:

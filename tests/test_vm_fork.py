@@ -140,8 +140,8 @@ def test_working_set_is_copied_and_the_fork_behaves_like_its_source(conn: psycop
     assert [r["page_id"] for r in rows(
         conn, "select * from memori.page_provenance_chain('f1', 'claim_db', 'up')")] == ["msg_0", "msg_1"]
     assert [r["page_id"] for r in rows(conn, "select * from memori.pages_top_importance('f1', 1)")] == ["claim_db"]
-    metrics = value(conn, "select memori.vm_metrics('f1', %s)", (T0,))
-    assert metrics["pages_by_tier"] == value(conn, "select memori.vm_metrics(%s, %s)", (S, T0))["pages_by_tier"]
+    by_tier = "select pages_by_tier from memori.vm_metrics(%s, %s)"
+    assert value(conn, by_tier, ("f1", T0)) == value(conn, by_tier, (S, T0))
     replay = rows(conn, "select page_id from memori.vm_context_at_turn('f1', 1)")
     assert [r["page_id"] for r in replay] == ["msg_3", "msg_4", "msg_5"]
     # faulting a shared page into the fork copies it; the source's tier is untouched

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 import pymemdb
 from pymemdb.cli.main import app
 from pymemdb.errors import InvalidRecallSignal, ProvenanceNotFound, SegmentEmpty, SegmentSummaryTooLong
-from pymemdb.types import CompressionRequest, VmPrefetchItem, VmSegment
+from pymemdb.types import CompressionRequest, VmMetrics, VmPrefetchItem, VmSegment, VmTurn
 from tests.helpers import T0
 
 S = "sess_c"
@@ -37,8 +37,8 @@ def _segment(db: pymemdb.Database) -> None:
     db.pages.session_configure(S, {"pinned_last_turns": 1, "max_faults_per_turn": 2}, user_id="alice", now=T0)
     for t in range(3):
         started = db.vm.turn_start(S, f"Tell me about the kestrel rollout, step {t}.", user_id="alice", now=T0)
-        db.pages.create(S, f"msg_{started['turn']:04d}_assistant", "The kestrel rollout goes in waves. " * 10,
-                        role="assistant", segment=started["segment"], now=T0)
+        db.pages.create(S, f"msg_{started.turn:04d}_assistant", "The kestrel rollout goes in waves. " * 10,
+                        role="assistant", segment=started.segment, now=T0)
 
 
 def test_claims_segments_and_the_summarizer(db: pymemdb.Database) -> None:
@@ -91,15 +91,15 @@ def test_prepass_prefetch_turns_and_citations(db: pymemdb.Database) -> None:
     assert all(isinstance(i, VmPrefetchItem) and not i.applied for i in proposed)
     assert proposed[0].why == "topic:kestrel rollout" and "recall_signal" in {i.why for i in proposed}
     started = db.vm.turn_start(S, "As we decided earlier, the kestrel rollout?", user_id="alice", now=T0)
-    served = [i for i in started["prefetch"] if i["outcome"] == "served"]
-    assert served and len(served) <= 2
-    assert db.vm.cite(S, [served[0]["page_id"]], now=T0) == 1
+    served = [i for i in started.prefetch if i.outcome == "served"]
+    assert isinstance(started, VmTurn) and served and len(served) <= 2
+    assert db.vm.cite(S, [served[0].page_id], now=T0) == 1
     m = db.pages.metrics(S, now=T0)
-    assert m["prefetch"]["used"] == 1 and "tlb" in m and m["paging_mode"] == "hybrid"
+    assert isinstance(m, VmMetrics) and m.prefetch_used == 1 and m.paging_mode == "hybrid"
     items = db.vm.prefetch(S, claims=1, tools=[], now=T0)
     assert [i.why for i in items] == ["last_segment_summary", "top_claim"]
     db.pages.session_configure(S, {"paging_mode": "model"}, now=T0)
-    assert db.vm.turn_start(S, "As we decided earlier?", now=T0)["prefetch"] == []
+    assert db.vm.turn_start(S, "As we decided earlier?", now=T0).prefetch == []
 
 
 def test_recall_signal_errors_map(db: pymemdb.Database) -> None:
@@ -139,7 +139,8 @@ def test_vm_cli(env: str) -> None:
     err = run("vm", "supersede", "cli_s", "claim_database_choice_001", "x", "--from", "msg_2", "--reason", "r",
               code=1)
     assert "already superseded" in err
-    assert json.loads(run("vm", "metrics", "cli_s"))["segments"]["closed"] == 1
+    printed = json.loads(run("vm", "metrics", "cli_s"))
+    assert printed["segments_closed"] == 1 and printed["tlb"]["hits"] == 0
 
 
 def test_demo_vm_cli_passes_and_prints_the_metrics(env: str) -> None:

@@ -40,7 +40,7 @@ def test_the_scripted_model_faults_a_claim_that_is_not_in_context(db: pymemdb.Da
 
     db.pages.session_configure("ns2", {"paging_mode": "model", "pinned_last_turns": 0}, user_id="demo", now=T0)
     started = db.vm.turn_start("ns2", "Agreed, let's go with FastAPI for api_framework.", user_id="demo", now=T0)
-    db.vm.claim_create("ns2", "Decision: use FastAPI for api_framework", [started["page_id"]], topic="api_framework",
+    db.vm.claim_create("ns2", "Decision: use FastAPI for api_framework", [started.page_id], topic="api_framework",
                        now=T0)
     db.vm.turn_start("ns2", "Something else entirely.", user_id="demo", now=T0)
     mapped = sum(w.tokens for w in db.pages.working_set("ns2") if not w.pinned)

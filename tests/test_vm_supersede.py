@@ -7,7 +7,7 @@ from typing import Any
 import psycopg
 
 from tests.helpers import T0, assert_sqlstate, rows, value
-from tests.test_vm_lifecycle import S, call, configure, metrics, scalar
+from tests.test_vm_lifecycle import S, call, configure, first, metrics, scalar
 
 # eight decisions, each reversed later
 REVERSALS = {
@@ -19,8 +19,8 @@ REVERSALS = {
 
 
 def say(conn: psycopg.Connection, text: str) -> str:
-    return str(scalar(conn, "vm_turn_start", p_session_id=S, p_user_message=text, p_user_id="alice",
-                      p_now=T0)["page_id"])
+    return str(first(conn, "vm_turn_start", p_session_id=S, p_user_message=text, p_user_id="alice",
+                     p_now=T0)["page_id"])
 
 
 def run_with_reversals(conn: psycopg.Connection) -> dict[str, dict[str, Any]]:
@@ -53,8 +53,8 @@ def test_the_prepass_follows_reversed_decisions_and_never_faults_the_old_discuss
     ids = run_with_reversals(conn)
     old_pages = set().union(*({t["old"]} | t["old_discussion"] for t in ids.values()))
     for topic in REVERSALS:
-        started = scalar(conn, "vm_turn_start", p_session_id=S,
-                         p_user_message=f"As we decided earlier, what's our {topic}?", p_now=T0)
+        started = first(conn, "vm_turn_start", p_session_id=S,
+                        p_user_message=f"As we decided earlier, what's our {topic}?", p_now=T0)
         served = [i["page_id"] for i in started["prefetch"] if i["outcome"] == "served"]
         # the topic's current claim is in context after the pre-pass (faulted now, or by an earlier recall's top
         # claims), at most one fault for the topic, and never the old decision or its discussion
@@ -100,12 +100,18 @@ def test_current_claim_ranks_first_and_the_old_one_stays_in_history(conn: psycop
     assert {i["page_id"] for i in items if i["why"] == "top_claim"} == {t["new"] for t in ids.values()}
 
 
-def test_conflicting_current_claims_are_reported_until_resolved(conn: psycopg.Connection) -> None:
+def redis_decided(conn: psycopg.Connection, then: str) -> tuple[str, str, dict[str, Any]]:
+    """'Use Redis for cache_layer.' recorded as a claim, and a second message (``then``): their page ids, the claim."""
     configure(conn, {"pinned_last_turns": 0})
     a = say(conn, "Use Redis for cache_layer.")
-    b = say(conn, "Actually, Memcached for cache_layer?")
-    first = call(conn, "claim_create", p_session_id=S, p_content="Decision: use Redis for cache_layer",
+    b = say(conn, then)
+    claim = call(conn, "claim_create", p_session_id=S, p_content="Decision: use Redis for cache_layer",
                  p_provenance=[a], p_topic="cache_layer", p_now=T0)[0]
+    return a, b, claim
+
+
+def test_conflicting_current_claims_are_reported_until_resolved(conn: psycopg.Connection) -> None:
+    a, b, first = redis_decided(conn, "Actually, Memcached for cache_layer?")
     assert call(conn, "claim_conflicts", p_session_id=S, p_now=T0) == []
     # the same decision recorded twice is no conflict; a different one is
     call(conn, "claim_create", p_session_id=S, p_content="Decision:  use Redis for cache_layer ",
@@ -135,11 +141,7 @@ def test_conflicting_current_claims_are_reported_until_resolved(conn: psycopg.Co
 
 
 def test_supersede_refusals_and_page_update_provenance(conn: psycopg.Connection) -> None:
-    configure(conn, {"pinned_last_turns": 0})
-    a = say(conn, "Use Redis for cache_layer.")
-    b = say(conn, "No wait, Memcached.")
-    claim = call(conn, "claim_create", p_session_id=S, p_content="Decision: use Redis for cache_layer",
-                 p_provenance=[a], p_topic="cache_layer", p_now=T0)[0]
+    a, b, claim = redis_decided(conn, "No wait, Memcached.")
     assert_sqlstate(conn, "PM100", "select memori.claim_supersede(%s, %s, 'x', array[%s], 'why', p_now => %s)",
                     (S, a, b, T0))
     assert_sqlstate(conn, "PM001", "select memori.claim_supersede(%s, %s, 'x', array[%s], ' ', p_now => %s)",

@@ -19,6 +19,7 @@ cites the page ids it used. Nothing else of the database is visible to it.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from collections.abc import Callable
@@ -170,9 +171,9 @@ class Conversation:
     def user_says(self, text: str) -> str:
         started = self.db.vm.turn_start(self.session_id, text, user_id=USER, now=self.start
                                         + timedelta(minutes=self.turn + 1))
-        self.turn = int(started["turn"])
-        self.segment = str(started["segment"])
-        return str(started["page_id"])
+        self.turn = started.turn
+        self.segment = started.segment
+        return started.page_id
 
     def ai_responds(self, text: str) -> str:
         page_id = f"msg_{self.turn:04d}_assistant"
@@ -245,7 +246,7 @@ def run_north_star(
         faults = sum(1 for f in db.pages.fault_list(session_id, turn=chat.turn) if f.outcome == "served")
         claim_id, provenance = claims[topic]
         result.recalls.append(Recall(topic, chat.turn, value, answer, faults, claim_id, provenance))
-    result.metrics = db.pages.metrics(session_id, now=chat.now)  # right after the recall turns
+    result.metrics = _metrics(db, session_id, chat.now)  # right after the recall turns
 
     for k in range(filler_turns):
         chat.user_says(f"Next task {k}: draft the release notes paragraph.")
@@ -254,8 +255,13 @@ def run_north_star(
     result.turns = chat.turn
     result.max_l0_tokens = chat.max_l0
     result.max_recall_faults = max((r.faults for r in result.recalls), default=0)
-    result.final_metrics = db.pages.metrics(session_id, now=chat.now)
+    result.final_metrics = _metrics(db, session_id, chat.now)
     return result
+
+
+def _metrics(db: pymemdb.Database, session_id: str, now: datetime) -> dict[str, Any]:
+    """memori.vm_metrics as a dict, with the client's page-table cache counters under ``tlb``."""
+    return {**dataclasses.asdict(db.pages.metrics(session_id, now=now)), "tlb": db.pages.tlb.stats()}
 
 
 def render(result: NorthStarResult) -> list[Table]:
@@ -278,21 +284,21 @@ def render(result: NorthStarResult) -> list[Table]:
         ("thrash index right after the recall turns (last window / worst window)",
          f"{m.get('thrash_index')} / {m.get('thrash_index_max')}", "< 0.5"),
         ("faults per turn (mean / max)",
-         f"{m['faults_per_turn']['per_turn']} / {m['faults_per_turn']['max_per_turn']}", ""),
-        ("faults by reason", json.dumps(m["faults"]["by_reason"]), ""),
-        ("evictions from L0 / to L2", f"{m['evictions']['from_l0']} / {m['evictions']['to_l2']}", ""),
+         f"{m['faults_per_turn']} / {m['faults_max_per_turn']}", ""),
+        ("faults by reason", json.dumps(m["faults_by_reason"]), ""),
+        ("evictions from L0 / to L2", f"{m['evictions_from_l0']} / {m['evictions_to_l2']}", ""),
         ("tokens available in L0", f"{m['tokens_available']:,}", ""),
-        ("segments closed", str(m["segments"]["closed"]), ""),
+        ("segments closed", str(m["segments_closed"]), ""),
         ("compression ratio (segment tokens per summary token)", str(m["compression_ratio"]), "> 10"),
         ("prefetch hit rate (cited / prefetched)",
-         "none needed" if not m["prefetch"]["prefetched"]
-         else f"{m['prefetch']['hit_rate']} ({m['prefetch']['used']}/{m['prefetch']['prefetched']})", "> 0.6"),
+         "none needed" if not m["prefetched"]
+         else f"{m['prefetch_hit_rate']} ({m['prefetch_used']}/{m['prefetched']})", "> 0.6"),
         # every turn changes L0, so the packed context is rebuilt each time
-        ("pack cache hit rate", str(m["pack_cache"]["hit_rate"]), ""),
+        ("pack cache hit rate", str(m["pack_hit_rate"]), ""),
         # the scripted model reads through vm_context and page_fault, never page_lookup
         ("page-table cache (client TLB) hit rate",
          "no lookups" if m["tlb"].get("hit_rate") is None else str(m["tlb"]["hit_rate"]), ""),
-        ("claims in L0 at the end", f"{m['claims']['in_l0']}/{m['claims']['total']}", ""),
+        ("claims in L0 at the end", f"{m['claims_in_l0']}/{m['claims']}", ""),
     ]
     for row in rows:
         figures.add_row(*row)

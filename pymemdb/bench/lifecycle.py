@@ -103,11 +103,11 @@ def run(dsn: str, rows: int = 10_000, *, seed: int = 1, progress: Progress | Non
             msg = message(i)
             start = time.perf_counter()
             with conn.transaction():
-                out = conn.execute("select memori.vm_turn_start(%(s)s, %(m)s, p_page_id => %(p)s)",
+                out = conn.execute("select prefetch from memori.vm_turn_start(%(s)s, %(m)s, p_page_id => %(p)s)",
                                    {"s": SESSION, "m": msg, "p": f"t{i}_a"}).fetchone()
             subject.append((time.perf_counter() - start) * 1000)
             assert out is not None
-            served += sum(1 for x in out[0]["prefetch"] if x["outcome"] == "served")
+            served += sum(1 for x in out[0] if x["outcome"] == "served")
             baseline.append(_time(conn, "select memori.turn_begin(%(s)s), memori.page_create(%(s)s, %(p)s, %(m)s,"
                                         " p_role => 'user')", {"s": SESSION, "m": msg, "p": f"t{i}_b"}))
             msg = message(i)
@@ -117,12 +117,13 @@ def run(dsn: str, rows: int = 10_000, *, seed: int = 1, progress: Progress | Non
             search.append(_time(conn, "select * from memori.search_pages(%(s)s, %(q)s, p_limit => 20)",
                                 {"s": SESSION, "q": topic}))
         say("vm_metrics vs vm_session_get; segment_close")
-        metrics = [_time(conn, "select memori.vm_metrics(%(s)s)", {"s": SESSION}) for _ in range(30)]
+        metrics = [_time(conn, "select * from memori.vm_metrics(%(s)s)", {"s": SESSION}) for _ in range(30)]
         session = [_time(conn, "select * from memori.vm_session_get(%(s)s)", {"s": SESSION}) for _ in range(30)]
         pages = conn.execute("select count(*) from memori.segment_pages(%s)", (SESSION,)).fetchone()
         close_ms = _time(conn, "select * from memori.segment_close(%(s)s, 'Two hundred turns of questions.')",
                          {"s": SESSION})
-        m = conn.execute("select memori.vm_metrics(%s)", (SESSION,)).fetchone()
+        m = conn.execute("select thrash_index_max, faults_per_turn, faults_max_per_turn, faults_this_turn"
+                         " from memori.vm_metrics(%s)", (SESSION,)).fetchone()
         assert m is not None and pages is not None
         result = {
             "pages": rows, "turns": turns, "prefetched_pages": served,
@@ -130,7 +131,8 @@ def run(dsn: str, rows: int = 10_000, *, seed: int = 1, progress: Progress | Non
             "prepass": _pair(prepass, search),
             "metrics": _pair(metrics, session),
             "segment_close": {"pages": int(pages[0]), "ms": round(close_ms, 3)},
-            "thrash_index_max": m[0]["thrash_index_max"], "faults_per_turn": m[0]["faults_per_turn"],
+            "thrash_index_max": m[0],
+            "faults_per_turn": {"per_turn": m[1], "max_per_turn": m[2], "this_turn": m[3]},
         }
     finally:
         conn.execute("delete from memori.vm_sessions where session_id = %s", (SESSION,))

@@ -13,7 +13,7 @@ import builtins
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pymemdb._sql import given, one, rows, scalar
 from pymemdb.compression import CompressionRequest, ExtractiveSummarizer, Summarizer, estimate_tokens
@@ -82,6 +82,22 @@ class VmPrefetchItem:
     tokens: int
 
 
+@dataclass(frozen=True)
+class VmTurn:
+    """memori.vm_turn_result: the turn vm_turn_start began, the user's page, and what the pre-pass faulted in."""
+
+    turn: int
+    page_id: str  # the user's message as a transcript page
+    segment: str  # the open segment
+    paging_mode: str
+    prefetch: list[VmPrefetchItem]  # the pre-pass's items (runtime and hybrid sessions; else empty)
+
+    def __post_init__(self) -> None:
+        # the column is memori.vm_prefetch_item rows as a JSON list (psycopg reads no composite arrays)
+        items = [i if isinstance(i, VmPrefetchItem) else VmPrefetchItem(**i) for i in self.prefetch]
+        object.__setattr__(self, "prefetch", items)
+
+
 CLAIM_CREATE = one(
     "claim_create", ("p_session_id", "text"), ("p_content", "text"), ("p_provenance", "text[]"),
     ("p_importance", "double precision"), ("p_topic", "text"), ("p_claim_id", "text"), ("p_pin", "boolean"),
@@ -115,9 +131,9 @@ VM_PREFETCH = rows(
     ("p_recent_turns", "integer"), ("p_max_faults", "integer"), ("p_target_level", "integer"),
     ("p_now", "timestamptz"), result=VmPrefetchItem,
 )
-VM_TURN_START = scalar(
+VM_TURN_START = one(
     "vm_turn_start", ("p_session_id", "text"), ("p_user_message", "text"), ("p_page_id", "text"),
-    ("p_user_id", "text"), ("p_now", "timestamptz"), result=dict,
+    ("p_user_id", "text"), ("p_now", "timestamptz"), result=VmTurn,
 )
 VM_CITE = scalar("vm_cite", ("p_session_id", "text"), ("p_page_ids", "text[]"), ("p_now", "timestamptz"),
                  result=int)
@@ -247,7 +263,7 @@ class VmLifecycle:
     def turn_start(
         self, session_id: str, user_message: str, *, page_id: str | None = None, user_id: str | None = None,
         now: datetime | None = None,
-    ) -> dict[str, Any]:
+    ) -> VmTurn:
         """memori.vm_turn_start: next turn + the user's message; runtime/hybrid sessions run the pre-pass."""
         self._invalidate(session_id)
         return self._db.call(

@@ -154,6 +154,60 @@ class VmEviction:
 
 
 @dataclass(frozen=True)
+class VmMetrics:
+    """memori.vm_metrics_result: a session's L0 use, faults, evictions, segments, thrash index, prefetch, pack cache.
+
+    The ``*_by_*`` columns and ``mutations`` are counts keyed by a value (``{"L0": 3, "L2": 5}``).
+    The client's page-table cache (the seed's TLB) is not here: ``db.pages.tlb.stats()``.
+    """
+
+    session_id: str
+    turn: int
+    paging_mode: str
+    l0_tokens: int
+    max_l0_tokens: int
+    tokens_available: int
+    l0_utilization: float
+    l0_tokens_by_modality: dict[str, int]
+    working_set_pages: int
+    pinned_pages: int
+    pages_by_tier: dict[str, int]
+    dirty_pages: int
+    faults: int
+    faults_served: int
+    faults_already_mapped: int
+    faults_refused: int
+    faults_errors: int
+    fault_tokens: int
+    faults_by_reason: dict[str, int]
+    faults_per_turn: float  # served faults per turn
+    faults_max_per_turn: int
+    faults_this_turn: int
+    mutations: dict[str, int]
+    evictions_from_l0: int
+    evictions_to_l2: int
+    evictions_by_cause: dict[str, int]
+    segments_closed: int
+    segment_open: str
+    segment_source_tokens: int
+    segment_summary_tokens: int
+    compression_ratio: float | None  # None until a segment is closed
+    claims: int
+    claims_in_l0: int
+    thrash_index: float
+    thrash_index_max: float
+    thrash_index_max_turn: int | None
+    thrash_window_turns: int
+    prefetched: int
+    prefetch_used: int
+    prefetch_by_source: dict[str, int]
+    prefetch_hit_rate: float | None  # None when nothing was prefetched
+    pack_hits: int
+    pack_misses: int
+    pack_hit_rate: float | None  # None before the first pack
+
+
+@dataclass(frozen=True)
 class VmPageState:
     """memori.vm_page_state: a page in L0 at a turn, replayed from the mutation log."""
 
@@ -281,7 +335,7 @@ VM_DEVELOPER_MESSAGE = scalar(
     "vm_developer_message", ("p_session_id", "text"), ("p_mode", "text"), ("p_system_prompt", "text"),
     ("p_token_budget", "integer"), ("p_model", "text"), ("p_now", "timestamptz"), result=str,
 )
-VM_METRICS = scalar("vm_metrics", ("p_session_id", "text"), ("p_now", "timestamptz"), result=dict)
+VM_METRICS = one("vm_metrics", ("p_session_id", "text"), ("p_now", "timestamptz"), result=VmMetrics)
 
 
 _Row = TypeVar("_Row")
@@ -522,10 +576,9 @@ class Pages:
             p_session_id=session_id, p_mode=mode, p_system_prompt=system_prompt, p_token_budget=token_budget,
             p_model=model, p_now=now)))
 
-    def metrics(self, session_id: str, *, now: datetime | None = None) -> dict[str, Any]:
-        """memori.vm_metrics plus this client's TLB counters (``tlb``)."""
-        found: dict[str, Any] = self._db.call(VM_METRICS, **given(p_session_id=session_id, p_now=now))
-        return {**found, "tlb": self.tlb.stats()}
+    def metrics(self, session_id: str, *, now: datetime | None = None) -> VmMetrics:
+        """memori.vm_metrics (this client's TLB counters are ``self.tlb.stats()``)."""
+        return self._db.call(VM_METRICS, p_session_id=session_id, **given(p_now=now))
 
     # -- search and the page index (issue 7) ---------------------------------------------
     def embedding_set(self, session_id: str, page_id: str, embedding: Sequence[float] | None, *,
