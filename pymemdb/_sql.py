@@ -10,10 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
 from psycopg import sql
 from psycopg.adapt import PyFormat
+
+if TYPE_CHECKING:
+    from pymemdb.db import Database
 
 T = TypeVar("T")
 
@@ -98,3 +101,10 @@ def scalar(name: str, *params: tuple[str, str], result: type[T]) -> Scalar[T]:
 def given(**kwargs: Any) -> dict[str, Any]:
     """Drop arguments left at None so the SQL defaults apply."""
     return {k: v for k, v in kwargs.items() if v is not None}
+
+
+class Room:
+    """A concern's client (``db.memories``, ``db.budget``, ...): one-call wrappers over ``self._db.call``."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db

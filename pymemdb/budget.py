@@ -10,16 +10,13 @@ import builtins
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, TypedDict, Unpack
+from typing import Any, TypedDict, Unpack
 from uuid import UUID
 
 from psycopg.types.json import Jsonb
 
-from pymemdb._sql import given, one, rows, scalar
+from pymemdb._sql import Room, given, one, rows, scalar
 from pymemdb.errors import InvalidArgument, from_diagnostics
-
-if TYPE_CHECKING:
-    from pymemdb.db import Database
 
 
 # -- results ------------------------------------------------------------------------
@@ -223,10 +220,7 @@ def _reported(options: OptimizeOptions, **more: Any) -> Jsonb:
     return Jsonb(_options(**options, **more, on_error="report"))
 
 
-class Budget:
-    def __init__(self, db: Database) -> None:
-        self._db = db
-
+class Budget(Room):
     def estimate_tokens(self, text: str, content_type: str | None = None) -> int:
         """memori.estimate_tokens: ceil(length / chars per token) of general, business, code or auto text."""
         return self._db.call(

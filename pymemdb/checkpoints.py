@@ -7,15 +7,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from uuid import UUID
 
 from psycopg.types.json import Jsonb
 
-from pymemdb._sql import given, maybe, one, rows, scalar
-
-if TYPE_CHECKING:
-    from pymemdb.db import Database
+from pymemdb._sql import Room, given, maybe, one, rows, scalar
 
 
 @dataclass(frozen=True)
@@ -164,10 +161,7 @@ def _create_args(c: NewCheckpoint) -> dict[str, Any]:
     )
 
 
-class Checkpoints:
-    def __init__(self, db: Database) -> None:
-        self._db = db
-
+class Checkpoints(Room):
     def create(
         self,
         session_id: str,

@@ -10,15 +10,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from uuid import UUID
 
 from psycopg.types.json import Jsonb
 
-from pymemdb._sql import given, maybe, one, rows, scalar
-
-if TYPE_CHECKING:
-    from pymemdb.db import Database
+from pymemdb._sql import Room, given, maybe, one, rows, scalar
 
 
 # -- results ------------------------------------------------------------------------
@@ -228,11 +225,8 @@ class Scope:
 _ANYONE = Scope()
 
 
-class Context:
+class Context(Room):
     """memori.context_*: scoped entries with resolution."""
-
-    def __init__(self, db: Database) -> None:
-        self._db = db
 
     def set(
         self, key: str, value: Any, *, type: str, scope: str, who: Scope = _ANYONE, ttl_ms: int | None = None,
@@ -295,11 +289,8 @@ class Context:
         return self._db.call(CONTEXT_STATS, **who.args(), **given(p_within=within, p_now=now))
 
 
-class Business:
+class Business(Room):
     """memori.business_context_*: the seed's business context of a user."""
-
-    def __init__(self, db: Database) -> None:
-        self._db = db
 
     def get(self, user_id: str | None = None, *, now: datetime | None = None) -> dict[str, Any] | None:
         """memori.business_context_get."""
@@ -320,11 +311,8 @@ class Business:
                              **given(p_user_id=user_id, p_now=now))
 
 
-class Sessions:
+class Sessions(Room):
     """memori.session_context_*: sessions and their context windows."""
-
-    def __init__(self, db: Database) -> None:
-        self._db = db
 
     def set(
         self, session_id: str, *, user_id: str | None = None, project_id: str | None = None,
@@ -360,11 +348,8 @@ class Sessions:
                                   **given(p_user_id=user_id, p_now=now)))
 
 
-class Projects:
+class Projects(Room):
     """memori.project_*: projects and their members (who may see project entries)."""
-
-    def __init__(self, db: Database) -> None:
-        self._db = db
 
     def create(
         self, project_id: str, name: str, *, user_id: str | None = None, metadata: dict[str, Any] | None = None,

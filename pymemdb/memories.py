@@ -5,14 +5,11 @@ from __future__ import annotations
 import builtins
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from psycopg.types.json import Jsonb
 
-from pymemdb._sql import given, maybe, one, rows, scalar
-
-if TYPE_CHECKING:
-    from pymemdb.db import Database
+from pymemdb._sql import Room, given, maybe, one, rows, scalar
 
 
 @dataclass(frozen=True)
@@ -69,10 +66,7 @@ MEMORY_LIST = rows(
 )
 
 
-class Memories:
-    def __init__(self, db: Database) -> None:
-        self._db = db
-
+class Memories(Room):
     def save_session_checkpoint(
         self,
         skill: str,

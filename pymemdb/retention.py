@@ -16,18 +16,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import psycopg
 from psycopg.conninfo import make_conninfo
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
-from pymemdb._sql import given, maybe, one, rows, scalar
+from pymemdb._sql import Room, given, maybe, one, rows, scalar
 from pymemdb.errors import CleanupLockTimeout, DatabaseError, wrap_exceptions
-
-if TYPE_CHECKING:
-    from pymemdb.db import Database
 
 
 @dataclass(frozen=True)
@@ -171,10 +168,7 @@ BatchCallback = Callable[[CleanupRun, CleanupBatch], None]
 STATEMENT_TIMEOUT = "57014"  # query_canceled: our statement_timeout fired
 
 
-class Cleanup:
-    def __init__(self, db: Database) -> None:
-        self._db = db
-
+class Cleanup(Room):
     def preview(
         self, *, now: datetime | None = None, batch_size: int | None = None, max_rows: int | None = None
     ) -> list[CleanupCandidate]:

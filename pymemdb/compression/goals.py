@@ -5,13 +5,9 @@ from __future__ import annotations
 import builtins
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING
 from uuid import UUID
 
-from pymemdb._sql import given, one, rows, scalar
-
-if TYPE_CHECKING:
-    from pymemdb.db import Database
+from pymemdb._sql import Room, given, one, rows, scalar
 
 
 @dataclass(frozen=True)
@@ -54,10 +50,7 @@ GOAL_MARKERS_APPLY = one(
 GOAL_BLOCK = scalar("goal_block", ("p_session_id", "text"), result=str)
 
 
-class Goals:
-    def __init__(self, db: Database) -> None:
-        self._db = db
-
+class Goals(Room):
     def create(
         self,
         session_id: str,

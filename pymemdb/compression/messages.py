@@ -11,16 +11,13 @@ import builtins
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from uuid import UUID
 
 from psycopg.types.json import Jsonb
 
-from pymemdb._sql import given, one, rows, scalar
+from pymemdb._sql import Room, given, one, rows, scalar
 from pymemdb.compression.summarizers import ExtractiveSummarizer, Summarizer, SummarizerError
-
-if TYPE_CHECKING:
-    from pymemdb.db import Database
 
 
 @dataclass(frozen=True)
@@ -208,10 +205,7 @@ class CompressionRun:
         return self.applied is not None
 
 
-class Compression:
-    def __init__(self, db: Database) -> None:
-        self._db = db
-
+class Compression(Room):
     def message_add(
         self,
         session_id: str,

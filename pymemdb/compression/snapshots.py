@@ -5,15 +5,12 @@ from __future__ import annotations
 import builtins
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from uuid import UUID
 
 from psycopg.types.json import Jsonb
 
-from pymemdb._sql import given, one, rows
-
-if TYPE_CHECKING:
-    from pymemdb.db import Database
+from pymemdb._sql import Room, given, one, rows
 
 
 @dataclass(frozen=True)
@@ -40,10 +37,7 @@ SNAPSHOT_LIST = rows("snapshot_list", ("p_session_id", "text"), ("p_now", "times
 SNAPSHOT_RESTORE = one("snapshot_restore", ("p_snapshot_id", "uuid"), ("p_now", "timestamptz"), result=Snapshot)
 
 
-class Snapshots:
-    def __init__(self, db: Database) -> None:
-        self._db = db
-
+class Snapshots(Room):
     def create(
         self, session_id: str, metadata: dict[str, Any] | None = None, *, now: datetime | None = None
     ) -> Snapshot:

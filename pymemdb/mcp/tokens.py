@@ -6,13 +6,9 @@ import math
 import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
 
-from pymemdb._sql import given, maybe, one, rows, scalar
+from pymemdb._sql import Room, given, maybe, one, rows, scalar
 from pymemdb.errors import McpInvalidArgument
-
-if TYPE_CHECKING:
-    from pymemdb.db import Database
 
 
 @dataclass(frozen=True)
@@ -76,10 +72,7 @@ MCP_TOKEN_VERIFY = maybe(
 )
 
 
-class McpTokens:
-    def __init__(self, db: Database) -> None:
-        self._db = db
-
+class McpTokens(Room):
     def create(
         self, user_id: str, name: str = "default", *, ttl: timedelta | None = None, now: datetime | None = None
     ) -> McpTokenSecret:
