@@ -162,23 +162,36 @@ def print_json(value: Any) -> None:
 
 
 def rows_table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[str]], *,
-               right: Collection[str] = ()) -> Table:
-    """A rich table: these columns (the ones in ``right`` right-aligned), one line per row."""
+               right: Collection[str] = (), **column: Any) -> Table:
+    """A rich table: these columns (the ones in ``right`` right-aligned, ``column`` options on all), a line per row."""
     table = Table(title=title)
-    for column in columns:
-        table.add_column(column, justify="right" if column in right else "left")
+    for name in columns:
+        table.add_column(name, justify="right" if name in right else "left", **column)
     for row in rows:
         table.add_row(*row)
     return table
 
 
-def print_rows(items: Sequence[R], as_json: bool, title: str | None, columns: Sequence[str],
-               cells: Callable[[R], Sequence[str]], *, right: Collection[str] = ()) -> None:
-    """A list command's output: the items as JSON with --json, else a table of ``cells(item)`` per item."""
+def print_result(value: Any, as_json: bool, human: Any, **options: Any) -> None:
+    """A command's result: ``value`` as JSON with --json, else ``human`` (a line or a table) on the console."""
     if as_json:
-        print_json(items)
+        print_json(value)
         return
-    console.print(rows_table(title, columns, map(cells, items), right=right))
+    console.print(human, **options)
+
+
+def print_rows(items: Sequence[R], as_json: bool, title: str | None, columns: Sequence[str],
+               cells: Callable[[R], Sequence[str]], *, right: Collection[str] = (), **column: Any) -> None:
+    """A list command's output: the items as JSON with --json, else a table of ``cells(item)`` per item."""
+    print_result(items, as_json, rows_table(title, columns, map(cells, items), right=right, **column))
+
+
+def parse_json(raw: str, what: str, hint: str) -> Any:
+    """``raw`` parsed as JSON; not JSON is PM001 (exit 2) naming ``what`` (the option or argument), with ``hint``."""
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise InvalidArgument(f"{what} is not valid JSON: {exc.msg}", hint=hint) from None
 
 
 def fmt_time(value: datetime | None) -> str:

@@ -11,7 +11,7 @@ import typer
 from rich.table import Table
 
 from pymemdb.budget import Optimization
-from pymemdb.cli._common import DsnOption, JsonOption, console, database, handle_errors, print_json
+from pymemdb.cli._common import DsnOption, JsonOption, console, database, handle_errors, print_json, print_result
 from pymemdb.errors import InvalidArgument
 
 app = typer.Typer(help="Token budgets: which context chunks fit the model's window, by priority (seed 02).",
@@ -139,10 +139,8 @@ def add(
     chunks = _read_chunks(file)
     with database(dsn) as db:
         added = db.budget.add_many(session_id, chunks, user_id=user)
-    if as_json:
-        print_json(added)
-    else:
-        console.print(f"stored {len(added)} chunks ({sum(a.tokens for a in added):,} tokens) in session {session_id}")
+    print_result(added, as_json,
+                 f"stored {len(added)} chunks ({sum(a.tokens for a in added):,} tokens) in session {session_id}")
 
 
 @app.command()

@@ -15,7 +15,17 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from pymemdb.cli._common import DsnOption, JsonOption, console, database, fmt_time, handle_errors, print_json
+from pymemdb.cli._common import (
+    DsnOption,
+    JsonOption,
+    console,
+    database,
+    fmt_time,
+    handle_errors,
+    parse_json,
+    print_json,
+    print_result,
+)
 from pymemdb.compression.summarizers import ExtractiveSummarizer, OpenAISummarizer, Summarizer
 from pymemdb.errors import InvalidArgument
 
@@ -147,11 +157,7 @@ def snapshot(
     """Snapshot the session's active state (memori.snapshot_create), or --list its snapshots."""
     meta = None
     if metadata is not None:
-        try:
-            meta = json.loads(metadata)
-        except json.JSONDecodeError as exc:
-            raise InvalidArgument(f"--metadata is not valid JSON: {exc.msg}",
-                                  hint='Pass a JSON object, e.g. --metadata \'{"model": "llama3.2:3b"}\'.') from None
+        meta = parse_json(metadata, "--metadata", 'Pass a JSON object, e.g. --metadata \'{"model": "llama3.2:3b"}\'.')
     with database(dsn) as db:
         if list_:
             rows = db.snapshots.list(session_id)
@@ -179,11 +185,8 @@ def restore(
     """Restore a session's active state from a snapshot; the replaced state is snapshotted first."""
     with database(dsn) as db:
         pre = db.snapshots.restore(snapshot_id)
-    if as_json:
-        print_json(pre)
-        return
-    console.print(f"restored session {pre.session_id} from {snapshot_id}; the replaced state is snapshot {pre.id} "
-                  f"(pymemdb compression restore {pre.id} undoes this)", markup=False)
+    print_result(pre, as_json, f"restored session {pre.session_id} from {snapshot_id}; the replaced state is snapshot "
+                               f"{pre.id} (pymemdb compression restore {pre.id} undoes this)", markup=False)
 
 
 def register(parent: typer.Typer) -> None:

@@ -5,7 +5,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Annotated, cast
 
 import typer
@@ -17,10 +16,11 @@ from pymemdb.cli._common import (
     database,
     fmt_time,
     handle_errors,
+    parse_json,
     print_json,
+    print_result,
     print_rows,
 )
-from pymemdb.errors import InvalidArgument
 from pymemdb.types import TtlStatus
 
 app = typer.Typer(help="Memories and TTL'd session checkpoints (seed 05).", no_args_is_help=True)
@@ -36,11 +36,7 @@ def ttl_cells(r: TtlStatus) -> tuple[str, str, str, str]:
 def _metadata(raw: str | None) -> dict[str, object] | None:
     if raw is None:
         return None
-    try:
-        value = json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise InvalidArgument(f"--metadata is not valid JSON: {exc.msg}",
-                              hint='Pass a JSON object, e.g. --metadata \'{"task": "api"}\'.') from None
+    value = parse_json(raw, "--metadata", 'Pass a JSON object, e.g. --metadata \'{"task": "api"}\'.')
     return cast("dict[str, object]", value)  # the SQL function refuses anything but an object
 
 
@@ -57,11 +53,8 @@ def memory_save_checkpoint(
     """Save a session checkpoint with the skill's TTL (memori.session_checkpoint_save)."""
     with database(dsn) as db:
         row = db.memories.save_session_checkpoint(skill, user_id, content, _metadata(metadata))
-    if as_json:
-        print_json(row)
-    else:
-        expiry = fmt_time(row.expires_at) if row.expires_at else "never"
-        console.print(f"saved memory {row.id} in {row.user_id}, expires {expiry}")
+    expiry = fmt_time(row.expires_at) if row.expires_at else "never"
+    print_result(row, as_json, f"saved memory {row.id} in {row.user_id}, expires {expiry}")
 
 
 @app.command("load-checkpoint")

@@ -20,6 +20,11 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
+# Parameters most functions take, declared once: (name, SQL type for the cast).
+NOW = ("p_now", "timestamptz")
+USER_ID = ("p_user_id", "text")
+SESSION_ID = ("p_session_id", "text")
+
 REGISTRY: list[SqlFunction[Any]] = []
 
 

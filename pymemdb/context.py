@@ -15,7 +15,7 @@ from uuid import UUID
 
 from psycopg.types.json import Jsonb
 
-from pymemdb._sql import Room, given, maybe, one, rows, scalar
+from pymemdb._sql import NOW, SESSION_ID, USER_ID, Room, given, maybe, one, rows, scalar
 
 
 # -- results ------------------------------------------------------------------------
@@ -120,89 +120,51 @@ class ProjectMember:
 
 # -- declarations -------------------------------------------------------------------
 
-_REQUESTER = (("p_user_id", "text"), ("p_project_id", "text"), ("p_session_id", "text"))
+_REQUESTER = (USER_ID, ("p_project_id", "text"), SESSION_ID)
 
 CONTEXT_SET = one(
-    "context_set",
-    ("p_key", "text"), ("p_value", "jsonb"), ("p_type", "text"), ("p_scope", "text"), *_REQUESTER,
-    ("p_ttl_ms", "bigint"), ("p_now", "timestamptz"),
-    result=ContextEntry,
+    "context_set", ("p_key", "text"), ("p_value", "jsonb"), ("p_type", "text"), ("p_scope", "text"), *_REQUESTER,
+    ("p_ttl_ms", "bigint"), NOW, result=ContextEntry,
 )
-CONTEXT_GET = maybe(
-    "context_get", ("p_key", "text"), *_REQUESTER, ("p_now", "timestamptz"), result=ContextValue
-)
-CONTEXT_RESOLVE = rows(
-    "context_resolve", *_REQUESTER, ("p_prefix", "text"), ("p_now", "timestamptz"), result=ContextValue
-)
-CONTEXT_DELETE = scalar(
-    "context_delete", ("p_key", "text"), ("p_scope", "text"), *_REQUESTER, result=bool
-)
+CONTEXT_GET = maybe("context_get", ("p_key", "text"), *_REQUESTER, NOW, result=ContextValue)
+CONTEXT_RESOLVE = rows("context_resolve", *_REQUESTER, ("p_prefix", "text"), NOW, result=ContextValue)
+CONTEXT_DELETE = scalar("context_delete", ("p_key", "text"), ("p_scope", "text"), *_REQUESTER, result=bool)
 CONTEXT_SEARCH = rows(
-    "context_search",
-    *_REQUESTER, ("p_key_pattern", "text"), ("p_value_contains", "jsonb"), ("p_scopes", "text[]"),
-    ("p_types", "text[]"), ("p_limit", "integer"), ("p_now", "timestamptz"),
-    result=ContextValue,
+    "context_search", *_REQUESTER, ("p_key_pattern", "text"), ("p_value_contains", "jsonb"), ("p_scopes", "text[]"),
+    ("p_types", "text[]"), ("p_limit", "integer"), NOW, result=ContextValue,
 )
-CONTEXT_EXPIRING_SOON = rows(
-    "context_expiring_soon", ("p_within", "interval"), *_REQUESTER, ("p_now", "timestamptz"),
-    result=ContextValue,
-)
+CONTEXT_EXPIRING_SOON = rows("context_expiring_soon", ("p_within", "interval"), *_REQUESTER, NOW, result=ContextValue)
 CONTEXT_CLEANUP_BY_SCOPE = scalar(
-    "context_cleanup_by_scope", ("p_scope", "text"), *_REQUESTER, ("p_expired_only", "boolean"),
-    ("p_now", "timestamptz"), result=int
+    "context_cleanup_by_scope", ("p_scope", "text"), *_REQUESTER, ("p_expired_only", "boolean"), NOW, result=int,
 )
-CONTEXT_PRUNE_OLD = scalar(
-    "context_prune_old", ("p_older_than", "interval"), ("p_user_id", "text"), ("p_now", "timestamptz"), result=int
-)
-CONTEXT_STATS = rows(
-    "context_stats", *_REQUESTER, ("p_within", "interval"), ("p_now", "timestamptz"), result=ContextStat,
-)
-BUSINESS_CONTEXT_GET = scalar(
-    "business_context_get", ("p_user_id", "text"), ("p_now", "timestamptz"), result=dict
-)
-BUSINESS_CONTEXT_SET = scalar(
-    "business_context_set", ("p_context", "jsonb"), ("p_user_id", "text"), ("p_now", "timestamptz"), result=dict
-)
-BUSINESS_CONTEXT_UPDATE = scalar(
-    "business_context_update", ("p_fields", "jsonb"), ("p_user_id", "text"), ("p_now", "timestamptz"), result=dict
-)
+CONTEXT_PRUNE_OLD = scalar("context_prune_old", ("p_older_than", "interval"), USER_ID, NOW, result=int)
+CONTEXT_STATS = rows("context_stats", *_REQUESTER, ("p_within", "interval"), NOW, result=ContextStat)
+BUSINESS_CONTEXT_GET = scalar("business_context_get", USER_ID, NOW, result=dict)
+BUSINESS_CONTEXT_SET = scalar("business_context_set", ("p_context", "jsonb"), USER_ID, NOW, result=dict)
+BUSINESS_CONTEXT_UPDATE = scalar("business_context_update", ("p_fields", "jsonb"), USER_ID, NOW, result=dict)
 SESSION_CONTEXT_SET = one(
-    "session_context_set",
-    ("p_session_id", "text"), ("p_user_id", "text"), ("p_project_id", "text"), ("p_metadata", "jsonb"),
-    ("p_now", "timestamptz"),
+    "session_context_set", SESSION_ID, USER_ID, ("p_project_id", "text"), ("p_metadata", "jsonb"), NOW,
     result=SessionContext,
 )
-SESSION_CONTEXT_GET = maybe(
-    "session_context_get", ("p_session_id", "text"), ("p_user_id", "text"), ("p_now", "timestamptz"),
-    result=SessionContext,
-)
+SESSION_CONTEXT_GET = maybe("session_context_get", SESSION_ID, USER_ID, NOW, result=SessionContext)
 SESSION_CONTEXT_ADD_WINDOW = one(
-    "session_context_add_window",
-    ("p_session_id", "text"), ("p_window_type", "text"), ("p_content", "jsonb"), ("p_priority", "integer"),
-    ("p_retention_policy", "text"), ("p_user_id", "text"), ("p_now", "timestamptz"),
-    result=ContextWindow,
+    "session_context_add_window", SESSION_ID, ("p_window_type", "text"), ("p_content", "jsonb"),
+    ("p_priority", "integer"), ("p_retention_policy", "text"), USER_ID, NOW, result=ContextWindow,
 )
 SESSION_CONTEXT_REMOVE_WINDOW = scalar(
-    "session_context_remove_window",
-    ("p_session_id", "text"), ("p_window_id", "uuid"), ("p_user_id", "text"), ("p_now", "timestamptz"), result=bool
+    "session_context_remove_window", SESSION_ID, ("p_window_id", "uuid"), USER_ID, NOW, result=bool,
 )
 PROJECT_CREATE = one(
-    "project_create",
-    ("p_project_id", "text"), ("p_name", "text"), ("p_user_id", "text"), ("p_metadata", "jsonb"),
-    ("p_now", "timestamptz"),
+    "project_create", ("p_project_id", "text"), ("p_name", "text"), USER_ID, ("p_metadata", "jsonb"), NOW,
     result=Project,
 )
 PROJECT_MEMBER_ADD = one(
-    "project_member_add",
-    ("p_project_id", "text"), ("p_member_id", "text"), ("p_user_id", "text"), ("p_now", "timestamptz"),
-    result=ProjectMember,
+    "project_member_add", ("p_project_id", "text"), ("p_member_id", "text"), USER_ID, NOW, result=ProjectMember,
 )
 PROJECT_MEMBER_REMOVE = scalar(
-    "project_member_remove", ("p_project_id", "text"), ("p_member_id", "text"), ("p_user_id", "text"), result=bool
+    "project_member_remove", ("p_project_id", "text"), ("p_member_id", "text"), USER_ID, result=bool,
 )
-PROJECT_MEMBER_LIST = rows(
-    "project_member_list", ("p_project_id", "text"), ("p_user_id", "text"), result=ProjectMember
-)
+PROJECT_MEMBER_LIST = rows("project_member_list", ("p_project_id", "text"), USER_ID, result=ProjectMember)
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from typing import Any
 
 import psycopg
 
-from pymemdb._sql import Room, given, maybe, rows
+from pymemdb._sql import NOW, Room, given, maybe, rows
 from pymemdb.errors import wrap_exceptions
 
 
@@ -27,9 +27,7 @@ class Event:
 
 CHANNEL = "memori_events"
 
-EVENT_LIST = rows(
-    "event_list", ("p_event_type", "text"), ("p_limit", "integer"), ("p_now", "timestamptz"), result=Event
-)
+EVENT_LIST = rows("event_list", ("p_event_type", "text"), ("p_limit", "integer"), NOW, result=Event)
 EVENT_GET = maybe("event_get", ("p_id", "bigint"), result=Event)
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
-from pymemdb._sql import Room, given, maybe, one, rows, scalar
+from pymemdb._sql import NOW, USER_ID, Room, given, maybe, one, rows, scalar
 
 
 @dataclass(frozen=True)
@@ -44,26 +44,18 @@ class TtlStatus:
     is_session: bool
 
 SESSION_CHECKPOINT_SAVE = one(
-    "session_checkpoint_save",
-    ("p_skill", "text"), ("p_user_id", "text"), ("p_content", "text"),
-    ("p_metadata", "jsonb"), ("p_now", "timestamptz"),
+    "session_checkpoint_save", ("p_skill", "text"), USER_ID, ("p_content", "text"), ("p_metadata", "jsonb"), NOW,
     result=Memory,
 )
 SESSION_CHECKPOINT_LOAD_LATEST = maybe(
-    "session_checkpoint_load_latest",
-    ("p_skill", "text"), ("p_user_id", "text"), ("p_now", "timestamptz"),
-    result=SessionCheckpoint,
+    "session_checkpoint_load_latest", ("p_skill", "text"), USER_ID, NOW, result=SessionCheckpoint,
 )
-SESSION_NAMESPACE = scalar("session_namespace", ("p_skill", "text"), ("p_now", "timestamptz"), result=str)
+SESSION_NAMESPACE = scalar("session_namespace", ("p_skill", "text"), NOW, result=str)
 MEMORY_SAVE = one(
-    "memory_save",
-    ("p_namespace", "text"), ("p_content", "text"), ("p_category", "text"), ("p_metadata", "jsonb"),
-    ("p_ttl", "interval"), ("p_owner_id", "text"), ("p_now", "timestamptz"),
-    result=Memory,
+    "memory_save", ("p_namespace", "text"), ("p_content", "text"), ("p_category", "text"), ("p_metadata", "jsonb"),
+    ("p_ttl", "interval"), ("p_owner_id", "text"), NOW, result=Memory,
 )
-MEMORY_LIST = rows(
-    "memory_list", ("p_namespace", "text"), ("p_limit", "integer"), ("p_now", "timestamptz"), result=Memory
-)
+MEMORY_LIST = rows("memory_list", ("p_namespace", "text"), ("p_limit", "integer"), NOW, result=Memory)
 
 
 class Memories(Room):

@@ -10,7 +10,7 @@ from uuid import UUID
 
 from psycopg.types.json import Jsonb
 
-from pymemdb._sql import Room, given, one, rows
+from pymemdb._sql import NOW, SESSION_ID, Room, given, one, rows
 
 
 @dataclass(frozen=True)
@@ -30,11 +30,9 @@ class Snapshot:
     expires_at: datetime | None
 
 
-SNAPSHOT_CREATE = one(
-    "snapshot_create", ("p_session_id", "text"), ("p_metadata", "jsonb"), ("p_now", "timestamptz"), result=Snapshot
-)
-SNAPSHOT_LIST = rows("snapshot_list", ("p_session_id", "text"), ("p_now", "timestamptz"), result=Snapshot)
-SNAPSHOT_RESTORE = one("snapshot_restore", ("p_snapshot_id", "uuid"), ("p_now", "timestamptz"), result=Snapshot)
+SNAPSHOT_CREATE = one("snapshot_create", SESSION_ID, ("p_metadata", "jsonb"), NOW, result=Snapshot)
+SNAPSHOT_LIST = rows("snapshot_list", SESSION_ID, NOW, result=Snapshot)
+SNAPSHOT_RESTORE = one("snapshot_restore", ("p_snapshot_id", "uuid"), NOW, result=Snapshot)
 
 
 class Snapshots(Room):
