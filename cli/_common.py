@@ -132,6 +132,15 @@ def handle_errors(func: Callable[P, R]) -> Callable[P, R]:
     return wrapper
 
 
+def command(app: typer.Typer, name: str | None = None, **options: Any) -> Callable[[Callable[P, R]], Callable[P, R]]:
+    """``@command(app)``: register a command of ``app`` (``app.command``) that reports errors by handle_errors."""
+
+    def register(func: Callable[P, R]) -> Callable[P, R]:
+        return app.command(name, **options)(handle_errors(func))
+
+    return register
+
+
 @contextmanager
 def database(dsn: str | None) -> Iterator[pymemdb.Database]:
     db = pymemdb.connect(dsn, min_size=1, max_size=2)

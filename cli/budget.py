@@ -11,7 +11,7 @@ import typer
 from rich.table import Table
 
 from pymemdb.budget import Optimization
-from pymemdb.cli._common import DsnOption, JsonOption, console, database, handle_errors, print_json, print_result
+from pymemdb.cli._common import DsnOption, JsonOption, command, console, database, print_json, print_result
 from pymemdb.errors import InvalidArgument
 
 app = typer.Typer(help="Token budgets: which context chunks fit the model's window, by priority (seed 02).",
@@ -83,8 +83,7 @@ def _render(result: Optimization, title: str) -> None:
                   + (f"; recorded as {result.optimization_id}" if result.optimization_id else ""))
 
 
-@app.command()
-@handle_errors
+@command(app)
 def optimize(
     file: Annotated[str, typer.Option("--file", "-f", help="JSON array of chunks, or {\"chunks\": [...]}; - = stdin.",
                                       show_default=False)],
@@ -105,8 +104,7 @@ def optimize(
     _show(result, as_json, f"{len(result.optimized_chunks)} of {len(chunks)} chunks fit")
 
 
-@app.command()
-@handle_errors
+@command(app)
 def stored(
     session_id: Annotated[str, typer.Argument(help="Session whose stored chunks are ranked.")],
     tokens: TokensOption = 32000,
@@ -126,8 +124,7 @@ def stored(
     _show(result, as_json, f"session {session_id}: {len(result.optimized_chunks)} chunks fit")
 
 
-@app.command()
-@handle_errors
+@command(app)
 def add(
     session_id: Annotated[str, typer.Argument(help="Session the chunks belong to.")],
     user: Annotated[str, typer.Option("--user", help="Owner of the chunks.")],
@@ -143,8 +140,7 @@ def add(
                  f"stored {len(added)} chunks ({sum(a.tokens for a in added):,} tokens) in session {session_id}")
 
 
-@app.command()
-@handle_errors
+@command(app)
 def estimate(
     text: Annotated[str, typer.Argument(help="Text to estimate; - reads stdin.")],
     content_type: Annotated[str, typer.Option("--type", help="general, business, code or auto.")] = "general",

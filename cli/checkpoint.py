@@ -12,10 +12,10 @@ from pymemdb.checkpoints import Checkpoint
 from pymemdb.cli._common import (
     DsnOption,
     JsonOption,
+    command,
     console,
     database,
     fmt_time,
-    handle_errors,
     parse_json,
     print_json,
     print_result,
@@ -41,8 +41,7 @@ def _table(rows: list[Checkpoint], title: str) -> Table:
     return table
 
 
-@app.command()
-@handle_errors
+@command(app)
 def create(
     session_id: Annotated[str, typer.Argument(help="Session id.")],
     user_id: Annotated[str, typer.Argument(help="User id.")],
@@ -65,8 +64,7 @@ def create(
                                f"expires {fmt_time(row.expires_at)}")
 
 
-@app.command()
-@handle_errors
+@command(app)
 def get(
     checkpoint_id: Annotated[str, typer.Argument(help="Checkpoint id (uuid).")],
     dsn: DsnOption = None,
@@ -85,8 +83,7 @@ def get(
     console.print_json(json.dumps(row.data))
 
 
-@app.command("list")
-@handle_errors
+@command(app, "list")
 def list_(
     session_id: Annotated[str | None, typer.Option("--session")] = None,
     user_id: Annotated[str | None, typer.Option("--user")] = None,
@@ -104,8 +101,7 @@ def list_(
     print_result(rows, as_json, _table(rows, "checkpoints"))
 
 
-@app.command()
-@handle_errors
+@command(app)
 def status(
     checkpoint_ids: Annotated[list[str] | None, typer.Argument(help="Checkpoint ids (default: all).")] = None,
     dsn: DsnOption = None,
@@ -120,8 +116,7 @@ def status(
                           fmt_time(r.expires_at), "yes" if r.should_cleanup else "no"), no_wrap=True)
 
 
-@app.command()
-@handle_errors
+@command(app)
 def preserve(
     checkpoint_id: Annotated[str, typer.Argument(help="Checkpoint id.")],
     release: Annotated[bool, typer.Option("--release", help="Let cleanup take it once expired.")] = False,
@@ -133,8 +128,7 @@ def preserve(
     console.print(f"checkpoint {row.id}: preserve_important = {row.preserve_important}")
 
 
-@app.command()
-@handle_errors
+@command(app)
 def stats(
     user_id: Annotated[str | None, typer.Option("--user")] = None,
     dsn: DsnOption = None,
@@ -150,8 +144,7 @@ def stats(
                right=counts)
 
 
-@app.command()
-@handle_errors
+@command(app)
 def versions(
     checkpoint_id: Annotated[str, typer.Argument(help="Checkpoint id.")],
     show: Annotated[int | None, typer.Option("--show", help="Print the data of this version.")] = None,

@@ -18,10 +18,10 @@ from rich.table import Table
 from pymemdb.cli._common import (
     DsnOption,
     JsonOption,
+    command,
     console,
     database,
     fmt_time,
-    handle_errors,
     parse_json,
     print_json,
     print_result,
@@ -42,8 +42,7 @@ SystemOption = Annotated[
 ]
 
 
-@app.command()
-@handle_errors
+@command(app)
 def status(
     session_id: SessionArg,
     context_size: ContextOption = None,
@@ -87,8 +86,7 @@ def _summarizer(llm_url: str | None, model: str | None, api_key_env: str | None)
     return OpenAISummarizer(llm_url, model, api_key=api_key)
 
 
-@app.command()
-@handle_errors
+@command(app)
 def compress(
     session_id: SessionArg,
     context_size: ContextOption = None,
@@ -123,8 +121,7 @@ def compress(
                   f"{a.checkpoint_tokens:,} tokens, conversation {a.used_tokens:,}")
 
 
-@app.command()
-@handle_errors
+@command(app)
 def export(
     session_id: SessionArg,
     output: Annotated[Path | None, typer.Option("--output", "-o", help="File to write (default: stdout).")] = None,
@@ -145,8 +142,7 @@ def export(
         console.print(f"wrote {len(document['messages'])} messages to {output}", markup=False)
 
 
-@app.command()
-@handle_errors
+@command(app)
 def snapshot(
     session_id: SessionArg,
     list_: Annotated[bool, typer.Option("--list", help="List the session's snapshots instead.")] = False,
@@ -175,8 +171,7 @@ def snapshot(
     console.print(table)
 
 
-@app.command()
-@handle_errors
+@command(app)
 def restore(
     snapshot_id: Annotated[str, typer.Argument(help="Snapshot id (pymemdb compression snapshot SESSION --list).")],
     dsn: DsnOption = None,

@@ -12,10 +12,10 @@ from rich.table import Table
 from pymemdb.cli._common import (
     DsnOption,
     JsonOption,
+    command,
     console,
     database,
     fmt_time,
-    handle_errors,
     parse_json,
     print_result,
     print_rows,
@@ -44,8 +44,7 @@ def _values_table(values: list[ContextValue], title: str) -> Table:
     return table
 
 
-@app.command("set")
-@handle_errors
+@command(app, "set")
 def set_(
     key: Annotated[str, typer.Argument(help="Key.")],
     value: Annotated[str, typer.Argument(help="Value as JSON.")],
@@ -66,8 +65,7 @@ def set_(
     print_result(row, as_json, f"set {row.key} at scope {row.scope} ({row.type}), expires {fmt_time(row.expires_at)}")
 
 
-@app.command()
-@handle_errors
+@command(app)
 def get(
     key: Annotated[str, typer.Argument(help="Key.")],
     user: UserOption,
@@ -85,8 +83,7 @@ def get(
     print_result(row, as_json, f"{json.dumps(row.value)}  (from scope {row.scope})", markup=False, highlight=False)
 
 
-@app.command()
-@handle_errors
+@command(app)
 def resolve(
     user: UserOption,
     project: ProjectOption = None,
@@ -102,8 +99,7 @@ def resolve(
                  _values_table(values, "resolved context"))
 
 
-@app.command("list")
-@handle_errors
+@command(app, "list")
 def list_(
     user: UserOption,
     project: ProjectOption = None,
@@ -124,8 +120,7 @@ def list_(
     print_result(values, as_json, _values_table(values, "context entries"))
 
 
-@app.command()
-@handle_errors
+@command(app)
 def delete(
     key: Annotated[str, typer.Argument(help="Key.")],
     user: UserOption,
@@ -142,8 +137,7 @@ def delete(
         raise typer.Exit(1)
 
 
-@app.command()
-@handle_errors
+@command(app)
 def stats(
     user: UserOption,
     project: ProjectOption = None,

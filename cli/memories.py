@@ -12,10 +12,10 @@ import typer
 from pymemdb.cli._common import (
     DsnOption,
     JsonOption,
+    command,
     console,
     database,
     fmt_time,
-    handle_errors,
     parse_json,
     print_json,
     print_result,
@@ -40,8 +40,7 @@ def _metadata(raw: str | None) -> dict[str, object] | None:
     return cast("dict[str, object]", value)  # the SQL function refuses anything but an object
 
 
-@app.command("save-checkpoint")
-@handle_errors
+@command(app, "save-checkpoint")
 def memory_save_checkpoint(
     skill: Annotated[str, typer.Argument(help="Skill id (skill:api-builder) or short name (api).")],
     user_id: Annotated[str, typer.Argument(help="The agent user; also the legacy namespace.")],
@@ -57,8 +56,7 @@ def memory_save_checkpoint(
     print_result(row, as_json, f"saved memory {row.id} in {row.user_id}, expires {expiry}")
 
 
-@app.command("load-checkpoint")
-@handle_errors
+@command(app, "load-checkpoint")
 def memory_load_checkpoint(
     skill: Annotated[str, typer.Argument(help="Skill id or short name.")],
     user_id: Annotated[str, typer.Argument(help="The agent user.")],
@@ -78,8 +76,7 @@ def memory_load_checkpoint(
         console.print(row.content, markup=False)
 
 
-@app.command("list")
-@handle_errors
+@command(app, "list")
 def memory_list(
     namespace: Annotated[str, typer.Argument(help="Namespace (memories.user_id).")],
     limit: Annotated[int, typer.Option("--limit")] = 20,
@@ -93,8 +90,7 @@ def memory_list(
                lambda r: (str(r.id), fmt_time(r.created_at), fmt_time(r.expires_at), r.category, r.content[:60]))
 
 
-@app.command("ttl-status")
-@handle_errors
+@command(app, "ttl-status")
 def memory_ttl_status(dsn: DsnOption = None, as_json: JsonOption = False) -> None:
     """Per namespace: permanent, active TTL and expired memories (memori.ttl_status)."""
     with database(dsn) as db:
