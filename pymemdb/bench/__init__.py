@@ -206,6 +206,21 @@ def connect(dsn: str) -> psycopg.Connection[Any]:
     conn.execute("set timezone = 'UTC'")
     return conn
 
+@contextmanager
+def vm_sessions(dsn: str, user: str, like: str) -> Iterator[tuple[psycopg.Connection[Any], Any]]:
+    """A connection acting for ``user`` and the server's ``now()``, with the VM sessions whose id is ``like``
+    (and their mutation log) deleted before and after the suite."""
+    with connect(dsn) as conn:
+        conn.execute("select set_config('memori.user_id', %s, false)", (user,))
+        conn.execute("delete from memori.vm_sessions where session_id like %s", (like,))
+        now = one(conn, "select now()")
+        try:
+            yield conn, now
+        finally:
+            conn.execute("delete from memori.vm_sessions where session_id like %s", (like,))
+            conn.execute("delete from memori.page_mutations where session_id like %s", (like,))
+
+
 def one(conn: psycopg.Connection[Any], query: LiteralString | sql.Composed, params: Any = None) -> Any:
     row = conn.execute(query, params).fetchone()
     assert row is not None
