@@ -17,8 +17,11 @@ from tests.helpers import T0, rows, value
 
 ROWS = 3000
 
-AUDIT = """
-create table public.delete_audit (id bigint, expires_at timestamptz, deleted_by int default pg_backend_pid());
+
+def audit(stamp: str) -> str:
+    """DDL of a trigger that records every deleted memory in public.delete_audit, with ``stamp`` (a column)."""
+    return f"""
+create table public.delete_audit (id bigint, expires_at timestamptz, {stamp});
 create function public.audit_delete() returns trigger language plpgsql as $$
 begin
   insert into public.delete_audit (id, expires_at) values (old.id, old.expires_at);
@@ -26,6 +29,9 @@ begin
 end $$;
 create trigger audit_delete after delete on memori.memories for each row execute function public.audit_delete();
 """
+
+
+AUDIT = audit("deleted_by int default pg_backend_pid()")
 
 
 def _seed(conn: psycopg.Connection) -> None:
@@ -133,15 +139,7 @@ def test_concurrent_window_adds_keep_the_limit_and_business_updates_merge(dsn: s
 # -- writers and cleaners at the real clock (issue 16, item 1) ---------------------------
 SLOW_SECONDS = float(os.environ.get("PYMEMDB_SLOW_SECONDS", "10"))
 WRITERS = 4  # writer k owns the ids = k (mod 4): writers never wait for each other
-TIMED_AUDIT = """
-create table public.delete_audit (id bigint, expires_at timestamptz, deleted_at timestamptz default clock_timestamp());
-create function public.audit_delete() returns trigger language plpgsql as $$
-begin
-  insert into public.delete_audit (id, expires_at) values (old.id, old.expires_at);
-  return old;
-end $$;
-create trigger audit_delete after delete on memori.memories for each row execute function public.audit_delete();
-"""
+TIMED_AUDIT = audit("deleted_at timestamptz default clock_timestamp()")
 
 
 def _extender(dsn: str, k: int, due: list[tuple[float, int]], extended: set[int], errors: list[BaseException],
