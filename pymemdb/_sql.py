@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
 from psycopg import sql
 from psycopg.adapt import PyFormat
+from psycopg.types.json import Jsonb
 
 if TYPE_CHECKING:
     from pymemdb.db import Database
@@ -106,6 +107,11 @@ def scalar(name: str, *params: tuple[str, str], result: type[T]) -> Scalar[T]:
 def given(**kwargs: Any) -> dict[str, Any]:
     """Drop arguments left at None so the SQL defaults apply."""
     return {k: v for k, v in kwargs.items() if v is not None}
+
+
+def jsonb(value: Any) -> Jsonb | None:
+    """``value`` as a jsonb argument; None stays None, so given() leaves it out and the SQL default applies."""
+    return None if value is None else Jsonb(value)
 
 
 class Room:

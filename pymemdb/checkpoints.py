@@ -12,7 +12,7 @@ from uuid import UUID
 
 from psycopg.types.json import Jsonb
 
-from pymemdb._sql import NOW, SESSION_ID, USER_ID, Room, given, maybe, one, rows, scalar
+from pymemdb._sql import NOW, SESSION_ID, USER_ID, Room, given, jsonb, maybe, one, rows, scalar
 
 
 @dataclass(frozen=True)
@@ -139,7 +139,7 @@ def _create_item(c: NewCheckpoint) -> dict[str, Any]:
 def _create_args(c: NewCheckpoint) -> dict[str, Any]:
     return given(
         p_session_id=c.session_id, p_user_id=c.user_id, p_type=c.type, p_title=c.title, p_data=Jsonb(c.data),
-        p_description=c.description, p_metadata=None if c.metadata is None else Jsonb(c.metadata),
+        p_description=c.description, p_metadata=jsonb(c.metadata),
         p_tags=list(c.tags) if c.tags else None, p_retention_days=c.retention_days, p_now=c.now,
     )
 

@@ -15,7 +15,7 @@ from uuid import UUID
 
 from psycopg.types.json import Jsonb
 
-from pymemdb._sql import NOW, SESSION_ID, USER_ID, Room, given, maybe, one, rows, scalar
+from pymemdb._sql import NOW, SESSION_ID, USER_ID, Room, given, jsonb, maybe, one, rows, scalar
 
 
 # -- results ------------------------------------------------------------------------
@@ -221,7 +221,7 @@ class Context(Room):
         return self._db.call(
             CONTEXT_SEARCH, **who.args(),
             **given(p_key_pattern=key_pattern,
-                    p_value_contains=None if value_contains is None else Jsonb(value_contains),
+                    p_value_contains=jsonb(value_contains),
                     p_scopes=None if scopes is None else list(scopes),
                     p_types=None if types is None else list(types), p_limit=limit, p_now=now),
         )
@@ -284,7 +284,7 @@ class Sessions(Room):
         return self._db.call(
             SESSION_CONTEXT_SET, p_session_id=session_id,
             **given(p_user_id=user_id, p_project_id=project_id,
-                    p_metadata=None if metadata is None else Jsonb(metadata), p_now=now),
+                    p_metadata=jsonb(metadata), p_now=now),
         )
 
     def get(self, session_id: str, *, user_id: str | None = None, now: datetime | None = None) -> SessionContext | None:
@@ -320,7 +320,7 @@ class Projects(Room):
         """memori.project_create: the acting user owns it and is its first member."""
         return self._db.call(
             PROJECT_CREATE, p_project_id=project_id, p_name=name,
-            **given(p_user_id=user_id, p_metadata=None if metadata is None else Jsonb(metadata), p_now=now),
+            **given(p_user_id=user_id, p_metadata=jsonb(metadata), p_now=now),
         )
 
     def member_add(

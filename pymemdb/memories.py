@@ -7,9 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from psycopg.types.json import Jsonb
-
-from pymemdb._sql import NOW, USER_ID, Room, given, maybe, one, rows, scalar
+from pymemdb._sql import NOW, USER_ID, Room, given, jsonb, maybe, one, rows, scalar
 
 
 @dataclass(frozen=True)
@@ -72,7 +70,7 @@ class Memories(Room):
         return self._db.call(
             SESSION_CHECKPOINT_SAVE,
             **given(p_skill=skill, p_user_id=user_id, p_content=content,
-                     p_metadata=None if metadata is None else Jsonb(metadata), p_now=now),
+                     p_metadata=jsonb(metadata), p_now=now),
         )
 
     def load_latest_checkpoint(
@@ -102,7 +100,7 @@ class Memories(Room):
         return self._db.call(
             MEMORY_SAVE,
             **given(p_namespace=namespace, p_content=content, p_category=category,
-                     p_metadata=None if metadata is None else Jsonb(metadata), p_ttl=ttl,
+                     p_metadata=jsonb(metadata), p_ttl=ttl,
                      p_owner_id=owner_id, p_now=now),
         )
 

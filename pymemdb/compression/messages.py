@@ -16,7 +16,7 @@ from uuid import UUID
 
 from psycopg.types.json import Jsonb
 
-from pymemdb._sql import NOW, SESSION_ID, USER_ID, Room, given, one, rows, scalar
+from pymemdb._sql import NOW, SESSION_ID, USER_ID, Room, given, jsonb, one, rows, scalar
 from pymemdb.compression.summarizers import ExtractiveSummarizer, Summarizer, SummarizerError
 
 
@@ -213,7 +213,7 @@ class Compression(Room):
         return self._db.call(
             MESSAGE_ADD,
             **given(p_session_id=session_id, p_role=role, p_content=content, p_tokens=tokens,
-                    p_tool_calls=None if tool_calls is None else Jsonb(tool_calls), p_user_id=user_id,
+                    p_tool_calls=jsonb(tool_calls), p_user_id=user_id,
                     p_context_size=context_size, p_system_prompt_tokens=system_prompt_tokens, p_now=now),
         )
 

@@ -8,9 +8,7 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from psycopg.types.json import Jsonb
-
-from pymemdb._sql import NOW, SESSION_ID, Room, given, one, rows
+from pymemdb._sql import NOW, SESSION_ID, Room, given, jsonb, one, rows
 
 
 @dataclass(frozen=True)
@@ -42,7 +40,7 @@ class Snapshots(Room):
         """memori.snapshot_create: snapshot the session's active state (immutable, retention-managed)."""
         return self._db.call(
             SNAPSHOT_CREATE,
-            **given(p_session_id=session_id, p_metadata=None if metadata is None else Jsonb(metadata), p_now=now),
+            **given(p_session_id=session_id, p_metadata=jsonb(metadata), p_now=now),
         )
 
     def list(self, session_id: str, *, now: datetime | None = None) -> builtins.list[Snapshot]:
