@@ -13,7 +13,7 @@ import pytest
 from psycopg.types.json import Jsonb
 
 import pymemdb
-from tests.helpers import T0, rows, value
+from tests.helpers import T0, rows, run_threads, value
 
 ROWS = 3000
 
@@ -109,27 +109,18 @@ def test_concurrent_window_adds_keep_the_limit_and_business_updates_merge(dsn: s
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("update memori.settings set value = '5' where key = 'context.max_windows'")
         conn.execute("select memori.session_context_set('s1', 'alice')")
-    errors: list[BaseException] = []
 
     def worker(n: int) -> None:
-        try:
-            with psycopg.connect(dsn, autocommit=True) as c:
-                for i in range(20):
-                    c.execute("select memori.session_context_add_window('s1', 'conversation', %s, %s, 'session', "
-                              "'alice')", (Jsonb({"w": n, "i": i}), 1 + (n + i) % 10))
-                c.execute("select memori.business_context_update(%s, 'alice')",
-                          (Jsonb({"context_variables": None, "active_workflow": f"w{n}"}),))
-                c.execute("select memori.business_context_update(%s, 'alice')",
-                          (Jsonb({"current_project": f"p{n}"}),))
-        except BaseException as exc:  # pragma: no cover - reported below
-            errors.append(exc)
+        with psycopg.connect(dsn, autocommit=True) as c:
+            for i in range(20):
+                c.execute("select memori.session_context_add_window('s1', 'conversation', %s, %s, 'session', "
+                          "'alice')", (Jsonb({"w": n, "i": i}), 1 + (n + i) % 10))
+            c.execute("select memori.business_context_update(%s, 'alice')",
+                      (Jsonb({"context_variables": None, "active_workflow": f"w{n}"}),))
+            c.execute("select memori.business_context_update(%s, 'alice')",
+                      (Jsonb({"current_project": f"p{n}"}),))
 
-    threads = [threading.Thread(target=worker, args=(n,)) for n in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert errors == []
+    assert run_threads(worker, 4) == []
     with psycopg.connect(dsn, autocommit=True) as conn:
         assert conn.execute("select count(*) from memori.context_windows").fetchone() == (5,)
         ctx = conn.execute("select memori.business_context_get('alice')").fetchone()[0]  # type: ignore[index]
