@@ -10,7 +10,7 @@ from typing import Annotated, Any, cast
 import typer
 from rich.table import Table
 
-from pymemdb.budget import Optimization
+from pymemdb.budget import Optimization, OptimizeOptions
 from pymemdb.cli._common import DsnOption, JsonOption, command, console, database, print_json, print_result
 from pymemdb.errors import InvalidArgument
 
@@ -48,6 +48,13 @@ def _read_chunks(path: str) -> list[dict[str, Any]]:
     if isinstance(doc, dict) and "chunks" in doc:
         doc = doc["chunks"]
     return cast("list[dict[str, Any]]", doc)  # the SQL rejects anything but an array of chunks
+
+
+def _options(reserve: int | None, category_budgets: bool, order: str, recency: str,
+             user: str | None) -> OptimizeOptions:
+    """The options optimize and stored share; --user also records the optimisation (persist)."""
+    return OptimizeOptions(reserve_tokens=reserve, category_budgets=category_budgets or None, order=order,
+                           recency_mode=recency, persist=user is not None, user_id=user)
 
 
 def _show(result: Optimization, as_json: bool, title: str) -> None:
@@ -99,8 +106,7 @@ def optimize(
     """Which chunks of a file fit TOKENS, by priority (memori.context_optimize)."""
     chunks = _read_chunks(file)
     with database(dsn) as db:
-        result = db.budget.optimize(chunks, tokens, reserve_tokens=reserve, category_budgets=category_budgets or None,
-                                    order=order, recency_mode=recency, persist=user is not None, user_id=user)
+        result = db.budget.optimize(chunks, tokens, **_options(reserve, category_budgets, order, recency, user))
     _show(result, as_json, f"{len(result.optimized_chunks)} of {len(chunks)} chunks fit")
 
 
@@ -118,9 +124,8 @@ def stored(
 ) -> None:
     """Which stored chunks of a session fit TOKENS (memori.context_optimize_stored)."""
     with database(dsn) as db:
-        result = db.budget.optimize_stored(session_id, tokens, reserve_tokens=reserve,
-                                           category_budgets=category_budgets or None, order=order,
-                                           recency_mode=recency, persist=user is not None, user_id=user)
+        result = db.budget.optimize_stored(session_id, tokens,
+                                           **_options(reserve, category_budgets, order, recency, user))
     _show(result, as_json, f"session {session_id}: {len(result.optimized_chunks)} chunks fit")
 
 
