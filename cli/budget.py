@@ -11,7 +11,8 @@ import typer
 from rich.table import Table
 
 from pymemdb.budget import Optimization, OptimizeOptions
-from pymemdb.cli._common import DsnOption, JsonOption, command, console, database, print_json, print_result
+from pymemdb.cli._common import DsnOption, JsonOption, command, database
+from pymemdb.cli._output import console, print_json, print_result
 from pymemdb.errors import InvalidArgument
 
 app = typer.Typer(help="Token budgets: which context chunks fit the model's window, by priority (seed 02).",

@@ -9,18 +9,8 @@ import typer
 from rich.table import Table
 
 from pymemdb.checkpoints import Checkpoint
-from pymemdb.cli._common import (
-    DsnOption,
-    JsonOption,
-    command,
-    console,
-    database,
-    fmt_time,
-    parse_json,
-    print_json,
-    print_result,
-    print_rows,
-)
+from pymemdb.cli._common import DsnOption, JsonOption, command, database, parse_json
+from pymemdb.cli._output import console, fmt_time, print_json, print_result, print_rows
 
 app = typer.Typer(help="Typed checkpoints with retention windows, milestones and versions (seed 01).",
                   no_args_is_help=True)

@@ -14,18 +14,8 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from pymemdb.cli._common import (
-    DsnOption,
-    JsonOption,
-    NowOption,
-    OneLineErrors,
-    command,
-    console,
-    database,
-    err_console,
-    fmt_time,
-    print_json,
-)
+from pymemdb.cli._common import DsnOption, JsonOption, NowOption, OneLineErrors, command, database
+from pymemdb.cli._output import console, err_console, fmt_time, print_json
 from pymemdb.errors import InvalidArgument
 from pymemdb.retention import CleanupBatch, CleanupRun
 

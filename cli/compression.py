@@ -15,17 +15,8 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from pymemdb.cli._common import (
-    DsnOption,
-    JsonOption,
-    command,
-    console,
-    database,
-    fmt_time,
-    parse_json,
-    print_json,
-    print_result,
-)
+from pymemdb.cli._common import DsnOption, JsonOption, command, database, parse_json
+from pymemdb.cli._output import console, fmt_time, print_json, print_result
 from pymemdb.compression.summarizers import ExtractiveSummarizer, OpenAISummarizer, Summarizer
 from pymemdb.errors import InvalidArgument
 

@@ -9,17 +9,8 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from pymemdb.cli._common import (
-    DsnOption,
-    JsonOption,
-    command,
-    console,
-    database,
-    fmt_time,
-    parse_json,
-    print_result,
-    print_rows,
-)
+from pymemdb.cli._common import DsnOption, JsonOption, command, database, parse_json
+from pymemdb.cli._output import console, fmt_time, print_result, print_rows
 from pymemdb.context import ContextValue, Scope
 
 app = typer.Typer(help="Scoped context (global, user, project, session) resolved most specific first (seed 01).",

@@ -10,7 +10,8 @@ import typer
 from rich.table import Table
 
 from pymemdb import embedded
-from pymemdb.cli._common import DsnOption, JsonOption, command, console, database, handle_errors, print_json, script_app
+from pymemdb.cli._common import DsnOption, JsonOption, command, database, handle_errors, script_app
+from pymemdb.cli._output import console, print_json
 from pymemdb.cli.budget import app as budget_app
 from pymemdb.cli.checkpoint import app as checkpoint_app
 from pymemdb.cli.compression import register as register_compression

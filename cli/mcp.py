@@ -8,7 +8,8 @@ from typing import Annotated
 
 import typer
 
-from pymemdb.cli._common import DsnOption, JsonOption, command, console, database, fmt_time, print_json, print_rows
+from pymemdb.cli._common import DsnOption, JsonOption, command, database
+from pymemdb.cli._output import console, fmt_time, print_json, print_rows
 from pymemdb.errors import InvalidArgument
 
 app = typer.Typer(help="The MCP memory server (stdio for desktop clients, streamable HTTP with bearer tokens).",

@@ -9,18 +9,8 @@ from typing import Annotated, cast
 
 import typer
 
-from pymemdb.cli._common import (
-    DsnOption,
-    JsonOption,
-    command,
-    console,
-    database,
-    fmt_time,
-    parse_json,
-    print_json,
-    print_result,
-    print_rows,
-)
+from pymemdb.cli._common import DsnOption, JsonOption, command, database, parse_json
+from pymemdb.cli._output import console, fmt_time, print_json, print_result, print_rows
 from pymemdb.types import TtlStatus
 
 app = typer.Typer(help="Memories and TTL'd session checkpoints (seed 05).", no_args_is_help=True)
