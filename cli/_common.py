@@ -1,61 +1,32 @@
-"""Shared CLI plumbing: the --dsn option, error reporting and exit codes, JSON output, whole piped output."""
+"""Shared CLI plumbing: exit codes and one-line errors, the shared options, command registration, the database,
+JSON input. What commands print is in cli/_output.py."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import sys
-from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
-from decimal import Decimal
 from functools import wraps
-from pathlib import Path
 from typing import Annotated, Any, ParamSpec, TypeVar
-from uuid import UUID
 
 import typer
-from rich.console import Console
-from rich.measure import Measurement
-from rich.table import Table
 from typer.core import TyperGroup
 
 import pymemdb
+
+# console, fmt_time, print_json, print_one and print_rows are re-exported (``as``): cli/vm*.py import them from here
+from pymemdb.cli._output import console as console
+from pymemdb.cli._output import err_console
+from pymemdb.cli._output import fmt_time as fmt_time
+from pymemdb.cli._output import print_json as print_json
+from pymemdb.cli._output import print_one as print_one
+from pymemdb.cli._output import print_rows as print_rows
 from pymemdb.errors import CleanupAlreadyRunning, InvalidArgument, PymemdbError
 
 # Exit codes (documented in README.md, CLI reference)
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_LOCKED = 0, 1, 2, 3
-
-class WholeConsole(Console):
-    """rich as usual on a terminal; piped or redirected, nothing is cut.
-
-    Off a terminal rich assumes 80 columns, so tables squeezed their cells
-    (``context_…``) and long lines broke (``db status``'s URL). There, text is
-    not wrapped and a table gets the width of its widest row.
-    """
-
-    def print(self, *objects: Any, **kwargs: Any) -> None:
-        if self.is_terminal:
-            super().print(*objects, **kwargs)
-            return
-        kwargs.setdefault("soft_wrap", True)
-        unbounded = self.options.update_width(1_000_000)
-        needed = max((Measurement.get(self, unbounded, o).maximum for o in objects if isinstance(o, Table)),
-                     default=0)
-        if needed <= self.width:
-            super().print(*objects, **kwargs)
-            return
-        kept = self._width
-        self.width = needed
-        try:
-            super().print(*objects, **kwargs)
-        finally:
-            self._width = kept
-
-
-console = WholeConsole()
-err_console = Console(stderr=True)
-
 
 class OneLineErrors(TyperGroup):
     """Bad command lines (unknown option, ``--now notatime``) are one ``error:`` line and exit 2, like bad input."""
@@ -132,6 +103,15 @@ def handle_errors(func: Callable[P, R]) -> Callable[P, R]:
     return wrapper
 
 
+def command(app: typer.Typer, name: str | None = None, **options: Any) -> Callable[[Callable[P, R]], Callable[P, R]]:
+    """``@command(app)``: register a command of ``app`` (``app.command``) that reports errors by handle_errors."""
+
+    def register(func: Callable[P, R]) -> Callable[P, R]:
+        return app.command(name, **options)(handle_errors(func))
+
+    return register
+
+
 @contextmanager
 def database(dsn: str | None) -> Iterator[pymemdb.Database]:
     db = pymemdb.connect(dsn, min_size=1, max_size=2)
@@ -141,55 +121,9 @@ def database(dsn: str | None) -> Iterator[pymemdb.Database]:
         db.close()
 
 
-def _jsonable(value: Any) -> Any:
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {k: _jsonable(v) for k, v in dataclasses.asdict(value).items()}
-    if isinstance(value, dict):
-        return {k: _jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, datetime):
-        return value.isoformat()
-    if isinstance(value, Decimal):
-        return float(value)
-    if isinstance(value, Path | UUID):
-        return str(value)
-    return value
-
-
-def print_json(value: Any) -> None:
-    sys.stdout.write(json.dumps(_jsonable(value), indent=2, sort_keys=False) + "\n")
-
-
-def rows_table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[str]], *,
-               right: Collection[str] = (), fold: bool = False) -> Table:
-    """A rich table: these columns (the ones in ``right`` right-aligned), one line per row; ``fold`` wraps long
-    words (ids, JSON) instead of cutting them short."""
-    table = Table(title=title)
-    for column in columns:
-        table.add_column(column, justify="right" if column in right else "left",
-                         overflow="fold" if fold else "ellipsis")
-    for row in rows:
-        table.add_row(*row)
-    return table
-
-
-def print_rows(items: Sequence[R], as_json: bool, title: str | None, columns: Sequence[str],
-               cells: Callable[[R], Sequence[str]], *, right: Collection[str] = (), fold: bool = False) -> None:
-    """A list command's output: the items as JSON with --json, else a table of ``cells(item)`` per item."""
-    if as_json:
-        print_json(items)
-        return
-    console.print(rows_table(title, columns, map(cells, items), right=right, fold=fold))
-
-
-def print_one(item: R, as_json: bool, line: Callable[[R], str]) -> None:
-    """A command's one result: as JSON with --json, else ``line(item)``."""
-    if as_json:
-        print_json(item)
-    else:
-        console.print(line(item))
-
-
-def fmt_time(value: datetime | None) -> str:
-    return "-" if value is None else value.strftime("%Y-%m-%d %H:%M:%S%z")
+def parse_json(raw: str, what: str, hint: str) -> Any:
+    """``raw`` parsed as JSON; not JSON is PM001 (exit 2) naming ``what`` (the option or argument), with ``hint``."""
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise InvalidArgument(f"{what} is not valid JSON: {exc.msg}", hint=hint) from None

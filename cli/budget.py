@@ -10,8 +10,9 @@ from typing import Annotated, Any, cast
 import typer
 from rich.table import Table
 
-from pymemdb.budget import Optimization
-from pymemdb.cli._common import DsnOption, JsonOption, console, database, handle_errors, print_json
+from pymemdb.budget import Optimization, OptimizeOptions
+from pymemdb.cli._common import DsnOption, JsonOption, command, database
+from pymemdb.cli._output import console, print_json, print_result
 from pymemdb.errors import InvalidArgument
 
 app = typer.Typer(help="Token budgets: which context chunks fit the model's window, by priority (seed 02).",
@@ -50,6 +51,13 @@ def _read_chunks(path: str) -> list[dict[str, Any]]:
     return cast("list[dict[str, Any]]", doc)  # the SQL rejects anything but an array of chunks
 
 
+def _options(reserve: int | None, category_budgets: bool, order: str, recency: str,
+             user: str | None) -> OptimizeOptions:
+    """The options optimize and stored share; --user also records the optimisation (persist)."""
+    return OptimizeOptions(reserve_tokens=reserve, category_budgets=category_budgets or None, order=order,
+                           recency_mode=recency, persist=user is not None, user_id=user)
+
+
 def _show(result: Optimization, as_json: bool, title: str) -> None:
     """An optimisation as JSON with --json, else as the allocation table."""
     if as_json:
@@ -83,8 +91,7 @@ def _render(result: Optimization, title: str) -> None:
                   + (f"; recorded as {result.optimization_id}" if result.optimization_id else ""))
 
 
-@app.command()
-@handle_errors
+@command(app)
 def optimize(
     file: Annotated[str, typer.Option("--file", "-f", help="JSON array of chunks, or {\"chunks\": [...]}; - = stdin.",
                                       show_default=False)],
@@ -100,13 +107,11 @@ def optimize(
     """Which chunks of a file fit TOKENS, by priority (memori.context_optimize)."""
     chunks = _read_chunks(file)
     with database(dsn) as db:
-        result = db.budget.optimize(chunks, tokens, reserve_tokens=reserve, category_budgets=category_budgets or None,
-                                    order=order, recency_mode=recency, persist=user is not None, user_id=user)
+        result = db.budget.optimize(chunks, tokens, **_options(reserve, category_budgets, order, recency, user))
     _show(result, as_json, f"{len(result.optimized_chunks)} of {len(chunks)} chunks fit")
 
 
-@app.command()
-@handle_errors
+@command(app)
 def stored(
     session_id: Annotated[str, typer.Argument(help="Session whose stored chunks are ranked.")],
     tokens: TokensOption = 32000,
@@ -120,14 +125,12 @@ def stored(
 ) -> None:
     """Which stored chunks of a session fit TOKENS (memori.context_optimize_stored)."""
     with database(dsn) as db:
-        result = db.budget.optimize_stored(session_id, tokens, reserve_tokens=reserve,
-                                           category_budgets=category_budgets or None, order=order,
-                                           recency_mode=recency, persist=user is not None, user_id=user)
+        result = db.budget.optimize_stored(session_id, tokens,
+                                           **_options(reserve, category_budgets, order, recency, user))
     _show(result, as_json, f"session {session_id}: {len(result.optimized_chunks)} chunks fit")
 
 
-@app.command()
-@handle_errors
+@command(app)
 def add(
     session_id: Annotated[str, typer.Argument(help="Session the chunks belong to.")],
     user: Annotated[str, typer.Option("--user", help="Owner of the chunks.")],
@@ -139,14 +142,11 @@ def add(
     chunks = _read_chunks(file)
     with database(dsn) as db:
         added = db.budget.add_many(session_id, chunks, user_id=user)
-    if as_json:
-        print_json(added)
-    else:
-        console.print(f"stored {len(added)} chunks ({sum(a.tokens for a in added):,} tokens) in session {session_id}")
+    print_result(added, as_json,
+                 f"stored {len(added)} chunks ({sum(a.tokens for a in added):,} tokens) in session {session_id}")
 
 
-@app.command()
-@handle_errors
+@command(app)
 def estimate(
     text: Annotated[str, typer.Argument(help="Text to estimate; - reads stdin.")],
     content_type: Annotated[str, typer.Option("--type", help="general, business, code or auto.")] = "general",

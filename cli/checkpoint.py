@@ -9,19 +9,15 @@ import typer
 from rich.table import Table
 
 from pymemdb.checkpoints import Checkpoint
-from pymemdb.cli._common import DsnOption, JsonOption, console, database, fmt_time, handle_errors, print_json
-from pymemdb.errors import InvalidArgument
+from pymemdb.cli._common import DsnOption, JsonOption, command, database, parse_json
+from pymemdb.cli._output import console, fmt_time, print_json, print_result, print_rows
 
 app = typer.Typer(help="Typed checkpoints with retention windows, milestones and versions (seed 01).",
                   no_args_is_help=True)
 
 
 def _json_object(raw: str, option: str) -> dict[str, object]:
-    try:
-        value = json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise InvalidArgument(f"{option} is not valid JSON: {exc.msg}",
-                              hint=f'Pass a JSON object, e.g. {option} \'{{"step": 1}}\'.') from None
+    value = parse_json(raw, option, f'Pass a JSON object, e.g. {option} \'{{"step": 1}}\'.')
     return cast(dict[str, object], value)  # the SQL rejects non-objects with PM001
 
 
@@ -35,8 +31,7 @@ def _table(rows: list[Checkpoint], title: str) -> Table:
     return table
 
 
-@app.command()
-@handle_errors
+@command(app)
 def create(
     session_id: Annotated[str, typer.Argument(help="Session id.")],
     user_id: Annotated[str, typer.Argument(help="User id.")],
@@ -55,15 +50,11 @@ def create(
     with database(dsn) as db:
         row = db.checkpoints.create(session_id, user_id, type, title, _json_object(data, "--data"),
                                     description=description, tags=tags or (), retention_days=retention_days)
-    if as_json:
-        print_json(row)
-    else:
-        console.print(f"created {row.checkpoint_type} checkpoint {row.id}: priority {row.priority}, "
-                      f"expires {fmt_time(row.expires_at)}")
+    print_result(row, as_json, f"created {row.checkpoint_type} checkpoint {row.id}: priority {row.priority}, "
+                               f"expires {fmt_time(row.expires_at)}")
 
 
-@app.command()
-@handle_errors
+@command(app)
 def get(
     checkpoint_id: Annotated[str, typer.Argument(help="Checkpoint id (uuid).")],
     dsn: DsnOption = None,
@@ -82,8 +73,7 @@ def get(
     console.print_json(json.dumps(row.data))
 
 
-@app.command("list")
-@handle_errors
+@command(app, "list")
 def list_(
     session_id: Annotated[str | None, typer.Option("--session")] = None,
     user_id: Annotated[str | None, typer.Option("--user")] = None,
@@ -98,14 +88,10 @@ def list_(
     with database(dsn) as db:
         rows = db.checkpoints.query(session_id=session_id, user_id=user_id, type=type, tags=tags,
                                     include_expired=include_expired, limit=limit)
-    if as_json:
-        print_json(rows)
-    else:
-        console.print(_table(rows, "checkpoints"))
+    print_result(rows, as_json, _table(rows, "checkpoints"))
 
 
-@app.command()
-@handle_errors
+@command(app)
 def status(
     checkpoint_ids: Annotated[list[str] | None, typer.Argument(help="Checkpoint ids (default: all).")] = None,
     dsn: DsnOption = None,
@@ -114,20 +100,13 @@ def status(
     """Expiry status: active, expiring_soon or expired, days left, and whether cleanup may take it."""
     with database(dsn) as db:
         rows = db.checkpoints.status(checkpoint_ids or None)
-    if as_json:
-        print_json(rows)
-        return
-    table = Table(title="memori.checkpoint_expiry_status")
-    for column in ("id", "type", "status", "days left", "expires", "should cleanup"):
-        table.add_column(column, no_wrap=True)
-    for r in rows:
-        table.add_row(str(r.checkpoint_id), r.checkpoint_type, r.status, str(r.days_until_expiry),
-                      fmt_time(r.expires_at), "yes" if r.should_cleanup else "no")
-    console.print(table)
+    print_rows(rows, as_json, "memori.checkpoint_expiry_status",
+               ("id", "type", "status", "days left", "expires", "should cleanup"),
+               lambda r: (str(r.checkpoint_id), r.checkpoint_type, r.status, str(r.days_until_expiry),
+                          fmt_time(r.expires_at), "yes" if r.should_cleanup else "no"), no_wrap=True)
 
 
-@app.command()
-@handle_errors
+@command(app)
 def preserve(
     checkpoint_id: Annotated[str, typer.Argument(help="Checkpoint id.")],
     release: Annotated[bool, typer.Option("--release", help="Let cleanup take it once expired.")] = False,
@@ -139,8 +118,7 @@ def preserve(
     console.print(f"checkpoint {row.id}: preserve_important = {row.preserve_important}")
 
 
-@app.command()
-@handle_errors
+@command(app)
 def stats(
     user_id: Annotated[str | None, typer.Option("--user")] = None,
     dsn: DsnOption = None,
@@ -149,21 +127,14 @@ def stats(
     """Counts by type and status, raw and stored bytes, next expiry (memori.checkpoint_stats)."""
     with database(dsn) as db:
         rows = db.checkpoints.stats(user_id=user_id)
-    if as_json:
-        print_json(rows)
-        return
-    table = Table(title="memori.checkpoint_stats")
-    for column in ("type", "total", "active", "expiring soon", "expired", "preserved", "raw bytes", "stored bytes",
-                   "next expiry"):
-        table.add_column(column, justify="left" if column in ("type", "next expiry") else "right")
-    for r in rows:
-        table.add_row(r.checkpoint_type, str(r.total), str(r.active), str(r.expiring_soon), str(r.expired),
-                      str(r.preserved), str(r.raw_bytes), str(r.stored_bytes), fmt_time(r.next_expiry))
-    console.print(table)
+    counts = ("total", "active", "expiring soon", "expired", "preserved", "raw bytes", "stored bytes")
+    print_rows(rows, as_json, "memori.checkpoint_stats", ("type", *counts, "next expiry"),
+               lambda r: (r.checkpoint_type, str(r.total), str(r.active), str(r.expiring_soon), str(r.expired),
+                          str(r.preserved), str(r.raw_bytes), str(r.stored_bytes), fmt_time(r.next_expiry)),
+               right=counts)
 
 
-@app.command()
-@handle_errors
+@command(app)
 def versions(
     checkpoint_id: Annotated[str, typer.Argument(help="Checkpoint id.")],
     show: Annotated[int | None, typer.Option("--show", help="Print the data of this version.")] = None,

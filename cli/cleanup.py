@@ -14,18 +14,8 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from pymemdb.cli._common import (
-    DsnOption,
-    JsonOption,
-    NowOption,
-    OneLineErrors,
-    console,
-    database,
-    err_console,
-    fmt_time,
-    handle_errors,
-    print_json,
-)
+from pymemdb.cli._common import DsnOption, JsonOption, NowOption, OneLineErrors, command, database
+from pymemdb.cli._output import console, err_console, fmt_time, print_json
 from pymemdb.errors import InvalidArgument
 from pymemdb.retention import CleanupBatch, CleanupRun
 
@@ -65,8 +55,7 @@ def main(ctx: typer.Context) -> None:
         preview(dsn=None, limit=0, max_rows=None, now=None, as_json=False)
 
 
-@app.command()
-@handle_errors
+@command(app)
 def preview(
     dsn: DsnOption = None,
     limit: Annotated[int, typer.Option("--limit", help="Also list the first N rows in deletion order.")] = 0,
@@ -102,8 +91,7 @@ def preview(
         console.print(rows)
 
 
-@app.command()
-@handle_errors
+@command(app)
 def execute(
     dsn: DsnOption = None,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
@@ -154,8 +142,7 @@ def execute(
                       "left for the next run")
 
 
-@app.command()
-@handle_errors
+@command(app)
 def schedule(
     cron: Annotated[str, typer.Argument(help="pg_cron schedule, e.g. '0 3 * * *' (UTC).")] = "0 3 * * *",
     job_name: JobNameOption = "memori-cleanup",
@@ -170,8 +157,7 @@ def schedule(
     console.print(f"scheduled pg_cron job {job_id} ({job_name}) '{cron}' in database {where}; next run {next_run}")
 
 
-@app.command()
-@handle_errors
+@command(app)
 def unschedule(job_name: JobNameOption = "memori-cleanup", dsn: DsnOption = None) -> None:
     """Remove the pg_cron cleanup job."""
     with database(dsn) as db:
@@ -179,8 +165,7 @@ def unschedule(job_name: JobNameOption = "memori-cleanup", dsn: DsnOption = None
     console.print(f"removed pg_cron job {job_name}" if removed else f"no pg_cron job named {job_name}")
 
 
-@app.command()
-@handle_errors
+@command(app)
 def status(
     dsn: DsnOption = None,
     runs: Annotated[int, typer.Option("--runs", help="How many recent runs to show.")] = 5,

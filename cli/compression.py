@@ -15,7 +15,8 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from pymemdb.cli._common import DsnOption, JsonOption, console, database, fmt_time, handle_errors, print_json
+from pymemdb.cli._common import DsnOption, JsonOption, command, database, parse_json
+from pymemdb.cli._output import console, fmt_time, print_json, print_result
 from pymemdb.compression.summarizers import ExtractiveSummarizer, OpenAISummarizer, Summarizer
 from pymemdb.errors import InvalidArgument
 
@@ -32,8 +33,7 @@ SystemOption = Annotated[
 ]
 
 
-@app.command()
-@handle_errors
+@command(app)
 def status(
     session_id: SessionArg,
     context_size: ContextOption = None,
@@ -77,8 +77,7 @@ def _summarizer(llm_url: str | None, model: str | None, api_key_env: str | None)
     return OpenAISummarizer(llm_url, model, api_key=api_key)
 
 
-@app.command()
-@handle_errors
+@command(app)
 def compress(
     session_id: SessionArg,
     context_size: ContextOption = None,
@@ -113,8 +112,7 @@ def compress(
                   f"{a.checkpoint_tokens:,} tokens, conversation {a.used_tokens:,}")
 
 
-@app.command()
-@handle_errors
+@command(app)
 def export(
     session_id: SessionArg,
     output: Annotated[Path | None, typer.Option("--output", "-o", help="File to write (default: stdout).")] = None,
@@ -135,8 +133,7 @@ def export(
         console.print(f"wrote {len(document['messages'])} messages to {output}", markup=False)
 
 
-@app.command()
-@handle_errors
+@command(app)
 def snapshot(
     session_id: SessionArg,
     list_: Annotated[bool, typer.Option("--list", help="List the session's snapshots instead.")] = False,
@@ -147,11 +144,7 @@ def snapshot(
     """Snapshot the session's active state (memori.snapshot_create), or --list its snapshots."""
     meta = None
     if metadata is not None:
-        try:
-            meta = json.loads(metadata)
-        except json.JSONDecodeError as exc:
-            raise InvalidArgument(f"--metadata is not valid JSON: {exc.msg}",
-                                  hint='Pass a JSON object, e.g. --metadata \'{"model": "llama3.2:3b"}\'.') from None
+        meta = parse_json(metadata, "--metadata", 'Pass a JSON object, e.g. --metadata \'{"model": "llama3.2:3b"}\'.')
     with database(dsn) as db:
         if list_:
             rows = db.snapshots.list(session_id)
@@ -169,8 +162,7 @@ def snapshot(
     console.print(table)
 
 
-@app.command()
-@handle_errors
+@command(app)
 def restore(
     snapshot_id: Annotated[str, typer.Argument(help="Snapshot id (pymemdb compression snapshot SESSION --list).")],
     dsn: DsnOption = None,
@@ -179,11 +171,8 @@ def restore(
     """Restore a session's active state from a snapshot; the replaced state is snapshotted first."""
     with database(dsn) as db:
         pre = db.snapshots.restore(snapshot_id)
-    if as_json:
-        print_json(pre)
-        return
-    console.print(f"restored session {pre.session_id} from {snapshot_id}; the replaced state is snapshot {pre.id} "
-                  f"(pymemdb compression restore {pre.id} undoes this)", markup=False)
+    print_result(pre, as_json, f"restored session {pre.session_id} from {snapshot_id}; the replaced state is snapshot "
+                               f"{pre.id} (pymemdb compression restore {pre.id} undoes this)", markup=False)
 
 
 def register(parent: typer.Typer) -> None:

@@ -9,9 +9,9 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from pymemdb.cli._common import DsnOption, JsonOption, console, database, fmt_time, handle_errors, print_json
+from pymemdb.cli._common import DsnOption, JsonOption, command, database, parse_json
+from pymemdb.cli._output import console, fmt_time, print_result, print_rows
 from pymemdb.context import ContextValue, Scope
-from pymemdb.errors import InvalidArgument
 
 app = typer.Typer(help="Scoped context (global, user, project, session) resolved most specific first (seed 01).",
                   no_args_is_help=True)
@@ -23,11 +23,7 @@ ScopeOption = Annotated[str, typer.Option("--scope", help="global, user, project
 
 
 def _json(raw: str, what: str) -> Any:
-    try:
-        return json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise InvalidArgument(f"{what} is not valid JSON: {exc.msg}",
-                              hint='Pass JSON, e.g. \'"dark"\', 42 or \'{"mode": "dark"}\'.') from None
+    return parse_json(raw, what, 'Pass JSON, e.g. \'"dark"\', 42 or \'{"mode": "dark"}\'.')
 
 
 def _values_table(values: list[ContextValue], title: str) -> Table:
@@ -39,8 +35,7 @@ def _values_table(values: list[ContextValue], title: str) -> Table:
     return table
 
 
-@app.command("set")
-@handle_errors
+@command(app, "set")
 def set_(
     key: Annotated[str, typer.Argument(help="Key.")],
     value: Annotated[str, typer.Argument(help="Value as JSON.")],
@@ -58,14 +53,10 @@ def set_(
     with database(dsn) as db:
         row = db.context.set(key, _json(value, "VALUE"), type=type, scope=scope,
                              who=Scope(user, project, session), ttl_ms=ttl_ms)
-    if as_json:
-        print_json(row)
-    else:
-        console.print(f"set {row.key} at scope {row.scope} ({row.type}), expires {fmt_time(row.expires_at)}")
+    print_result(row, as_json, f"set {row.key} at scope {row.scope} ({row.type}), expires {fmt_time(row.expires_at)}")
 
 
-@app.command()
-@handle_errors
+@command(app)
 def get(
     key: Annotated[str, typer.Argument(help="Key.")],
     user: UserOption,
@@ -80,14 +71,10 @@ def get(
     if row is None:
         console.print(f"no value for {key!r}")
         raise typer.Exit(1)
-    if as_json:
-        print_json(row)
-    else:
-        console.print(f"{json.dumps(row.value)}  (from scope {row.scope})", markup=False, highlight=False)
+    print_result(row, as_json, f"{json.dumps(row.value)}  (from scope {row.scope})", markup=False, highlight=False)
 
 
-@app.command()
-@handle_errors
+@command(app)
 def resolve(
     user: UserOption,
     project: ProjectOption = None,
@@ -99,14 +86,11 @@ def resolve(
     """Every visible key resolved, as one merged view (memori.context_resolve)."""
     with database(dsn) as db:
         values = db.context.resolve(Scope(user, project, session), prefix=prefix)
-    if as_json:
-        print_json({v.key: {"value": v.value, "scope": v.scope} for v in values})
-    else:
-        console.print(_values_table(values, "resolved context"))
+    print_result({v.key: {"value": v.value, "scope": v.scope} for v in values}, as_json,
+                 _values_table(values, "resolved context"))
 
 
-@app.command("list")
-@handle_errors
+@command(app, "list")
 def list_(
     user: UserOption,
     project: ProjectOption = None,
@@ -124,14 +108,10 @@ def list_(
         values = db.context.search(Scope(user, project, session), key_pattern=key_pattern,
                                    value_contains=None if contains is None else _json(contains, "--contains"),
                                    scopes=scopes, types=types, limit=limit)
-    if as_json:
-        print_json(values)
-    else:
-        console.print(_values_table(values, "context entries"))
+    print_result(values, as_json, _values_table(values, "context entries"))
 
 
-@app.command()
-@handle_errors
+@command(app)
 def delete(
     key: Annotated[str, typer.Argument(help="Key.")],
     user: UserOption,
@@ -148,8 +128,7 @@ def delete(
         raise typer.Exit(1)
 
 
-@app.command()
-@handle_errors
+@command(app)
 def stats(
     user: UserOption,
     project: ProjectOption = None,
@@ -161,13 +140,7 @@ def stats(
     """Visible entries by scope and by type: total, active, expiring soon, expired, bytes."""
     with database(dsn) as db:
         rows = db.context.stats(Scope(user, project, session), within=timedelta(minutes=within_minutes))
-    if as_json:
-        print_json(rows)
-        return
-    table = Table(title="memori.context_stats")
-    for column in ("by", "name", "total", "active", "expiring_soon", "expired", "bytes"):
-        table.add_column(column, justify="left" if column in ("by", "name") else "right")
-    for r in rows:
-        table.add_row(r.dimension, r.name, str(r.total), str(r.active), str(r.expiring_soon), str(r.expired),
-                      str(r.value_bytes))
-    console.print(table)
+    counts = ("total", "active", "expiring_soon", "expired", "bytes")
+    print_rows(rows, as_json, "memori.context_stats", ("by", "name", *counts),
+               lambda r: (r.dimension, r.name, str(r.total), str(r.active), str(r.expiring_soon), str(r.expired),
+                          str(r.value_bytes)), right=counts)

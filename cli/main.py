@@ -10,15 +10,8 @@ import typer
 from rich.table import Table
 
 from pymemdb import embedded
-from pymemdb.cli._common import (
-    DsnOption,
-    JsonOption,
-    console,
-    database,
-    handle_errors,
-    print_json,
-    script_app,
-)
+from pymemdb.cli._common import DsnOption, JsonOption, command, database, handle_errors, script_app
+from pymemdb.cli._output import console, print_json
 from pymemdb.cli.budget import app as budget_app
 from pymemdb.cli.checkpoint import app as checkpoint_app
 from pymemdb.cli.compression import register as register_compression
@@ -47,8 +40,7 @@ app.add_typer(bench_app, name="bench")
 
 
 # -- init ---------------------------------------------------------------------
-@app.command()
-@handle_errors
+@command(app)
 def init(
     dsn: DsnOption = None,
     sql: Annotated[
@@ -105,8 +97,7 @@ def _print_distribution(dsn: str) -> None:
 
 
 # -- db -----------------------------------------------------------------------
-@db_app.command("start")
-@handle_errors
+@command(db_app, "start")
 def db_start() -> None:
     """Start the embedded server (or find it running) and install or upgrade the schema."""
     embedded.start_installed()
@@ -114,15 +105,13 @@ def db_start() -> None:
     console.print(f"running: pid {state.pid}, data {state.data_dir}")
 
 
-@db_app.command("stop")
-@handle_errors
+@command(db_app, "stop")
 def db_stop() -> None:
     """Stop the embedded server."""
     console.print("stopped" if embedded.stop() else "not running")
 
 
-@db_app.command("status")
-@handle_errors
+@command(db_app, "status")
 def db_status(as_json: JsonOption = False) -> None:
     """Is the embedded server running, where is its data, what is its URL."""
     state = embedded.status()
@@ -136,8 +125,7 @@ def db_status(as_json: JsonOption = False) -> None:
         raise typer.Exit(1)
 
 
-@db_app.command("url")
-@handle_errors
+@command(db_app, "url")
 def db_url() -> None:
     """Print the embedded server's URL, starting it and installing or upgrading the schema if needed.
 
@@ -167,8 +155,7 @@ def demo(
     run_demo(dsn, keep=keep, console=console)
 
 
-@demo_app.command("vm")
-@handle_errors
+@command(demo_app, "vm")
 def demo_vm(
     dsn: DsnOption = None,
     keep: Annotated[bool, typer.Option("--keep", help="Keep the pymemdb_demo_vm database afterwards.")] = False,
@@ -244,7 +231,7 @@ def _register_bench(suite: BenchSuite) -> None:
     """Declare ``pymemdb bench <suite.name>``: --rows (the suite's default), --dsn, --json, --seed."""
 
     # --rows is given as a default (not in Annotated) because its default and help differ per suite
-    def command(
+    def run_suite(
         rows: int = typer.Option(suite.rows, "--rows", help=suite.rows_help),
         dsn: DsnOption = None,
         as_json: JsonOption = False,
@@ -253,8 +240,8 @@ def _register_bench(suite: BenchSuite) -> None:
         _bench(suite.name, dsn, rows, seed, as_json)
 
     extra = "\n\nNeeds the bench extra: pip install 'pymemdb\\[bench]'." if suite.needs_bench_extra else ""
-    command.__name__ = command.__qualname__ = f"bench_{suite.name}"
-    bench_app.command(suite.name, help=suite.help + extra)(handle_errors(command))
+    run_suite.__name__ = run_suite.__qualname__ = f"bench_{suite.name}"
+    command(bench_app, suite.name, help=suite.help + extra)(run_suite)
 
 
 for _suite in BENCH_SUITES:

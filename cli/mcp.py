@@ -8,16 +8,8 @@ from typing import Annotated
 
 import typer
 
-from pymemdb.cli._common import (
-    DsnOption,
-    JsonOption,
-    console,
-    database,
-    fmt_time,
-    handle_errors,
-    print_json,
-    print_rows,
-)
+from pymemdb.cli._common import DsnOption, JsonOption, command, database
+from pymemdb.cli._output import console, fmt_time, print_json, print_rows
 from pymemdb.errors import InvalidArgument
 
 app = typer.Typer(help="The MCP memory server (stdio for desktop clients, streamable HTTP with bearer tokens).",
@@ -49,8 +41,7 @@ def _embedder(choice: EmbedderChoice, model: str | None) -> object | None:
     return SentenceTransformerEmbedder(model) if model else SentenceTransformerEmbedder()
 
 
-@app.command()
-@handle_errors
+@command(app)
 def serve(
     transport: Annotated[Transport, typer.Argument(help="stdio (one user, fixed by --user) or http (bearer tokens).")]
     = Transport.stdio,
@@ -93,8 +84,7 @@ def serve(
             serve_http(memori, host=host, port=port, path=path, public_url=public_url)
 
 
-@token_app.command("create")
-@handle_errors
+@command(token_app, "create")
 def token_create(
     user: Annotated[str, typer.Argument(help="The user the token acts for.")],
     name: Annotated[str, typer.Option("--name", help="A name for the token (unique among the user's active ones).")]
@@ -119,8 +109,7 @@ def token_create(
                   markup=False, style="dim")
 
 
-@token_app.command("list")
-@handle_errors
+@command(token_app, "list")
 def token_list(
     user: Annotated[str | None, typer.Option("--user", help="Only this user's tokens.", show_default=False)] = None,
     include_inactive: Annotated[bool, typer.Option("--all", help="Include expired and revoked tokens.")] = False,
@@ -135,8 +124,7 @@ def token_list(
                           fmt_time(t.last_used_at)))
 
 
-@token_app.command("revoke")
-@handle_errors
+@command(token_app, "revoke")
 def token_revoke(
     user: Annotated[str | None, typer.Option("--user", help="The token's user (with --name).",
                                              show_default=False)] = None,

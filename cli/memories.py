@@ -5,22 +5,12 @@
 
 from __future__ import annotations
 
-import json
 from typing import Annotated, cast
 
 import typer
 
-from pymemdb.cli._common import (
-    DsnOption,
-    JsonOption,
-    console,
-    database,
-    fmt_time,
-    handle_errors,
-    print_json,
-    print_rows,
-)
-from pymemdb.errors import InvalidArgument
+from pymemdb.cli._common import DsnOption, JsonOption, command, database, parse_json
+from pymemdb.cli._output import console, fmt_time, print_json, print_result, print_rows
 from pymemdb.types import TtlStatus
 
 app = typer.Typer(help="Memories and TTL'd session checkpoints (seed 05).", no_args_is_help=True)
@@ -36,16 +26,11 @@ def ttl_cells(r: TtlStatus) -> tuple[str, str, str, str]:
 def _metadata(raw: str | None) -> dict[str, object] | None:
     if raw is None:
         return None
-    try:
-        value = json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise InvalidArgument(f"--metadata is not valid JSON: {exc.msg}",
-                              hint='Pass a JSON object, e.g. --metadata \'{"task": "api"}\'.') from None
+    value = parse_json(raw, "--metadata", 'Pass a JSON object, e.g. --metadata \'{"task": "api"}\'.')
     return cast("dict[str, object]", value)  # the SQL function refuses anything but an object
 
 
-@app.command("save-checkpoint")
-@handle_errors
+@command(app, "save-checkpoint")
 def memory_save_checkpoint(
     skill: Annotated[str, typer.Argument(help="Skill id (skill:api-builder) or short name (api).")],
     user_id: Annotated[str, typer.Argument(help="The agent user; also the legacy namespace.")],
@@ -57,15 +42,11 @@ def memory_save_checkpoint(
     """Save a session checkpoint with the skill's TTL (memori.session_checkpoint_save)."""
     with database(dsn) as db:
         row = db.memories.save_session_checkpoint(skill, user_id, content, _metadata(metadata))
-    if as_json:
-        print_json(row)
-    else:
-        expiry = fmt_time(row.expires_at) if row.expires_at else "never"
-        console.print(f"saved memory {row.id} in {row.user_id}, expires {expiry}")
+    expiry = fmt_time(row.expires_at) if row.expires_at else "never"
+    print_result(row, as_json, f"saved memory {row.id} in {row.user_id}, expires {expiry}")
 
 
-@app.command("load-checkpoint")
-@handle_errors
+@command(app, "load-checkpoint")
 def memory_load_checkpoint(
     skill: Annotated[str, typer.Argument(help="Skill id or short name.")],
     user_id: Annotated[str, typer.Argument(help="The agent user.")],
@@ -85,8 +66,7 @@ def memory_load_checkpoint(
         console.print(row.content, markup=False)
 
 
-@app.command("list")
-@handle_errors
+@command(app, "list")
 def memory_list(
     namespace: Annotated[str, typer.Argument(help="Namespace (memories.user_id).")],
     limit: Annotated[int, typer.Option("--limit")] = 20,
@@ -100,8 +80,7 @@ def memory_list(
                lambda r: (str(r.id), fmt_time(r.created_at), fmt_time(r.expires_at), r.category, r.content[:60]))
 
 
-@app.command("ttl-status")
-@handle_errors
+@command(app, "ttl-status")
 def memory_ttl_status(dsn: DsnOption = None, as_json: JsonOption = False) -> None:
     """Per namespace: permanent, active TTL and expired memories (memori.ttl_status)."""
     with database(dsn) as db:

@@ -132,7 +132,7 @@ def region_show(region_id: RegionArg, limit: Annotated[int, typer.Option("--limi
     with database(dsn) as db:
         found = db.vm_fork.region_pages(region_id, user_id=user_id, limit=limit)
     print_rows(found, as_json, f"{len(found)} pages in {region_id}", ("owner", "session", "page", "type", "content"),
-               lambda p: (p.owner, p.session_id, p.page_id, p.page_type, p.content or ""), fold=True)
+               lambda p: (p.owner, p.session_id, p.page_id, p.page_type, p.content or ""), overflow="fold")
 
 
 @region_app.command("list")

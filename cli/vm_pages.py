@@ -129,7 +129,8 @@ def history(session_id: SessionArg, page_id: PageArg, dsn: DsnOption = None, as_
                lambda m: (str(m.id), fmt_time(m.at), str(m.turn), m.mutation_type,
                           f"{m.tier_before or '-'} → {m.tier_after}",
                           f"{'-' if m.level_before is None else m.level_before} → "
-                          f"{'-' if m.level_after is None else m.level_after}", m.actor, m.cause or ""), fold=True)
+                          f"{'-' if m.level_after is None else m.level_after}", m.actor, m.cause or ""),
+               overflow="fold")
 
 
 @app.command()
@@ -179,4 +180,4 @@ def search(
     print_rows(found, as_json, f"{len(found)} of {at_least}{total} matching pages ({mode})",
                ("page", "session", "modality", "tier", "levels", "relevance", "hint"),
                lambda r: (r.page_id, r.session_id, r.modality, r.tier, ",".join(map(str, r.levels)),
-                          f"{r.relevance:.4f}", r.hint), fold=True)
+                          f"{r.relevance:.4f}", r.hint), overflow="fold")

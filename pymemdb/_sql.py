@@ -10,12 +10,21 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
 from psycopg import sql
 from psycopg.adapt import PyFormat
+from psycopg.types.json import Jsonb
+
+if TYPE_CHECKING:
+    from pymemdb.db import Database
 
 T = TypeVar("T")
+
+# Parameters most functions take, declared once: (name, SQL type for the cast).
+NOW = ("p_now", "timestamptz")
+USER_ID = ("p_user_id", "text")
+SESSION_ID = ("p_session_id", "text")
 
 REGISTRY: list[SqlFunction[Any]] = []
 
@@ -98,3 +107,15 @@ def scalar(name: str, *params: tuple[str, str], result: type[T]) -> Scalar[T]:
 def given(**kwargs: Any) -> dict[str, Any]:
     """Drop arguments left at None so the SQL defaults apply."""
     return {k: v for k, v in kwargs.items() if v is not None}
+
+
+def jsonb(value: Any) -> Jsonb | None:
+    """``value`` as a jsonb argument; None stays None, so given() leaves it out and the SQL default applies."""
+    return None if value is None else Jsonb(value)
+
+
+class Room:
+    """A concern's client (``db.memories``, ``db.budget``, ...): one-call wrappers over ``self._db.call``."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db

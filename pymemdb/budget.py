@@ -10,16 +10,13 @@ import builtins
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, TypedDict, Unpack
+from typing import Any, TypedDict, Unpack
 from uuid import UUID
 
 from psycopg.types.json import Jsonb
 
-from pymemdb._sql import given, one, rows, scalar
+from pymemdb._sql import NOW, SESSION_ID, USER_ID, Room, given, one, rows, scalar
 from pymemdb.errors import InvalidArgument, from_diagnostics
-
-if TYPE_CHECKING:
-    from pymemdb.db import Database
 
 
 # -- results ------------------------------------------------------------------------
@@ -136,26 +133,19 @@ class OptimizationRow:
 # -- declarations -------------------------------------------------------------------
 ESTIMATE_TOKENS = scalar("estimate_tokens", ("p_text", "text"), ("p_content_type", "text"), result=int)
 BUSINESS_BOOST = scalar("business_boost", ("p_metadata", "jsonb"), result=float)
-CHUNK_PRIORITY = scalar(
-    "chunk_priority", ("p_chunk", "jsonb"), ("p_now", "timestamptz"), ("p_options", "jsonb"), result=float
-)
+CHUNK_PRIORITY = scalar("chunk_priority", ("p_chunk", "jsonb"), NOW, ("p_options", "jsonb"), result=float)
 CONTEXT_OPTIMIZE = one(
-    "context_optimize",
-    ("p_chunks", "jsonb"), ("p_available_tokens", "integer"), ("p_options", "jsonb"), ("p_now", "timestamptz"),
+    "context_optimize", ("p_chunks", "jsonb"), ("p_available_tokens", "integer"), ("p_options", "jsonb"), NOW,
     result=OptimizationRow,
 )
 CONTEXT_OPTIMIZE_STORED = one(
-    "context_optimize_stored",
-    ("p_session_id", "text"), ("p_available_tokens", "integer"), ("p_options", "jsonb"), ("p_now", "timestamptz"),
+    "context_optimize_stored", SESSION_ID, ("p_available_tokens", "integer"), ("p_options", "jsonb"), NOW,
     result=OptimizationRow,
 )
 CHUNK_ADD_MANY = rows(
-    "chunk_add_many",
-    ("p_session_id", "text"), ("p_chunks", "jsonb"), ("p_user_id", "text"), ("p_ttl", "interval"),
-    ("p_now", "timestamptz"),
-    result=ChunkAdded,
+    "chunk_add_many", SESSION_ID, ("p_chunks", "jsonb"), USER_ID, ("p_ttl", "interval"), NOW, result=ChunkAdded,
 )
-CHUNK_CLEAR = scalar("chunk_clear", ("p_session_id", "text"), result=int)
+CHUNK_CLEAR = scalar("chunk_clear", SESSION_ID, result=int)
 
 CHUNK_TYPES = (
     "system_prompt", "current_user_prompt", "critical_rag_document", "tool_output", "tool_input",
@@ -223,10 +213,7 @@ def _reported(options: OptimizeOptions, **more: Any) -> Jsonb:
     return Jsonb(_options(**options, **more, on_error="report"))
 
 
-class Budget:
-    def __init__(self, db: Database) -> None:
-        self._db = db
-
+class Budget(Room):
     def estimate_tokens(self, text: str, content_type: str | None = None) -> int:
         """memori.estimate_tokens: ceil(length / chars per token) of general, business, code or auto text."""
         return self._db.call(

@@ -7,15 +7,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from uuid import UUID
 
 from psycopg.types.json import Jsonb
 
-from pymemdb._sql import given, maybe, one, rows, scalar
-
-if TYPE_CHECKING:
-    from pymemdb.db import Database
+from pymemdb._sql import NOW, SESSION_ID, USER_ID, Room, given, jsonb, maybe, one, rows, scalar
 
 
 @dataclass(frozen=True)
@@ -88,44 +85,27 @@ class CheckpointStatus:
     should_cleanup: bool
 
 CHECKPOINT_CREATE = one(
-    "checkpoint_create",
-    ("p_session_id", "text"), ("p_user_id", "text"), ("p_type", "text"), ("p_title", "text"), ("p_data", "jsonb"),
-    ("p_description", "text"), ("p_metadata", "jsonb"), ("p_tags", "text[]"), ("p_retention_days", "integer"),
-    ("p_now", "timestamptz"),
+    "checkpoint_create", SESSION_ID, USER_ID, ("p_type", "text"), ("p_title", "text"), ("p_data", "jsonb"),
+    ("p_description", "text"), ("p_metadata", "jsonb"), ("p_tags", "text[]"), ("p_retention_days", "integer"), NOW,
     result=Checkpoint,
 )
-CHECKPOINT_CREATE_MANY = rows(
-    "checkpoint_create_many", ("p_checkpoints", "jsonb"), ("p_now", "timestamptz"), result=Checkpoint
-)
-CHECKPOINT_GET = maybe("checkpoint_get", ("p_id", "uuid"), ("p_now", "timestamptz"), result=Checkpoint)
+CHECKPOINT_CREATE_MANY = rows("checkpoint_create_many", ("p_checkpoints", "jsonb"), NOW, result=Checkpoint)
+CHECKPOINT_GET = maybe("checkpoint_get", ("p_id", "uuid"), NOW, result=Checkpoint)
 CHECKPOINT_QUERY = rows(
-    "checkpoint_query",
-    ("p_session_id", "text"), ("p_user_id", "text"), ("p_type", "text"), ("p_from", "timestamptz"),
-    ("p_to", "timestamptz"), ("p_tags", "text[]"), ("p_include_expired", "boolean"), ("p_limit", "integer"),
-    ("p_now", "timestamptz"),
-    result=Checkpoint,
+    "checkpoint_query", SESSION_ID, USER_ID, ("p_type", "text"), ("p_from", "timestamptz"), ("p_to", "timestamptz"),
+    ("p_tags", "text[]"), ("p_include_expired", "boolean"), ("p_limit", "integer"), NOW, result=Checkpoint,
 )
 CHECKPOINT_DELETE = scalar("checkpoint_delete", ("p_id", "uuid"), result=bool)
 CHECKPOINT_PRESERVE = one("checkpoint_preserve", ("p_id", "uuid"), ("p_preserve", "boolean"), result=Checkpoint)
-CHECKPOINT_UPDATE = one(
-    "checkpoint_update", ("p_id", "uuid"), ("p_data", "jsonb"), ("p_now", "timestamptz"), result=Checkpoint
-)
+CHECKPOINT_UPDATE = one("checkpoint_update", ("p_id", "uuid"), ("p_data", "jsonb"), NOW, result=Checkpoint)
 CHECKPOINT_VERSIONS = rows("checkpoint_versions", ("p_id", "uuid"), result=CheckpointVersion)
-CHECKPOINT_AT_VERSION = scalar(
-    "checkpoint_at_version", ("p_id", "uuid"), ("p_version", "integer"), result=dict
-)
-CHECKPOINT_STATS = rows(
-    "checkpoint_stats", ("p_user_id", "text"), ("p_now", "timestamptz"), result=CheckpointStat
-)
+CHECKPOINT_AT_VERSION = scalar("checkpoint_at_version", ("p_id", "uuid"), ("p_version", "integer"), result=dict)
+CHECKPOINT_STATS = rows("checkpoint_stats", USER_ID, NOW, result=CheckpointStat)
 CHECKPOINT_DETECT_MILESTONE = maybe(
-    "checkpoint_detect_milestone",
-    ("p_session_id", "text"), ("p_user_id", "text"), ("p_current", "jsonb"), ("p_now", "timestamptz"),
-    result=Checkpoint,
+    "checkpoint_detect_milestone", SESSION_ID, USER_ID, ("p_current", "jsonb"), NOW, result=Checkpoint,
 )
 CHECKPOINT_AUTO = one(
-    "checkpoint_auto",
-    ("p_session_id", "text"), ("p_user_id", "text"), ("p_trigger", "text"), ("p_data", "jsonb"),
-    ("p_now", "timestamptz"),
+    "checkpoint_auto", SESSION_ID, USER_ID, ("p_trigger", "text"), ("p_data", "jsonb"), NOW,
     result=CheckpointAutoResult,
 )
 
@@ -159,15 +139,12 @@ def _create_item(c: NewCheckpoint) -> dict[str, Any]:
 def _create_args(c: NewCheckpoint) -> dict[str, Any]:
     return given(
         p_session_id=c.session_id, p_user_id=c.user_id, p_type=c.type, p_title=c.title, p_data=Jsonb(c.data),
-        p_description=c.description, p_metadata=None if c.metadata is None else Jsonb(c.metadata),
+        p_description=c.description, p_metadata=jsonb(c.metadata),
         p_tags=list(c.tags) if c.tags else None, p_retention_days=c.retention_days, p_now=c.now,
     )
 
 
-class Checkpoints:
-    def __init__(self, db: Database) -> None:
-        self._db = db
-
+class Checkpoints(Room):
     def create(
         self,
         session_id: str,

@@ -10,15 +10,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from uuid import UUID
 
 from psycopg.types.json import Jsonb
 
-from pymemdb._sql import given, maybe, one, rows, scalar
-
-if TYPE_CHECKING:
-    from pymemdb.db import Database
+from pymemdb._sql import NOW, SESSION_ID, USER_ID, Room, given, jsonb, maybe, one, rows, scalar
 
 
 # -- results ------------------------------------------------------------------------
@@ -123,89 +120,51 @@ class ProjectMember:
 
 # -- declarations -------------------------------------------------------------------
 
-_REQUESTER = (("p_user_id", "text"), ("p_project_id", "text"), ("p_session_id", "text"))
+_REQUESTER = (USER_ID, ("p_project_id", "text"), SESSION_ID)
 
 CONTEXT_SET = one(
-    "context_set",
-    ("p_key", "text"), ("p_value", "jsonb"), ("p_type", "text"), ("p_scope", "text"), *_REQUESTER,
-    ("p_ttl_ms", "bigint"), ("p_now", "timestamptz"),
-    result=ContextEntry,
+    "context_set", ("p_key", "text"), ("p_value", "jsonb"), ("p_type", "text"), ("p_scope", "text"), *_REQUESTER,
+    ("p_ttl_ms", "bigint"), NOW, result=ContextEntry,
 )
-CONTEXT_GET = maybe(
-    "context_get", ("p_key", "text"), *_REQUESTER, ("p_now", "timestamptz"), result=ContextValue
-)
-CONTEXT_RESOLVE = rows(
-    "context_resolve", *_REQUESTER, ("p_prefix", "text"), ("p_now", "timestamptz"), result=ContextValue
-)
-CONTEXT_DELETE = scalar(
-    "context_delete", ("p_key", "text"), ("p_scope", "text"), *_REQUESTER, result=bool
-)
+CONTEXT_GET = maybe("context_get", ("p_key", "text"), *_REQUESTER, NOW, result=ContextValue)
+CONTEXT_RESOLVE = rows("context_resolve", *_REQUESTER, ("p_prefix", "text"), NOW, result=ContextValue)
+CONTEXT_DELETE = scalar("context_delete", ("p_key", "text"), ("p_scope", "text"), *_REQUESTER, result=bool)
 CONTEXT_SEARCH = rows(
-    "context_search",
-    *_REQUESTER, ("p_key_pattern", "text"), ("p_value_contains", "jsonb"), ("p_scopes", "text[]"),
-    ("p_types", "text[]"), ("p_limit", "integer"), ("p_now", "timestamptz"),
-    result=ContextValue,
+    "context_search", *_REQUESTER, ("p_key_pattern", "text"), ("p_value_contains", "jsonb"), ("p_scopes", "text[]"),
+    ("p_types", "text[]"), ("p_limit", "integer"), NOW, result=ContextValue,
 )
-CONTEXT_EXPIRING_SOON = rows(
-    "context_expiring_soon", ("p_within", "interval"), *_REQUESTER, ("p_now", "timestamptz"),
-    result=ContextValue,
-)
+CONTEXT_EXPIRING_SOON = rows("context_expiring_soon", ("p_within", "interval"), *_REQUESTER, NOW, result=ContextValue)
 CONTEXT_CLEANUP_BY_SCOPE = scalar(
-    "context_cleanup_by_scope", ("p_scope", "text"), *_REQUESTER, ("p_expired_only", "boolean"),
-    ("p_now", "timestamptz"), result=int
+    "context_cleanup_by_scope", ("p_scope", "text"), *_REQUESTER, ("p_expired_only", "boolean"), NOW, result=int,
 )
-CONTEXT_PRUNE_OLD = scalar(
-    "context_prune_old", ("p_older_than", "interval"), ("p_user_id", "text"), ("p_now", "timestamptz"), result=int
-)
-CONTEXT_STATS = rows(
-    "context_stats", *_REQUESTER, ("p_within", "interval"), ("p_now", "timestamptz"), result=ContextStat,
-)
-BUSINESS_CONTEXT_GET = scalar(
-    "business_context_get", ("p_user_id", "text"), ("p_now", "timestamptz"), result=dict
-)
-BUSINESS_CONTEXT_SET = scalar(
-    "business_context_set", ("p_context", "jsonb"), ("p_user_id", "text"), ("p_now", "timestamptz"), result=dict
-)
-BUSINESS_CONTEXT_UPDATE = scalar(
-    "business_context_update", ("p_fields", "jsonb"), ("p_user_id", "text"), ("p_now", "timestamptz"), result=dict
-)
+CONTEXT_PRUNE_OLD = scalar("context_prune_old", ("p_older_than", "interval"), USER_ID, NOW, result=int)
+CONTEXT_STATS = rows("context_stats", *_REQUESTER, ("p_within", "interval"), NOW, result=ContextStat)
+BUSINESS_CONTEXT_GET = scalar("business_context_get", USER_ID, NOW, result=dict)
+BUSINESS_CONTEXT_SET = scalar("business_context_set", ("p_context", "jsonb"), USER_ID, NOW, result=dict)
+BUSINESS_CONTEXT_UPDATE = scalar("business_context_update", ("p_fields", "jsonb"), USER_ID, NOW, result=dict)
 SESSION_CONTEXT_SET = one(
-    "session_context_set",
-    ("p_session_id", "text"), ("p_user_id", "text"), ("p_project_id", "text"), ("p_metadata", "jsonb"),
-    ("p_now", "timestamptz"),
+    "session_context_set", SESSION_ID, USER_ID, ("p_project_id", "text"), ("p_metadata", "jsonb"), NOW,
     result=SessionContext,
 )
-SESSION_CONTEXT_GET = maybe(
-    "session_context_get", ("p_session_id", "text"), ("p_user_id", "text"), ("p_now", "timestamptz"),
-    result=SessionContext,
-)
+SESSION_CONTEXT_GET = maybe("session_context_get", SESSION_ID, USER_ID, NOW, result=SessionContext)
 SESSION_CONTEXT_ADD_WINDOW = one(
-    "session_context_add_window",
-    ("p_session_id", "text"), ("p_window_type", "text"), ("p_content", "jsonb"), ("p_priority", "integer"),
-    ("p_retention_policy", "text"), ("p_user_id", "text"), ("p_now", "timestamptz"),
-    result=ContextWindow,
+    "session_context_add_window", SESSION_ID, ("p_window_type", "text"), ("p_content", "jsonb"),
+    ("p_priority", "integer"), ("p_retention_policy", "text"), USER_ID, NOW, result=ContextWindow,
 )
 SESSION_CONTEXT_REMOVE_WINDOW = scalar(
-    "session_context_remove_window",
-    ("p_session_id", "text"), ("p_window_id", "uuid"), ("p_user_id", "text"), ("p_now", "timestamptz"), result=bool
+    "session_context_remove_window", SESSION_ID, ("p_window_id", "uuid"), USER_ID, NOW, result=bool,
 )
 PROJECT_CREATE = one(
-    "project_create",
-    ("p_project_id", "text"), ("p_name", "text"), ("p_user_id", "text"), ("p_metadata", "jsonb"),
-    ("p_now", "timestamptz"),
+    "project_create", ("p_project_id", "text"), ("p_name", "text"), USER_ID, ("p_metadata", "jsonb"), NOW,
     result=Project,
 )
 PROJECT_MEMBER_ADD = one(
-    "project_member_add",
-    ("p_project_id", "text"), ("p_member_id", "text"), ("p_user_id", "text"), ("p_now", "timestamptz"),
-    result=ProjectMember,
+    "project_member_add", ("p_project_id", "text"), ("p_member_id", "text"), USER_ID, NOW, result=ProjectMember,
 )
 PROJECT_MEMBER_REMOVE = scalar(
-    "project_member_remove", ("p_project_id", "text"), ("p_member_id", "text"), ("p_user_id", "text"), result=bool
+    "project_member_remove", ("p_project_id", "text"), ("p_member_id", "text"), USER_ID, result=bool,
 )
-PROJECT_MEMBER_LIST = rows(
-    "project_member_list", ("p_project_id", "text"), ("p_user_id", "text"), result=ProjectMember
-)
+PROJECT_MEMBER_LIST = rows("project_member_list", ("p_project_id", "text"), USER_ID, result=ProjectMember)
 
 
 @dataclass(frozen=True)
@@ -228,11 +187,8 @@ class Scope:
 _ANYONE = Scope()
 
 
-class Context:
+class Context(Room):
     """memori.context_*: scoped entries with resolution."""
-
-    def __init__(self, db: Database) -> None:
-        self._db = db
 
     def set(
         self, key: str, value: Any, *, type: str, scope: str, who: Scope = _ANYONE, ttl_ms: int | None = None,
@@ -265,7 +221,7 @@ class Context:
         return self._db.call(
             CONTEXT_SEARCH, **who.args(),
             **given(p_key_pattern=key_pattern,
-                    p_value_contains=None if value_contains is None else Jsonb(value_contains),
+                    p_value_contains=jsonb(value_contains),
                     p_scopes=None if scopes is None else list(scopes),
                     p_types=None if types is None else list(types), p_limit=limit, p_now=now),
         )
@@ -295,11 +251,8 @@ class Context:
         return self._db.call(CONTEXT_STATS, **who.args(), **given(p_within=within, p_now=now))
 
 
-class Business:
+class Business(Room):
     """memori.business_context_*: the seed's business context of a user."""
-
-    def __init__(self, db: Database) -> None:
-        self._db = db
 
     def get(self, user_id: str | None = None, *, now: datetime | None = None) -> dict[str, Any] | None:
         """memori.business_context_get."""
@@ -320,11 +273,8 @@ class Business:
                              **given(p_user_id=user_id, p_now=now))
 
 
-class Sessions:
+class Sessions(Room):
     """memori.session_context_*: sessions and their context windows."""
-
-    def __init__(self, db: Database) -> None:
-        self._db = db
 
     def set(
         self, session_id: str, *, user_id: str | None = None, project_id: str | None = None,
@@ -334,7 +284,7 @@ class Sessions:
         return self._db.call(
             SESSION_CONTEXT_SET, p_session_id=session_id,
             **given(p_user_id=user_id, p_project_id=project_id,
-                    p_metadata=None if metadata is None else Jsonb(metadata), p_now=now),
+                    p_metadata=jsonb(metadata), p_now=now),
         )
 
     def get(self, session_id: str, *, user_id: str | None = None, now: datetime | None = None) -> SessionContext | None:
@@ -360,11 +310,8 @@ class Sessions:
                                   **given(p_user_id=user_id, p_now=now)))
 
 
-class Projects:
+class Projects(Room):
     """memori.project_*: projects and their members (who may see project entries)."""
-
-    def __init__(self, db: Database) -> None:
-        self._db = db
 
     def create(
         self, project_id: str, name: str, *, user_id: str | None = None, metadata: dict[str, Any] | None = None,
@@ -373,7 +320,7 @@ class Projects:
         """memori.project_create: the acting user owns it and is its first member."""
         return self._db.call(
             PROJECT_CREATE, p_project_id=project_id, p_name=name,
-            **given(p_user_id=user_id, p_metadata=None if metadata is None else Jsonb(metadata), p_now=now),
+            **given(p_user_id=user_id, p_metadata=jsonb(metadata), p_now=now),
         )
 
     def member_add(

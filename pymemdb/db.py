@@ -10,11 +10,10 @@ from typing import Any, LiteralString, TypeVar, overload
 
 import psycopg
 from psycopg.rows import class_row, dict_row
-from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
 from pymemdb import embedded
-from pymemdb._sql import MaybeRow, OneRow, Rows, Scalar, SqlFunction, given
+from pymemdb._sql import MaybeRow, OneRow, Rows, Scalar, SqlFunction, given, jsonb
 from pymemdb.core import SETTING_GET, TOKEN_ESTIMATE
 from pymemdb.errors import SchemaNotInstalled, wrap_exceptions
 
@@ -178,7 +177,7 @@ class Database:
     # -- the core room (sql/000-core.sql) -------------------------------------
     def setting(self, key: str, default: Any = None) -> Any:
         """memori.setting_get: a memori.settings value (JSON), or ``default`` when the key is absent."""
-        return self.call(SETTING_GET, **given(p_key=key, p_default=None if default is None else Jsonb(default)))
+        return self.call(SETTING_GET, **given(p_key=key, p_default=jsonb(default)))
 
     def token_estimate(self, text: str, kind: str | None = None) -> int:
         """memori.token_estimate: the one token estimate (kind general, business, code, auto, compression, page)."""

@@ -10,14 +10,27 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import psycopg
 
+# SQLSTATE -> class: each class declared with ``sqlstate=`` registers itself (PymemdbError.__init_subclass__)
+_BY_SQLSTATE: dict[str, type[PymemdbError]] = {}
+
 
 class PymemdbError(Exception):
-    """Root of every pymemdb error. ``sqlstate``, ``detail`` and ``hint`` come from the server."""
+    """Root of every pymemdb error. ``sqlstate``, ``detail`` and ``hint`` come from the server.
+
+    A subclass declared with ``sqlstate="PMnnn"`` is what ``from_diagnostics`` raises for that code.
+    """
 
     sqlstate: str | None = None
+
+    def __init_subclass__(cls, *, sqlstate: str | None = None, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if sqlstate is not None:
+            cls.sqlstate = sqlstate
+            _BY_SQLSTATE[sqlstate] = cls
 
     def __init__(
         self,
@@ -42,394 +55,241 @@ class PymemdbError(Exception):
         return text
 
 
-class InvalidArgument(PymemdbError):
+class InvalidArgument(PymemdbError, sqlstate="PM001"):
     """PM001: an argument is missing, out of range or malformed."""
 
-    sqlstate = "PM001"
 
-
-class UnknownSkill(InvalidArgument):
+class UnknownSkill(InvalidArgument, sqlstate="PM002"):
     """PM002: the skill is not in memori.session_skills."""
 
-    sqlstate = "PM002"
 
-
-class PayloadTooLarge(InvalidArgument):
+class PayloadTooLarge(InvalidArgument, sqlstate="PM003"):
     """PM003: content over the documented size limit."""
 
-    sqlstate = "PM003"
 
-
-class UnknownValue(InvalidArgument):
+class UnknownValue(InvalidArgument, sqlstate="PM004"):
     """PM004: a value that must be one of a configured set (checkpoint type, ...) is not."""
 
-    sqlstate = "PM004"
 
-
-class NotFound(PymemdbError):
+class NotFound(PymemdbError, sqlstate="PM005"):
     """PM005: the row (checkpoint, version) does not exist, has expired, or is no longer kept."""
 
-    sqlstate = "PM005"
 
-
-class ExtensionMissing(PymemdbError):
+class ExtensionMissing(PymemdbError, sqlstate="PM010"):
     """PM010: the server lacks pgvector."""
 
-    sqlstate = "PM010"
 
-
-class SchemaNotInstalled(PymemdbError):
+class SchemaNotInstalled(PymemdbError, sqlstate="PM011"):
     """PM011: schema memori is missing or older than this client (run ``pymemdb init``)."""
-
-    sqlstate = "PM011"
 
 
 class CleanupError(PymemdbError):
     """Base of cleanup errors."""
 
 
-class CleanupAlreadyRunning(CleanupError):
+class CleanupAlreadyRunning(CleanupError, sqlstate="PM020"):
     """PM020: another cleanup holds this database's cleanup lock."""
 
-    sqlstate = "PM020"
 
-
-class CleanupRunNotActive(CleanupError):
+class CleanupRunNotActive(CleanupError, sqlstate="PM021"):
     """PM021: the run id is not a running run of this session."""
 
-    sqlstate = "PM021"
 
-
-class CleanupLockTimeout(CleanupError):
+class CleanupLockTimeout(CleanupError, sqlstate="PM022"):
     """PM022: a batch could not lock its rows even at size 1."""
 
-    sqlstate = "PM022"
 
-
-class PgCronMissing(PymemdbError):
+class PgCronMissing(PymemdbError, sqlstate="PM030"):
     """PM030: pg_cron is not installed in this database."""
 
-    sqlstate = "PM030"
 
-
-class PgCronElsewhere(PgCronMissing):
+class PgCronElsewhere(PgCronMissing, sqlstate="PM012"):
     """PM012: pg_cron lives in another database (cron.database_name); schedule from there."""
-
-    sqlstate = "PM012"
 
 
 class AccessError(PymemdbError):
     """Base of the errors about who may act on which rows."""
 
 
-class WrongUser(AccessError):
+class WrongUser(AccessError, sqlstate="PM040"):
     """PM040: p_user_id differs from the transaction's memori.user_id."""
 
-    sqlstate = "PM040"
 
-
-class AccessDenied(AccessError):
+class AccessDenied(AccessError, sqlstate="PM041"):
     """PM041: not a member of the project, another user's session, or a global write without memori_admin.
 
     Also raised for PostgreSQL's 42501 (a row-level security policy or a
     missing privilege refused the statement).
     """
 
-    sqlstate = "PM041"
-
 
 class CompressionError(PymemdbError):
     """Base of compression errors (seed 04)."""
 
 
-class ContextTooSmall(CompressionError):
+class ContextTooSmall(CompressionError, sqlstate="PM070"):
     """PM070: the usable context is not larger than the system prompt."""
 
-    sqlstate = "PM070"
 
-
-class CompressionPlanStale(CompressionError):
+class CompressionPlanStale(CompressionError, sqlstate="PM071"):
     """PM071: the session changed (another compression or a restore) since the plan was made."""
 
-    sqlstate = "PM071"
 
-
-class CompressionPlanFinished(CompressionError):
+class CompressionPlanFinished(CompressionError, sqlstate="PM072"):
     """PM072: the plan was already applied, aborted or skipped."""
 
-    sqlstate = "PM072"
 
-
-class InvalidSummary(CompressionError):
+class InvalidSummary(CompressionError, sqlstate="PM073"):
     """PM073: a summary is longer than its source, or the summaries do not match the plan's items."""
 
-    sqlstate = "PM073"
 
-
-class DeltaPruneRefused(PymemdbError, NotImplementedError):
+class DeltaPruneRefused(PymemdbError, NotImplementedError, sqlstate="PM080"):
     """PM080: LangGraph prune keep_latest refused for DeltaChannel threads (NotImplementedError, as upstream)."""
 
-    sqlstate = "PM080"
 
-
-class DeltaBaseMissing(PymemdbError):
+class DeltaBaseMissing(PymemdbError, sqlstate="PM081"):
     """PM081: a LangGraph delta blob names a base version its thread does not have unexpired."""
-
-    sqlstate = "PM081"
 
 
 class VmError(PymemdbError):
     """Base of AI virtual memory errors (pages, working set, faults)."""
 
 
-class WorkingSetFull(VmError):
+class WorkingSetFull(VmError, sqlstate="PM060"):
     """PM060: the working set cannot stay within max_l0_tokens without evicting pinned or protected pages."""
 
-    sqlstate = "PM060"
 
-
-class MutationLogAppendOnly(VmError):
+class MutationLogAppendOnly(VmError, sqlstate="PM061"):
     """PM061: memori.page_mutations rows cannot be changed."""
 
-    sqlstate = "PM061"
 
 
-
-class PageExists(VmError):
+class PageExists(VmError, sqlstate="PM063"):
     """PM063: a page with this id already exists in the session."""
 
-    sqlstate = "PM063"
 
-
-class StaleRepresentation(VmError):
+class StaleRepresentation(VmError, sqlstate="PM064"):
     """PM064: a representation was made from an older version of the page."""
 
-    sqlstate = "PM064"
 
-
-class ProvenanceNotFound(VmError):
+class ProvenanceNotFound(VmError, sqlstate="PM090"):
     """PM090: a claim cites a page that is not in the session."""
 
-    sqlstate = "PM090"
 
-
-class SegmentEmpty(VmError):
+class SegmentEmpty(VmError, sqlstate="PM091"):
     """PM091: segment_close on a segment without transcript pages."""
 
-    sqlstate = "PM091"
 
-
-class SegmentSummaryTooLong(VmError):
+class SegmentSummaryTooLong(VmError, sqlstate="PM092"):
     """PM092: a segment summary is not shorter than the segment it replaces."""
 
-    sqlstate = "PM092"
 
-
-class InvalidRecallSignal(VmError):
+class InvalidRecallSignal(VmError, sqlstate="PM093"):
     """PM093: a recall signal pattern is empty or not a valid regular expression."""
 
-    sqlstate = "PM093"
 
-
-class EmbeddingsPresent(VmError):
+class EmbeddingsPresent(VmError, sqlstate="PM099"):
     """PM099: the embedding dimension cannot change while pages have embeddings."""
 
-    sqlstate = "PM099"
 
-
-class ClaimNotCurrent(VmError):
+class ClaimNotCurrent(VmError, sqlstate="PM100"):
     """PM100: claim_supersede of a page that is not a claim, or of a claim already superseded."""
 
-    sqlstate = "PM100"
 
-
-class SessionExists(VmError):
+class SessionExists(VmError, sqlstate="PM094"):
     """PM094: session_fork into a session id that already exists."""
 
-    sqlstate = "PM094"
 
-
-class RegionAccessDenied(VmError):
+class RegionAccessDenied(VmError, sqlstate="PM095"):
     """PM095: the region is another user's (to change it) or not shared with the acting user (to read it)."""
 
-    sqlstate = "PM095"
 
-
-class RegionExists(VmError):
+class RegionExists(VmError, sqlstate="PM096"):
     """PM096: a region with this id already exists (region ids are unique across users)."""
 
-    sqlstate = "PM096"
 
-
-class RegionScopeMismatch(VmError):
+class RegionScopeMismatch(VmError, sqlstate="PM097"):
     """PM097: a page put in a region of scope session, or a whole session in a region of scope pages."""
 
-    sqlstate = "PM097"
 
-
-class ForkTooDeep(VmError):
+class ForkTooDeep(VmError, sqlstate="PM098"):
     """PM098: forking would make an ancestor chain longer than vm.max_fork_depth."""
-
-    sqlstate = "PM098"
 
 
 class StoreError(PymemdbError):
     """Errors of the long-term memory store (``db.store``, MemoriStore): PM120-PM129."""
 
 
-class InvalidFilter(StoreError, InvalidArgument, ValueError):
+class InvalidFilter(StoreError, InvalidArgument, ValueError, sqlstate="PM120"):
     """PM120: a store search filter with an unsupported operator or an operand of the wrong type."""
 
-    sqlstate = "PM120"
 
-
-class InvalidNamespace(StoreError, InvalidArgument, ValueError):
+class InvalidNamespace(StoreError, InvalidArgument, ValueError, sqlstate="PM121"):
     """PM121: a store namespace that is empty, or has an empty or NULL label."""
 
-    sqlstate = "PM121"
 
-
-class InvalidIndexConfig(StoreError, InvalidArgument, ValueError):
+class InvalidIndexConfig(StoreError, InvalidArgument, ValueError, sqlstate="PM122"):
     """PM122: an unknown distance type, vector type or ANN index kind, or a dimension it cannot index."""
-
-    sqlstate = "PM122"
 
 
 class McpError(PymemdbError):
     """Base of the MCP server's errors (issue 18)."""
 
 
-class McpInvalidArgument(McpError, InvalidArgument):
+class McpInvalidArgument(McpError, InvalidArgument, sqlstate="PM130"):
     """PM130: an MCP tool argument is malformed (a TTL, a namespace, a value that is not JSON)."""
 
-    sqlstate = "PM130"
 
-
-class McpTokenNameTaken(McpError):
+class McpTokenNameTaken(McpError, sqlstate="PM131"):
     """PM131: the user already has an active MCP token of this name."""
 
-    sqlstate = "PM131"
 
-
-class McpTokenNotFound(McpError):
+class McpTokenNotFound(McpError, sqlstate="PM132"):
     """PM132: no active MCP token matches the name or id given to revoke."""
 
-    sqlstate = "PM132"
 
-
-class McpTokenTtlInvalid(McpError, InvalidArgument):
+class McpTokenTtlInvalid(McpError, InvalidArgument, sqlstate="PM133"):
     """PM133: an MCP token lifetime that is not positive or exceeds mcp.token_max_ttl."""
 
-    sqlstate = "PM133"
 
-
-class McpUnsafeRole(McpError):
+class McpUnsafeRole(McpError, sqlstate="PM134"):
     """PM134: the MCP server's database role bypasses row-level security and cannot SET ROLE to memori_app."""
-
-    sqlstate = "PM134"
 class ClusterError(PymemdbError):
     """Placing the schema on a Citus cluster (memori.distribute) failed."""
 
 
-class CitusMissing(ClusterError):
+class CitusMissing(ClusterError, sqlstate="PM140"):
     """PM140: the citus extension is not installed in this database."""
 
-    sqlstate = "PM140"
 
-
-class NotCoordinator(ClusterError):
+class NotCoordinator(ClusterError, sqlstate="PM141"):
     """PM141: memori.distribute() ran on a node that is not the Citus coordinator."""
 
-    sqlstate = "PM141"
 
-
-class CoordinatorHoldsShards(ClusterError):
+class CoordinatorHoldsShards(ClusterError, sqlstate="PM142"):
     """PM142: the coordinator is a node of the cluster (citus_set_coordinator_host); pymemdb keeps it shard-free."""
 
-    sqlstate = "PM142"
 
-
-class DistributeWouldConvert(ClusterError):
+class DistributeWouldConvert(ClusterError, sqlstate="PM143"):
     """PM143: placing the tables would turn a local table into a Citus-managed one; nothing was changed."""
 
-    sqlstate = "PM143"
 
-
-class RolesNotOnWorkers(ClusterError):
+class RolesNotOnWorkers(ClusterError, sqlstate="PM144"):
     """PM144: memori.distribute() could not create the memori roles on every worker."""
-
-    sqlstate = "PM144"
 
 
 class ServerError(PymemdbError):
     """The embedded server could not be started, stopped or reached."""
 
 
-class EmbeddedServerBusy(ServerError):
+class EmbeddedServerBusy(ServerError, sqlstate="PM110"):
     """PM110: another process held the embedded server's start/install lock longer than the timeout."""
-
-    sqlstate = "PM110"
 
 
 class DatabaseError(PymemdbError):
     """Any other database error, with PostgreSQL's own SQLSTATE."""
 
 
-_BY_SQLSTATE: dict[str, type[PymemdbError]] = {
-    cls.sqlstate: cls
-    for cls in (
-        InvalidArgument,
-        UnknownSkill,
-        PayloadTooLarge,
-        UnknownValue,
-        NotFound,
-        ExtensionMissing,
-        SchemaNotInstalled,
-        CleanupAlreadyRunning,
-        CleanupRunNotActive,
-        CleanupLockTimeout,
-        PgCronMissing,
-        PgCronElsewhere,
-        WrongUser,
-        AccessDenied,
-        ContextTooSmall,
-        CompressionPlanStale,
-        CompressionPlanFinished,
-        InvalidSummary,
-        DeltaPruneRefused,
-        DeltaBaseMissing,
-        WorkingSetFull,
-        MutationLogAppendOnly,
-        PageExists,
-        StaleRepresentation,
-        ProvenanceNotFound,
-        SegmentEmpty,
-        SegmentSummaryTooLong,
-        InvalidRecallSignal,
-        EmbeddingsPresent,
-        ClaimNotCurrent,
-        SessionExists,
-        RegionAccessDenied,
-        RegionExists,
-        RegionScopeMismatch,
-        ForkTooDeep,
-        EmbeddedServerBusy,
-        InvalidFilter,
-        InvalidNamespace,
-        InvalidIndexConfig,
-        McpInvalidArgument,
-        McpTokenNameTaken,
-        McpTokenNotFound,
-        McpTokenTtlInvalid,
-        McpUnsafeRole,
-        CitusMissing,
-        NotCoordinator,
-        CoordinatorHoldsShards,
-        DistributeWouldConvert,
-        RolesNotOnWorkers,
-    )
-    if cls.sqlstate
-}
 
 _NUL_HINT = "PostgreSQL text cannot hold NUL bytes: remove them or store the data base64-encoded."
 

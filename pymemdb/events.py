@@ -6,15 +6,12 @@ import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import psycopg
 
-from pymemdb._sql import given, maybe, rows
+from pymemdb._sql import NOW, Room, given, maybe, rows
 from pymemdb.errors import wrap_exceptions
-
-if TYPE_CHECKING:
-    from pymemdb.db import Database
 
 
 @dataclass(frozen=True)
@@ -30,16 +27,11 @@ class Event:
 
 CHANNEL = "memori_events"
 
-EVENT_LIST = rows(
-    "event_list", ("p_event_type", "text"), ("p_limit", "integer"), ("p_now", "timestamptz"), result=Event
-)
+EVENT_LIST = rows("event_list", ("p_event_type", "text"), ("p_limit", "integer"), NOW, result=Event)
 EVENT_GET = maybe("event_get", ("p_id", "bigint"), result=Event)
 
 
-class Events:
-    def __init__(self, db: Database) -> None:
-        self._db = db
-
+class Events(Room):
     def list(
         self, event_type: str | None = None, *, limit: int | None = None, now: datetime | None = None
     ) -> list[Event]:

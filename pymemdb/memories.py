@@ -5,14 +5,9 @@ from __future__ import annotations
 import builtins
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from psycopg.types.json import Jsonb
-
-from pymemdb._sql import given, maybe, one, rows, scalar
-
-if TYPE_CHECKING:
-    from pymemdb.db import Database
+from pymemdb._sql import NOW, USER_ID, Room, given, jsonb, maybe, one, rows, scalar
 
 
 @dataclass(frozen=True)
@@ -47,32 +42,21 @@ class TtlStatus:
     is_session: bool
 
 SESSION_CHECKPOINT_SAVE = one(
-    "session_checkpoint_save",
-    ("p_skill", "text"), ("p_user_id", "text"), ("p_content", "text"),
-    ("p_metadata", "jsonb"), ("p_now", "timestamptz"),
+    "session_checkpoint_save", ("p_skill", "text"), USER_ID, ("p_content", "text"), ("p_metadata", "jsonb"), NOW,
     result=Memory,
 )
 SESSION_CHECKPOINT_LOAD_LATEST = maybe(
-    "session_checkpoint_load_latest",
-    ("p_skill", "text"), ("p_user_id", "text"), ("p_now", "timestamptz"),
-    result=SessionCheckpoint,
+    "session_checkpoint_load_latest", ("p_skill", "text"), USER_ID, NOW, result=SessionCheckpoint,
 )
-SESSION_NAMESPACE = scalar("session_namespace", ("p_skill", "text"), ("p_now", "timestamptz"), result=str)
+SESSION_NAMESPACE = scalar("session_namespace", ("p_skill", "text"), NOW, result=str)
 MEMORY_SAVE = one(
-    "memory_save",
-    ("p_namespace", "text"), ("p_content", "text"), ("p_category", "text"), ("p_metadata", "jsonb"),
-    ("p_ttl", "interval"), ("p_owner_id", "text"), ("p_now", "timestamptz"),
-    result=Memory,
+    "memory_save", ("p_namespace", "text"), ("p_content", "text"), ("p_category", "text"), ("p_metadata", "jsonb"),
+    ("p_ttl", "interval"), ("p_owner_id", "text"), NOW, result=Memory,
 )
-MEMORY_LIST = rows(
-    "memory_list", ("p_namespace", "text"), ("p_limit", "integer"), ("p_now", "timestamptz"), result=Memory
-)
+MEMORY_LIST = rows("memory_list", ("p_namespace", "text"), ("p_limit", "integer"), NOW, result=Memory)
 
 
-class Memories:
-    def __init__(self, db: Database) -> None:
-        self._db = db
-
+class Memories(Room):
     def save_session_checkpoint(
         self,
         skill: str,
@@ -86,7 +70,7 @@ class Memories:
         return self._db.call(
             SESSION_CHECKPOINT_SAVE,
             **given(p_skill=skill, p_user_id=user_id, p_content=content,
-                     p_metadata=None if metadata is None else Jsonb(metadata), p_now=now),
+                     p_metadata=jsonb(metadata), p_now=now),
         )
 
     def load_latest_checkpoint(
@@ -116,7 +100,7 @@ class Memories:
         return self._db.call(
             MEMORY_SAVE,
             **given(p_namespace=namespace, p_content=content, p_category=category,
-                     p_metadata=None if metadata is None else Jsonb(metadata), p_ttl=ttl,
+                     p_metadata=jsonb(metadata), p_ttl=ttl,
                      p_owner_id=owner_id, p_now=now),
         )
 

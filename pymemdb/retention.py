@@ -16,18 +16,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import psycopg
 from psycopg.conninfo import make_conninfo
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
-from pymemdb._sql import given, maybe, one, rows, scalar
+from pymemdb._sql import NOW, Room, given, maybe, one, rows, scalar
 from pymemdb.errors import CleanupLockTimeout, DatabaseError, wrap_exceptions
-
-if TYPE_CHECKING:
-    from pymemdb.db import Database
 
 
 @dataclass(frozen=True)
@@ -144,20 +141,18 @@ class CleanupStatus:
     failures_7d: int
 
 
-_RUN_ARGS = (("p_now", "timestamptz"), ("p_batch_size", "integer"), ("p_max_rows", "integer"))
+_RUN_ARGS = (NOW, ("p_batch_size", "integer"), ("p_max_rows", "integer"))
 
 CLEANUP_PREVIEW = rows("cleanup_preview", *_RUN_ARGS, result=CleanupCandidate)
-CLEANUP_PREVIEW_SUMMARY = rows(
-    "cleanup_preview_summary", ("p_now", "timestamptz"), ("p_max_rows", "integer"), result=CleanupGroup
-)
-CLEANUP_COUNT = scalar("cleanup_count", ("p_now", "timestamptz"), ("p_max_rows", "integer"), result=int)
+CLEANUP_PREVIEW_SUMMARY = rows("cleanup_preview_summary", NOW, ("p_max_rows", "integer"), result=CleanupGroup)
+CLEANUP_COUNT = scalar("cleanup_count", NOW, ("p_max_rows", "integer"), result=int)
 CLEANUP_BEGIN = one("cleanup_begin", *_RUN_ARGS, ("p_trigger", "text"), result=CleanupRun)
 CLEANUP_BATCH = one("cleanup_batch", ("p_run_id", "bigint"), ("p_batch_size", "integer"), result=CleanupBatch)
 CLEANUP_FINISH = one("cleanup_finish", ("p_run_id", "bigint"), ("p_error", "text"), result=CleanupSummary)
 CLEANUP_EXECUTE = one("cleanup_execute", *_RUN_ARGS, ("p_trigger", "text"), result=CleanupSummary)
 CLEANUP_SCHEDULE = scalar("cleanup_schedule", ("p_cron", "text"), ("p_job_name", "text"), result=int)
 CLEANUP_UNSCHEDULE = scalar("cleanup_unschedule", ("p_job_name", "text"), result=bool)
-CLEANUP_JOB = maybe("cleanup_job", ("p_job_name", "text"), ("p_now", "timestamptz"), result=CleanupJob)
+CLEANUP_JOB = maybe("cleanup_job", ("p_job_name", "text"), NOW, result=CleanupJob)
 CLEANUP_RUNS_RECENT = rows("cleanup_runs_recent", ("p_limit", "integer"), result=CleanupRun)
 CRON_NEXT_RUN = scalar("cron_next_run", ("p_cron", "text"), ("p_after", "timestamptz"), result=datetime)
 CLEANUP_CRON_DATABASE = scalar("cleanup_cron_database", result=str)
@@ -171,10 +166,7 @@ BatchCallback = Callable[[CleanupRun, CleanupBatch], None]
 STATEMENT_TIMEOUT = "57014"  # query_canceled: our statement_timeout fired
 
 
-class Cleanup:
-    def __init__(self, db: Database) -> None:
-        self._db = db
-
+class Cleanup(Room):
     def preview(
         self, *, now: datetime | None = None, batch_size: int | None = None, max_rows: int | None = None
     ) -> list[CleanupCandidate]:

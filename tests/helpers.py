@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -51,3 +53,21 @@ def memory(conn: psycopg.Connection, namespace: str, expires_at: datetime | None
     return value(conn, "insert into memori.memories (user_id, content, metadata, created_at, expires_at)"
                        " values (%s, 'x', %s::jsonb, %s, %s) returning id",
                  (namespace, metadata, created_at, expires_at))
+
+
+def run_threads(work: Callable[[int], None], count: int) -> list[BaseException]:
+    """Run ``work(0)`` ... ``work(count - 1)`` at once, a thread each; the exceptions they raised."""
+    errors: list[BaseException] = []
+
+    def guarded(n: int) -> None:
+        try:
+            work(n)
+        except BaseException as exc:  # reported to the caller
+            errors.append(exc)
+
+    threads = [threading.Thread(target=guarded, args=(n,)) for n in range(count)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return errors

@@ -13,12 +13,15 @@ import pytest
 from psycopg.types.json import Jsonb
 
 import pymemdb
-from tests.helpers import T0, rows, value
+from tests.helpers import T0, rows, run_threads, value
 
 ROWS = 3000
 
-AUDIT = """
-create table public.delete_audit (id bigint, expires_at timestamptz, deleted_by int default pg_backend_pid());
+
+def audit(stamp: str) -> str:
+    """DDL of a trigger that records every deleted memory in public.delete_audit, with ``stamp`` (a column)."""
+    return f"""
+create table public.delete_audit (id bigint, expires_at timestamptz, {stamp});
 create function public.audit_delete() returns trigger language plpgsql as $$
 begin
   insert into public.delete_audit (id, expires_at) values (old.id, old.expires_at);
@@ -26,6 +29,9 @@ begin
 end $$;
 create trigger audit_delete after delete on memori.memories for each row execute function public.audit_delete();
 """
+
+
+AUDIT = audit("deleted_by int default pg_backend_pid()")
 
 
 def _seed(conn: psycopg.Connection) -> None:
@@ -103,27 +109,18 @@ def test_concurrent_window_adds_keep_the_limit_and_business_updates_merge(dsn: s
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("update memori.settings set value = '5' where key = 'context.max_windows'")
         conn.execute("select memori.session_context_set('s1', 'alice')")
-    errors: list[BaseException] = []
 
     def worker(n: int) -> None:
-        try:
-            with psycopg.connect(dsn, autocommit=True) as c:
-                for i in range(20):
-                    c.execute("select memori.session_context_add_window('s1', 'conversation', %s, %s, 'session', "
-                              "'alice')", (Jsonb({"w": n, "i": i}), 1 + (n + i) % 10))
-                c.execute("select memori.business_context_update(%s, 'alice')",
-                          (Jsonb({"context_variables": None, "active_workflow": f"w{n}"}),))
-                c.execute("select memori.business_context_update(%s, 'alice')",
-                          (Jsonb({"current_project": f"p{n}"}),))
-        except BaseException as exc:  # pragma: no cover - reported below
-            errors.append(exc)
+        with psycopg.connect(dsn, autocommit=True) as c:
+            for i in range(20):
+                c.execute("select memori.session_context_add_window('s1', 'conversation', %s, %s, 'session', "
+                          "'alice')", (Jsonb({"w": n, "i": i}), 1 + (n + i) % 10))
+            c.execute("select memori.business_context_update(%s, 'alice')",
+                      (Jsonb({"context_variables": None, "active_workflow": f"w{n}"}),))
+            c.execute("select memori.business_context_update(%s, 'alice')",
+                      (Jsonb({"current_project": f"p{n}"}),))
 
-    threads = [threading.Thread(target=worker, args=(n,)) for n in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert errors == []
+    assert run_threads(worker, 4) == []
     with psycopg.connect(dsn, autocommit=True) as conn:
         assert conn.execute("select count(*) from memori.context_windows").fetchone() == (5,)
         ctx = conn.execute("select memori.business_context_get('alice')").fetchone()[0]  # type: ignore[index]
@@ -133,15 +130,7 @@ def test_concurrent_window_adds_keep_the_limit_and_business_updates_merge(dsn: s
 # -- writers and cleaners at the real clock (issue 16, item 1) ---------------------------
 SLOW_SECONDS = float(os.environ.get("PYMEMDB_SLOW_SECONDS", "10"))
 WRITERS = 4  # writer k owns the ids = k (mod 4): writers never wait for each other
-TIMED_AUDIT = """
-create table public.delete_audit (id bigint, expires_at timestamptz, deleted_at timestamptz default clock_timestamp());
-create function public.audit_delete() returns trigger language plpgsql as $$
-begin
-  insert into public.delete_audit (id, expires_at) values (old.id, old.expires_at);
-  return old;
-end $$;
-create trigger audit_delete after delete on memori.memories for each row execute function public.audit_delete();
-"""
+TIMED_AUDIT = audit("deleted_at timestamptz default clock_timestamp()")
 
 
 def _extender(dsn: str, k: int, due: list[tuple[float, int]], extended: set[int], errors: list[BaseException],

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from psycopg.types.json import Jsonb
 
 from pymemdb.integrations.langgraph import AsyncMemoriSaver, MemoriSaver
-from tests.helpers import T0, assert_sqlstate, one, rows, value
+from tests.helpers import T0, assert_sqlstate, one, rows, run_threads, value
 from tests.test_langgraph import DAY, KEEP, cid, cleanup, get
 
 SEC = DAY / 86400
@@ -386,34 +386,23 @@ def test_async_reads_from_the_copy(dsn: str, monkeypatch: pytest.MonkeyPatch) ->
 def test_threads_of_one_saver_at_once_read_what_was_written(dsn: str) -> None:
     """Four threads share one saver (its pool, copies and prepared statements), each with its own graphs and
     with tasks writing to a shared one; a saver without a copy then reads the same state."""
-    import threading
-
-    errors: list[BaseException] = []
     shared = {"configurable": {"thread_id": "shared", "checkpoint_ns": "", "checkpoint_id": str(UUID(int=1))}}
     with MemoriSaver(dsn, user_id="alice", max_size=3) as saver:
         _put(saver, "shared", 1, ["s"], {})
 
         def work(worker: int) -> None:
-            try:
-                state: dict[str, Any] = {}
-                messages: list[str] = []
-                for n in range(1, 16):
-                    messages = [*messages, f"{worker}-{n}"]
-                    _put(saver, f"own-{worker}", n, messages, state)
-                    saver.put_writes(state["config"], [("messages", [f"w{n}"])], f"task-{n}")
-                    saver.put_writes(shared, [("messages", [f"{worker}-{n}"])], f"task-{worker}-{n}")  # type: ignore[arg-type]
-                    found = saver.get_tuple({"configurable": {"thread_id": f"own-{worker}"}})
-                    assert found is not None and found.checkpoint["channel_values"]["messages"] == messages
-                    assert [w[0] for w in found.pending_writes] == [f"task-{n}"]
-            except BaseException as exc:
-                errors.append(exc)
+            state: dict[str, Any] = {}
+            messages: list[str] = []
+            for n in range(1, 16):
+                messages = [*messages, f"{worker}-{n}"]
+                _put(saver, f"own-{worker}", n, messages, state)
+                saver.put_writes(state["config"], [("messages", [f"w{n}"])], f"task-{n}")
+                saver.put_writes(shared, [("messages", [f"{worker}-{n}"])], f"task-{worker}-{n}")  # type: ignore[arg-type]
+                found = saver.get_tuple({"configurable": {"thread_id": f"own-{worker}"}})
+                assert found is not None and found.checkpoint["channel_values"]["messages"] == messages
+                assert [w[0] for w in found.pending_writes] == [f"task-{n}"]
 
-        threads = [threading.Thread(target=work, args=(w,)) for w in range(4)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        assert errors == []
+        assert run_threads(work, 4) == []
         hot = saver.get_tuple({"configurable": {"thread_id": "shared"}})
     with MemoriSaver(dsn, user_id="alice", cache_bytes=0) as cold:
         found = cold.get_tuple({"configurable": {"thread_id": "shared"}})

@@ -71,13 +71,19 @@ async def _in_process(dsn: str, user: str, calls: list[tuple[str, dict[str, Any]
             return [await client.call_tool(name, args) for name, args in calls]
 
 
-def test_tools_are_listed_with_schemas(dsn: str) -> None:
+def _tools(dsn: str) -> dict[str, Any]:
+    """The in-process server's tools (as alice), by name."""
+
     async def go() -> Any:
         with pymemdb.connect(dsn) as db:
             async with Client(build_server(MemoriMcp(db, user="alice"))) as client:
                 return (await client.list_tools()).tools
 
-    tools = {t.name: t for t in anyio.run(go)}
+    return {t.name: t for t in anyio.run(go)}
+
+
+def test_tools_are_listed_with_schemas(dsn: str) -> None:
+    tools = _tools(dsn)
     assert READ_ONLY_TOOLS <= set(tools)
     for tool in tools.values():
         assert tool.description and len(tool.description) > 40, tool.name
@@ -380,12 +386,7 @@ def test_bad_arguments_are_tool_errors_with_our_code(dsn: str, tool: str, args: 
 
 
 def test_memory_tools_have_schemas(dsn: str) -> None:
-    async def go() -> Any:
-        with pymemdb.connect(dsn) as db:
-            async with Client(build_server(MemoriMcp(db, user="alice"))) as client:
-                return (await client.list_tools()).tools
-
-    tools = {t.name: t for t in anyio.run(go)}
+    tools = _tools(dsn)
     assert MEMORY_TOOLS <= set(tools)
     assert tools["remember"].input_schema["required"] == ["content"]
     assert set(tools["search_memories"].input_schema["properties"]) == {"query", "namespace", "filter", "limit",

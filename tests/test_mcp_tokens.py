@@ -90,14 +90,17 @@ def test_list_shows_status_never_the_secret(conn: psycopg.Connection) -> None:
     assert [r["user_id"] for r in rows(conn, "select * from memori.mcp_token_list('bob', true)")] == ["bob"]
 
 
-def test_bad_arguments(conn: psycopg.Connection) -> None:
+@pytest.mark.parametrize(("code", "args"), [
+    ("PM131", "'alice', 'laptop'"),  # alice already has an active token named laptop
+    ("PM133", "'alice', 'x', interval '0'"),
+    ("PM133", "'alice', 'x', interval '-1 day'"),
+    ("PM133", "'alice', 'x', interval '367 days'"),
+    ("PM001", "'alice', ''"),
+    ("PM001", "'', 'x'"),
+])
+def test_bad_arguments(conn: psycopg.Connection, code: str, args: str) -> None:
     create(conn, "alice")
-    assert_sqlstate(conn, "PM131", "select memori.mcp_token_create('alice', 'laptop')")
-    assert_sqlstate(conn, "PM133", "select memori.mcp_token_create('alice', 'x', interval '0')")
-    assert_sqlstate(conn, "PM133", "select memori.mcp_token_create('alice', 'x', interval '-1 day')")
-    assert_sqlstate(conn, "PM133", "select memori.mcp_token_create('alice', 'x', interval '367 days')")
-    assert_sqlstate(conn, "PM001", "select memori.mcp_token_create('alice', '')")
-    assert_sqlstate(conn, "PM001", "select memori.mcp_token_create('', 'x')")
+    assert_sqlstate(conn, code, f"select memori.mcp_token_create({args})")
 
 
 def test_app_role_verifies_only_and_never_reads_hashes(conn: psycopg.Connection) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 
 import psycopg
@@ -233,13 +235,20 @@ def test_dead_runner_is_marked_abandoned(dsn: str) -> None:
         assert value(c, "select count(*) from memori.cleanup_queue") == 0
 
 
+@contextmanager
+def _held(dsn: str, c: psycopg.Connection, count: int, index: int) -> Iterator[psycopg.Connection]:
+    """``count`` expired memories, skipped rows retried without pause, and a writer holding the ``index``-th."""
+    ids = [memory(c, "ns", T0 - (i + 1) * SEC) for i in range(count)]
+    c.execute("update memori.settings set value = '0' where key = 'cleanup.skip_retry_pause_ms'")
+    with psycopg.connect(dsn) as writer:
+        writer.execute("select 1 from memori.memories where id = %s for update", (ids[index],))
+        yield writer
+
+
 def test_a_row_a_writer_holds_is_skipped_then_retried(dsn: str) -> None:
     """The cleaner never waits for a writer: a held row is skipped, tried again at the end of the run."""
     with psycopg.connect(dsn, autocommit=True) as c:
-        ids = [memory(c, "ns", T0 - (i + 1) * SEC) for i in range(8)]
-        c.execute("update memori.settings set value = '0' where key = 'cleanup.skip_retry_pause_ms'")
-        with psycopg.connect(dsn) as writer:
-            writer.execute("select 1 from memori.memories where id = %s for update", (ids[0],))
+        with _held(dsn, c, 8, 0) as writer:
             run = rows(c, "select * from memori.cleanup_begin(%s, 8)", (T0,))[0]
             first = rows(c, "select * from memori.cleanup_batch(%s)", (run["id"],))[0]
             # 7 went at once, without waiting; the held row stays in the plan
@@ -256,10 +265,7 @@ def test_a_row_a_writer_holds_is_skipped_then_retried(dsn: str) -> None:
 
 def test_a_row_held_at_every_attempt_is_left_to_the_next_run(dsn: str) -> None:
     with psycopg.connect(dsn, autocommit=True) as c:
-        ids = [memory(c, "ns", T0 - (i + 1) * SEC) for i in range(3)]
-        c.execute("update memori.settings set value = '0' where key = 'cleanup.skip_retry_pause_ms'")
-        with psycopg.connect(dsn) as writer:
-            writer.execute("select 1 from memori.memories where id = %s for update", (ids[1],))
+        with _held(dsn, c, 3, 1) as writer:
             summary = execute(c, T0, 2)  # one transaction: terminates without the row
             writer.rollback()
         assert summary["status"] == "succeeded" and summary["deleted"] == 2 and summary["skipped"] == 1

@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 import pymemdb
-from pymemdb.cli._common import rows_table
+from pymemdb.cli._output import rows_table
 from pymemdb.cli.demo.compression import compression_chapter
 from pymemdb.cli.memories import TTL_COLUMNS, ttl_cells
 from pymemdb.cli.scratch import scratch_database

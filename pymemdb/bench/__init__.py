@@ -85,6 +85,23 @@ def timed_call(cur: psycopg.Cursor[Any], probe: Probe, rng: random.Random) -> in
     return time.perf_counter_ns() - start
 
 
+def interleaved(
+    conn: psycopg.Connection[Any], probes: Sequence[Probe], iterations: int, seed: int
+) -> dict[str, dict[str, float]]:
+    """Latencies of the probes, prepared, interleaved in rotating order so drift and caching hit all alike."""
+    rng = random.Random(seed)
+    samples: dict[str, list[int]] = {p.name: [] for p in probes}
+    warmup = iterations // 5  # plans cached, pages in cache
+    with conn.cursor() as cur:
+        for i in range(warmup + iterations):
+            for j in range(len(probes)):
+                probe = probes[(i + j) % len(probes)]
+                ns = timed_call(cur, probe, rng)
+                if i >= warmup:
+                    samples[probe.name].append(ns)
+    return {name: latency_summary(xs) for name, xs in samples.items()}
+
+
 @dataclass
 class Reader:
     """A concurrent reader: one probe on its own connection, at a steady rate, until stopped.
@@ -188,6 +205,21 @@ def connect(dsn: str) -> psycopg.Connection[Any]:
     conn = psycopg.connect(dsn, autocommit=True)
     conn.execute("set timezone = 'UTC'")
     return conn
+
+@contextmanager
+def vm_sessions(dsn: str, user: str, like: str) -> Iterator[tuple[psycopg.Connection[Any], Any]]:
+    """A connection acting for ``user`` and the server's ``now()``, with the VM sessions whose id is ``like``
+    (and their mutation log) deleted before and after the suite."""
+    with connect(dsn) as conn:
+        conn.execute("select set_config('memori.user_id', %s, false)", (user,))
+        conn.execute("delete from memori.vm_sessions where session_id like %s", (like,))
+        now = one(conn, "select now()")
+        try:
+            yield conn, now
+        finally:
+            conn.execute("delete from memori.vm_sessions where session_id like %s", (like,))
+            conn.execute("delete from memori.page_mutations where session_id like %s", (like,))
+
 
 def one(conn: psycopg.Connection[Any], query: LiteralString | sql.Composed, params: Any = None) -> Any:
     row = conn.execute(query, params).fetchone()

@@ -43,6 +43,7 @@ from pymemdb.bench import (
     connect,
     explain_nested,
     fmt,
+    interleaved,
     latency_summary,
     one,
     plans_table,
@@ -50,7 +51,6 @@ from pymemdb.bench import (
     require_empty,
     require_rows,
     stopwatch,
-    timed_call,
 )
 from pymemdb.checkpoints import CHECKPOINT_CREATE, NewCheckpoint
 from pymemdb.errors import PymemdbError
@@ -387,23 +387,6 @@ def _targets(conn: psycopg.Connection[Any], sessions: int, seed: int, k: int) ->
     return [(s, i) for s, i in rows if i is not None]
 
 
-def _interleaved(
-    conn: psycopg.Connection[Any], probes: Sequence[Probe], iterations: int, seed: int
-) -> dict[str, dict[str, float]]:
-    """Latencies of the probes, prepared, interleaved in rotating order so drift and caching hit all alike."""
-    rng = random.Random(seed)
-    samples: dict[str, list[int]] = {p.name: [] for p in probes}
-    warmup = iterations // 5  # plans cached, pages in cache
-    with conn.cursor() as cur:
-        for i in range(warmup + iterations):
-            for j in range(len(probes)):
-                probe = probes[(i + j) % len(probes)]
-                ns = timed_call(cur, probe, rng)
-                if i >= warmup:
-                    samples[probe.name].append(ns)
-    return {name: latency_summary(xs) for name, xs in samples.items()}
-
-
 def _buffers(conn: psycopg.Connection[Any], query: LiteralString, params: list[tuple[Any, ...]]) -> dict[str, float]:
     """Buffers (shared hit + read) per call, by relation of schema memori, over ``params`` (rolled back).
 
@@ -440,7 +423,7 @@ def _reads(conn: psycopg.Connection[Any], data: dict[str, Any], iterations: int,
     for on in (True, False):
         with _query_events(conn, on):
             probes = (latest, pk) if on else (latest, direct, pk)
-            r: dict[str, Any] = _interleaved(conn, probes, iterations, seed)
+            r: dict[str, Any] = interleaved(conn, probes, iterations, seed)
             r["ratio_p50"] = ratio(r[latest.name]["p50_us"], r[pk.name]["p50_us"])
             r["ratio_p99"] = ratio(r[latest.name]["p99_us"], r[pk.name]["p99_us"])
             some = [(s, NOW) for s in sessions[:200]]

@@ -32,12 +32,12 @@ from pymemdb.bench import (
     connect,
     explain_nested,
     fmt,
+    interleaved,
     latency_summary,
     one,
     ratio,
     require_rows,
     stopwatch,
-    timed_call,
 )
 from pymemdb.context import Scope
 from pymemdb.errors import PymemdbError
@@ -119,20 +119,6 @@ def _key(rng: random.Random) -> str:
     return f"key_{rng.randrange(KEYS):03d}"
 
 
-def _interleaved(conn: psycopg.Connection[Any], probes: list[Probe], iterations: int, seed: int) -> dict[str, Any]:
-    rng = random.Random(seed)
-    samples: dict[str, list[int]] = {p.name: [] for p in probes}
-    warmup = iterations // 5
-    with conn.cursor() as cur:
-        for i in range(warmup + iterations):
-            for j in range(len(probes)):
-                probe = probes[(i + j) % len(probes)]
-                ns = timed_call(cur, probe, rng)
-                if i >= warmup:
-                    samples[probe.name].append(ns)
-    return {name: latency_summary(xs) for name, xs in samples.items()}
-
-
 @contextmanager
 def _as_app(conn: psycopg.Connection[Any], user: str) -> Iterator[None]:
     conn.execute("set role memori_app")
@@ -148,7 +134,7 @@ def _reads(conn: psycopg.Connection[Any], data: dict[str, Any], iterations: int,
     ids = [r[0] for r in conn.execute("select id::text from memori.context_entries tablesample system (1) limit 5000")]
     get = Probe("context_get", GET, lambda r: (_key(r), *_requester(r, data), NOW))
     pk = Probe("pk_get", PK_GET, lambda r: (r.choice(ids),))
-    out: dict[str, Any] = {"iterations": iterations, "superuser": _interleaved(conn, [get, pk], iterations, seed)}
+    out: dict[str, Any] = {"iterations": iterations, "superuser": interleaved(conn, [get, pk], iterations, seed)}
 
     # memori_app under row-level security, acting for the user of session 0
     user, project, session = "bench_u0", "bench_p0", "bench_s0"
@@ -158,7 +144,7 @@ def _reads(conn: psycopg.Connection[Any], data: dict[str, Any], iterations: int,
     rls_get = Probe("context_get", GET, lambda r: (_key(r), user, project, r.choice(sessions), NOW))
     rls_pk = Probe("pk_get", PK_GET, lambda r: (r.choice(own_ids),))
     with _as_app(conn, user):
-        out["rls"] = _interleaved(conn, [rls_get, rls_pk], iterations, seed)
+        out["rls"] = interleaved(conn, [rls_get, rls_pk], iterations, seed)
     for mode in ("superuser", "rls"):
         r = out[mode]
         r["ratio_p50"] = ratio(r["context_get"]["p50_us"], r["pk_get"]["p50_us"])
@@ -166,7 +152,7 @@ def _reads(conn: psycopg.Connection[Any], data: dict[str, Any], iterations: int,
 
     resolve = Probe("context_resolve", RESOLVE, lambda r: (*_requester(r, data), NOW))
     resolved = len(conn.execute(RESOLVE, (*_requester(random.Random(seed), data), NOW)).fetchall())
-    out["resolve"] = {**_interleaved(conn, [resolve], max(200, iterations // 10), seed)["context_resolve"],
+    out["resolve"] = {**interleaved(conn, [resolve], max(200, iterations // 10), seed)["context_resolve"],
                       "keys": resolved}
     out["explain_get"] = explain_nested(conn, GET, ("key_007", user, project, session, NOW))
     out["explain_resolve"] = explain_nested(conn, RESOLVE, (user, project, session, NOW))

@@ -27,7 +27,7 @@ from typing import Any, LiteralString
 import psycopg
 from rich.table import Table
 
-from pymemdb.bench import Progress, connect, fmt, one, percentile, ratio, require_rows, stopwatch
+from pymemdb.bench import Progress, fmt, one, percentile, ratio, require_rows, stopwatch, vm_sessions
 
 USER = "bench"
 MAPPED = 20
@@ -157,43 +157,36 @@ def run(dsn: str, rows: int = 10_000, *, seed: int = 1, progress: Progress | Non
     require_rows(rows, 1000, "The issue's scale is 10000.")
     rng = random.Random(seed)
     small, large = rows // 10, rows
-    with connect(dsn) as conn:
-        conn.execute("select set_config('memori.user_id', %s, false)", (USER,))
-        conn.execute("delete from memori.vm_sessions where session_id like 'bench\\_fork\\_%%'")
-        now = one(conn, "select now()")
-        try:
-            with stopwatch() as elapsed:
-                make_source(conn, PREFIX + "small", small, now)
-                make_source(conn, PREFIX + "large", large, now)
-                conn.execute("vacuum analyze memori.pages, memori.page_representations, memori.working_set")
-            source_bytes = one(conn, "select sum(bytes)::bigint from memori.vm_storage()")
-            if progress:
-                progress(f"generated sessions of {small:,} and {large:,} pages in {elapsed():.1f} s")
-            fork_small = _fork(conn, PREFIX + "small", PREFIX + "small_f", now)
-            fork_large = _fork(conn, PREFIX + "large", PREFIX + "large_f", now)
-            copy_large = _full_copy(conn, PREFIX + "large", PREFIX + "large_copy", now)
-            if progress:
-                progress(f"forked: {fork_small['bytes']:,} and {fork_large['bytes']:,} bytes; "
-                         f"full copy {copy_large['bytes']:,} bytes")
-            shared = list(range(MAPPED + 1, large + 1))
-            rng.shuffle(shared)
-            few, many = max(large // 100, 10), max(large // 10, 100)
-            writes_few = _writes(conn, PREFIX + "large_f", shared[:few], now)
-            writes_many = _writes(conn, PREFIX + "large_f", shared[few:few + many], now)
-            # baseline: the same writes on pages a session owns and shares with nobody (the full copy)
-            writes_own = _writes(conn, PREFIX + "large_copy", shared[few:few + many], now)
-            # reads: the fork resolves the rest through its ancestor
-            untouched = PREFIX + "small_f"
-            reads = {
-                "lookup_source_ms": _latency(conn, "select memori.page_lookup(%(s)s, %(p)s)", PREFIX + "small",
-                                             rng, small),
-                "lookup_fork_ms": _latency(conn, "select memori.page_lookup(%(s)s, %(p)s)", untouched, rng, small),
-                "manifest_source_ms": _latency(conn, MANIFEST, PREFIX + "large", rng, large, 20),
-                "manifest_fork_ms": _latency(conn, MANIFEST, PREFIX + "large_f", rng, large, 20),
-            }
-        finally:
-            conn.execute("delete from memori.vm_sessions where session_id like 'bench\\_fork\\_%%'")
-            conn.execute("delete from memori.page_mutations where session_id like 'bench\\_fork\\_%%'")
+    with vm_sessions(dsn, USER, "bench\\_fork\\_%") as (conn, now):
+        with stopwatch() as elapsed:
+            make_source(conn, PREFIX + "small", small, now)
+            make_source(conn, PREFIX + "large", large, now)
+            conn.execute("vacuum analyze memori.pages, memori.page_representations, memori.working_set")
+        source_bytes = one(conn, "select sum(bytes)::bigint from memori.vm_storage()")
+        if progress:
+            progress(f"generated sessions of {small:,} and {large:,} pages in {elapsed():.1f} s")
+        fork_small = _fork(conn, PREFIX + "small", PREFIX + "small_f", now)
+        fork_large = _fork(conn, PREFIX + "large", PREFIX + "large_f", now)
+        copy_large = _full_copy(conn, PREFIX + "large", PREFIX + "large_copy", now)
+        if progress:
+            progress(f"forked: {fork_small['bytes']:,} and {fork_large['bytes']:,} bytes; "
+                     f"full copy {copy_large['bytes']:,} bytes")
+        shared = list(range(MAPPED + 1, large + 1))
+        rng.shuffle(shared)
+        few, many = max(large // 100, 10), max(large // 10, 100)
+        writes_few = _writes(conn, PREFIX + "large_f", shared[:few], now)
+        writes_many = _writes(conn, PREFIX + "large_f", shared[few:few + many], now)
+        # baseline: the same writes on pages a session owns and shares with nobody (the full copy)
+        writes_own = _writes(conn, PREFIX + "large_copy", shared[few:few + many], now)
+        # reads: the fork resolves the rest through its ancestor
+        untouched = PREFIX + "small_f"
+        reads = {
+            "lookup_source_ms": _latency(conn, "select memori.page_lookup(%(s)s, %(p)s)", PREFIX + "small",
+                                         rng, small),
+            "lookup_fork_ms": _latency(conn, "select memori.page_lookup(%(s)s, %(p)s)", untouched, rng, small),
+            "manifest_source_ms": _latency(conn, MANIFEST, PREFIX + "large", rng, large, 20),
+            "manifest_fork_ms": _latency(conn, MANIFEST, PREFIX + "large_f", rng, large, 20),
+        }
     return {"suite": "fork", "rows": rows, "seed": seed, "small_pages": small, "large_pages": large,
             "mapped": MAPPED, "vm_bytes_after_generation": source_bytes,
             "fork_small": fork_small, "fork_large": fork_large, "full_copy_large": copy_large,

@@ -34,7 +34,7 @@ from typing import Any, LiteralString
 import psycopg
 from rich.table import Table
 
-from pymemdb.bench import Progress, connect, fmt, one, percentile, ratio, require_rows, stopwatch
+from pymemdb.bench import Progress, fmt, percentile, ratio, require_rows, stopwatch, vm_sessions
 
 USER = "bench_search"
 SESSIONS = 100
@@ -147,25 +147,18 @@ def run(dsn: str, rows: int = 100_000, *, seed: int = 1, progress: Progress | No
     require_rows(rows, 1000, "The issue's scale is 100000.")
     rng = random.Random(seed)
     queries = 50
-    with connect(dsn) as conn:
-        conn.execute("select set_config('memori.user_id', %s, false)", (USER,))
-        conn.execute("delete from memori.vm_sessions where session_id like 'bench_search_%%'")
-        now = one(conn, "select now()")
-        try:
-            with stopwatch() as elapsed:
-                for s in range(SESSIONS):
-                    conn.execute("select memori.turn_begin(%s, %s)", (f"bench_search_{s:03d}", USER))
-                conn.execute(GENERATE, {"u": USER, "n": rows, "now": now, "sessions": SESSIONS,
-                                        "topics": TOPICS, "dim": DIM, "words": WORDS})
-                conn.execute("vacuum analyze memori.pages")
-                generate_s = round(elapsed(), 1)
-            if progress:
-                progress(f"generated {rows:,} pages with embeddings and indexes in {generate_s} s")
-            centres = [list(r[1]) for r in conn.execute(CENTRES, (TOPICS, DIM)).fetchall()]
-            found = _scenarios(conn, rng, rows, queries, centres)
-        finally:
-            conn.execute("delete from memori.vm_sessions where session_id like 'bench_search_%%'")
-            conn.execute("delete from memori.page_mutations where session_id like 'bench_search_%%'")
+    with vm_sessions(dsn, USER, "bench_search_%") as (conn, now):
+        with stopwatch() as elapsed:
+            for s in range(SESSIONS):
+                conn.execute("select memori.turn_begin(%s, %s)", (f"bench_search_{s:03d}", USER))
+            conn.execute(GENERATE, {"u": USER, "n": rows, "now": now, "sessions": SESSIONS,
+                                    "topics": TOPICS, "dim": DIM, "words": WORDS})
+            conn.execute("vacuum analyze memori.pages")
+            generate_s = round(elapsed(), 1)
+        if progress:
+            progress(f"generated {rows:,} pages with embeddings and indexes in {generate_s} s")
+        centres = [list(r[1]) for r in conn.execute(CENTRES, (TOPICS, DIM)).fetchall()]
+        found = _scenarios(conn, rng, rows, queries, centres)
     return {"suite": "search", "rows": rows, "seed": seed, "generate_s": generate_s,
             "topics": TOPICS, "queries_per_scenario": queries, **found,
             "goals": {"session_p95_ms": GOAL_P95_MS, "session_recall": 1.0, "user_recall": GOAL_USER_RECALL,

@@ -5,13 +5,9 @@ from __future__ import annotations
 import builtins
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING
 from uuid import UUID
 
-from pymemdb._sql import given, one, rows, scalar
-
-if TYPE_CHECKING:
-    from pymemdb.db import Database
+from pymemdb._sql import NOW, SESSION_ID, USER_ID, Room, given, one, rows, scalar
 
 
 @dataclass(frozen=True)
@@ -43,21 +39,14 @@ class GoalMarkerResult:
 
 
 GOAL_CREATE = one(
-    "goal_create", ("p_session_id", "text"), ("p_description", "text"), ("p_priority", "text"),
-    ("p_user_id", "text"), ("p_now", "timestamptz"), result=Goal,
+    "goal_create", SESSION_ID, ("p_description", "text"), ("p_priority", "text"), USER_ID, NOW, result=Goal,
 )
-GOAL_LIST = rows("goal_list", ("p_session_id", "text"), result=Goal)
-GOAL_MARKERS_APPLY = one(
-    "goal_markers_apply", ("p_session_id", "text"), ("p_text", "text"), ("p_user_id", "text"),
-    ("p_now", "timestamptz"), result=GoalMarkerResult,
-)
-GOAL_BLOCK = scalar("goal_block", ("p_session_id", "text"), result=str)
+GOAL_LIST = rows("goal_list", SESSION_ID, result=Goal)
+GOAL_MARKERS_APPLY = one("goal_markers_apply", SESSION_ID, ("p_text", "text"), USER_ID, NOW, result=GoalMarkerResult)
+GOAL_BLOCK = scalar("goal_block", SESSION_ID, result=str)
 
 
-class Goals:
-    def __init__(self, db: Database) -> None:
-        self._db = db
-
+class Goals(Room):
     def create(
         self,
         session_id: str,

@@ -11,16 +11,13 @@ import builtins
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from uuid import UUID
 
 from psycopg.types.json import Jsonb
 
-from pymemdb._sql import given, one, rows, scalar
+from pymemdb._sql import NOW, SESSION_ID, USER_ID, Room, given, jsonb, one, rows, scalar
 from pymemdb.compression.summarizers import ExtractiveSummarizer, Summarizer, SummarizerError
-
-if TYPE_CHECKING:
-    from pymemdb.db import Database
 
 
 @dataclass(frozen=True)
@@ -158,42 +155,32 @@ class SessionReliability:
 
 
 MESSAGE_ADD = one(
-    "message_add",
-    ("p_session_id", "text"), ("p_role", "text"), ("p_content", "text"), ("p_tokens", "integer"),
-    ("p_tool_calls", "jsonb"), ("p_now", "timestamptz"), ("p_user_id", "text"), ("p_context_size", "integer"),
-    ("p_system_prompt_tokens", "integer"),
+    "message_add", SESSION_ID, ("p_role", "text"), ("p_content", "text"), ("p_tokens", "integer"),
+    ("p_tool_calls", "jsonb"), NOW, USER_ID, ("p_context_size", "integer"), ("p_system_prompt_tokens", "integer"),
     result=MessageAdded,
 )
 COMPRESSION_BUDGET = one(
-    "compression_budget", ("p_session_id", "text"), ("p_context_size", "integer"),
-    ("p_system_prompt_tokens", "integer"), result=CompressionBudget,
+    "compression_budget", SESSION_ID, ("p_context_size", "integer"), ("p_system_prompt_tokens", "integer"),
+    result=CompressionBudget,
 )
 COMPRESSION_PLAN = one(
-    "compression_plan", ("p_session_id", "text"), ("p_context_size", "integer"),
-    ("p_system_prompt_tokens", "integer"), ("p_now", "timestamptz"), ("p_force", "boolean"),
-    result=CompressionPlan,
+    "compression_plan", SESSION_ID, ("p_context_size", "integer"), ("p_system_prompt_tokens", "integer"), NOW,
+    ("p_force", "boolean"), result=CompressionPlan,
 )
 COMPRESSION_PROMPT = rows("compression_prompt", ("p_plan_id", "uuid"), result=CompressionRequest)
 COMPRESSION_APPLY = one(
-    "compression_apply", ("p_plan_id", "uuid"), ("p_new_summary", "text"), ("p_aged", "jsonb"),
-    ("p_now", "timestamptz"), ("p_new_tokens", "integer"),
-    result=CompressionApplied,
+    "compression_apply", ("p_plan_id", "uuid"), ("p_new_summary", "text"), ("p_aged", "jsonb"), NOW,
+    ("p_new_tokens", "integer"), result=CompressionApplied,
 )
-COMPRESSION_ABORT = one(
-    "compression_abort", ("p_plan_id", "uuid"), ("p_error", "text"), ("p_now", "timestamptz"), result=CompressionPlan
-)
-ACTIVE_CONTEXT = rows("active_context", ("p_session_id", "text"), result=ContextItem)
+COMPRESSION_ABORT = one("compression_abort", ("p_plan_id", "uuid"), ("p_error", "text"), NOW, result=CompressionPlan)
+ACTIVE_CONTEXT = rows("active_context", SESSION_ID, result=ContextItem)
 RELIABILITY_SCORE = one(
     "reliability_score", ("p_model_size_b", "numeric"), ("p_compression_count", "integer"),
     ("p_context_confidence", "numeric"), result=Reliability,
 )
-SESSION_RELIABILITY = one(
-    "session_reliability", ("p_session_id", "text"), ("p_model_size_b", "numeric"), result=SessionReliability
-)
+SESSION_RELIABILITY = one("session_reliability", SESSION_ID, ("p_model_size_b", "numeric"), result=SessionReliability)
 # a document (the seed's session file), not a fixed shape: jsonb stays; NULL for an unknown session
-SESSION_EXPORT = scalar(
-    "session_export", ("p_session_id", "text"), ("p_model", "text"), ("p_provider", "text"), result=dict
-)
+SESSION_EXPORT = scalar("session_export", SESSION_ID, ("p_model", "text"), ("p_provider", "text"), result=dict)
 
 
 @dataclass(frozen=True)
@@ -208,10 +195,7 @@ class CompressionRun:
         return self.applied is not None
 
 
-class Compression:
-    def __init__(self, db: Database) -> None:
-        self._db = db
-
+class Compression(Room):
     def message_add(
         self,
         session_id: str,
@@ -229,7 +213,7 @@ class Compression:
         return self._db.call(
             MESSAGE_ADD,
             **given(p_session_id=session_id, p_role=role, p_content=content, p_tokens=tokens,
-                    p_tool_calls=None if tool_calls is None else Jsonb(tool_calls), p_user_id=user_id,
+                    p_tool_calls=jsonb(tool_calls), p_user_id=user_id,
                     p_context_size=context_size, p_system_prompt_tokens=system_prompt_tokens, p_now=now),
         )
 

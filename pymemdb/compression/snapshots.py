@@ -5,15 +5,10 @@ from __future__ import annotations
 import builtins
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from uuid import UUID
 
-from psycopg.types.json import Jsonb
-
-from pymemdb._sql import given, one, rows
-
-if TYPE_CHECKING:
-    from pymemdb.db import Database
+from pymemdb._sql import NOW, SESSION_ID, Room, given, jsonb, one, rows
 
 
 @dataclass(frozen=True)
@@ -33,24 +28,19 @@ class Snapshot:
     expires_at: datetime | None
 
 
-SNAPSHOT_CREATE = one(
-    "snapshot_create", ("p_session_id", "text"), ("p_metadata", "jsonb"), ("p_now", "timestamptz"), result=Snapshot
-)
-SNAPSHOT_LIST = rows("snapshot_list", ("p_session_id", "text"), ("p_now", "timestamptz"), result=Snapshot)
-SNAPSHOT_RESTORE = one("snapshot_restore", ("p_snapshot_id", "uuid"), ("p_now", "timestamptz"), result=Snapshot)
+SNAPSHOT_CREATE = one("snapshot_create", SESSION_ID, ("p_metadata", "jsonb"), NOW, result=Snapshot)
+SNAPSHOT_LIST = rows("snapshot_list", SESSION_ID, NOW, result=Snapshot)
+SNAPSHOT_RESTORE = one("snapshot_restore", ("p_snapshot_id", "uuid"), NOW, result=Snapshot)
 
 
-class Snapshots:
-    def __init__(self, db: Database) -> None:
-        self._db = db
-
+class Snapshots(Room):
     def create(
         self, session_id: str, metadata: dict[str, Any] | None = None, *, now: datetime | None = None
     ) -> Snapshot:
         """memori.snapshot_create: snapshot the session's active state (immutable, retention-managed)."""
         return self._db.call(
             SNAPSHOT_CREATE,
-            **given(p_session_id=session_id, p_metadata=None if metadata is None else Jsonb(metadata), p_now=now),
+            **given(p_session_id=session_id, p_metadata=jsonb(metadata), p_now=now),
         )
 
     def list(self, session_id: str, *, now: datetime | None = None) -> builtins.list[Snapshot]:

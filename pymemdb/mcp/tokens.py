@@ -6,13 +6,9 @@ import math
 import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
 
-from pymemdb._sql import given, maybe, one, rows, scalar
+from pymemdb._sql import NOW, USER_ID, Room, given, maybe, one, rows, scalar
 from pymemdb.errors import McpInvalidArgument
-
-if TYPE_CHECKING:
-    from pymemdb.db import Database
 
 
 @dataclass(frozen=True)
@@ -55,31 +51,14 @@ class McpPrincipal:
 
 
 MCP_TOKEN_CREATE = one(
-    "mcp_token_create",
-    ("p_user_id", "text"), ("p_name", "text"), ("p_ttl", "interval"), ("p_now", "timestamptz"),
-    result=McpTokenSecret,
+    "mcp_token_create", USER_ID, ("p_name", "text"), ("p_ttl", "interval"), NOW, result=McpTokenSecret,
 )
-MCP_TOKEN_LIST = rows(
-    "mcp_token_list",
-    ("p_user_id", "text"), ("p_include_inactive", "boolean"), ("p_now", "timestamptz"),
-    result=McpTokenInfo,
-)
-MCP_TOKEN_REVOKE = scalar(
-    "mcp_token_revoke",
-    ("p_user_id", "text"), ("p_name", "text"), ("p_token_id", "bigint"), ("p_now", "timestamptz"),
-    result=int,
-)
-MCP_TOKEN_VERIFY = maybe(
-    "mcp_token_verify",
-    ("p_token", "text"), ("p_client", "text"), ("p_now", "timestamptz"),
-    result=McpPrincipal,
-)
+MCP_TOKEN_LIST = rows("mcp_token_list", USER_ID, ("p_include_inactive", "boolean"), NOW, result=McpTokenInfo)
+MCP_TOKEN_REVOKE = scalar("mcp_token_revoke", USER_ID, ("p_name", "text"), ("p_token_id", "bigint"), NOW, result=int)
+MCP_TOKEN_VERIFY = maybe("mcp_token_verify", ("p_token", "text"), ("p_client", "text"), NOW, result=McpPrincipal)
 
 
-class McpTokens:
-    def __init__(self, db: Database) -> None:
-        self._db = db
-
+class McpTokens(Room):
     def create(
         self, user_id: str, name: str = "default", *, ttl: timedelta | None = None, now: datetime | None = None
     ) -> McpTokenSecret:
