@@ -842,11 +842,12 @@ begin
       v_op := case p_distance when 'cosine' then '<=>' when 'l2' then '<->' else '<#>' end;
       v_emb := format('(v.embedding::public.%s(%s))', p_vector_type, v_dims);
       if v_few then
+        -- (lateral: one probe of the embeddings' key per match, whatever the estimate of vector_dims)
         execute format('select coalesce(array_agg(ref order by d, ref), ''{}'') from ('
-                       'select m.ref, min(%1$s operator(public.%3$s) %2$s) as d '
-                       'from unnest($2::text[]) m(ref) join memori.store_vectors v on v.user_id = $1 and %5$s '
-                       'where public.vector_dims(v.embedding) = %4$s '
-                       'group by m.ref order by 2, 1 limit $4) b',
+                       'select m.ref, x.d from unnest($2::text[]) m(ref) cross join lateral ('
+                       'select min(%1$s operator(public.%3$s) %2$s) as d from memori.store_vectors v '
+                       'where v.user_id = $1 and %5$s and public.vector_dims(v.embedding) = %4$s) x '
+                       'where x.d is not null order by 2, 1 limit $4) b',
                        v_emb, format('($3::public.%s(%s))', p_vector_type, v_dims), v_op, v_dims,
                        memori._store_ref_join('v', 'm.ref'))
           into v_vec using v_user, v_match, p_query_embedding, v_k;
