@@ -377,13 +377,15 @@ def test_upgrade_from_0021_moves_items_embeddings_and_indexes(server_dsn: str) -
             c.execute("""insert into memori.store_vectors (user_id, item_id, field, embedding)
                          select user_id, id, 'text', '[1,0]' from memori.store_items""")
             c.execute("create index idx_store_vectors_hnsw_vector_cosine_2 on memori.store_vectors using hnsw "
-                      "((embedding::public.vector(2)) public.vector_cosine_ops) where public.vector_dims(embedding) = 2")
+                      "((embedding::public.vector(2)) public.vector_cosine_ops) "
+                      "where public.vector_dims(embedding) = 2")
             before = rows(c, "select user_id, id, key from memori.store_items order by id")
         install(url)
         with psycopg.connect(url, autocommit=True) as c:
             assert rows(c, "select user_id, id, key from memori.store_items order by id") == before
             assert rows(c, "select user_id, id, namespace from memori.store_namespaces order by 1, 2") == [
-                {"user_id": "alice", "id": 1, "namespace": ["a"]}, {"user_id": "alice", "id": 2, "namespace": ["a", "b"]},
+                {"user_id": "alice", "id": 1, "namespace": ["a"]},
+                {"user_id": "alice", "id": 2, "namespace": ["a", "b"]},
                 {"user_id": "bob", "id": 1, "namespace": ["a", "b"]}]
             got = get(c, ["a"], "k2", at=T0, refresh=False)
             assert got is not None and got["ttl"] == timedelta(hours=1) and got["created_at"] == T0
