@@ -22,8 +22,9 @@
 --
 -- pgvector lives in schema public; its types and operators are qualified.
 
-comment on table memori.store_items is 'Long-term memory items per user: (namespace path, key) -> jsonb value, TTL with refresh on read, text_fields naming what full text covers (the vector is derived at query time, migration 0021) (issue 17).';
-comment on table memori.store_vectors is 'Embeddings of store items, one per indexed field; dimension per store (partial ANN indexes per dimension, memori.store_index_ensure).';
+comment on table memori.store_items is 'Long-term memory items per user: (namespace, key) -> jsonb value, TTL with refresh on read, text_fields naming what full text covers (the vector is derived at query time, migration 0021); the namespace is its number in memori.store_namespaces (migration 0022) (issue 17).';
+comment on table memori.store_namespaces is 'Each user''s store namespaces, numbered per user (1, 2, ...): items store the number. Deleting an entry deletes its items; an entry whose items all expired or were deleted one by one stays (reads list only namespaces with live items) until store_namespace_delete.';
+comment on table memori.store_vectors is 'Embeddings of store items, one per indexed field, keyed by the item''s (user, namespace number, key); dimension per store (partial ANN indexes per dimension, memori.store_index_ensure).';
 
 insert into memori.settings (key, value, description) values
   ('store.search_candidates', '50', 'Each ranking of a store query search (full text, vectors) contributes at least this many candidates (and at least limit + offset) to the fusion.'),
@@ -33,7 +34,9 @@ on conflict (key) do nothing;
 -------------------------------------------------------------------------------
 -- _retention_store_items: store items in the retention engine's shape
 create or replace view memori._retention_store_items with (security_invoker = true) as
-select i.id, i.user_id as owner, i.namespace[1] as category, '*'::text as kind, i.expires_at, false as important
+select i.id, i.user_id as owner,
+       (select d.namespace[1] from memori.store_namespaces d where d.user_id = i.user_id and d.id = i.ns_id) as category,
+       '*'::text as kind, i.expires_at, false as important
   from memori.store_items i;
 comment on view memori._retention_store_items is 'memori.store_items as retention candidates: user as owner, first namespace label as category.';
 
@@ -237,13 +240,14 @@ as $func$
   -- lower bound on the primary key's range
   select format('i.user_id = $1 and (i.expires_at is null or i.expires_at > $2)%s and %s',
                 case when cardinality(coalesce(p_prefix, '{}')) > 0
-                     then ' and i.namespace >= $3' || (select string_agg(format(' and i.namespace[%s] = %L', o, l), '')
-                                                        from unnest(p_prefix) with ordinality u(l, o))
+                     then ' and i.ns_id in (select d.id from memori.store_namespaces d where d.user_id = $1 and d.namespace >= $3'
+                          || (select string_agg(format(' and d.namespace[%s] = %L', o, l), '')
+                                from unnest(p_prefix) with ordinality u(l, o)) || ')'
                      else '' end,
                 memori._store_filter_sql(p_filter))
 $func$ language sql immutable security invoker
 set search_path = pg_catalog, memori, pg_temp;
-comment on function memori._store_where(text[], jsonb) is 'The WHERE condition of a store read over alias i: the user ($1), unexpired at $2, under the namespace prefix $3, passing the filter.';
+comment on function memori._store_where(text[], jsonb) is 'The WHERE condition of a store read over alias i: the user ($1), unexpired at $2, in a namespace under the prefix $3 (through memori.store_namespaces), passing the filter.';
 
 -------------------------------------------------------------------------------
 -- _store_ns_match: a namespace against a prefix and a suffix, * matching any label
@@ -281,6 +285,47 @@ set search_path = pg_catalog, memori, pg_temp;
 comment on function memori._store_check_vector_config(text, text) is 'Raise PM122 unless the distance is cosine, l2 or inner_product and the vector type vector or halfvec.';
 
 -------------------------------------------------------------------------------
+-- _store_ns_create: the number of a user's namespace, entered in the
+-- dictionary when new (the next number of that user). Called by the puts only
+-- when their own lookup found nothing. Two writers entering namespaces of one
+-- user at once: the second waits on the key, then takes the next number (or
+-- the namespace the first entered).
+create or replace function memori._store_ns_create(p_user_id text, p_namespace text[]) returns integer
+as $func$
+declare
+  v_id integer;
+begin
+  loop
+    select d.id into v_id from memori.store_namespaces d where d.user_id = p_user_id and d.namespace = p_namespace;
+    if found then
+      return v_id;
+    end if;
+    insert into memori.store_namespaces as n (user_id, id, namespace)
+    select p_user_id, coalesce(max(d.id), 0) + 1, p_namespace from memori.store_namespaces d where d.user_id = p_user_id
+    on conflict do nothing
+    returning n.id into v_id;
+    if v_id is not null then
+      return v_id;
+    end if;
+  end loop;
+end
+$func$ language plpgsql volatile security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._store_ns_create(text, text[]) is 'The per-user number of a store namespace, entered in memori.store_namespaces (next number of the user) when new.';
+
+-------------------------------------------------------------------------------
+-- _store_ref_join: a store read names an item by a text reference
+-- ns_id || ':' || key; this is the join condition of reference expression
+-- p_ref to the item (or embedding) alias p_alias, by its primary key.
+create or replace function memori._store_ref_join(p_alias text, p_ref text) returns text
+as $func$
+  select format('%1$s.ns_id = pg_catalog.split_part(%2$s, '':'', 1)::integer '
+                'and %1$s.key = pg_catalog.substr(%2$s, pg_catalog.strpos(%2$s, '':'') + 1)', p_alias, p_ref)
+$func$ language sql immutable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._store_ref_join(text, text) is 'The condition joining an item reference (ns_id:key text) to the alias of a store item or embedding, by its key.';
+
+-------------------------------------------------------------------------------
 -- The hot paths (store_put, store_put_many, store_get) inline the acting-user
 -- and namespace checks and the item write: a nested call of a function with a
 -- pinned search_path costs as much as the write itself. The helpers run only
@@ -307,7 +352,7 @@ declare
   v_user    text := p_user_id;
   v_spec    text;
   v_item    memori.store_item;
-  v_id      bigint;
+  v_ns      integer;
   v_updated boolean;
 begin
   if p_user_id is null or (v_set is not null and v_set <> p_user_id) or btrim(p_user_id) = ''
@@ -331,26 +376,30 @@ begin
     perform memori._invalid('p_fields and p_embeddings differ in length', 'Pass one embedding per indexed field.');
   end if;
   v_spec := memori._store_text_spec(p_value, p_index, p_text);
-  insert into memori.store_items as s (user_id, namespace, key, value, created_at, updated_at, expires_at, ttl, text_fields)
-  values (v_user, p_namespace, p_key, p_value, p_now, p_now, p_now + p_ttl, p_ttl, v_spec)
-  on conflict (user_id, namespace, key) do update
+  select d.id into v_ns from memori.store_namespaces d where d.user_id = v_user and d.namespace = p_namespace;
+  if v_ns is null then
+    v_ns := memori._store_ns_create(v_user, p_namespace);
+  end if;
+  insert into memori.store_items as s (user_id, ns_id, key, value, created_at, updated_at, expires_at, ttl, text_fields)
+  values (v_user, v_ns, p_key, p_value, p_now, p_now, p_now + p_ttl, p_ttl, v_spec)
+  on conflict (user_id, ns_id, key) do update
      set value = excluded.value,
          -- an expired item the cleaner has not reached yet is replaced, not continued
          created_at = case when s.expires_at <= p_now then excluded.created_at else s.created_at end,
          updated_at = excluded.updated_at, expires_at = excluded.expires_at, ttl = excluded.ttl,
          text_fields = excluded.text_fields
-  returning s.namespace, s.key, s.value, s.created_at, s.updated_at, s.expires_at, s.ttl, s.id, (s.xmax <> 0)
-       into v_item.namespace, v_item.key, v_item.value, v_item.created_at, v_item.updated_at, v_item.expires_at,
-            v_item.ttl, v_id, v_updated;
+  returning s.key, s.value, s.created_at, s.updated_at, s.expires_at, s.ttl, (s.xmax <> 0)
+       into v_item.key, v_item.value, v_item.created_at, v_item.updated_at, v_item.expires_at, v_item.ttl, v_updated;
+  v_item.namespace := p_namespace;
   if v_updated then
-    delete from memori.store_vectors v where v.user_id = v_user and v.item_id = v_id;
+    delete from memori.store_vectors v where v.user_id = v_user and v.ns_id = v_ns and v.key = p_key;
   end if;
   if cardinality(p_fields) > 0 then
-    insert into memori.store_vectors (user_id, item_id, field, embedding)
-    select v_user, v_id, f.field, f.embedding
+    insert into memori.store_vectors (user_id, ns_id, key, field, embedding)
+    select v_user, v_ns, p_key, f.field, f.embedding
       from unnest(p_fields, p_embeddings) f(field, embedding)
      where f.field is not null and f.embedding is not null
-    on conflict (user_id, item_id, field) do update set embedding = excluded.embedding;
+    on conflict (user_id, ns_id, key, field) do update set embedding = excluded.embedding;
   end if;
   return v_item;
 end
@@ -375,7 +424,8 @@ declare
   v_it      record;
   v_n       bigint := 0;
   v_spec    text;
-  v_id      bigint;
+  v_ns      integer;
+  v_ns_of   text[];           -- the namespace v_ns is the number of (items come sorted by namespace)
   v_updated boolean;
 begin
   if p_items is null or jsonb_typeof(p_items) <> 'array' then
@@ -403,31 +453,41 @@ begin
     if v_it.key is null then
       perform memori._invalid('store key must not be NULL', 'Every item needs a "key".');
     end if;
+    if v_ns_of is distinct from v_it.ns then
+      v_ns_of := v_it.ns;
+      select d.id into v_ns from memori.store_namespaces d where d.user_id = v_user and d.namespace = v_it.ns;
+      if v_ns is null and v_it.value is not null and jsonb_typeof(v_it.value) <> 'null' then
+        v_ns := memori._store_ns_create(v_user, v_it.ns);
+      end if;
+    end if;
     if v_it.value is null or jsonb_typeof(v_it.value) = 'null' then
-      delete from memori.store_items i where i.user_id = v_user and i.namespace = v_it.ns and i.key = v_it.key;
+      delete from memori.store_items i where i.user_id = v_user and i.ns_id = v_ns and i.key = v_it.key;
     else
+      if v_ns is null then
+        v_ns := memori._store_ns_create(v_user, v_it.ns);
+      end if;
       if v_it.ttl is not null and v_it.ttl <= interval '0' then
         perform memori._invalid(format('ttl %s is not positive', v_it.ttl), 'Pass a positive ttl_seconds, or null.');
       end if;
       v_spec := memori._store_text_spec(v_it.value, v_it.idx, v_it.txt);
-      insert into memori.store_items as s (user_id, namespace, key, value, created_at, updated_at, expires_at, ttl,
+      insert into memori.store_items as s (user_id, ns_id, key, value, created_at, updated_at, expires_at, ttl,
                                            text_fields)
-      values (v_user, v_it.ns, v_it.key, v_it.value, p_now, p_now, p_now + v_it.ttl, v_it.ttl, v_spec)
-      on conflict (user_id, namespace, key) do update
+      values (v_user, v_ns, v_it.key, v_it.value, p_now, p_now, p_now + v_it.ttl, v_it.ttl, v_spec)
+      on conflict (user_id, ns_id, key) do update
          set value = excluded.value,
              created_at = case when s.expires_at <= p_now then excluded.created_at else s.created_at end,
              updated_at = excluded.updated_at, expires_at = excluded.expires_at, ttl = excluded.ttl,
              text_fields = excluded.text_fields
-      returning s.id, (s.xmax <> 0) into v_id, v_updated;
+      returning (s.xmax <> 0) into v_updated;
       if v_updated then
-        delete from memori.store_vectors v where v.user_id = v_user and v.item_id = v_id;
+        delete from memori.store_vectors v where v.user_id = v_user and v.ns_id = v_ns and v.key = v_it.key;
       end if;
       if v_it.vectors is not null then
-        insert into memori.store_vectors (user_id, item_id, field, embedding)
-        select v_user, v_id, f.key, f.value::text::public.vector
+        insert into memori.store_vectors (user_id, ns_id, key, field, embedding)
+        select v_user, v_ns, v_it.key, f.key, f.value::text::public.vector
           from jsonb_each(v_it.vectors) f
          where jsonb_typeof(f.value) = 'array'
-        on conflict (user_id, item_id, field) do update set embedding = excluded.embedding;
+        on conflict (user_id, ns_id, key, field) do update set embedding = excluded.embedding;
       end if;
     end if;
     v_n := v_n + 1;
@@ -452,22 +512,23 @@ declare
   v_set  text := nullif(current_setting('memori.user_id', true), '');
   v_user text := p_user_id;
   v_row  memori.store_item;
-  v_id   bigint;
+  v_ns   integer;
 begin
   if p_user_id is null or (v_set is not null and v_set <> p_user_id) then
     v_user := memori._acting_user(p_user_id);
   end if;
-  select i.namespace, i.key, i.value, i.created_at, i.updated_at, i.expires_at, i.ttl, i.id
-    into v_row.namespace, v_row.key, v_row.value, v_row.created_at, v_row.updated_at, v_row.expires_at, v_row.ttl, v_id
-    from memori.store_items i
-   where i.user_id = v_user and i.namespace = p_namespace and i.key = p_key
+  select d.namespace, i.key, i.value, i.created_at, i.updated_at, i.expires_at, i.ttl, i.ns_id
+    into v_row.namespace, v_row.key, v_row.value, v_row.created_at, v_row.updated_at, v_row.expires_at, v_row.ttl, v_ns
+    from memori.store_namespaces d
+    join memori.store_items i on i.user_id = d.user_id and i.ns_id = d.id
+   where d.user_id = v_user and d.namespace = p_namespace and i.key = p_key
      and (i.expires_at is null or i.expires_at > p_now);
   if not found then
     return;
   end if;
   if p_refresh_ttl and v_row.ttl is not null then
     update memori.store_items i set expires_at = p_now + i.ttl
-     where i.user_id = v_user and i.id = v_id
+     where i.user_id = v_user and i.ns_id = v_ns and i.key = p_key
     returning i.expires_at into v_row.expires_at;
   end if;
   return next v_row;
@@ -499,18 +560,19 @@ begin
       select r.ord::integer as ord, array(select jsonb_array_elements_text(r.ns)) as ns, p_keys[r.ord] as key
         from jsonb_array_elements(p_namespaces) with ordinality r(ns, ord)),
     hit as (
-      select req.ord, i.id, i.namespace, i.key, i.value, i.created_at, i.updated_at, i.expires_at, i.ttl
+      select req.ord, i.ns_id, d.namespace, i.key, i.value, i.created_at, i.updated_at, i.expires_at, i.ttl
         from req
-        join memori.store_items i on i.user_id = v_user and i.namespace = req.ns and i.key = req.key
+        join memori.store_namespaces d on d.user_id = v_user and d.namespace = req.ns
+        join memori.store_items i on i.user_id = v_user and i.ns_id = d.id and i.key = req.key
        where i.expires_at is null or i.expires_at > p_now),
     refreshed as (
       update memori.store_items i set expires_at = p_now + i.ttl
-        from (select distinct hit.id from hit where hit.ttl is not null) h
-       where p_refresh_ttl and i.user_id = v_user and i.id = h.id
-      returning i.id, i.expires_at)
+        from (select distinct hit.ns_id, hit.key from hit where hit.ttl is not null) h
+       where p_refresh_ttl and i.user_id = v_user and i.ns_id = h.ns_id and i.key = h.key
+      returning i.ns_id, i.key, i.expires_at)
     select hit.ord, hit.namespace, hit.key, hit.value, hit.created_at, hit.updated_at,
            coalesce(r.expires_at, hit.expires_at), hit.ttl
-      from hit left join refreshed r on r.id = hit.id
+      from hit left join refreshed r on r.ns_id = hit.ns_id and r.key = hit.key
      order by hit.ord;
 end
 $func$ language plpgsql volatile security invoker
@@ -528,7 +590,9 @@ as $func$
 declare
   v_user text := memori._acting_user(p_user_id);
 begin
-  delete from memori.store_items i where i.user_id = v_user and i.namespace = p_namespace and i.key = p_key;
+  delete from memori.store_items i
+   using memori.store_namespaces d
+   where d.user_id = v_user and d.namespace = p_namespace and i.user_id = v_user and i.ns_id = d.id and i.key = p_key;
   return found;
 end
 $func$ language plpgsql volatile security invoker
@@ -549,20 +613,25 @@ declare
 begin
   perform memori._store_check_namespace(p_prefix);
   delete from memori.store_items i
-   where i.user_id = v_user and i.namespace >= p_prefix and i.namespace[1:cardinality(p_prefix)] = p_prefix;
+   using memori.store_namespaces d
+   where d.user_id = v_user and d.namespace >= p_prefix and d.namespace[1:cardinality(p_prefix)] = p_prefix
+     and i.user_id = v_user and i.ns_id = d.id;
   get diagnostics v_n = row_count;
+  -- the dictionary entries go too (with any item a concurrent put added meanwhile)
+  delete from memori.store_namespaces d
+   where d.user_id = v_user and d.namespace >= p_prefix and d.namespace[1:cardinality(p_prefix)] = p_prefix;
   perform memori._event_emit('store.namespace_deleted',
             jsonb_build_object('user_id', v_user, 'prefix', to_jsonb(p_prefix), 'deleted', v_n), p_now);
   return v_n;
 end
 $func$ language plpgsql volatile security invoker
 set search_path = pg_catalog, memori, pg_temp;
-comment on function memori.store_namespace_delete(text, text[], timestamptz) is 'Delete every item (expired or not) whose namespace starts with p_prefix, with their embeddings; returns how many. PM121 on an empty prefix.';
+comment on function memori.store_namespace_delete(text, text[], timestamptz) is 'Delete every item (expired or not) whose namespace starts with p_prefix, with their embeddings and the namespaces'' dictionary entries; returns how many items. PM121 on an empty prefix.';
 
 -------------------------------------------------------------------------------
 -- store_list_namespaces: distinct namespaces of unexpired items
--- A loose index scan over the primary key: one probe per distinct namespace,
--- not one row per item.
+-- The user's namespace dictionary, each entry kept when one of its items is
+-- unexpired (one probe of the items' primary key per entry).
 create or replace function memori.store_list_namespaces(
   p_user_id   text default null,
   p_prefix    text[] default null,
@@ -589,24 +658,15 @@ begin
   end if;
   v_n := cardinality(v_lo);
   return query
-    with recursive walk(ns) as (
-      (select i.namespace from memori.store_items i
-        where i.user_id = v_user and i.namespace >= v_lo
-          and (i.expires_at is null or i.expires_at > p_now)
-        order by i.namespace limit 1)
-      union all
-      select (select i.namespace from memori.store_items i
-               where i.user_id = v_user and i.namespace > w.ns
-                 and (i.expires_at is null or i.expires_at > p_now)
-               order by i.namespace limit 1)
-        from walk w
-       where w.ns is not null and (v_n = 0 or w.ns[1:v_n] = v_lo))
     select t.ns
-      from (select distinct case when p_max_depth is not null and cardinality(w.ns) > p_max_depth
-                                 then w.ns[1:p_max_depth] else w.ns end as ns
-              from walk w
-             where w.ns is not null and (v_n = 0 or w.ns[1:v_n] = v_lo)
-               and memori._store_ns_match(w.ns, p_prefix, p_suffix)) t
+      from (select distinct case when p_max_depth is not null and cardinality(d.namespace) > p_max_depth
+                                 then d.namespace[1:p_max_depth] else d.namespace end as ns
+              from memori.store_namespaces d
+             where d.user_id = v_user and d.namespace >= v_lo and (v_n = 0 or d.namespace[1:v_n] = v_lo)
+               and memori._store_ns_match(d.namespace, p_prefix, p_suffix)
+               and exists (select 1 from memori.store_items i
+                            where i.user_id = v_user and i.ns_id = d.id
+                              and (i.expires_at is null or i.expires_at > p_now))) t
      order by t.ns
      limit p_limit offset p_offset;
 end
@@ -700,19 +760,20 @@ declare
   v_need   integer;
   v_k      integer;
   v_tsq    tsquery;
-  v_ft     bigint[] := '{}';
-  v_vec    bigint[] := '{}';
-  v_ids    bigint[] := '{}';
+  -- items are named by references ns_id || ':' || key (memori._store_ref_join)
+  v_ft     text[] := '{}';
+  v_vec    text[] := '{}';
+  v_ids    text[] := '{}';
   v_vr     integer[] := '{}';
   v_tr     integer[] := '{}';
-  v_more   bigint[];
+  v_more   text[];
   v_dims   integer;
   v_emb    text;
   v_q      text;
   v_op     text;
-  v_page   bigint[];
+  v_page   text[];
   v_exact  integer;
-  v_match  bigint[];
+  v_match  text[];
   v_few    boolean;
 begin
   perform memori._store_check_namespace(v_prefix, true);
@@ -736,8 +797,8 @@ begin
 
   if (v_tsq is null or numnode(v_tsq) = 0) and p_query_embedding is null then
     -- no query: newest first
-    execute format('select coalesce(array_agg(id order by updated_at desc, id desc), ''{}'') from ('
-                   'select i.id, i.updated_at from memori.store_items i where %s '
+    execute format('select coalesce(array_agg(ref order by updated_at desc, id desc), ''{}'') from ('
+                   'select i.ns_id || '':'' || i.key as ref, i.id, i.updated_at from memori.store_items i where %s '
                    'order by i.updated_at desc, i.id desc limit $4 offset $5) s', v_where)
       into v_page using v_user, p_now, v_prefix, p_limit, p_offset;
   else
@@ -746,21 +807,24 @@ begin
     -- the matching items, up to one more than the exact threshold: when there are
     -- few, both rankings read them by key instead of scanning again
     v_exact := coalesce((memori._setting('store.search_exact_max') #>> '{}')::integer, 1000);
-    execute format('select array(select i.id from memori.store_items i where %s limit $4)', v_where)
+    execute format('select array(select i.ns_id || '':'' || i.key from memori.store_items i where %s limit $4)', v_where)
       into v_match using v_user, p_now, v_prefix, v_exact + 1;
     v_few := cardinality(v_match) <= v_exact;
 
     -- ranking 1: full text (over the few matches by key, else through the GIN index if there is one)
     if v_tsq is not null and numnode(v_tsq) > 0 then
       if v_few then
-        select coalesce(array_agg(s.id order by s.r desc, s.id), '{}') into v_ft
-          from (select i.id, ts_rank_cd(t.tsv, v_tsq) as r
-                  from memori.store_items i cross join lateral (select memori._store_item_tsv(i.value, i.text_fields)) t(tsv)
-                 where i.user_id = v_user and i.id = any (v_match) and i.text_fields is not null and t.tsv @@ v_tsq
-                 order by r desc, i.id limit v_k) s;
+        execute format('select coalesce(array_agg(ref order by r desc, id), ''{}'') from ('
+                       'select m.ref, i.id, ts_rank_cd(t.tsv, $2) as r '
+                       'from unnest($3::text[]) m(ref) join memori.store_items i on i.user_id = $1 and %s '
+                       'cross join lateral (select memori._store_item_tsv(i.value, i.text_fields)) t(tsv) '
+                       'where i.text_fields is not null and t.tsv @@ $2 order by r desc, i.id limit $4) s',
+                       memori._store_ref_join('i', 'm.ref'))
+          into v_ft using v_user, v_tsq, v_match, v_k;
       else
-        execute format('select coalesce(array_agg(id order by r desc, id), ''{}'') from ('
-                       'select i.id, ts_rank_cd(memori._store_item_tsv(i.value, i.text_fields), $4) as r '
+        execute format('select coalesce(array_agg(ref order by r desc, id), ''{}'') from ('
+                       'select i.ns_id || '':'' || i.key as ref, i.id, '
+                       'ts_rank_cd(memori._store_item_tsv(i.value, i.text_fields), $4) as r '
                        'from memori.store_items i where %s and i.text_fields is not null '
                        'and memori._store_item_tsv(i.value, i.text_fields) @@ $4 order by r desc, i.id limit $5) s', v_where)
           into v_ft using v_user, p_now, v_prefix, v_tsq, v_k;
@@ -778,29 +842,34 @@ begin
       v_op := case p_distance when 'cosine' then '<=>' when 'l2' then '<->' else '<#>' end;
       v_emb := format('(v.embedding::public.%s(%s))', p_vector_type, v_dims);
       if v_few then
-        execute format('select coalesce(array_agg(item_id order by d, item_id), ''{}'') from ('
-                       'select v.item_id, min(%1$s operator(public.%3$s) %2$s) as d from memori.store_vectors v '
-                       'where v.user_id = $1 and v.item_id = any ($2) and public.vector_dims(v.embedding) = %4$s '
-                       'group by v.item_id order by 2, 1 limit $4) b',
-                       v_emb, format('($3::public.%s(%s))', p_vector_type, v_dims), v_op, v_dims)
+        -- (lateral: one probe of the embeddings' key per match, whatever the estimate of vector_dims)
+        execute format('select coalesce(array_agg(ref order by d, ref), ''{}'') from ('
+                       'select m.ref, x.d from unnest($2::text[]) m(ref) cross join lateral ('
+                       'select min(%1$s operator(public.%3$s) %2$s) as d from memori.store_vectors v '
+                       'where v.user_id = $1 and %5$s and public.vector_dims(v.embedding) = %4$s) x '
+                       'where x.d is not null order by 2, 1 limit $4) b',
+                       v_emb, format('($3::public.%s(%s))', p_vector_type, v_dims), v_op, v_dims,
+                       memori._store_ref_join('v', 'm.ref'))
           into v_vec using v_user, v_match, p_query_embedding, v_k;
       else
         v_q := format('($4::public.%s(%s))', p_vector_type, v_dims);
-        execute format('select coalesce(array_agg(item_id order by d, item_id), ''{}'') from ('
-                       'select a.item_id, min(a.d) as d from ('
-                       'select v.item_id, %1$s operator(public.%3$s) %2$s as d '
-                       'from memori.store_vectors v join memori.store_items i on i.user_id = v.user_id and i.id = v.item_id '
+        execute format('select coalesce(array_agg(ref order by d, ref), ''{}'') from ('
+                       'select a.ref, min(a.d) as d from ('
+                       'select v.ns_id || '':'' || v.key as ref, %1$s operator(public.%3$s) %2$s as d '
+                       'from memori.store_vectors v '
+                       'join memori.store_items i on i.user_id = v.user_id and i.ns_id = v.ns_id and i.key = v.key '
                        'where v.user_id = $1 and public.vector_dims(v.embedding) = %4$s and %5$s '
                        'order by %1$s operator(public.%3$s) %2$s limit $5) a '
-                       'group by a.item_id order by min(a.d), a.item_id limit $6) b',
+                       'group by a.ref order by min(a.d), a.ref limit $6) b',
                        v_emb, v_q, v_op, v_dims, v_where)
           into v_vec using v_user, p_now, v_prefix, p_query_embedding, v_k * 2, v_k;
         if cardinality(v_vec) < v_k then
-          execute format('select coalesce(array_agg(item_id order by d, item_id), ''{}'') from ('
-                         'select v.item_id, min(%1$s operator(public.%3$s) %2$s) as d '
-                         'from memori.store_vectors v join memori.store_items i on i.user_id = v.user_id and i.id = v.item_id '
+          execute format('select coalesce(array_agg(ref order by d, ref), ''{}'') from ('
+                         'select v.ns_id || '':'' || v.key as ref, min(%1$s operator(public.%3$s) %2$s) as d '
+                         'from memori.store_vectors v '
+                         'join memori.store_items i on i.user_id = v.user_id and i.ns_id = v.ns_id and i.key = v.key '
                          'where v.user_id = $1 and public.vector_dims(v.embedding) = %4$s and %5$s '
-                         'group by v.item_id order by 2, 1 limit $5) b',
+                         'group by 1 order by 2, 1 limit $5) b',
                          v_emb, v_q, v_op, v_dims, v_where)
             into v_vec using v_user, p_now, v_prefix, p_query_embedding, v_k;
         end if;
@@ -821,13 +890,17 @@ begin
 
     -- the rest of the matching items, newest first, when the rankings are short
     if cardinality(v_ids) < v_need and v_few then
-      select v_ids || coalesce(array_agg(s.id order by s.updated_at desc, s.id desc), '{}') into v_ids
-        from (select i.id, i.updated_at from memori.store_items i
-               where i.user_id = v_user and i.id = any (v_match) and not (i.id = any (v_ids))
-               order by i.updated_at desc, i.id desc limit v_need - cardinality(v_ids)) s;
+      execute format('select coalesce(array_agg(ref order by updated_at desc, id desc), ''{}'') from ('
+                     'select m.ref, i.id, i.updated_at '
+                     'from unnest($2::text[]) m(ref) join memori.store_items i on i.user_id = $1 and %s '
+                     'where not (m.ref = any ($3)) order by i.updated_at desc, i.id desc limit $4) s',
+                     memori._store_ref_join('i', 'm.ref'))
+        into v_more using v_user, v_match, v_ids, v_need - cardinality(v_ids);
+      v_ids := v_ids || v_more;
     elsif cardinality(v_ids) < v_need then
-      execute format('select coalesce(array_agg(id order by updated_at desc, id desc), ''{}'') from ('
-                     'select i.id, i.updated_at from memori.store_items i where %s and not (i.id = any ($4)) '
+      execute format('select coalesce(array_agg(ref order by updated_at desc, id desc), ''{}'') from ('
+                     'select i.ns_id || '':'' || i.key as ref, i.id, i.updated_at from memori.store_items i '
+                     'where %s and not ((i.ns_id || '':'' || i.key) = any ($4)) '
                      'order by i.updated_at desc, i.id desc limit $5) s', v_where)
         into v_more using v_user, p_now, v_prefix, v_ids, v_need - cardinality(v_ids);
       v_ids := v_ids || v_more;
@@ -837,17 +910,20 @@ begin
 
   if p_refresh_ttl and cardinality(v_page) > 0 then
     update memori.store_items i set expires_at = p_now + i.ttl
-     where i.user_id = v_user and i.id = any (v_page) and i.ttl is not null;
+      from unnest(v_page) p(ref)
+     where i.user_id = v_user and i.ns_id = split_part(p.ref, ':', 1)::integer
+       and i.key = substr(p.ref, strpos(p.ref, ':') + 1) and i.ttl is not null;
   end if;
 
   return query
-    select i.namespace, i.key, i.value, i.created_at, i.updated_at, i.expires_at, i.ttl,
+    select d.namespace, i.key, i.value, i.created_at, i.updated_at, i.expires_at, i.ttl,
            case when p_query_embedding is not null then
              (select case p_distance when 'cosine' then 1 - min(v.embedding operator(public.<=>) p_query_embedding)
                                      when 'l2' then -min(v.embedding operator(public.<->) p_query_embedding)
                                      else -min(v.embedding operator(public.<#>) p_query_embedding) end
                 from memori.store_vectors v
-               where v.user_id = i.user_id and v.item_id = i.id and public.vector_dims(v.embedding) = v_dims)
+               where v.user_id = i.user_id and v.ns_id = i.ns_id and v.key = i.key
+                 and public.vector_dims(v.embedding) = v_dims)
            end,
            (p.ord + p_offset)::integer,
            case when v_vr[p.ord + p_offset] is not null then v_vr[p.ord + p_offset] end,
@@ -855,8 +931,10 @@ begin
            case when v_tsq is not null and numnode(v_tsq) > 0 and i.text_fields is not null
                      and memori._store_item_tsv(i.value, i.text_fields) @@ v_tsq
                 then ts_rank_cd(memori._store_item_tsv(i.value, i.text_fields), v_tsq) end
-      from unnest(v_page) with ordinality p(id, ord)
-      join memori.store_items i on i.user_id = v_user and i.id = p.id
+      from unnest(v_page) with ordinality p(ref, ord)
+      join memori.store_items i on i.user_id = v_user and i.ns_id = split_part(p.ref, ':', 1)::integer
+                               and i.key = substr(p.ref, strpos(p.ref, ':') + 1)
+      join memori.store_namespaces d on d.user_id = v_user and d.id = i.ns_id
      order by p.ord;
 end
 $func$ language plpgsql volatile security invoker

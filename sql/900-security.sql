@@ -289,11 +289,14 @@ begin
                              memori.vm_cite(text, text[], timestamptz)
     from memori_cleaner;
 
-  -- long-term memory store (issue 17): items and their embeddings; the cleaner deletes expired items
-  -- (their embeddings go by the foreign key's cascade)
+  -- long-term memory store (issue 17): items, their embeddings and each user's namespace dictionary;
+  -- the cleaner deletes expired items (their embeddings go by the foreign key's cascade) and reads the
+  -- dictionary entries of the namespaces holding them (the candidate view's category)
   grant select, insert, update, delete on memori.store_items, memori.store_vectors to memori_app;
+  grant select, insert, delete on memori.store_namespaces to memori_app;
   grant select on memori._retention_store_items to memori_app, memori_cleaner;
   grant select, delete on memori.store_items to memori_cleaner;
+  grant select on memori.store_namespaces to memori_cleaner;
   revoke execute on function
     memori.store_put(text, text[], text, jsonb, interval, text[], timestamptz, text, text[], public.vector[]),
     memori.store_put_many(text, jsonb, timestamptz),
@@ -381,6 +384,13 @@ begin
                      'using (expires_at <= now()) with check (false)', v_t.tbl);
     end if;
   end loop;
+
+  -- store namespaces: the cleaner sees the entries of namespaces holding expired items (as it sees those items)
+  if v_cleaner then
+    execute 'create policy cleaner_expired on memori.store_namespaces for select to memori_cleaner '
+            'using (exists (select 1 from memori.store_items i where i.user_id = store_namespaces.user_id '
+            'and i.ns_id = store_namespaces.id and i.expires_at <= now()))';
+  end if;
 
   -- checkpoint versions: those of the checkpoints one may see
   execute format('create policy user_rows on memori.checkpoint_versions for all to %I '

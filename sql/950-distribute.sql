@@ -108,6 +108,7 @@ as $func$
     ('page_faults',         'distributed', 'PK (id) -> (user_id, id)'),
     ('vm_region_pages',     'distributed', 'PK must include user_id; FK region_id -> vm_regions is to a reference table; FK session_id -> vm_sessions must include user_id; reading a shared region is multi-shard by design'),
     -- long-term memory (issue 17): keys already lead with the user
+    ('store_namespaces',    'distributed', null),
     ('store_items',         'distributed', null),
     ('store_vectors',       'distributed', null),
     -- MCP bearer tokens (issue 18): keyed by user, but mcp_token_verify finds a token by its hash

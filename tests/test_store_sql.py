@@ -296,7 +296,13 @@ def test_namespace_delete(conn: psycopg.Connection) -> None:
     assert keys(search(conn, [])) == ["4", "1"]
     assert value(conn, "select count(*) from memori.store_vectors") == 0
     assert len(search(conn, [], user="bob")) == 1
+    # the subtree's dictionary entries go with it; the others (and bob's) stay
+    assert [r["namespace"] for r in rows(conn, "select namespace from memori.store_namespaces "
+                                               "order by user_id, namespace")] == [["a"], ["ab"], ["a", "b"]]
     assert_sqlstate(conn, "PM121", "select memori.store_namespace_delete('alice', '{}')")
+    put(conn, ["a", "b"], "2", {"x": 2})  # entered again, with a new number
+    assert get(conn, ["a", "b"], "2")["value"] == {"x": 2}  # type: ignore[index]
+    assert value(conn, "select max(id) from memori.store_namespaces where user_id = 'alice'") == 5
 
 
 def test_put_many_and_get_many(conn: psycopg.Connection) -> None:
@@ -318,12 +324,16 @@ def test_retention_engine_reclaims_expired_items(conn: psycopg.Connection) -> No
     put(conn, ["n"], "old", {"x": 1}, ttl=MIN, p_fields=["x"], p_embeddings=["[1,0]"])
     put(conn, ["n"], "new", {"x": 1}, ttl=2 * MIN)
     put(conn, ["n"], "kept", {"x": 1})
+    put(conn, ["m"], "kept", {"x": 1})
     preview = rows(conn, "select * from memori.cleanup_preview(%s)", (T0 + MIN,))
-    assert [(r["table_name"]) for r in preview] == ["store_items"]
+    assert [(r["table_name"], r["category"]) for r in preview] == [("store_items", "n")]
     conn.execute("set role memori_cleaner")  # the cleaner role alone: its embeddings go by the cascade
+    # it reads the namespaces of expired items (the category), and no other
+    assert {r["category"] for r in rows(conn, "select category from memori._retention_store_items")} == {"n"}
+    assert [r["namespace"] for r in rows(conn, "select namespace from memori.store_namespaces")] == [["n"]]
     assert rows(conn, "select * from memori.cleanup_execute(%s)", (T0 + MIN,))[0]["deleted"] == 1
     conn.execute("reset role")
-    assert sorted(keys(search(conn, ["n"], at=T0))) == ["kept", "new"]
+    assert sorted(keys(search(conn, [], at=T0))) == ["kept", "kept", "new"]
     assert value(conn, "select count(*) from memori.store_vectors") == 0
 
 
@@ -341,5 +351,50 @@ def test_two_users_never_see_each_other(conn: psycopg.Connection) -> None:
     assert value(conn, "select count(*) from memori.store_put(p_namespace => '{x}', p_key => 'k', "
                        "p_value => '{}')") == 1
     assert value(conn, "select count(*) from memori.store_items where user_id = 'alice'") == 0
+    # nor each other's namespace names
+    assert [r["namespace"] for r in rows(conn, "select namespace from memori.store_namespaces order by id")] == [
+        ["shared"], ["x"]]
     conn.execute("reset role")
     assert value(conn, "select count(*) from memori.store_items where user_id = 'bob'") == 2
+
+
+def test_upgrade_from_0021_moves_items_embeddings_and_indexes(server_dsn: str) -> None:
+    """Migration 0022 copies 0021's items (namespace arrays) into the dictionary layout, with their
+    embeddings, ids, times and TTLs, and the indexes store_index_ensure had made."""
+    from pymemdb.install import install
+    from tests.conftest import database
+
+    with database(server_dsn) as url:
+        install(url, target="0021", apply_sql=False)
+        with psycopg.connect(url, autocommit=True) as c:
+            c.execute("""
+              insert into memori.store_items (user_id, namespace, key, value, created_at, updated_at, expires_at, ttl,
+                                              text_fields)
+              values ('alice', '{a,b}', 'k1', '{"text": "tea in lyon"}', %(t)s, %(t)s, null, null, '$'),
+                     ('alice', '{a}', 'k2', '{"text": "coffee"}', %(t)s, %(t)s, %(t)s + interval '1 hour',
+                      interval '1 hour', 'text'),
+                     ('bob', '{a,b}', 'k1', '{"text": "bob"}', %(t)s, %(t)s, null, null, null)""", {"t": T0})
+            c.execute("""insert into memori.store_vectors (user_id, item_id, field, embedding)
+                         select user_id, id, 'text', '[1,0]' from memori.store_items""")
+            c.execute("create index idx_store_vectors_hnsw_vector_cosine_2 on memori.store_vectors using hnsw "
+                      "((embedding::public.vector(2)) public.vector_cosine_ops) "
+                      "where public.vector_dims(embedding) = 2")
+            before = rows(c, "select user_id, id, key from memori.store_items order by id")
+        install(url)
+        with psycopg.connect(url, autocommit=True) as c:
+            assert rows(c, "select user_id, id, key from memori.store_items order by id") == before
+            assert rows(c, "select user_id, id, namespace from memori.store_namespaces order by 1, 2") == [
+                {"user_id": "alice", "id": 1, "namespace": ["a"]},
+                {"user_id": "alice", "id": 2, "namespace": ["a", "b"]},
+                {"user_id": "bob", "id": 1, "namespace": ["a", "b"]}]
+            got = get(c, ["a"], "k2", at=T0, refresh=False)
+            assert got is not None and got["ttl"] == timedelta(hours=1) and got["created_at"] == T0
+            hits = search(c, ["a"], p_query="tea", p_query_embedding="[1,0]")
+            assert [(r["namespace"], r["key"], r["score"]) for r in hits] == [(["a", "b"], "k1", 1.0),
+                                                                               (["a"], "k2", 1.0)]
+            assert value(c, "select count(*) from memori.store_vectors") == 3
+            assert value(c, "select to_regclass('memori.idx_store_vectors_hnsw_vector_cosine_2')::text") == (
+                "memori.idx_store_vectors_hnsw_vector_cosine_2")
+            # new items continue the ids
+            put(c, ["a"], "k3", {"x": 1})
+            assert value(c, "select id from memori.store_items where key = 'k3'") > before[-1]["id"]

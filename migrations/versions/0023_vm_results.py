@@ -1,7 +1,7 @@
 """The virtual memory's typed results (issue 19 item 5): memori.vm_metrics_result and memori.vm_turn_result.
 
 Revision ID: 0023
-Revises: 0021
+Revises: 0022
 Create Date: 2026-11-25
 
 Run-once DDL only; the API is sql/520-vm-context.sql, sql/555-vm-metrics.sql and
@@ -16,7 +16,7 @@ place, and sql/ re-creates them.
 from alembic import op
 
 revision = "0023"
-down_revision = "0021"
+down_revision = "0022"
 branch_labels = None
 depends_on = None
 

@@ -52,7 +52,7 @@ GOAL_GET = 1.0      # upstream latency / ours (mean)
 GOAL_PUT = 1.0      # our puts/s over upstream's
 GOAL_STORAGE = 1.0  # our bytes / upstream's
 UPSTREAM_TABLES = ("store", "store_vectors")
-OUR_TABLES = ("store_items", "store_vectors")
+OUR_TABLES = ("store_items", "store_namespaces", "store_vectors")
 WORDS = ("memory agent user prefers tea coffee lyon paris meeting project deadline budget travel music "
          "book movie friend family dog cat garden code python database vector search note idea plan "
          "health sport running cooking recipe weather morning evening call email report").split()
@@ -253,7 +253,7 @@ def run(dsn: str, rows: int = 20_000, *, seed: int = 1, progress: Progress | Non
         # the same items in a store without full text (the reference has none): the storage at parity
         if progress:
             progress("the same items again, MemoriStore(full_text=False)")
-        admin.execute("delete from memori.store_items where user_id = %s", (USER,))
+        admin.execute("delete from memori.store_namespaces where user_id = %s", (USER,))
         with MemoriStore(dsn, user_id=USER, index=index, max_size=2, full_text=False) as lean:
             for lo in range(0, len(all_items), 500):
                 lean.batch([PutOp(ns, key, value) for ns, key, value in all_items[lo:lo + 500]])
@@ -263,7 +263,7 @@ def run(dsn: str, rows: int = 20_000, *, seed: int = 1, progress: Progress | Non
         storage["ratio_vector_only"] = ratio(storage["pymemdb_vector_only_bytes"], storage["upstream_bytes"])
         for t in ("store_vectors", "store", "store_migrations", "vector_migrations"):
             admin.execute(psycopg.sql.SQL("drop table if exists public.{} cascade").format(psycopg.sql.Identifier(t)))
-        admin.execute("delete from memori.store_items where user_id = %s", (USER,))
+        admin.execute("delete from memori.store_namespaces where user_id = %s", (USER,))
     return result
 
 
