@@ -48,7 +48,10 @@ as $func$
                         then 0.5 / (1 + greatest(p_s.turn - w.last_access_turn, 0)) + 0.5 * p.importance
                         else 1.0 / (1 + greatest(p_s.turn - w.last_access_turn, 0)) end as keep_score
             from memori.working_set w
-            join memori.pages p on p.session_id = w.session_id and p.page_id = w.page_id
+            -- a mapped page's row always says tier L0 (the working-set invariant, tests/test_vm_invariants.py):
+            -- saying so lets the join read the session's L0 rows in one range of idx_pages_session_tier
+            -- instead of one descent of the 100k-page unique index per mapped page (issue 21)
+            join memori.pages p on p.session_id = w.session_id and p.page_id = w.page_id and p.tier = 'L0'
            where w.session_id = p_s.session_id
              and not w.pinned
              and w.page_id is distinct from p_keep
