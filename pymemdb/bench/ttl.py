@@ -287,13 +287,15 @@ def _reads(
 ) -> dict[str, Any]:
     """The reads against PK lookups of the same rows (prepared, interleaved), and their plans."""
     probes = _probes(conn, targets)
-    rng = random.Random(seed)
+    rng, order_rng = random.Random(seed), random.Random(seed + 1)
     samples: dict[str, list[int]] = {p.name: [] for p in probes}
     with conn.cursor() as cur:
         for i in range(iterations // 5 + iterations):
-            # interleaved, each in every position in turn, so drift and caching hit all alike
-            k = i % len(probes)
-            for probe in probes[k:] + probes[:k]:
+            # interleaved in a random order each round, so drift and caching hit all alike and no
+            # probe always follows the same one: on a loaded machine a read right after a costlier
+            # one waits longer for a core (the backend used more CPU), which a fixed order charges
+            # to one neighbour
+            for probe in order_rng.sample(probes, len(probes)):
                 ns = timed_call(cur, probe, rng)
                 if i >= iterations // 5:  # the first fifth warms plans and caches
                     samples[probe.name].append(ns)
