@@ -166,6 +166,43 @@ set search_path = pg_catalog, memori, pg_temp;
 comment on function memori.session_checkpoint_save(text, text, text, jsonb, timestamptz) is 'Save a session checkpoint for a skill: session namespace with the skill''s TTL, or the permanent namespace.';
 
 -------------------------------------------------------------------------------
+-- _session_checkpoint_earlier: tiers 2 and 3 of session_checkpoint_load_latest
+-- (the legacy namespace named by the user, then earlier months of the skill's
+-- session namespace, p_prefix NULL for a permanent skill), newest unexpired
+-- row of the first tier that has one. Called only when tier 1 found nothing:
+-- not inlined (the SET clause), so the caller's plan holds one Function Scan
+-- for both tiers instead of nine nodes that every call would set up and, on a
+-- hit, never run.
+create or replace function memori._session_checkpoint_earlier(
+  p_user_id text,
+  p_prefix  text,
+  p_now     timestamptz
+) returns setof memori.session_checkpoint
+as $func$
+  -- (2) the legacy namespace named by the user
+  (select m.*, 'legacy'::text
+     from memori.memories m
+    where m.user_id = p_user_id
+      and m.metadata->>'type' = 'session_checkpoint' and (m.expires_at is null or m.expires_at > p_now)
+    order by m.created_at desc, m.id desc
+    limit 1)
+union all
+  -- (3) earlier months of the skill's session namespace (none for a permanent skill)
+  (select m.*, 'previous'::text
+     from memori.memories m
+    where p_prefix is not null
+      and m.user_id ~>=~ p_prefix and m.user_id ~<~ (p_prefix || chr(1114111))  -- index range for the prefix
+      and m.user_id ~ ('^' || p_prefix || '[0-9]{4}_[0-9]{2}$')
+      and m.metadata->>'type' = 'session_checkpoint' and (m.expires_at is null or m.expires_at > p_now)
+      and (m.owner_id = p_user_id or m.owner_id is null)
+    order by m.created_at desc, m.id desc
+    limit 1)
+  limit 1
+$func$ language sql stable security invoker rows 1
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._session_checkpoint_earlier(text, text, timestamptz) is 'Tiers 2-3 of session_checkpoint_load_latest (legacy user namespace, then earlier session months) for a resolved user and prefix; private.';
+
+-------------------------------------------------------------------------------
 -- session_checkpoint_load_latest: seed 05's load_latest_checkpoint
 -- Tiers, first hit wins: (1) the current namespace, (2) the legacy namespace
 -- named by the user id, (3) any earlier session_{short}_YYYY_MM namespace.
@@ -181,13 +218,17 @@ comment on function memori.session_checkpoint_save(text, text, text, jsonb, time
 -- caller's search_path cannot change what it reads.
 -- The tiers are the branches of one UNION ALL under LIMIT 1: an Append runs
 -- its branches in order and stops at the first row, so a later tier is only
--- probed when the earlier ones found nothing. Each branch is an index probe
--- with no sort: (1) idx_memories_session_checkpoints for the user's rows and
--- idx_memories_checkpoint_unowned for rows without owner, merged; (2)
--- idx_memories_checkpoint_latest; (3) a prefix range of
--- idx_memories_session_checkpoints (sorted: it spans months).
+-- probed when the earlier ones found nothing. (1) merges two index probes
+-- with no sort: idx_memories_session_checkpoints for the user's rows and
+-- idx_memories_checkpoint_unowned for rows without owner. Tiers (2) and (3)
+-- are memori._session_checkpoint_earlier, not inlined: a cached plan's
+-- executor start-up sets up every node of the plan on every call, run or not,
+-- and it was most of this function's cost (docs/benchmarks.md, bench ttl); a
+-- hit in tier 1, the common case, stays one statement and a miss runs the
+-- helper's one statement.
 -- The helpers are only called to raise errors (PM001 bad user id or PM040
--- another user, else memori.user_id for a NULL one; PM002 unknown skill), in that order.
+-- another user, else memori.user_id for a NULL one; PM002 unknown skill, a
+-- skill given by its short name), in that order.
 create or replace function memori.session_checkpoint_load_latest(
   p_skill   text,
   p_user_id text,
@@ -210,12 +251,10 @@ begin atomic
                               then p_user_id
                               else memori._acting_user(p_user_id) end as user_id,
                          coalesce(
-                           -- the skill id, else a short name or an id without 'skill:' (key probes, no sort)
+                           -- the skill id (one key probe), else memori._session_skill: a short
+                           -- name or an id without 'skill:', or PM001/PM002 with a hint
                            (select s from memori.session_skills s where s.skill = p_skill),
-                           (select s from memori.session_skills s
-                             where s.short_name = p_skill or s.skill = 'skill:' || p_skill
-                             limit 1),
-                           memori._session_skill(p_skill)) as skill  -- raises PM001/PM002 with a hint
+                           memori._session_skill(p_skill)) as skill
                   offset 0) k) n  -- a fence: the skill is looked up once, not once per use of its fields
    cross join lateral (
      -- (1) the current namespace: the user's newest row and the newest row without owner
@@ -232,24 +271,9 @@ begin atomic
        order by t.created_at desc, t.id desc
        limit 1)
      union all
-     -- (2) the legacy namespace named by the user
-     (select m.*, 'legacy'::text
-        from memori.memories m
-       where m.user_id = n.user_id
-         and m.metadata->>'type' = 'session_checkpoint' and (m.expires_at is null or m.expires_at > p_now)
-       order by m.created_at desc, m.id desc
-       limit 1)
-     union all
-     -- (3) earlier months of the skill's session namespace (none for a permanent skill)
-     (select m.*, 'previous'::text
-        from memori.memories m
-       where n.prefix is not null
-         and m.user_id ~>=~ n.prefix and m.user_id ~<~ (n.prefix || chr(1114111))  -- index range for the prefix
-         and m.user_id ~ ('^' || n.prefix || '[0-9]{4}_[0-9]{2}$')
-         and m.metadata->>'type' = 'session_checkpoint' and (m.expires_at is null or m.expires_at > p_now)
-         and (m.owner_id = n.user_id or m.owner_id is null)
-       order by m.created_at desc, m.id desc
-       limit 1)
+     -- (2) the legacy namespace named by the user, then (3) earlier months:
+     -- a private helper, run only when tier 1 found nothing
+     (select e.* from memori._session_checkpoint_earlier(n.user_id, n.prefix, p_now) e)
      limit 1) c;
 end;
 comment on function memori.session_checkpoint_load_latest(text, text, timestamptz) is 'Latest unexpired session checkpoint of a skill for a user: current namespace, then legacy user namespace, then earlier session namespaces; source says which.';

@@ -136,10 +136,14 @@ def test_latest_checkpoint_rejects_bad_input_user_first(
 
 
 def test_latest_checkpoint_is_one_inlined_statement(conn: psycopg.Connection) -> None:
-    """No function call at run time: the caller's query holds the tiers (one plan, no plpgsql)."""
+    """Inlined into the caller's query (one plan, no plpgsql); a tier-1 hit never calls the helper of tiers 2-3."""
+    save(conn, "api", "alice", "now", T0)
     plan = "\n".join(r[0] for r in conn.execute(
-        "explain (costs off) select * from memori.session_checkpoint_load_latest('api', 'alice', %s)", (T0,)))
-    assert "Function Scan" not in plan and "idx_memories_session_checkpoints" in plan
+        "explain (analyze, costs off, timing off, summary off)"
+        " select * from memori.session_checkpoint_load_latest('api', 'alice', %s)", (T0 + DAY,)))
+    assert "session_checkpoint_load_latest" not in plan and "Index Scan using idx_memories_" in plan, plan
+    assert plan.count("Function Scan") == 1
+    assert "Function Scan on _session_checkpoint_earlier e (never executed)" in plan
     assert value(conn, "select l.lanname from pg_proc p join pg_language l on l.oid = p.prolang"
                        " where p.oid = 'memori.session_checkpoint_load_latest'::regproc") == "sql"
 
