@@ -190,37 +190,49 @@ create or replace trigger lg_checkpoints_writes_gone after delete on memori.lg_c
   for each statement execute function memori._lg_writes_gone();
 
 -------------------------------------------------------------------------------
--- _lg_blob_join: the full value of a delta blob, from its chain (root first)
+-- _lg_blob_full: a blob's full value (a delta blob joined to its chain, root first)
 -- A delta stores only the items appended to its base version; the msgpack
 -- array of the whole list is a header for the total count, then the root's
 -- items, then every delta's items in chain order (msgpack arrays are their
--- items back to back).
-create or replace function memori._lg_blob_join(
-  p_thread bigint, p_ns text, p_channel text, p_base text[], p_items integer, p_tail bytea
-) returns bytea
-as $func$
+-- items back to back). A full value (p_base NULL) is itself.
+--
+-- A row (FROM ... CROSS JOIN LATERAL) so that PostgreSQL inlines it into the
+-- read that calls it: as a function call (its own plan, a search_path switch)
+-- it cost ~120 µs of a cold read's ~300. Hence no SET clause; its SQL-standard
+-- body (BEGIN ATOMIC) was resolved when it was created, as lg_checkpoint_stamp's.
+create or replace function memori._lg_blob_full(
+  p_thread bigint, p_ns text, p_channel text, p_base text[], p_items integer, p_blob bytea
+) returns table (blob bytea)
+language sql stable security invoker
+begin atomic
+  select p_blob where p_base is null
+  union all
   -- one index scan for the whole chain (= ANY), put in chain order by array_position;
   -- the root's array header parsed inline (a nested function call costs more than the scan)
-  select case when n < 16 then set_byte('\x00'::bytea, 0, 144 + n)
-              when n < 65536 then '\xdc'::bytea || substring(int4send(n) from 3 for 2)
-              else '\xdd'::bytea || int4send(n) end
-         || body || p_tail
+  select case when j.n < 16 then set_byte('\x00'::bytea, 0, 144 + j.n)
+              when j.n < 65536 then '\xdc'::bytea || substring(int4send(j.n) from 3 for 2)
+              else '\xdd'::bytea || int4send(j.n) end
+         || j.body || p_blob
     from (select (sum(coalesce(x.items, r.items)) + p_items)::integer as n,
                  string_agg(case when x.items is null then substring(x.blob from r.header + 1) else x.blob end,
                             ''::bytea order by array_position(p_base, x.version)) as body
-            from memori.lg_blobs x
+            -- the root is TOASTed (a whole list): detoasted once here (|| and OFFSET 0), not
+            -- by every get_byte and substring below (they read its TOAST chunks again each)
+            from (select x.version, x.items, x.blob || ''::bytea as blob
+                    from memori.lg_blobs x
+                   where x.thread = p_thread and x.checkpoint_ns = p_ns and x.channel = p_channel
+                     and x.version = any (p_base)
+                  offset 0) x
             left join lateral (
               select case when b.b between 144 and 159 then b.b - 144
                           when b.b = 220 then (get_byte(x.blob, 1) << 8) | get_byte(x.blob, 2)
                           when b.b = 221 then (get_byte(x.blob, 1)::bigint << 24) | (get_byte(x.blob, 2) << 16)
                                               | (get_byte(x.blob, 3) << 8) | get_byte(x.blob, 4) end as items,
                      case when b.b between 144 and 159 then 1 when b.b = 220 then 3 else 5 end as header
-                from (select case when x.items is null then get_byte(x.blob, 0) end as b) b) r on x.items is null
-           where x.thread = p_thread and x.checkpoint_ns = p_ns and x.channel = p_channel
-             and x.version = any (p_base)) j
-$func$ language sql stable security invoker
-set search_path = pg_catalog, memori, pg_temp;
-comment on function memori._lg_blob_join(bigint, text, text, text[], integer, bytea) is 'The full msgpack value of a delta-encoded LangGraph blob: its chain''s items (root first) and its own tail under one array header.';
+                from (select case when x.items is null then get_byte(x.blob, 0) end as b) b) r on x.items is null) j
+   where p_base is not null;
+end;
+comment on function memori._lg_blob_full(bigint, text, text, text[], integer, bytea) is 'The full value of a LangGraph blob as one row: itself, or for a delta blob its chain''s items (root first) and its own tail under one msgpack array header. Inlined into its callers.';
 
 -------------------------------------------------------------------------------
 -- _lg_versions_closure: channel versions and every version their blobs are built on
@@ -681,11 +693,9 @@ as $func$
     from (select array_agg(v.key) as channels, array_agg(bl.type) as types, array_agg(bl.blob) as vals
             from jsonb_each_text((p_c).checkpoint -> 'channel_versions') v
            cross join lateral (
-             select x.type,
-                    case when x.base is null then x.blob
-                         else memori._lg_blob_join(x.thread, x.checkpoint_ns, x.channel, x.base, x.items, x.blob) end
-                      as blob
+             select x.type, f.blob
                from memori.lg_blobs x
+              cross join lateral memori._lg_blob_full(x.thread, x.checkpoint_ns, x.channel, x.base, x.items, x.blob) f
               where x.thread = (p_c).thread and x.checkpoint_ns = (p_c).checkpoint_ns
                 and x.channel = v.key and x.version = v.value
                 and (x.expires_at is null or x.expires_at > p_now)
@@ -705,8 +715,13 @@ comment on function memori._lg_tuple(text, memori.lg_checkpoints, timestamptz) i
 
 -------------------------------------------------------------------------------
 -- lg_checkpoint_get: one checkpoint (the latest of the namespace without an id)
--- The hot read of every graph step: one statement per case, no nested calls
--- (each costs a plan and a search_path switch); _lg_tuple is inlined here.
+-- The hot read of every graph step: one statement that PostgreSQL inlines into
+-- the caller's (a set-returning SQL function without a SET clause, like
+-- lg_checkpoint_stamp, and _lg_blob_full inlined into it), so the read is one
+-- plan with no nested calls: as a plpgsql function calling _lg_blob_join it
+-- spent ~750 µs of server time where this spends ~290 (issue 21). Its
+-- SQL-standard body (BEGIN ATOMIC) was resolved when it was created: the
+-- caller's search_path cannot change what it reads or calls.
 -- p_known_stamp: the stamp of a copy the caller holds; when it is still the
 -- stamp of that checkpoint, the row carries the stamp and the pending writes
 -- only (checkpoint, metadata and blobs NULL): the caller's copy is current.
@@ -721,68 +736,62 @@ create or replace function memori.lg_checkpoint_get(
   p_known_stamp   text default null,
   p_known_writes  text default null
 ) returns setof memori.lg_tuple
-as $func$
-declare
-  v_user text := coalesce(p_user_id, nullif(current_setting('memori.user_id', true), ''));
-  v_ns   text := coalesce(p_checkpoint_ns, '');
-begin
-  if v_user is null then
-    perform memori._lg_user(null);  -- raises PM001 with its hint
-  end if;
-  return query
-    select t.thread_id, c.checkpoint_ns, c.checkpoint_id, c.parent_id,
-           case when c.changed then c.checkpoint end, case when c.changed then c.metadata end,
-           b.channels, b.types, b.vals, w.task_ids, w.channels, w.types, w.vals, w.paths, w.idx, c.stamp, ws.stamp
-      from memori.lg_threads t
-     cross join lateral (select s.*, s.stamp is distinct from p_known_stamp as changed
-                           from (select c.thread, c.checkpoint_ns, c.checkpoint_id, c.parent_id, c.checkpoint,
-                                        c.metadata, t.id::text || '.' || c.xmin::text || '.' || c.checkpoint_id::text
-                                          as stamp
-                                   from (
-                                     -- the given id, else the latest: each branch keeps its own index
-                                     -- plan, and only one runs (one-time filters on p_checkpoint_id)
-                                     (select c.xmin, c.* from memori.lg_checkpoints c
-                                       where p_checkpoint_id is null and c.thread = t.id and c.checkpoint_ns = v_ns
-                                         and (c.expires_at is null or c.expires_at > p_now)
-                                       order by c.checkpoint_id desc limit 1)
-                                     union all
-                                     (select c.xmin, c.* from memori.lg_checkpoints c
-                                       where p_checkpoint_id is not null and c.thread = t.id
-                                         and c.checkpoint_ns = v_ns and c.checkpoint_id = p_checkpoint_id
-                                         and (c.expires_at is null or c.expires_at > p_now))) c) s) c
-     cross join lateral (
-       select array_agg(v.key) as channels, array_agg(bl.type) as types, array_agg(bl.blob) as vals
-         from jsonb_each_text(case when c.changed then c.checkpoint -> 'channel_versions' end) v
-        cross join lateral (select x.type,
-                                   case when x.base is null then x.blob
-                                        else memori._lg_blob_join(x.thread, x.checkpoint_ns, x.channel, x.base,
-                                                                  x.items, x.blob) end as blob
-                              from memori.lg_blobs x
-                             where x.thread = c.thread and x.checkpoint_ns = c.checkpoint_ns
-                               and x.channel = v.key and x.version = v.value
-                               and (x.expires_at is null or x.expires_at > p_now)
-                             limit 1) bl) b
-     cross join lateral (
-       -- the row versions of the pending writes: what a cached copy of them is checked against
-       select coalesce(string_agg(wr.xmin::text, '.' order by wr.task_id, wr.idx), '') as stamp
-         from memori.lg_writes wr
-        where wr.thread = c.thread and wr.checkpoint_ns = c.checkpoint_ns
-          and wr.checkpoint_id = c.checkpoint_id and (wr.expires_at is null or wr.expires_at > p_now)) ws
-     cross join lateral (
-       -- pending writes in (task_path, task_id, idx) order (sorted once), unless the caller's copy is current
-       select array_agg(wr.task_id) as task_ids, array_agg(wr.channel) as channels, array_agg(wr.type) as types,
-              array_agg(wr.blob) as vals, array_agg(wr.task_path) as paths, array_agg(wr.idx) as idx
-         from (select wr.task_id, wr.channel, wr.type, wr.blob, wr.task_path, wr.idx
-                 from memori.lg_writes wr
-                where wr.thread = c.thread and wr.checkpoint_ns = c.checkpoint_ns
-                  and wr.checkpoint_id = c.checkpoint_id and (wr.expires_at is null or wr.expires_at > p_now)
-                  and (c.changed or ws.stamp is distinct from p_known_writes)
-                order by wr.task_path, wr.task_id, wr.idx) wr) w
-     where t.user_id = v_user and t.thread_id = p_thread_id and (t.expires_at is null or t.expires_at > p_now);
-end
-$func$ language plpgsql stable security invoker
-set search_path = pg_catalog, memori, pg_temp
-set plan_cache_mode = force_generic_plan;  -- key probes: replanning them on every call cost more than running them
+language sql stable security invoker
+begin atomic
+  select t.thread_id, c.checkpoint_ns, c.checkpoint_id, c.parent_id,
+         case when c.changed then c.checkpoint end, case when c.changed then c.metadata end,
+         b.channels, b.types, b.vals,
+         -- pending writes unless the caller's copy of them is current
+         case when w.sent then w.task_ids end, case when w.sent then w.channels end,
+         case when w.sent then w.types end, case when w.sent then w.vals end,
+         case when w.sent then w.paths end, case when w.sent then w.idx end, c.stamp, w.stamp
+    from memori.lg_threads t
+   cross join lateral (select s.*, s.stamp is distinct from p_known_stamp as changed
+                         from (select c.thread, c.checkpoint_ns, c.checkpoint_id, c.parent_id, c.checkpoint,
+                                      c.metadata, t.id::text || '.' || c.xmin::text || '.' || c.checkpoint_id::text
+                                        as stamp
+                                 from (
+                                   -- the given id, else the latest: each branch keeps its own index
+                                   -- plan, and only one runs (one-time filters on p_checkpoint_id)
+                                   (select c.xmin, c.* from memori.lg_checkpoints c
+                                     where p_checkpoint_id is null and c.thread = t.id
+                                       and c.checkpoint_ns = coalesce(p_checkpoint_ns, '')
+                                       and (c.expires_at is null or c.expires_at > p_now)
+                                     order by c.checkpoint_id desc limit 1)
+                                   union all
+                                   (select c.xmin, c.* from memori.lg_checkpoints c
+                                     where p_checkpoint_id is not null and c.thread = t.id
+                                       and c.checkpoint_ns = coalesce(p_checkpoint_ns, '')
+                                       and c.checkpoint_id = p_checkpoint_id
+                                       and (c.expires_at is null or c.expires_at > p_now))) c) s) c
+   cross join lateral (
+     select array_agg(v.key) as channels, array_agg(bl.type) as types, array_agg(bl.blob) as vals
+       from jsonb_each_text(case when c.changed then c.checkpoint -> 'channel_versions' end) v
+      cross join lateral (select x.type, f.blob
+                            from memori.lg_blobs x
+                           cross join lateral memori._lg_blob_full(x.thread, x.checkpoint_ns, x.channel, x.base,
+                                                                   x.items, x.blob) f
+                           where x.thread = c.thread and x.checkpoint_ns = c.checkpoint_ns
+                             and x.channel = v.key and x.version = v.value
+                             and (x.expires_at is null or x.expires_at > p_now)
+                           limit 1) bl) b
+   cross join lateral (
+     -- one scan of the pending writes: their row versions in key order (what a cached copy of
+     -- them is checked against) and the writes in (task_path, task_id, idx) order
+     select s.*, c.changed or s.stamp is distinct from p_known_writes as sent
+       from (select coalesce(string_agg(wr.xmin::text, '.' order by wr.task_id, wr.idx), '') as stamp,
+                    array_agg(wr.task_id) as task_ids, array_agg(wr.channel) as channels,
+                    array_agg(wr.type) as types, array_agg(wr.blob) as vals, array_agg(wr.task_path) as paths,
+                    array_agg(wr.idx) as idx
+               from (select wr.xmin, wr.task_id, wr.channel, wr.type, wr.blob, wr.task_path, wr.idx
+                       from memori.lg_writes wr
+                      where wr.thread = c.thread and wr.checkpoint_ns = c.checkpoint_ns
+                        and wr.checkpoint_id = c.checkpoint_id and (wr.expires_at is null or wr.expires_at > p_now)
+                      order by wr.task_path, wr.task_id, wr.idx) wr) s) w
+   where t.user_id = coalesce(p_user_id, nullif(current_setting('memori.user_id', true), ''),
+                              memori._lg_user(p_user_id))  -- PM001 without a user
+     and t.thread_id = p_thread_id and (t.expires_at is null or t.expires_at > p_now);
+end;
 comment on function memori.lg_checkpoint_get(text, text, uuid, text, timestamptz, text, text) is 'A LangGraph checkpoint tuple (checkpoint, blobs, pending writes, stamps): the given id, else the latest of the namespace; no row when absent or expired; the parts whose known stamp is current come back NULL.';
 
 -------------------------------------------------------------------------------
@@ -799,10 +808,10 @@ as $func$
 declare
   v_user text := memori._lg_user(p_user_id);
 begin
-  return (select case when x.base is null then x.blob
-                      else memori._lg_blob_join(x.thread, x.checkpoint_ns, x.channel, x.base, x.items, x.blob) end
+  return (select f.blob
             from memori.lg_threads t
             join memori.lg_blobs x on x.thread = t.id
+           cross join lateral memori._lg_blob_full(x.thread, x.checkpoint_ns, x.channel, x.base, x.items, x.blob) f
            where t.user_id = v_user and t.thread_id = p_thread_id and (t.expires_at is null or t.expires_at > p_now)
              and x.checkpoint_ns = coalesce(p_checkpoint_ns, '') and x.channel = p_channel and x.version = p_version
              and (x.expires_at is null or x.expires_at > p_now));

@@ -79,10 +79,23 @@ T = TypeVar("T")
 register_array_dumpers(psycopg.adapters)  # connections made from now on write our arrays fast
 
 _loads: Callable[[str], Any]
+_orjson_dumps: Callable[..., bytes] | None
 try:  # a cached copy is parsed on every read: orjson (LangChain installs it) parses JSON ~3x faster
+    from orjson import OPT_NON_STR_KEYS
+    from orjson import dumps as _orjson_dumps
     from orjson import loads as _loads
 except ImportError:  # pragma: no cover - depends on the environment
-    _loads = json.loads
+    _loads, _orjson_dumps = json.loads, None
+
+
+def _copy_json(value: Any) -> str:
+    """JSON text of a value read from jsonb, for a stamped copy: orjson writes it ~10x faster than json.dumps."""
+    if _orjson_dumps is not None:
+        try:
+            return _orjson_dumps(value, option=OPT_NON_STR_KEYS).decode()
+        except TypeError:  # pragma: no cover - jsonb holds nothing orjson cannot write
+            pass
+    return json.dumps(value)
 
 LG_CHECKPOINT_PUT = scalar(
     "lg_checkpoint_put",
@@ -430,15 +443,16 @@ class _MemoriSaverBase(BaseCheckpointSaver[str]):
                 copy = replace(copy, writes_stamp=row.writes_stamp, writes=_writes(row))
                 self._memory.put(key, copy)
             return self._tuple(row, copy)
-        if latest and row.stamp is not None and self._memory.max_bytes:  # (building a copy costs ~20 µs)
+        checkpoint_id, parent_id = str(row.checkpoint_id), str(row.parent_id) if row.parent_id is not None else None
+        writes = _writes(row)
+        if latest and row.stamp is not None and self._memory.max_bytes:  # (building a copy costs ~10 µs)
             self._memory.put(key, Stamped(
-                row.stamp, str(row.checkpoint_id), str(row.parent_id) if row.parent_id is not None else None,
-                json.dumps(row.checkpoint), json.dumps(row.metadata),
+                row.stamp, checkpoint_id, parent_id, _copy_json(row.checkpoint), _copy_json(row.metadata),
                 tuple((c, str(row.checkpoint["channel_versions"].get(c)), t, bytes(v))
                       for c, t, v in zip(row.blob_channels or [], row.blob_types or [], row.blob_values or [],
                                          strict=True) if v is not None),
-                row.writes_stamp, _writes(row)))
-        return self._tuple(row)
+                row.writes_stamp, writes))
+        return self._tuple(row, ids=(checkpoint_id, parent_id), writes=writes)
 
     def _list_call(
         self,
@@ -587,15 +601,21 @@ class _MemoriSaverBase(BaseCheckpointSaver[str]):
         await self._arun(self._plan_prune(thread_ids, strategy))
 
     # -- rows back into LangGraph's tuple ---------------------------------------
-    def _tuple(self, row: LangGraphTuple, copy: Stamped | None = None) -> CheckpointTuple:
-        """LangGraph's tuple from a row, or from a stamped copy and the row's fresh writes (new objects each time)."""
+    def _tuple(self, row: LangGraphTuple, copy: Stamped | None = None, *, ids: tuple[str, str | None] | None = None,
+               writes: tuple[tuple[str, str, str, bytes, str, int], ...] | None = None) -> CheckpointTuple:
+        """LangGraph's tuple from a row, or from a stamped copy and the row's fresh writes (new objects each time).
+
+        ``ids`` (checkpoint and parent id as text) and ``writes``: the row's, when the caller has them already.
+        """
         if copy is not None:
             return self._copy_tuple(row.thread_id, row.checkpoint_ns, copy,
                                     copy.writes if copy.writes_stamp is not None else _writes(row))
+        if ids is None:
+            ids = str(row.checkpoint_id), str(row.parent_id) if row.parent_id is not None else None
         return self._assemble(
-            row.thread_id, row.checkpoint_ns, str(row.checkpoint_id),
-            str(row.parent_id) if row.parent_id is not None else None, dict(row.checkpoint or {}), row.metadata,
-            zip(row.blob_channels or [], row.blob_types or [], row.blob_values or [], strict=True), _writes(row))
+            row.thread_id, row.checkpoint_ns, ids[0], ids[1], dict(row.checkpoint or {}), row.metadata,
+            zip(row.blob_channels or [], row.blob_types or [], row.blob_values or [], strict=True),
+            _writes(row) if writes is None else writes)
 
     def _copy_tuple(self, thread_id: str, ns: str, copy: Stamped,
                     writes: tuple[tuple[str, str, str, bytes, str, int], ...]) -> CheckpointTuple:
