@@ -181,14 +181,10 @@ set search_path = pg_catalog, memori, pg_temp;
 comment on function memori._page_write_reference(memori.pages, timestamptz) is 'Derive and store level 3 (reference) of a page for its current version.';
 
 -------------------------------------------------------------------------------
--- _page_mutations: append one entry to the mutation log per page, in array order
--- One statement for all the pages one step of an eviction touches (issue 21: a loop
--- of one insert, one retention lookup and one cache delete per victim was a third of
--- an evicting fault). p_level_before, p_level_after and p_tokens_after are NULL or
--- parallel to p_page_ids.
-create or replace function memori._page_mutations(
-  p_s memori.vm_sessions, p_page_ids text[], p_type text, p_tier_before text, p_tier_after text,
-  p_level_before integer[], p_level_after integer[], p_tokens_after integer[], p_actor text, p_cause text,
+-- _page_mutation: append one entry to the mutation log
+create or replace function memori._page_mutation(
+  p_s memori.vm_sessions, p_page_id text, p_type text, p_tier_before text, p_tier_after text,
+  p_level_before integer, p_level_after integer, p_tokens_after integer, p_actor text, p_cause text,
   p_now timestamptz
 ) returns void
 as $func$
@@ -199,29 +195,12 @@ begin
   end if;
   insert into memori.page_mutations (session_id, user_id, page_id, at, turn, mutation_type, tier_before, tier_after,
                                      level_before, level_after, tokens_after, actor, cause, expires_at)
-  select p_s.session_id, p_s.user_id, m.page_id, p_now, p_s.turn, p_type, p_tier_before, p_tier_after,
-         p_level_before[m.o], p_level_after[m.o], p_tokens_after[m.o], p_actor, p_cause, x.expires_at
-    from unnest(p_page_ids) with ordinality m(page_id, o)
-   cross join (select memori._vm_retention('page_mutations', p_now) as expires_at) x
-   order by m.o;
+  values (p_s.session_id, p_s.user_id, p_page_id, p_now, p_s.turn, p_type, p_tier_before, p_tier_after,
+          p_level_before, p_level_after, p_tokens_after, p_actor, p_cause, memori._vm_retention('page_mutations', p_now));
   -- any change to the working set or a page makes cached packs stale
   delete from memori.vm_pack_cache where session_id = p_s.session_id;
 end
 $func$ language plpgsql volatile security invoker
-set search_path = pg_catalog, memori, pg_temp;
-comment on function memori._page_mutations(memori.vm_sessions, text[], text, text, text, integer[], integer[], integer[], text, text, timestamptz) is 'Append one page mutation per page id (array order, at the session''s turn) and drop the session''s cached packs; levels and tokens are parallel arrays or NULL.';
-
--------------------------------------------------------------------------------
--- _page_mutation: append one entry to the mutation log
-create or replace function memori._page_mutation(
-  p_s memori.vm_sessions, p_page_id text, p_type text, p_tier_before text, p_tier_after text,
-  p_level_before integer, p_level_after integer, p_tokens_after integer, p_actor text, p_cause text,
-  p_now timestamptz
-) returns void
-as $func$
-  select memori._page_mutations(p_s, array[p_page_id], p_type, p_tier_before, p_tier_after, array[p_level_before],
-                                array[p_level_after], array[p_tokens_after], p_actor, p_cause, p_now)
-$func$ language sql volatile security invoker
 set search_path = pg_catalog, memori, pg_temp;
 comment on function memori._page_mutation(memori.vm_sessions, text, text, text, text, integer, integer, integer, text, text, timestamptz) is 'Append a page mutation (at the session''s turn) and drop the session''s cached packs.';
 

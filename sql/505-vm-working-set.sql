@@ -48,10 +48,7 @@ as $func$
                         then 0.5 / (1 + greatest(p_s.turn - w.last_access_turn, 0)) + 0.5 * p.importance
                         else 1.0 / (1 + greatest(p_s.turn - w.last_access_turn, 0)) end as keep_score
             from memori.working_set w
-            -- a mapped page's row always says tier L0 (the working-set invariant, tests/test_vm_invariants.py):
-            -- saying so lets the join read the session's L0 rows in one range of idx_pages_session_tier
-            -- instead of one descent of the 100k-page unique index per mapped page (issue 21)
-            join memori.pages p on p.session_id = w.session_id and p.page_id = w.page_id and p.tier = 'L0'
+            join memori.pages p on p.session_id = w.session_id and p.page_id = w.page_id
            where w.session_id = p_s.session_id
              and not w.pinned
              and w.page_id is distinct from p_keep
@@ -91,9 +88,6 @@ comment on function memori.vm_eviction_candidates(text, text) is 'The evictable 
 
 -------------------------------------------------------------------------------
 -- _vm_evict_run: free at least p_required tokens of L0 (as far as the rules allow)
--- The victims are chosen one by one in the policy's order; what is done to them is
--- written set-based, one statement per table and pass (issue 21: a loop of five
--- statements per victim made a fault that evicts twenty references slow).
 create or replace function memori._vm_evict_run(
   p_s memori.vm_sessions, p_required integer, p_policy text, p_keep text, p_actor text, p_cause text,
   p_now timestamptz
@@ -104,11 +98,6 @@ declare
   v_freed  integer := 0;
   v_c      record;
   v_next   record;
-  v_ids    text[] := '{}';
-  v_from   integer[] := '{}';
-  v_to     integer[] := '{}';
-  v_tokens integer[] := '{}';
-  v_gain   integer[] := '{}';
 begin
   if v_policy not in ('lru', 'importance_weighted_lru', 'modality_aware_lru') then
     raise exception 'unknown eviction policy %', quote_literal(v_policy)
@@ -127,48 +116,28 @@ begin
      order by r.level
      limit 1;
     continue when not found;
-    v_ids := v_ids || v_c.page_id;
-    v_from := v_from || v_c.level;
-    v_to := v_to || v_next.level;
-    v_tokens := v_tokens || v_next.tokens;
-    v_gain := v_gain || (v_c.tokens - v_next.tokens);
+    update memori.working_set set level = v_next.level, tokens = v_next.tokens
+     where session_id = p_s.session_id and page_id = v_c.page_id;
+    update memori.pages set compression_level = v_next.level
+     where session_id = p_s.session_id and page_id = v_c.page_id;
+    perform memori._page_mutation(p_s, v_c.page_id, 'compress', 'L0', 'L0', v_c.level, v_next.level, v_next.tokens,
+                                  p_actor, p_cause, p_now);
     v_freed := v_freed + v_c.tokens - v_next.tokens;
+    return next row(v_c.page_id, 'compress', v_next.level, 'L0', v_c.tokens - v_next.tokens)::memori.vm_eviction;
   end loop;
-  if cardinality(v_ids) > 0 then
-    update memori.working_set w set level = c.level, tokens = c.tokens
-      from unnest(v_ids, v_to, v_tokens) c(page_id, level, tokens)
-     where w.session_id = p_s.session_id and w.page_id = c.page_id;
-    update memori.pages p set compression_level = c.level
-      from unnest(v_ids, v_to) c(page_id, level)
-     where p.session_id = p_s.session_id and p.page_id = c.page_id;
-    perform memori._page_mutations(p_s, v_ids, 'compress', 'L0', 'L0', v_from, v_to, v_tokens, p_actor, p_cause, p_now);
-    return query select c.page_id, 'compress'::text, c.level, 'L0'::text, c.freed
-                   from unnest(v_ids, v_to, v_gain) with ordinality c(page_id, level, freed, o)
-                  order by c.o;
-  end if;
   -- pass 2: evict to L1 in the same order
   if v_freed >= p_required then
     return;
   end if;
-  v_ids := '{}';
-  v_from := '{}';
-  v_tokens := '{}';
   for v_c in select * from memori._vm_candidates(p_s, v_policy, p_keep, false) loop
     exit when v_freed >= p_required;
-    v_ids := v_ids || v_c.page_id;
-    v_from := v_from || v_c.level;
-    v_tokens := v_tokens || v_c.tokens;
-    v_freed := v_freed + v_c.tokens;
-  end loop;
-  if cardinality(v_ids) > 0 then
-    delete from memori.working_set where session_id = p_s.session_id and page_id = any(v_ids);
+    delete from memori.working_set where session_id = p_s.session_id and page_id = v_c.page_id;
     update memori.pages set tier = 'L1', compression_level = 0, last_evict_turn = p_s.turn
-     where session_id = p_s.session_id and page_id = any(v_ids);
-    perform memori._page_mutations(p_s, v_ids, 'evict', 'L0', 'L1', v_from, null, null, p_actor, p_cause, p_now);
-    return query select e.page_id, 'evict'::text, null::integer, 'L1'::text, e.tokens
-                   from unnest(v_ids, v_tokens) with ordinality e(page_id, tokens, o)
-                  order by e.o;
-  end if;
+     where session_id = p_s.session_id and page_id = v_c.page_id;
+    perform memori._page_mutation(p_s, v_c.page_id, 'evict', 'L0', 'L1', v_c.level, null, null, p_actor, p_cause, p_now);
+    v_freed := v_freed + v_c.tokens;
+    return next row(v_c.page_id, 'evict', null, 'L1', v_c.tokens)::memori.vm_eviction;
+  end loop;
   perform memori._vm_l1_overflow(p_s, p_actor, p_now);
 end
 $func$ language plpgsql volatile security invoker
@@ -181,20 +150,21 @@ create or replace function memori._vm_l1_overflow(p_s memori.vm_sessions, p_acto
 returns void
 as $func$
 declare
-  v_ids text[];
+  v_id text;
 begin
-  with demoted as (
-    update memori.pages p set tier = 'L2'
-      from (select page_id from memori.pages
-             where session_id = p_s.session_id and tier = 'L1'
-             order by last_accessed desc, page_id desc
-            offset p_s.max_l1_pages) o
-     where p.session_id = p_s.session_id and p.page_id = o.page_id
-    returning p.page_id)
-  select array_agg(page_id order by page_id) into v_ids from demoted;
-  if v_ids is not null then
-    perform memori._page_mutations(p_s, v_ids, 'evict', 'L1', 'L2', null, null, null, p_actor, 'l1_full', p_now);
-  end if;
+  for v_id in
+    with demoted as (
+      update memori.pages p set tier = 'L2'
+        from (select page_id from memori.pages
+               where session_id = p_s.session_id and tier = 'L1'
+               order by last_accessed desc, page_id desc
+              offset p_s.max_l1_pages) o
+       where p.session_id = p_s.session_id and p.page_id = o.page_id
+      returning p.page_id)
+    select page_id from demoted order by page_id
+  loop
+    perform memori._page_mutation(p_s, v_id, 'evict', 'L1', 'L2', null, null, null, p_actor, 'l1_full', p_now);
+  end loop;
 end
 $func$ language plpgsql volatile security invoker
 set search_path = pg_catalog, memori, pg_temp;

@@ -204,7 +204,7 @@ begin
   end;
   perform memori._fault_record(v_s, p_page_id, p_reason, p_target_level, v_level, 'served', v_at.tokens, v_source,
                                v_evicted, p_now);
-  v_p.tier := 'L0';  -- as the update above wrote it (no second read: nothing since changed this row)
+  select * into v_p from memori.pages where id = v_p.id;
   return memori._page_envelope(v_p, v_level, v_at.content, v_at.data, v_source, true, v_at.tokens,
                                nullif(v_evicted, '{}'));
 end
