@@ -64,6 +64,7 @@ LANDED: list[tuple[str, str, str]] = [
     ("694f1be8bcf5ce41143757af5bc089543f2b423a", "0010", "0010 on 0009, last sql/"),
     ("0dd4b9930d15f8c8b5e6e4dfb57bedb879a53dd4", "0011", "0011, last sql/ before issue 16"),
     ("a5667e015cec225557edd0e29421b91507f2b560", "0018", "0018, last sql/ before issue 19"),
+    ("5cf39953c20633252af27a9a8c5ae7f7e4d37925", "0021", "0021, before the store namespace dictionary"),
 ]
 
 # Data written through the old version's API, each when its table exists then.
