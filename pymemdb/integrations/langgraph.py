@@ -443,7 +443,7 @@ class _MemoriSaverBase(BaseCheckpointSaver[str]):
                 copy = replace(copy, writes_stamp=row.writes_stamp, writes=_writes(row))
                 self._memory.put(key, copy)
             return self._tuple(row, copy)
-        checkpoint_id, parent_id = str(row.checkpoint_id), str(row.parent_id) if row.parent_id is not None else None
+        checkpoint_id, parent_id = ids = _ids(row)
         writes = _writes(row)
         if latest and row.stamp is not None and self._memory.max_bytes:  # (building a copy costs ~10 µs)
             self._memory.put(key, Stamped(
@@ -452,7 +452,7 @@ class _MemoriSaverBase(BaseCheckpointSaver[str]):
                       for c, t, v in zip(row.blob_channels or [], row.blob_types or [], row.blob_values or [],
                                          strict=True) if v is not None),
                 row.writes_stamp, writes))
-        return self._tuple(row, ids=(checkpoint_id, parent_id), writes=writes)
+        return self._tuple(row, ids=ids, writes=writes)
 
     def _list_call(
         self,
@@ -611,7 +611,7 @@ class _MemoriSaverBase(BaseCheckpointSaver[str]):
             return self._copy_tuple(row.thread_id, row.checkpoint_ns, copy,
                                     copy.writes if copy.writes_stamp is not None else _writes(row))
         if ids is None:
-            ids = str(row.checkpoint_id), str(row.parent_id) if row.parent_id is not None else None
+            ids = _ids(row)
         return self._assemble(
             row.thread_id, row.checkpoint_ns, ids[0], ids[1], dict(row.checkpoint or {}), row.metadata,
             zip(row.blob_channels or [], row.blob_types or [], row.blob_values or [], strict=True),
@@ -642,6 +642,11 @@ class _MemoriSaverBase(BaseCheckpointSaver[str]):
             pending_writes=[(task_id, channel, self.serde.loads_typed((type_, data)))
                             for task_id, channel, type_, data, _, _ in writes],
         )
+
+
+def _ids(row: LangGraphTuple) -> tuple[str, str | None]:
+    """A row's checkpoint id and parent id as text (UUIDs read from the database)."""
+    return str(row.checkpoint_id), str(row.parent_id) if row.parent_id is not None else None
 
 
 def _writes(row: LangGraphTuple) -> tuple[tuple[str, str, str, bytes, str, int], ...]:
