@@ -9,6 +9,7 @@ from contextlib import contextmanager
 from typing import Any, LiteralString, TypeVar, overload
 
 import psycopg
+from psycopg import sql
 from psycopg.rows import class_row, dict_row
 from psycopg_pool import ConnectionPool
 
@@ -36,14 +37,18 @@ def _configure(conn: psycopg.Connection) -> None:
     conn.rollback()
 
 
-_SET_USER: LiteralString = "select set_config('memori.user_id', %s, true)"
+def _set_user(user_id: str) -> sql.Composed:
+    # SET LOCAL, not set_config(..., true): the same transaction-local setting, but a
+    # statement Citus propagates to the workers (citus.propagate_set_commands = 'local',
+    # which memori.distribute() sets), where row-level security reads it on the shards.
+    return sql.SQL("set local memori.user_id = {}").format(sql.Literal(user_id))
 
 
 class Database:
     """A pymemdb database: one pool, one attribute per concern (``db.memories``, ``db.cleanup``).
 
     ``user_id`` is the user the calls act for. Each transaction sets it as
-    ``memori.user_id`` with ``set_config(..., true)`` (transaction-local, so a
+    ``memori.user_id`` with ``SET LOCAL`` (transaction-local, so a
     pooled connection never carries one user's identity into another's
     transaction, and a transaction-mode PgBouncer is safe); row-level security
     keys on it. A call that names a user (``p_user_id``) acts for that user.
@@ -165,7 +170,7 @@ class Database:
         acting = user_id or self.user_id
         with self.connection() as conn, conn.transaction(), conn.cursor() as cur:
             if acting is not None:
-                cur.execute(_SET_USER, (acting,))
+                cur.execute(_set_user(acting))
             yield cur
 
     def rows(self, query: LiteralString, result: type[T], params: dict[str, Any] | None = None) -> list[T]:

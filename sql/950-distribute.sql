@@ -298,6 +298,13 @@ begin
       perform run_command_on_workers('set citus.enable_ddl_propagation to off; grant memori_app to memori_admin');
     end if;
   end if;
+  -- Row-level security runs on the shards, where the coordinator's memori.user_id is unknown
+  -- unless the transaction sets it with SET LOCAL and Citus propagates it (the Python client
+  -- does; set_config() is a function call Citus cannot see). New sessions of this database get it.
+  if not p_dry_run then
+    execute format('alter database %I set citus.propagate_set_commands = %L', pg_catalog.current_database(), 'local');
+    perform pg_catalog.set_config('citus.propagate_set_commands', 'local', false);
+  end if;
   -- several create_distributed_table calls with foreign keys to reference tables in one transaction
   perform pg_catalog.set_config('citus.multi_shard_modify_mode', 'sequential', true);
 

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from pymemdb.install import install
@@ -84,3 +85,22 @@ def citus_dsn(citus_db: str) -> str:
     """A new cluster database with the pymemdb schema installed on the coordinator (local tables)."""
     install(citus_db)
     return citus_db
+
+
+@pytest.fixture
+def distributed_dsn(citus_dsn: str) -> str:
+    """A cluster database with the pymemdb schema installed and memori.distribute() applied."""
+    with psycopg.connect(citus_dsn, autocommit=True) as conn:
+        conn.execute("select * from memori.distribute()").fetchall()
+    return citus_dsn
+
+
+def placements(dsn: str) -> dict[str, str]:
+    """Every memori table Citus knows: 'distributed', 'reference' or 'local' (Citus-managed)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        rows = conn.execute(
+            "select c.relname::text, case when p.partmethod = 'h' then 'distributed'"
+            " when p.repmodel = 't' then 'reference' else 'local' end"
+            " from pg_dist_partition p join pg_class c on c.oid = p.logicalrelid"
+            " where c.relnamespace = 'memori'::regnamespace").fetchall()
+    return dict(rows)
