@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Annotated
@@ -175,7 +176,8 @@ def _bench(suite: str, dsn: str | None, rows: int, seed: int, as_json: bool) -> 
     from pymemdb.cli.scratch import scratch_database
 
     module = importlib.import_module(f"pymemdb.bench.{suite}")
-    with scratch_database(dsn, "pymemdb_bench") as target:
+    # one database per run: two benchmarks on one server must not drop each other's data
+    with scratch_database(dsn, f"pymemdb_bench_{suite}_{os.getpid()}") as target:
         result = module.run(target, rows, seed=seed,
                             progress=None if as_json else (lambda msg: console.print(f"[dim]{msg}[/dim]")))
     result["finished_at"] = datetime.now(UTC).isoformat()
@@ -205,6 +207,8 @@ BENCH_SUITES = (
                "Checkpoint create throughput (one per transaction vs. create_many) and latest-per-session query."),
     BenchSuite("context", 1_000_000, "context_get across four scopes vs. a primary-key get (superuser and RLS); "
                "context_resolve of 200 keys."),
+    BenchSuite("cluster", 1_000_000, "The same per-user calls on one server and on a three-node Citus cluster: p50 "
+               "ratio, single-shard share, cleanup time and WAL.", rows_help="Expired rows the cleanup step deletes."),
     BenchSuite("compression", 10_000,
                "message_add throughput (one per transaction vs. batched) and compression_plan p95 on a long session."),
     BenchSuite("langgraph", 20_000,

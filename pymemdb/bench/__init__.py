@@ -37,11 +37,12 @@ def percentile(sorted_values: Sequence[float], q: float) -> float:
 
 
 def latency_summary(samples_ns: Sequence[int]) -> dict[str, float]:
-    """n, p50, p99, mean and max of latencies given in nanoseconds, in microseconds."""
+    """n, p50, p95, p99, mean and max of latencies given in nanoseconds, in microseconds."""
     xs = sorted(samples_ns)
     return {
         "n": len(xs),
         "p50_us": round(percentile(xs, 50) / 1000, 1),
+        "p95_us": round(percentile(xs, 95) / 1000, 1),
         "p99_us": round(percentile(xs, 99) / 1000, 1),
         "mean_us": round(sum(xs) / len(xs) / 1000, 1),
         "max_us": round(xs[-1] / 1000, 1),

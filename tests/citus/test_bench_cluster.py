@@ -1,0 +1,25 @@
+"""``pymemdb bench cluster`` runs end to end on the session's test cluster (a few calls; never timed here)."""
+
+from __future__ import annotations
+
+import pytest
+
+from pymemdb.bench import cluster as bench_cluster
+from tests.citus.conftest import CitusCluster
+
+pytestmark = pytest.mark.citus
+
+
+def test_bench_cluster_runs_on_both_targets(dsn: str, citus_cluster: CitusCluster,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PYMEMDB_CITUS_DIR", str(citus_cluster.directory))
+    for name, value in (("USERS", 3), ("ROUNDS", 4), ("WARMUP", 1), ("COUNTED", 2)):
+        monkeypatch.setattr(bench_cluster, name, value)
+    result = bench_cluster.run(dsn, 1000)
+    assert set(result["latency"]) == {"single", "cluster"}
+    assert all(result["latency"][t][c]["n"] == 4 for t in ("single", "cluster") for c in bench_cluster.CALLS)
+    assert {"store_items", "mcp_tokens"} <= set(result["placement"]["distributed"])
+    for target in ("single", "cluster"):  # every expired row deleted, on one server and across shards
+        assert result["cleanup"][target]["deleted"] >= 1000
+        assert result["cleanup"][target]["left"] == 0
+    assert bench_cluster.render(result)
