@@ -65,6 +65,7 @@ LANDED: list[tuple[str, str, str]] = [
     ("0dd4b9930d15f8c8b5e6e4dfb57bedb879a53dd4", "0011", "0011, last sql/ before issue 16"),
     ("a5667e015cec225557edd0e29421b91507f2b560", "0018", "0018, last sql/ before issue 19"),
     ("5cf39953c20633252af27a9a8c5ae7f7e4d37925", "0021", "0021, before the store namespace dictionary"),
+    ("d95426c87cc548ae3695ee1cc8c37cb72f98a200", "0023", "0023, before the Citus keys"),
 ]
 
 # Data written through the old version's API, each when its table exists then.
