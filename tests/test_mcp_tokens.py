@@ -23,7 +23,7 @@ def verify(conn: psycopg.Connection, token: str | None, at: object = T0) -> list
 
 def refusals(conn: psycopg.Connection) -> list[str]:
     return [r["reason"] for r in rows(conn, "select payload->>'reason' as reason from memori.events "
-                                            "where event_type = 'mcp.auth_refused' and user_id is null order by id")]
+                                            "where event_type = 'mcp.auth_refused' and user_id = '' order by id")]
 
 
 def test_create_stores_only_the_hash_and_verify_maps_to_the_user(conn: psycopg.Connection) -> None:

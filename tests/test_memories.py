@@ -102,16 +102,16 @@ def test_expired_rows_never_come_back(conn: psycopg.Connection) -> None:
     assert rows(conn, "select * from memori.memory_list('session_api_2026_11', 10, %s)", (T0 + 8 * DAY,)) == []
 
 
-def test_rows_without_owner_in_the_current_namespace_match_everyone(conn: psycopg.Connection) -> None:
-    """Rows written by the seed's client (no owner) are found beside the user's own, newest first."""
-    save(conn, "api", "alice", "alice's", T0)
-    legacy = memory(conn, "session_api_2026_11", None, '{"type": "session_checkpoint"}', created_at=T0 + SEC)
+def test_only_the_users_own_rows_in_the_current_namespace(conn: psycopg.Connection) -> None:
+    """Rows written without a user belong to their namespace (migration 0024), so no user's load returns them."""
+    own = save(conn, "api", "alice", "alice's", T0)["id"]
+    memory(conn, "session_api_2026_11", None, '{"type": "session_checkpoint"}', created_at=T0 + SEC)
     found = one(conn, LOAD, ("api", "alice", T0 + DAY))
-    assert found is not None and found["id"] == legacy and found["source"] == "current"
-    assert one(conn, LOAD, ("api", "bob", T0 + DAY))["id"] == legacy  # type: ignore[index]
+    assert found is not None and found["id"] == own and found["source"] == "current"
+    assert one(conn, LOAD, ("api", "bob", T0 + DAY)) is None
     # another user's row is never returned, even when newest
     save(conn, "api", "bob", "bob's", T0 + 2 * SEC)
-    assert one(conn, LOAD, ("api", "alice", T0 + DAY))["id"] == legacy  # type: ignore[index]
+    assert one(conn, LOAD, ("api", "alice", T0 + DAY))["id"] == own  # type: ignore[index]
 
 
 def test_legacy_namespace_wins_over_earlier_months_even_if_older(conn: psycopg.Connection) -> None:
