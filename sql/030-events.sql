@@ -52,11 +52,15 @@ comment on function memori.event_list(text, integer, timestamptz) is 'Newest une
 -- is not subject to row-level security, memori.events is)
 create or replace function memori.event_get(p_id bigint) returns setof memori.events
 as $func$
-  select e.*
-    from memori.events e
-   where e.id = p_id
-     and (nullif(current_setting('memori.user_id', true), '') is null
-          or e.user_id = any (array['', current_setting('memori.user_id', true)]))  -- '': system events
-$func$ language sql stable security invoker
+declare
+  v_user text := nullif(current_setting('memori.user_id', true), '');
+begin
+  -- the user's event or a system event ('': two shards on Citus); every event without a user
+  return query
+    select e.*
+      from memori.events e
+     where (v_user is null or e.user_id = any (array['', v_user])) and e.id = p_id;
+end
+$func$ language plpgsql stable security invoker
 set search_path = pg_catalog, memori, pg_temp;
 comment on function memori.event_get(bigint) is 'The event with this id if the acting user may see it (row-level security, and only the acting user''s own events when memori.user_id is set); no row otherwise.';

@@ -506,7 +506,10 @@ begin
     perform memori._invalid('p_preserve must not be NULL', 'Pass true to preserve, false to let cleanup take it.');
   end if;
   update memori.checkpoints c
-     set preserve_important = p_preserve, pxyz = memori._checkpoint_pxyz('updated', c.checkpoint_type, c.updated_at)
+     set preserve_important = p_preserve,
+         -- (not memori._checkpoint_pxyz of the row's columns: Citus refuses STABLE functions of
+         -- columns in an UPDATE; the time stays updated_at, which this does not change)
+         pxyz = c.pxyz || '{"operation": "updated"}'::jsonb
    where (v_user is null or c.user_id = v_user) and c.id = p_id
   returning * into v_row;
   if not found then
@@ -632,24 +635,37 @@ comment on view memori.checkpoint_expiry_status is 'Per checkpoint: status (acti
 create or replace function memori.checkpoint_stats(p_user_id text default null, p_now timestamptz default now())
 returns setof memori.checkpoint_stat
 as $func$
-  select p.kind,
-         count(c.id),
-         count(c.id) filter (where c.expires_at > p_now + make_interval(days => w.days)),
-         count(c.id) filter (where c.expires_at > p_now and c.expires_at <= p_now + make_interval(days => w.days)),
-         count(c.id) filter (where c.expires_at <= p_now),
-         count(c.id) filter (where c.preserve_important),
-         coalesce(sum(octet_length(c.data::text)), 0),
-         coalesce(sum(pg_column_size(c.data)), 0),
-         min(c.expires_at) filter (where c.expires_at > p_now)
+declare
+  -- the user's (one shard on Citus): p_user_id, else memori.user_id, else every user's
+  v_user text := coalesce(p_user_id, nullif(current_setting('memori.user_id', true), ''));
+  v_soon timestamptz := p_now + make_interval(days => coalesce(memori._setting('checkpoint.warning_days')::int, 7));
+begin
+  -- the checkpoints are counted by type first, then joined to the types: on Citus the
+  -- counts are a query on the distributed table alone (an outer join of the reference
+  -- table of policies with it crashed the coordinator)
+  return query
+  with counted as materialized (
+    select c.checkpoint_type,
+           count(*) as total,
+           count(*) filter (where c.expires_at > v_soon) as active,
+           count(*) filter (where c.expires_at > p_now and c.expires_at <= v_soon) as expiring_soon,
+           count(*) filter (where c.expires_at <= p_now) as expired,
+           count(*) filter (where c.preserve_important) as preserved,
+           sum(octet_length(c.data::text))::bigint as raw_bytes,
+           sum(pg_column_size(c.data))::bigint as stored_bytes,
+           min(c.expires_at) filter (where c.expires_at > p_now) as next_expiry
+      from memori.checkpoints c
+     where v_user is null or c.user_id = v_user
+     group by c.checkpoint_type
+  )
+  select p.kind, coalesce(k.total, 0), coalesce(k.active, 0), coalesce(k.expiring_soon, 0), coalesce(k.expired, 0),
+         coalesce(k.preserved, 0), coalesce(k.raw_bytes, 0), coalesce(k.stored_bytes, 0), k.next_expiry
     from memori.retention_policies p
-    cross join (select coalesce(memori._setting('checkpoint.warning_days')::int, 7) as days) w
-    left join memori.checkpoints c
-      on c.checkpoint_type = p.kind
-     and c.user_id = coalesce(p_user_id, nullif(current_setting('memori.user_id', true), ''), c.user_id)
+    left join counted k on k.checkpoint_type = p.kind
    where p.table_name = 'checkpoints' and p.kind <> '*'
-   group by p.kind, p.priority
-   order by p.priority desc
-$func$ language sql stable security invoker
+   order by p.priority desc;
+end
+$func$ language plpgsql stable security invoker
 set search_path = pg_catalog, memori, pg_temp;
 comment on function memori.checkpoint_stats(text, timestamptz) is 'Per checkpoint type: total, active, expiring_soon, expired, preserved, raw and stored bytes of data, next expiry.';
 
@@ -693,9 +709,10 @@ create or replace function memori.checkpoint_detect_milestone(
 ) returns setof memori.checkpoints
 as $func$
 declare
-  v_previous memori.checkpoints;
-  v_triggers text[];
-  v_row      memori.checkpoints;
+  v_previous  memori.checkpoints;
+  v_criterion memori.milestone_criteria;
+  v_triggers  text[];
+  v_row       memori.checkpoints;
 begin
   perform memori._check_identifier('session id', p_session_id);
   p_user_id := memori._acting_user(p_user_id);  -- NULL: memori.user_id; another user: PM040
@@ -707,9 +724,13 @@ begin
   if not found then
     return;  -- nothing to compare with
   end if;
-  select array_agg(m.name order by m.position, m.name) into v_triggers
-    from memori.milestone_criteria m
-   where m.enabled and memori._milestone_fired(m, p_current, v_previous.data);
+  -- evaluated here, not in the query: on Citus the criteria (a reference table) are read on a
+  -- worker, where a whole row of them has the shard's row type, which _milestone_fired does not take
+  for v_criterion in select * from memori.milestone_criteria m where m.enabled order by m.position, m.name loop
+    if memori._milestone_fired(v_criterion, p_current, v_previous.data) then
+      v_triggers := v_triggers || v_criterion.name;
+    end if;
+  end loop;
   if v_triggers is null then
     return;
   end if;
