@@ -59,7 +59,7 @@ def test_refusals_are_recorded_as_system_events(conn: psycopg.Connection, token:
     assert verify(conn, token) == []
     assert refusals(conn) == [reason]
     event = one(conn, "select * from memori.events where event_type = 'mcp.auth_refused'")
-    assert event is not None and event["user_id"] is None and event["expires_at"] is not None
+    assert event is not None and event["user_id"] == "" and event["expires_at"] is not None
     assert event["payload"]["client"] == "test"
 
 
