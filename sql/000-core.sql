@@ -148,7 +148,7 @@ as $func$
   -- without its body (private: true); listeners read it from memori.events
   -- by id, where RLS shows it to that user only. NOTIFY payloads are also
   -- limited to 8000 bytes: large bodies are sent the same way (truncated).
-  select case when p_user_id is not null
+  select case when p_user_id <> ''  -- '' is the system user
               then jsonb_build_object('id', p_id, 'type', p_event_type, 'occurred_at', p_at, 'private', true)::text
               when octet_length(m) > 7900
               then jsonb_build_object('id', p_id, 'type', p_event_type, 'occurred_at', p_at, 'truncated', true)::text
@@ -196,7 +196,7 @@ declare
   v_retention interval;
   v_notify    boolean := coalesce(memori._setting('events.notify'), 'true'::jsonb) = 'true'::jsonb;
   v_sent      bigint;
-  v_user      text := nullif(current_setting('memori.user_id', true), '');
+  v_user      text := coalesce(current_setting('memori.user_id', true), '');  -- '': the system user
 begin
   v_retention := memori._event_retention(p_event_type);
   with stored as (
@@ -211,7 +211,7 @@ begin
 end
 $func$ language plpgsql volatile security invoker
 set search_path = pg_catalog, memori, pg_temp;
-comment on function memori._event_emit_many(text, jsonb[], timestamptz) is 'Append events of one type, as the acting user (memori.user_id), to memori.events (expiring per their retention policy) and pg_notify each.';
+comment on function memori._event_emit_many(text, jsonb[], timestamptz) is 'Append events of one type, as the acting user (memori.user_id, else the system user ''''), to memori.events (expiring per their retention policy) and pg_notify each.';
 
 -------------------------------------------------------------------------------
 -- _event_emit: store an event and tell listeners
@@ -221,7 +221,7 @@ as $func$
 declare
   v_id        bigint;
   v_retention interval;
-  v_user      text := nullif(current_setting('memori.user_id', true), '');
+  v_user      text := coalesce(current_setting('memori.user_id', true), '');  -- '': the system user
 begin
   v_retention := memori._event_retention(p_event_type);
   insert into memori.events (event_type, occurred_at, payload, expires_at, user_id)
@@ -232,7 +232,7 @@ begin
 end
 $func$ language plpgsql volatile security invoker
 set search_path = pg_catalog, memori, pg_temp;
-comment on function memori._event_emit(text, jsonb, timestamptz) is 'Append an event, as the acting user (memori.user_id), to memori.events (expiring per its retention policy) and pg_notify it on channel memori_events.';
+comment on function memori._event_emit(text, jsonb, timestamptz) is 'Append an event, as the acting user (memori.user_id, else the system user ''''), to memori.events (expiring per its retention policy) and pg_notify it on channel memori_events.';
 
 -------------------------------------------------------------------------------
 -- _acting_user: the user a call acts for

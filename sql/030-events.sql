@@ -1,7 +1,7 @@
 -- pymemdb SQL API, part 4: events (append-only, retained by the engine).
 -- Writers call memori._event_emit; listeners LISTEN memori_events.
 
-comment on table memori.events is 'Append-only event log, also sent with pg_notify on channel memori_events; retained 30 days.';
+comment on table memori.events is 'Append-only event log, also sent with pg_notify on channel memori_events; retained 30 days. user_id '''' is the system user (events of no user).';
 
 -------------------------------------------------------------------------------
 -- _retention_events: events in the retention engine's shape
@@ -27,20 +27,24 @@ create or replace function memori.event_list(
   p_now        timestamptz default now()
 ) returns setof memori.events
 as $func$
+declare
+  v_user text := nullif(current_setting('memori.user_id', true), '');
 begin
   if p_limit is null or p_limit < 1 or p_limit > 10000 then
     perform memori._invalid(format('limit must be between 1 and 10000, got %s', p_limit), 'Pass a limit such as 50.');
   end if;
+  -- with memori.user_id set, that user's events (one shard on Citus); without, every event
   return query
     select * from memori.events e
-     where (p_event_type is null or e.event_type = p_event_type)
+     where (v_user is null or e.user_id = v_user)
+       and (p_event_type is null or e.event_type = p_event_type)
        and (e.expires_at is null or e.expires_at > p_now)
      order by e.occurred_at desc, e.id desc
      limit p_limit;
 end
 $func$ language plpgsql stable security invoker
 set search_path = pg_catalog, memori, pg_temp;
-comment on function memori.event_list(text, integer, timestamptz) is 'Newest unexpired events, optionally of one type.';
+comment on function memori.event_list(text, integer, timestamptz) is 'Newest unexpired events, optionally of one type: the acting user''s when memori.user_id is set, else every user''s and system events.';
 
 -------------------------------------------------------------------------------
 -- event_get: one event by id, if the acting user may see it
@@ -48,12 +52,15 @@ comment on function memori.event_list(text, integer, timestamptz) is 'Newest une
 -- is not subject to row-level security, memori.events is)
 create or replace function memori.event_get(p_id bigint) returns setof memori.events
 as $func$
-  select e.*
-    from memori.events e
-   where e.id = p_id
-     and (e.user_id is null
-          or nullif(current_setting('memori.user_id', true), '') is null
-          or e.user_id = current_setting('memori.user_id', true))
-$func$ language sql stable security invoker
+declare
+  v_user text := nullif(current_setting('memori.user_id', true), '');
+begin
+  -- the user's event or a system event ('': two shards on Citus); every event without a user
+  return query
+    select e.*
+      from memori.events e
+     where (v_user is null or e.user_id = any (array['', v_user])) and e.id = p_id;
+end
+$func$ language plpgsql stable security invoker
 set search_path = pg_catalog, memori, pg_temp;
 comment on function memori.event_get(bigint) is 'The event with this id if the acting user may see it (row-level security, and only the acting user''s own events when memori.user_id is set); no row otherwise.';

@@ -16,7 +16,7 @@ on conflict (skill) do nothing;
 -- a handful of rows read on every checkpoint call: give the planner real statistics
 analyze memori.session_skills;
 
-comment on table memori.memories is 'Namespaced memories (seed 05): user_id is the namespace, expires_at NULL is permanent, owner_id the writing user.';
+comment on table memori.memories is 'Namespaced memories (seed 05): user_id is the namespace, expires_at NULL is permanent, owner_id the owning user (the distribution column; rows written without a user belong to their namespace).';
 comment on table memori.session_skills is 'Skills with session checkpoints (short_name, ttl_days) or a permanent namespace (seed 05).';
 
 -------------------------------------------------------------------------------
@@ -166,66 +166,24 @@ set search_path = pg_catalog, memori, pg_temp;
 comment on function memori.session_checkpoint_save(text, text, text, jsonb, timestamptz) is 'Save a session checkpoint for a skill: session namespace with the skill''s TTL, or the permanent namespace.';
 
 -------------------------------------------------------------------------------
--- _session_checkpoint_earlier: tiers 2 and 3 of session_checkpoint_load_latest
--- (the legacy namespace named by the user, then earlier months of the skill's
--- session namespace, p_prefix NULL for a permanent skill), newest unexpired
--- row of the first tier that has one. Called only when tier 1 found nothing:
--- not inlined (the SET clause), so the caller's plan holds one Function Scan
--- for both tiers instead of nine nodes that every call would set up and, on a
--- hit, never run.
-create or replace function memori._session_checkpoint_earlier(
-  p_user_id text,
-  p_prefix  text,
-  p_now     timestamptz
-) returns setof memori.session_checkpoint
-as $func$
-  -- (2) the legacy namespace named by the user
-  (select m.*, 'legacy'::text
-     from memori.memories m
-    where m.user_id = p_user_id
-      and m.metadata->>'type' = 'session_checkpoint' and (m.expires_at is null or m.expires_at > p_now)
-    order by m.created_at desc, m.id desc
-    limit 1)
-union all
-  -- (3) earlier months of the skill's session namespace (none for a permanent skill)
-  (select m.*, 'previous'::text
-     from memori.memories m
-    where p_prefix is not null
-      and m.user_id ~>=~ p_prefix and m.user_id ~<~ (p_prefix || chr(1114111))  -- index range for the prefix
-      and m.user_id ~ ('^' || p_prefix || '[0-9]{4}_[0-9]{2}$')
-      and m.metadata->>'type' = 'session_checkpoint' and (m.expires_at is null or m.expires_at > p_now)
-      and (m.owner_id = p_user_id or m.owner_id is null)
-    order by m.created_at desc, m.id desc
-    limit 1)
-  limit 1
-$func$ language sql stable security invoker rows 1
-set search_path = pg_catalog, memori, pg_temp;
-comment on function memori._session_checkpoint_earlier(text, text, timestamptz) is 'Tiers 2-3 of session_checkpoint_load_latest (legacy user namespace, then earlier session months) for a resolved user and prefix; private.';
-
--------------------------------------------------------------------------------
 -- session_checkpoint_load_latest: seed 05's load_latest_checkpoint
 -- Tiers, first hit wins: (1) the current namespace, (2) the legacy namespace
 -- named by the user id, (3) any earlier session_{short}_YYYY_MM namespace.
--- Rows of other users are skipped (rows without owner predate pymemdb and
--- match everyone, as in the seed); expired rows never come back. The user is
--- the acting user: p_user_id NULL means memori.user_id, another one is PM040.
+-- Only the user's own rows (owner_id; rows written without a user belong to
+-- their namespace); expired rows never come back. The user is the acting
+-- user: p_user_id NULL means memori.user_id, another one is PM040.
 --
--- A hot path, so one SQL statement, inlined into the caller's query (its plan
--- is cached with the caller's prepared statement): without a SET clause
--- PostgreSQL inlines a SQL function (the plpgsql body it replaces ran three
--- statements). Its SQL-standard body (BEGIN ATOMIC) is parsed when it is
--- created, so every name in it is resolved then, never at call time: the
--- caller's search_path cannot change what it reads.
--- The tiers are the branches of one UNION ALL under LIMIT 1: an Append runs
--- its branches in order and stops at the first row, so a later tier is only
--- probed when the earlier ones found nothing. (1) merges two index probes
--- with no sort: idx_memories_session_checkpoints for the user's rows and
--- idx_memories_checkpoint_unowned for rows without owner. Tiers (2) and (3)
--- are memori._session_checkpoint_earlier, not inlined: a cached plan's
--- executor start-up sets up every node of the plan on every call, run or not,
--- and it was most of this function's cost (docs/benchmarks.md, bench ttl); a
--- hit in tier 1, the common case, stays one statement and a miss runs the
--- helper's one statement.
+-- A hot path (pymemdb bench ttl). PL/pgSQL, one statement a tier, each with
+-- the user as a variable: on Citus every tier is a single-shard query (a
+-- PL/pgSQL variable is a parameter Citus prunes shards on). It replaces one
+-- inlined SQL statement (a SQL-standard body, BEGIN ATOMIC) that Citus could
+-- not run: such a body records dependencies on the tables it reads, so Citus
+-- refused to make memori.session_skills a reference table ("circular
+-- dependencies between distributed objects"), and it refuses a query on a
+-- distributed table inside a SQL function ("parameterized queries for SQL
+-- functions referencing distributed tables are not supported"). Tier 1, the
+-- common hit, is one index probe of idx_memories_session_checkpoints
+-- (namespace, owner); tiers 2 and 3 run only when it found nothing.
 -- The helpers are only called to raise errors (PM001 bad user id or PM040
 -- another user, else memori.user_id for a NULL one; PM002 unknown skill, a
 -- skill given by its short name), in that order.
@@ -234,48 +192,64 @@ create or replace function memori.session_checkpoint_load_latest(
   p_user_id text,
   p_now     timestamptz default now()
 ) returns setof memori.session_checkpoint
-language sql stable security invoker
-begin atomic
-  select c.id, c.user_id, c.content, c.category, c.metadata, c.created_at, c.expires_at, c.owner_id, c.source
-    from (select case when (k.skill).short_name is null then (k.skill).permanent_namespace
-                      else format('session_%s_%s', (k.skill).short_name, to_char(p_now at time zone 'UTC', 'YYYY_MM'))
-                 end as namespace,
-                 'session_' || (k.skill).short_name || '_' as prefix,  -- NULL for a permanent skill
-                 k.user_id
-            from (select
-                         -- the acting user (memori._acting_user's rule, inline for a valid user id that is
-                         -- memori.user_id or comes without it): PM001/PM040 first, then the skill
-                         case when p_user_id is not null and btrim(p_user_id) <> '' and length(p_user_id) <= 256
-                                   and p_user_id !~ '[[:cntrl:]]'
-                                   and coalesce(nullif(current_setting('memori.user_id', true), ''), p_user_id) = p_user_id
-                              then p_user_id
-                              else memori._acting_user(p_user_id) end as user_id,
-                         coalesce(
-                           -- the skill id (one key probe), else memori._session_skill: a short
-                           -- name or an id without 'skill:', or PM001/PM002 with a hint
-                           (select s from memori.session_skills s where s.skill = p_skill),
-                           memori._session_skill(p_skill)) as skill
-                  offset 0) k) n  -- a fence: the skill is looked up once, not once per use of its fields
-   cross join lateral (
-     -- (1) the current namespace: the user's newest row and the newest row without owner
-     (select t.*, 'current'::text as source
-        from ((select m.* from memori.memories m
-                where m.user_id = n.namespace and m.owner_id = n.user_id
-                  and m.metadata->>'type' = 'session_checkpoint' and (m.expires_at is null or m.expires_at > p_now)
-                order by m.created_at desc, m.id desc limit 1)
-              union all
-              (select m.* from memori.memories m
-                where m.user_id = n.namespace and m.owner_id is null
-                  and m.metadata->>'type' = 'session_checkpoint' and (m.expires_at is null or m.expires_at > p_now)
-                order by m.created_at desc, m.id desc limit 1)) t
-       order by t.created_at desc, t.id desc
-       limit 1)
-     union all
-     -- (2) the legacy namespace named by the user, then (3) earlier months:
-     -- a private helper, run only when tier 1 found nothing
-     (select e.* from memori._session_checkpoint_earlier(n.user_id, n.prefix, p_now) e)
-     limit 1) c;
-end;
+as $func$
+declare
+  v_user   text;
+  v_skill  memori.session_skills;
+  v_prefix text;
+begin
+  -- the acting user (memori._acting_user's rule, inline for a valid user id that is
+  -- memori.user_id or comes without it): PM001/PM040 first, then the skill
+  if p_user_id is not null and btrim(p_user_id) <> '' and length(p_user_id) <= 256 and p_user_id !~ '[[:cntrl:]]'
+     and coalesce(nullif(current_setting('memori.user_id', true), ''), p_user_id) = p_user_id then
+    v_user := p_user_id;
+  else
+    v_user := memori._acting_user(p_user_id);
+  end if;
+  -- the skill id (one key probe), else memori._session_skill: a short name or an
+  -- id without 'skill:', or PM001/PM002 with a hint
+  select * into v_skill from memori.session_skills s where s.skill = p_skill;
+  if not found then
+    v_skill := memori._session_skill(p_skill);
+  end if;
+  v_prefix := 'session_' || v_skill.short_name || '_';  -- NULL for a permanent skill
+
+  -- (1) the current namespace
+  return query
+    select m.*, 'current'::text
+      from memori.memories m
+     where m.owner_id = v_user
+       and m.user_id = coalesce(v_prefix || to_char(p_now at time zone 'UTC', 'YYYY_MM'), v_skill.permanent_namespace)
+       and m.metadata->>'type' = 'session_checkpoint' and (m.expires_at is null or m.expires_at > p_now)
+     order by m.created_at desc, m.id desc
+     limit 1;
+  if found then
+    return;
+  end if;
+  -- (2) the legacy namespace named by the user
+  return query
+    select m.*, 'legacy'::text
+      from memori.memories m
+     where m.owner_id = v_user and m.user_id = v_user
+       and m.metadata->>'type' = 'session_checkpoint' and (m.expires_at is null or m.expires_at > p_now)
+     order by m.created_at desc, m.id desc
+     limit 1;
+  if found or v_prefix is null then
+    return;
+  end if;
+  -- (3) earlier months of the skill's session namespace (none for a permanent skill)
+  return query
+    select m.*, 'previous'::text
+      from memori.memories m
+     where m.owner_id = v_user
+       and m.user_id ~>=~ v_prefix and m.user_id ~<~ (v_prefix || chr(1114111))  -- index range for the prefix
+       and m.user_id ~ ('^' || v_prefix || '[0-9]{4}_[0-9]{2}$')
+       and m.metadata->>'type' = 'session_checkpoint' and (m.expires_at is null or m.expires_at > p_now)
+     order by m.created_at desc, m.id desc
+     limit 1;
+end
+$func$ language plpgsql stable security invoker rows 1
+set search_path = pg_catalog, memori, pg_temp;
 comment on function memori.session_checkpoint_load_latest(text, text, timestamptz) is 'Latest unexpired session checkpoint of a skill for a user: current namespace, then legacy user namespace, then earlier session namespaces; source says which.';
 
 -------------------------------------------------------------------------------
@@ -300,9 +274,12 @@ begin
   if p_ttl is not null and p_ttl <= interval '0' then
     perform memori._invalid(format('ttl must be positive, got %s', p_ttl), 'Pass a positive interval such as ''7 days'', or NULL for a permanent memory.');
   end if;
-  -- the acting-user rule: no owner means memori.user_id (none without it), another user is PM040
+  -- the acting-user rule: no owner means memori.user_id, another user is PM040; without
+  -- either the memory belongs to its namespace (seed 05's rule: the namespace is the user)
   if p_owner_id is not null or nullif(current_setting('memori.user_id', true), '') is not null then
     v_owner := memori._acting_user(p_owner_id);
+  else
+    v_owner := p_namespace;
   end if;
   insert into memori.memories (user_id, content, category, metadata, created_at, expires_at, owner_id)
   values (p_namespace, p_content, p_category, memori._check_metadata(p_metadata), p_now, p_now + p_ttl, v_owner)
@@ -311,7 +288,7 @@ begin
 end
 $func$ language plpgsql volatile security invoker
 set search_path = pg_catalog, memori, pg_temp;
-comment on function memori.memory_save(text, text, text, jsonb, interval, text, timestamptz) is 'Save a memory in a namespace; p_ttl NULL keeps it forever; the owner is the acting user (p_owner_id, else memori.user_id; PM040 when they differ).';
+comment on function memori.memory_save(text, text, text, jsonb, interval, text, timestamptz) is 'Save a memory in a namespace; p_ttl NULL keeps it forever; the owner is the acting user (p_owner_id, else memori.user_id; PM040 when they differ), else the namespace.';
 
 -------------------------------------------------------------------------------
 -- memory_list: newest unexpired memories of a namespace

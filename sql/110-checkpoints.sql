@@ -59,23 +59,16 @@ insert into memori.retention_policies (table_name, kind, priority, retention, pr
 on conflict (table_name, kind) do nothing;
 
 -------------------------------------------------------------------------------
--- _checkpoint_pxyz: the seed's coordinate, filled by the database
-create or replace function memori._checkpoint_pxyz() returns trigger
+-- _checkpoint_pxyz: the seed's coordinate of a checkpoint write
+-- (the functions that write memori.checkpoints set it; Citus refuses
+-- distributed tables with triggers, and the CHECK checkpoints_pxyz_check
+-- keeps any other write honest)
+create or replace function memori._checkpoint_pxyz(p_operation text, p_type text, p_at timestamptz) returns jsonb
 as $func$
-begin
-  new.pxyz := jsonb_build_object(
-    'entity', 'checkpoint',
-    'operation', case when tg_op = 'INSERT' then 'created' else 'updated' end,
-    'policy', new.checkpoint_type,
-    'time', case when tg_op = 'INSERT' then new.created_at else new.updated_at end);
-  return new;
-end
-$func$ language plpgsql security invoker
+  select jsonb_build_object('entity', 'checkpoint', 'operation', p_operation, 'policy', p_type, 'time', p_at)
+$func$ language sql stable security invoker
 set search_path = pg_catalog, memori, pg_temp;
-comment on function memori._checkpoint_pxyz() is 'Trigger: set checkpoints.pxyz (entity, operation, policy, time) on every insert and update.';
-
-create or replace trigger checkpoints_pxyz before insert or update on memori.checkpoints
-  for each row execute function memori._checkpoint_pxyz();
+comment on function memori._checkpoint_pxyz(text, text, timestamptz) is 'checkpoints.pxyz of a write: entity checkpoint, operation (created or updated), policy (the type), time.';
 
 -------------------------------------------------------------------------------
 -- _checkpoint_policy: the policy of a checkpoint type
@@ -260,11 +253,13 @@ begin
 
   with inserted as (
     insert into memori.checkpoints (session_id, user_id, checkpoint_type, title, description, data, metadata, tags,
-                                    priority, retention_days, preserve_important, created_at, updated_at, expires_at)
+                                    priority, retention_days, preserve_important, created_at, updated_at, expires_at,
+                                    pxyz)
     select t.e->>'session_id', t.e->>'user_id', pol.kind, t.e->>'title', t.e->>'description', t.e->'data',
            coalesce(nullif(t.e->'metadata', 'null'::jsonb), '{}'::jsonb),
            coalesce(array(select jsonb_array_elements_text(nullif(t.e->'tags', 'null'::jsonb))), '{}'),
-           pol.priority, r.days, v_cfg.preserve, r.at, r.at, r.at + make_interval(days => r.days)
+           pol.priority, r.days, v_cfg.preserve, r.at, r.at, r.at + make_interval(days => r.days),
+           memori._checkpoint_pxyz('created', pol.kind, r.at)
       from jsonb_array_elements(p_items) with ordinality t(e, n)
       join memori.retention_policies pol
         on pol.table_name = 'checkpoints' and pol.kind <> '*' and pol.kind = t.e->>'type'
@@ -382,9 +377,10 @@ as $func$
 declare
   v_row   memori.checkpoints;
   v_found boolean;
+  v_user  text := nullif(current_setting('memori.user_id', true), '');  -- NULL: any user's (owners)
 begin
   select * into v_row from memori.checkpoints c
-   where c.id = p_id and (c.expires_at is null or c.expires_at > p_now);
+   where (v_user is null or c.user_id = v_user) and c.id = p_id and (c.expires_at is null or c.expires_at > p_now);
   v_found := found;  -- PERFORM below resets FOUND
   perform memori._checkpoint_queried(jsonb_build_object('checkpoint_id', p_id), v_found::integer, p_now);
   if v_found then
@@ -411,6 +407,7 @@ create or replace function memori.checkpoint_query(
 as $func$
 declare
   v_count integer;
+  v_user  text := coalesce(p_user_id, nullif(current_setting('memori.user_id', true), ''));  -- NULL: every user
 begin
   if p_type is not null then
     perform memori._checkpoint_policy(p_type);
@@ -424,7 +421,7 @@ begin
   return query
     select * from memori.checkpoints c
      where (p_session_id is null or c.session_id = p_session_id)
-       and (p_user_id is null or c.user_id = p_user_id)
+       and (v_user is null or c.user_id = v_user)
        and (p_type is null or c.checkpoint_type = p_type)
        and (p_from is null or c.created_at >= p_from)
        and (p_to is null or c.created_at < p_to)
@@ -449,9 +446,10 @@ comment on function memori.checkpoint_query(text, text, text, timestamptz, times
 create or replace function memori.checkpoint_delete(p_id uuid) returns boolean
 as $func$
 declare
-  v_row memori.checkpoints;
+  v_row  memori.checkpoints;
+  v_user text := nullif(current_setting('memori.user_id', true), '');  -- NULL: any user's (owners)
 begin
-  delete from memori.checkpoints where id = p_id returning * into v_row;
+  delete from memori.checkpoints c where (v_user is null or c.user_id = v_user) and c.id = p_id returning * into v_row;
   if not found then
     return false;
   end if;
@@ -480,10 +478,11 @@ comment on function memori._checkpoint_not_found(uuid) is 'Raise PM005: the chec
 create or replace function memori._checkpoint_for_update(p_id uuid, p_now timestamptz) returns memori.checkpoints
 as $func$
 declare
-  v_row memori.checkpoints;
+  v_row  memori.checkpoints;
+  v_user text := nullif(current_setting('memori.user_id', true), '');  -- NULL: any user's (owners)
 begin
   select * into v_row from memori.checkpoints c
-   where c.id = p_id and (c.expires_at is null or c.expires_at > p_now)
+   where (v_user is null or c.user_id = v_user) and c.id = p_id and (c.expires_at is null or c.expires_at > p_now)
      for update;
   if not found then
     perform memori._checkpoint_not_found(p_id);
@@ -500,12 +499,19 @@ create or replace function memori.checkpoint_preserve(p_id uuid, p_preserve bool
 returns memori.checkpoints
 as $func$
 declare
-  v_row memori.checkpoints;
+  v_row  memori.checkpoints;
+  v_user text := nullif(current_setting('memori.user_id', true), '');  -- NULL: any user's (owners)
 begin
   if p_preserve is null then
     perform memori._invalid('p_preserve must not be NULL', 'Pass true to preserve, false to let cleanup take it.');
   end if;
-  update memori.checkpoints set preserve_important = p_preserve where id = p_id returning * into v_row;
+  update memori.checkpoints c
+     set preserve_important = p_preserve,
+         -- (not memori._checkpoint_pxyz of the row's columns: Citus refuses STABLE functions of
+         -- columns in an UPDATE; the time stays updated_at, which this does not change)
+         pxyz = c.pxyz || '{"operation": "updated"}'::jsonb
+   where (v_user is null or c.user_id = v_user) and c.id = p_id
+  returning * into v_row;
   if not found then
     perform memori._checkpoint_not_found(p_id);
   end if;
@@ -527,17 +533,18 @@ declare
   v_row   memori.checkpoints;
 begin
   if v_keep > 1 then
-    insert into memori.checkpoint_versions (checkpoint_id, version, reverse_patch, data_bytes, created_at)
-    values (p_id, v_old.version, memori._jsonb_diff(p_data, v_old.data), octet_length(v_old.data::text),
+    insert into memori.checkpoint_versions (user_id, checkpoint_id, version, reverse_patch, data_bytes, created_at)
+    values (v_old.user_id, p_id, v_old.version, memori._jsonb_diff(p_data, v_old.data), octet_length(v_old.data::text),
             v_old.updated_at);
   end if;
   -- keep the current version and the v_keep - 1 before it
   delete from memori.checkpoint_versions
-   where checkpoint_id = p_id and version <= v_old.version + 1 - v_keep;
+   where user_id = v_old.user_id and checkpoint_id = p_id and version <= v_old.version + 1 - v_keep;
 
   update memori.checkpoints
-     set data = p_data, version = v_old.version + 1, updated_at = p_now
-   where id = p_id
+     set data = p_data, version = v_old.version + 1, updated_at = p_now,
+         pxyz = memori._checkpoint_pxyz('updated', v_old.checkpoint_type, p_now)
+   where user_id = v_old.user_id and id = p_id
   returning * into v_row;
   perform memori._event_emit('checkpoint.updated',
             jsonb_build_object('checkpoint_id', p_id, 'version', v_row.version), p_now);
@@ -552,16 +559,19 @@ comment on function memori.checkpoint_update(uuid, jsonb, timestamptz) is 'Repla
 -- checkpoint_versions: the kept versions, newest first
 create or replace function memori.checkpoint_versions(p_id uuid) returns setof memori.checkpoint_version
 as $func$
+declare
+  v_user text := nullif(current_setting('memori.user_id', true), '');  -- NULL: any user's (owners)
 begin
-  if not exists (select 1 from memori.checkpoints where id = p_id) then
+  select c.user_id into v_user from memori.checkpoints c where (v_user is null or c.user_id = v_user) and c.id = p_id;
+  if not found then
     perform memori._checkpoint_not_found(p_id);
   end if;
   return query
     select c.version, c.updated_at, true, octet_length(c.data::text)
-      from memori.checkpoints c where c.id = p_id
+      from memori.checkpoints c where c.user_id = v_user and c.id = p_id
     union all
     select v.version, v.created_at, false, v.data_bytes
-      from memori.checkpoint_versions v where v.checkpoint_id = p_id
+      from memori.checkpoint_versions v where v.user_id = v_user and v.checkpoint_id = p_id
     order by 1 desc;
 end
 $func$ language plpgsql stable security invoker
@@ -577,12 +587,14 @@ declare
   v_doc   jsonb;
   v_patch record;
   v_low   integer;
+  v_user  text := nullif(current_setting('memori.user_id', true), '');  -- NULL: any user's (owners)
 begin
-  select * into v_row from memori.checkpoints where id = p_id;
+  select * into v_row from memori.checkpoints c where (v_user is null or c.user_id = v_user) and c.id = p_id;
   if not found then
     perform memori._checkpoint_not_found(p_id);
   end if;
-  select coalesce(min(version), v_row.version) into v_low from memori.checkpoint_versions where checkpoint_id = p_id;
+  select coalesce(min(version), v_row.version) into v_low from memori.checkpoint_versions
+   where user_id = v_row.user_id and checkpoint_id = p_id;
   if p_version is null or p_version < v_low or p_version > v_row.version then
     raise exception 'version % of checkpoint % is not kept', p_version, p_id
       using errcode = 'PM005', hint = format('Kept versions: %s to %s (memori.checkpoint_versions).', v_low, v_row.version);
@@ -590,7 +602,7 @@ begin
   v_doc := v_row.data;
   for v_patch in
     select reverse_patch from memori.checkpoint_versions
-     where checkpoint_id = p_id and version >= p_version
+     where user_id = v_row.user_id and checkpoint_id = p_id and version >= p_version
      order by version desc
   loop
     v_doc := memori._jsonb_patch(v_doc, v_patch.reverse_patch);
@@ -623,23 +635,37 @@ comment on view memori.checkpoint_expiry_status is 'Per checkpoint: status (acti
 create or replace function memori.checkpoint_stats(p_user_id text default null, p_now timestamptz default now())
 returns setof memori.checkpoint_stat
 as $func$
-  select p.kind,
-         count(c.id),
-         count(c.id) filter (where c.expires_at > p_now + make_interval(days => w.days)),
-         count(c.id) filter (where c.expires_at > p_now and c.expires_at <= p_now + make_interval(days => w.days)),
-         count(c.id) filter (where c.expires_at <= p_now),
-         count(c.id) filter (where c.preserve_important),
-         coalesce(sum(octet_length(c.data::text)), 0),
-         coalesce(sum(pg_column_size(c.data)), 0),
-         min(c.expires_at) filter (where c.expires_at > p_now)
+declare
+  -- the user's (one shard on Citus): p_user_id, else memori.user_id, else every user's
+  v_user text := coalesce(p_user_id, nullif(current_setting('memori.user_id', true), ''));
+  v_soon timestamptz := p_now + make_interval(days => coalesce(memori._setting('checkpoint.warning_days')::int, 7));
+begin
+  -- the checkpoints are counted by type first, then joined to the types: on Citus the
+  -- counts are a query on the distributed table alone (an outer join of the reference
+  -- table of policies with it crashed the coordinator)
+  return query
+  with counted as materialized (
+    select c.checkpoint_type,
+           count(*) as total,
+           count(*) filter (where c.expires_at > v_soon) as active,
+           count(*) filter (where c.expires_at > p_now and c.expires_at <= v_soon) as expiring_soon,
+           count(*) filter (where c.expires_at <= p_now) as expired,
+           count(*) filter (where c.preserve_important) as preserved,
+           sum(octet_length(c.data::text))::bigint as raw_bytes,
+           sum(pg_column_size(c.data))::bigint as stored_bytes,
+           min(c.expires_at) filter (where c.expires_at > p_now) as next_expiry
+      from memori.checkpoints c
+     where v_user is null or c.user_id = v_user
+     group by c.checkpoint_type
+  )
+  select p.kind, coalesce(k.total, 0), coalesce(k.active, 0), coalesce(k.expiring_soon, 0), coalesce(k.expired, 0),
+         coalesce(k.preserved, 0), coalesce(k.raw_bytes, 0), coalesce(k.stored_bytes, 0), k.next_expiry
     from memori.retention_policies p
-    cross join (select coalesce(memori._setting('checkpoint.warning_days')::int, 7) as days) w
-    left join memori.checkpoints c
-      on c.checkpoint_type = p.kind and (p_user_id is null or c.user_id = p_user_id)
+    left join counted k on k.checkpoint_type = p.kind
    where p.table_name = 'checkpoints' and p.kind <> '*'
-   group by p.kind, p.priority
-   order by p.priority desc
-$func$ language sql stable security invoker
+   order by p.priority desc;
+end
+$func$ language plpgsql stable security invoker
 set search_path = pg_catalog, memori, pg_temp;
 comment on function memori.checkpoint_stats(text, timestamptz) is 'Per checkpoint type: total, active, expiring_soon, expired, preserved, raw and stored bytes of data, next expiry.';
 
@@ -683,23 +709,28 @@ create or replace function memori.checkpoint_detect_milestone(
 ) returns setof memori.checkpoints
 as $func$
 declare
-  v_previous memori.checkpoints;
-  v_triggers text[];
-  v_row      memori.checkpoints;
+  v_previous  memori.checkpoints;
+  v_criterion memori.milestone_criteria;
+  v_triggers  text[];
+  v_row       memori.checkpoints;
 begin
   perform memori._check_identifier('session id', p_session_id);
   p_user_id := memori._acting_user(p_user_id);  -- NULL: memori.user_id; another user: PM040
   perform memori._check_checkpoint_data(p_current);
   select * into v_previous from memori.checkpoints c
-   where c.session_id = p_session_id and (c.expires_at is null or c.expires_at > p_now)
+   where c.user_id = p_user_id and c.session_id = p_session_id and (c.expires_at is null or c.expires_at > p_now)
    order by c.created_at desc, c.id desc
    limit 1;
   if not found then
     return;  -- nothing to compare with
   end if;
-  select array_agg(m.name order by m.position, m.name) into v_triggers
-    from memori.milestone_criteria m
-   where m.enabled and memori._milestone_fired(m, p_current, v_previous.data);
+  -- evaluated here, not in the query: on Citus the criteria (a reference table) are read on a
+  -- worker, where a whole row of them has the shard's row type, which _milestone_fired does not take
+  for v_criterion in select * from memori.milestone_criteria m where m.enabled order by m.position, m.name loop
+    if memori._milestone_fired(v_criterion, p_current, v_previous.data) then
+      v_triggers := v_triggers || v_criterion.name;
+    end if;
+  end loop;
   if v_triggers is null then
     return;
   end if;
@@ -747,9 +778,9 @@ begin
     return v_result;
   end if;
   -- one automatic checkpoint per interval even when calls race
-  perform pg_advisory_xact_lock(hashtextextended('memori.checkpoint_auto:' || p_session_id, 0));
+  perform pg_advisory_xact_lock(hashtextextended('memori.checkpoint_auto:' || p_user_id || '/' || p_session_id, 0));
   select max(created_at) into v_last from memori.checkpoints
-   where session_id = p_session_id and checkpoint_type = 'automatic';
+   where user_id = p_user_id and session_id = p_session_id and checkpoint_type = 'automatic';
   if v_last is not null and v_last + v_interval > p_now then
     v_result := (false, 'interval_not_elapsed', v_last + v_interval, null);
     return v_result;

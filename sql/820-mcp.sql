@@ -200,15 +200,15 @@ begin
   end if;
 
   if v_reason is not null then
-    -- a system event (no user): an unauthenticated request acts for nobody
+    -- a system event (the system user ''): an unauthenticated request acts for nobody
     v_body := jsonb_strip_nulls(jsonb_build_object(
       'reason', v_reason, 'token_id', v_row.id,
       'token_prefix', case when p_token ~ '^pmdb_' then left(p_token, 12) end,
       'client', left(p_client, 200)));
     insert into memori.events (event_type, occurred_at, payload, expires_at, user_id)
-    values ('mcp.auth_refused', p_now, v_body, p_now + memori._event_retention('mcp.auth_refused'), null)
+    values ('mcp.auth_refused', p_now, v_body, p_now + memori._event_retention('mcp.auth_refused'), '')
     returning id into v_id;
-    perform memori._event_notify(v_id, 'mcp.auth_refused', p_now, v_body, null);
+    perform memori._event_notify(v_id, 'mcp.auth_refused', p_now, v_body, '');
     return;
   end if;
 

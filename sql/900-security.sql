@@ -355,16 +355,15 @@ begin
   for v_t in
     select c.relname as tbl,
            case when c.relname = 'memories' then 'owner_id' else 'user_id' end as col,
-           c.relname = any (array['checkpoint_versions', 'events', 'projects', 'project_members', 'sessions',
+           c.relname = any (array['events', 'projects', 'project_members', 'sessions',
                                   'context_entries', 'vm_regions', 'vm_region_members', 'vm_region_pages'])
              as specific,
            exists (select 1 from pg_catalog.pg_attribute a
                     where a.attrelid = c.oid and a.attname = 'expires_at' and not a.attisdropped) as expires
       from pg_catalog.pg_class c
      where c.relnamespace = 'memori'::regnamespace and c.relkind in ('r', 'p')
-       and (c.relname = 'checkpoint_versions'
-            or exists (select 1 from pg_catalog.pg_attribute a
-                        where a.attrelid = c.oid and a.attname in ('user_id', 'owner_id') and not a.attisdropped))
+       and exists (select 1 from pg_catalog.pg_attribute a
+                    where a.attrelid = c.oid and a.attname in ('user_id', 'owner_id') and not a.attisdropped)
      order by c.relname
   loop
     execute format('alter table memori.%I enable row level security', v_t.tbl);
@@ -393,19 +392,18 @@ begin
     execute 'create policy cleaner_read on memori.store_namespaces for select to memori_cleaner using (true)';
   end if;
 
-  -- checkpoint versions: those of the checkpoints one may see
-  execute format('create policy user_rows on memori.checkpoint_versions for all to %I '
-                 'using (exists (select 1 from memori.checkpoints c where c.id = checkpoint_id)) '
-                 'with check (exists (select 1 from memori.checkpoints c where c.id = checkpoint_id))', v_app);
+  -- checkpoint versions carry their checkpoint's user_id (the foreign key pairs them): the plain rule above
 
-  -- events: one's own; system events (no user) may be written, not read
-  execute format('create policy user_rows on memori.events for select to %I using (user_id = %s)', v_app, v_cur);
+  -- events: one's own; system events (the system user '') may be written, not read (an empty
+  -- memori.user_id, which current_setting returns once it was set in the session, is no user)
+  execute format('create policy user_rows on memori.events for select to %I using (user_id = %s and user_id <> '''')',
+                 v_app, v_cur);
   execute format('create policy user_insert on memori.events for insert to %I '
-                 'with check (user_id is null or user_id = %s)', v_app, v_cur);
+                 'with check (user_id = '''' or user_id = %s)', v_app, v_cur);
   if v_cleaner then
     -- (and reads them back: INSERT ... RETURNING needs a SELECT policy too)
-    execute 'create policy cleaner_insert on memori.events for insert to memori_cleaner with check (user_id is null)';
-    execute 'create policy cleaner_system on memori.events for select to memori_cleaner using (user_id is null)';
+    execute 'create policy cleaner_insert on memori.events for insert to memori_cleaner with check (user_id = '''')';
+    execute 'create policy cleaner_system on memori.events for select to memori_cleaner using (user_id = '''')';
   end if;
 
   -- projects: members read; the owner writes. project_members: one's own
@@ -493,14 +491,14 @@ begin
 
   -- MCP token verification (sql/820-mcp.sql): memori.mcp_token_verify runs as memori_owner (security
   -- definer) and is the only code that does. It finds a token by its hash across users, stamps its
-  -- last use, and records a refusal as a system event (no user).
+  -- last use, and records a refusal as a system event (the system user '').
   if exists (select 1 from pg_catalog.pg_roles where rolname = 'memori_owner') then
     execute 'create policy verify_read on memori.mcp_tokens for select to memori_owner using (true)';
     execute 'create policy verify_touch on memori.mcp_tokens for update to memori_owner using (true) with check (true)';
     execute 'create policy mcp_refusal on memori.events for insert to memori_owner '
-            'with check (user_id is null and event_type = ''mcp.auth_refused'')';
+            'with check (user_id = '''' and event_type = ''mcp.auth_refused'')';
     execute 'create policy mcp_refusal_read on memori.events for select to memori_owner '
-            'using (user_id is null and event_type = ''mcp.auth_refused'')';
+            'using (user_id = '''' and event_type = ''mcp.auth_refused'')';
   end if;
 
   -- context windows: on the user's own sessions

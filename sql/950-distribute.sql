@@ -50,7 +50,7 @@ as $func$
     ('settings',            'reference', null),
     ('retention_tables',    'reference', 'relation and candidate_view: regclass -> text (OIDs are node-local)'),
     ('retention_policies',  'reference', 'follows retention_tables (FK)'),
-    ('session_skills',      'reference', 'Citus sees a circular dependency: session_checkpoint_load_latest (a SQL-standard body, inlined) depends on this table'),
+    ('session_skills',      'reference', null),
     ('chunk_types',         'reference', null),
     ('priority_boosts',     'reference', null),
     ('token_budgets',       'reference', null),
@@ -71,12 +71,10 @@ as $func$
     -- distributed by the owning user
     -- seed 05: memories.user_id is the namespace (shared by every user of a skill and month);
     -- the owning user is owner_id
-    ('memories',            'distributed', 'distribute by owner_id, not user_id (the namespace): owner_id NOT NULL after a backfill '
-                                           '(legacy rows: owner = their namespace, which seed 05 made the user; ownerless namespace '
-                                           'memories: owner = the namespace); PK (id) -> (owner_id, id)'),
-    ('events',              'distributed', 'PK (id) -> (user_id, id); user_id is nullable (system events): give them a system user'),
-    ('checkpoints',         'distributed', 'PK (id) -> (user_id, id); trigger checkpoints_pxyz'),
-    ('checkpoint_versions', 'distributed', 'add user_id; PK (user_id, checkpoint_id, version); FK (user_id, checkpoint_id) -> checkpoints (user_id, id)'),
+    ('memories',            'distributed', null),
+    ('events',              'distributed', null),
+    ('checkpoints',         'distributed', null),
+    ('checkpoint_versions', 'distributed', null),
     ('sessions',            'distributed', 'PK (session_id) -> (user_id, session_id); FK project_id -> projects is to a reference table (ON DELETE SET NULL is allowed)'),
     ('context_entries',     'distributed', 'PK (id) -> (user_id, id); FK session_id -> sessions must include user_id; trigger context_entries_pxyz; global and project entries are read by other users (multi-shard or a reference table)'),
     ('context_windows',     'distributed', 'PK (window_id) -> (user_id, window_id); FK (user_id, session_id) -> sessions'),

@@ -48,11 +48,11 @@ def save(conn: psycopg.Connection, skill: str, user: str, content: str, at: date
 
 
 def memory(conn: psycopg.Connection, namespace: str, expires_at: datetime | None,
-           metadata: str = "{}", created_at: datetime = T0) -> int:
-    """Insert a memory directly (as legacy clients do)."""
-    return value(conn, "insert into memori.memories (user_id, content, metadata, created_at, expires_at)"
-                       " values (%s, 'x', %s::jsonb, %s, %s) returning id",
-                 (namespace, metadata, created_at, expires_at))
+           metadata: str = "{}", created_at: datetime = T0, owner: str | None = None) -> int:
+    """Insert a memory directly (as legacy clients did; its owner is the namespace unless given)."""
+    return value(conn, "insert into memori.memories (user_id, content, metadata, created_at, expires_at, owner_id)"
+                       " values (%s, 'x', %s::jsonb, %s, %s, %s) returning id",
+                 (namespace, metadata, created_at, expires_at, owner or namespace))
 
 
 def run_threads(work: Callable[[int], None], count: int) -> list[BaseException]:

@@ -53,9 +53,9 @@ def test_memory_save_without_owner_saves_as_the_acting_user(conn: psycopg.Connec
     assert_sqlstate(conn, "PM040", "select * from memori.memory_save('ns', 'x', p_owner_id => 'bob')")
 
 
-def test_memory_save_without_any_user_keeps_no_owner(conn: psycopg.Connection) -> None:
+def test_memory_save_without_any_user_belongs_to_its_namespace(conn: psycopg.Connection) -> None:
     row = one(conn, "select * from memori.memory_save('ns', 'x')")
-    assert row is not None and row["owner_id"] is None
+    assert row is not None and row["owner_id"] == "ns"
 
 
 def test_session_checkpoints_without_user_act_for_memori_user_id(conn: psycopg.Connection) -> None:

@@ -63,11 +63,20 @@ def test_policy_is_data(conn: psycopg.Connection) -> None:
     assert (row["priority"], row["retention_days"]) == (3, 7)
 
 
-def test_pxyz_is_filled_by_the_database(conn: psycopg.Connection) -> None:
-    conn.execute("insert into memori.checkpoints (session_id, user_id, checkpoint_type, title, data, priority,"
-                 " retention_days, pxyz) values ('s', 'u', 'manual', 't', '{}', 8, 90, '{\"forged\": true}')")
-    pxyz = value(conn, "select pxyz from memori.checkpoints")
-    assert pxyz["entity"] == "checkpoint" and pxyz["operation"] == "created" and "forged" not in pxyz
+def test_pxyz_cannot_be_forged_or_left_out(conn: psycopg.Connection) -> None:
+    """The writing functions set pxyz; the CHECK refuses a direct write with a wrong coordinate, or none."""
+    insert = ("insert into memori.checkpoints (session_id, user_id, checkpoint_type, title, data, priority,"
+              " retention_days, pxyz) values ('s', 'u', 'manual', 't', '{}', 8, 90, %s)")
+    for pxyz in ('{"forged": true}', '{}', '{"entity": "checkpoint", "operation": "created", "policy": "milestone",'
+                 ' "time": "2026-11-22T09:00:00+00:00"}'):
+        with pytest.raises(psycopg.errors.CheckViolation):
+            conn.execute(insert, (pxyz,))
+    conn.execute(insert, ('{"entity": "checkpoint", "operation": "created", "policy": "manual",'
+                          ' "time": "2026-11-22T09:00:00+00:00"}',))
+    row = create(conn, "manual")
+    assert row["pxyz"]["operation"] == "created" and row["pxyz"]["policy"] == "manual"
+    preserved = one(conn, "select * from memori.checkpoint_preserve(%s, false)", (row["id"],))
+    assert preserved is not None and preserved["pxyz"]["operation"] == "updated"
 
 
 @pytest.mark.parametrize(
@@ -146,8 +155,8 @@ def test_cleanup_order_across_types_and_tables(conn: psycopg.Connection) -> None
     manual_old = create(conn, "manual", at=T0 - 200 * DAY)["id"]
     auto_new = create(conn, "automatic", at=T0 - 31 * DAY)["id"]
     auto_old = create(conn, "automatic", at=T0 - 40 * DAY)["id"]
-    memory = value(conn, "insert into memori.memories (user_id, content, metadata, expires_at) values "
-                         "('session_api_2026_11', 'x', '{\"type\": \"session_checkpoint\"}', %s) returning id",
+    memory = value(conn, "insert into memori.memories (user_id, content, metadata, expires_at, owner_id) values "
+                         "('session_api_2026_11', 'x', '{\"type\": \"session_checkpoint\"}', %s, 'alice') returning id",
                    (T0 - DAY,))
     conn.execute("truncate memori.events")  # the creation events are due too (priority 0, first)
     order = [(r["table_name"], r["row_id"], r["batch"]) for r in

@@ -37,8 +37,8 @@ AUDIT = audit("deleted_by int default pg_backend_pid()")
 def _seed(conn: psycopg.Connection) -> None:
     conn.execute(AUDIT)
     conn.execute(
-        "insert into memori.memories (user_id, content, created_at, expires_at) "
-        "select 'ns_' || (g %% 7), 'x', %s - interval '8 days', %s - (g || ' seconds')::interval "
+        "insert into memori.memories (user_id, content, created_at, expires_at, owner_id) "
+        "select 'ns_' || (g %% 7), 'x', %s - interval '8 days', %s - (g || ' seconds')::interval, 'ns_' || (g %% 7) "
         "from generate_series(1, %s) g",
         (T0, T0, ROWS),
     )
@@ -211,8 +211,9 @@ def test_writers_and_cleaners_never_deadlock(dsn: str) -> None:
         # rows expire steadily from 2 s ago to the end of the run, in an order unrelated to their ids:
         # the cleaner deletes in expiry order, an `= ANY` update locks in id order
         conn.execute(
-            "insert into memori.memories (user_id, content, expires_at) "
-            "select 'ns_' || (g %% 7), 'x', now() - interval '2 seconds' + (g / %s::float8) * interval '1 second' "
+            "insert into memori.memories (user_id, content, expires_at, owner_id) "
+            "select 'ns_' || (g %% 7), 'x', now() - interval '2 seconds' + (g / %s::float8) * interval '1 second', "
+            "'ns_' || (g %% 7) "
             "from generate_series(1, %s) g order by random()", (rows_per_second, total))
         due = [(r["at"], r["id"]) for r in rows(
             conn, "select id, extract(epoch from expires_at)::float8 as at from memori.memories")]

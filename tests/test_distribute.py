@@ -74,12 +74,13 @@ def test_referenced_tables_come_first(conn: psycopg.Connection) -> None:
 
 
 def test_blockers_name_the_keys_without_the_user(conn: psycopg.Connection) -> None:
+    conn.execute("create table memori.blocker_probe (id bigint primary key, payload text)")
     found = rows(conn, """
-        select memori._distribution_blockers('memori.checkpoint_versions', 'distributed', 'user_id') as b,
+        select memori._distribution_blockers('memori.blocker_probe', 'distributed', 'user_id') as b,
                memori._distribution_blockers('memori.settings', 'reference', null) as ok,
                memori._distribution_blockers('memori.retention_tables', 'reference', null) as oids""")[0]
     assert "no column user_id" in found["b"]
-    assert any(b.startswith("checkpoint_versions_pkey PRIMARY KEY") for b in found["b"])
+    assert any(b.startswith("blocker_probe_pkey PRIMARY KEY") for b in found["b"])
     assert found["ok"] == []
     assert found["oids"] == ["column relation is regclass (an OID of the coordinator)",
                              "column candidate_view is regclass (an OID of the coordinator)"]

@@ -30,10 +30,11 @@ TABLES: dict[str, tuple[str, str, str]] = {
                  "insert into memori.memories (user_id, content, owner_id) values ('ns', 'x', 'alice')"),
     "checkpoints": ("id::text", "title = title",
                     "insert into memori.checkpoints (session_id, user_id, checkpoint_type, title, data, priority, "
-                    "retention_days) values ('s', 'alice', 'manual', 't', '{}', 8, 90)"),
+                    "retention_days, pxyz) values ('s', 'alice', 'manual', 't', '{}', 8, 90, "
+                    "memori._checkpoint_pxyz('created', 'manual', now()))"),
     "checkpoint_versions": ("checkpoint_id::text || '/' || version", "data_bytes = data_bytes",
-                            "insert into memori.checkpoint_versions (checkpoint_id, version, reverse_patch, "
-                            "data_bytes, created_at) values (%(alice_checkpoint)s::uuid, 99, '{}', 1, now())"),
+                            "insert into memori.checkpoint_versions (user_id, checkpoint_id, version, reverse_patch, "
+                            "data_bytes, created_at) values ('alice', %(alice_checkpoint)s::uuid, 99, '{}', 1, now())"),
     "events": ("id::text", "payload = payload",
                "insert into memori.events (event_type, payload, user_id) values ('x', '{}', 'alice')"),
     "projects": ("project_id", "name = name",

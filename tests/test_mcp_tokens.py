@@ -23,7 +23,7 @@ def verify(conn: psycopg.Connection, token: str | None, at: object = T0) -> list
 
 def refusals(conn: psycopg.Connection) -> list[str]:
     return [r["reason"] for r in rows(conn, "select payload->>'reason' as reason from memori.events "
-                                            "where event_type = 'mcp.auth_refused' and user_id is null order by id")]
+                                            "where event_type = 'mcp.auth_refused' and user_id = '' order by id")]
 
 
 def test_create_stores_only_the_hash_and_verify_maps_to_the_user(conn: psycopg.Connection) -> None:
@@ -59,7 +59,7 @@ def test_refusals_are_recorded_as_system_events(conn: psycopg.Connection, token:
     assert verify(conn, token) == []
     assert refusals(conn) == [reason]
     event = one(conn, "select * from memori.events where event_type = 'mcp.auth_refused'")
-    assert event is not None and event["user_id"] is None and event["expires_at"] is not None
+    assert event is not None and event["user_id"] == "" and event["expires_at"] is not None
     assert event["payload"]["client"] == "test"
 
 

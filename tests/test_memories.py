@@ -102,16 +102,16 @@ def test_expired_rows_never_come_back(conn: psycopg.Connection) -> None:
     assert rows(conn, "select * from memori.memory_list('session_api_2026_11', 10, %s)", (T0 + 8 * DAY,)) == []
 
 
-def test_rows_without_owner_in_the_current_namespace_match_everyone(conn: psycopg.Connection) -> None:
-    """Rows written by the seed's client (no owner) are found beside the user's own, newest first."""
-    save(conn, "api", "alice", "alice's", T0)
-    legacy = memory(conn, "session_api_2026_11", None, '{"type": "session_checkpoint"}', created_at=T0 + SEC)
+def test_only_the_users_own_rows_in_the_current_namespace(conn: psycopg.Connection) -> None:
+    """Rows written without a user belong to their namespace (migration 0024), so no user's load returns them."""
+    own = save(conn, "api", "alice", "alice's", T0)["id"]
+    memory(conn, "session_api_2026_11", None, '{"type": "session_checkpoint"}', created_at=T0 + SEC)
     found = one(conn, LOAD, ("api", "alice", T0 + DAY))
-    assert found is not None and found["id"] == legacy and found["source"] == "current"
-    assert one(conn, LOAD, ("api", "bob", T0 + DAY))["id"] == legacy  # type: ignore[index]
+    assert found is not None and found["id"] == own and found["source"] == "current"
+    assert one(conn, LOAD, ("api", "bob", T0 + DAY)) is None
     # another user's row is never returned, even when newest
     save(conn, "api", "bob", "bob's", T0 + 2 * SEC)
-    assert one(conn, LOAD, ("api", "alice", T0 + DAY))["id"] == legacy  # type: ignore[index]
+    assert one(conn, LOAD, ("api", "alice", T0 + DAY))["id"] == own  # type: ignore[index]
 
 
 def test_legacy_namespace_wins_over_earlier_months_even_if_older(conn: psycopg.Connection) -> None:
@@ -135,17 +135,18 @@ def test_latest_checkpoint_rejects_bad_input_user_first(
     assert_sqlstate(conn, code, LOAD, (skill, user, T0))
 
 
-def test_latest_checkpoint_is_one_inlined_statement(conn: psycopg.Connection) -> None:
-    """Inlined into the caller's query (one plan, no plpgsql); a tier-1 hit never calls the helper of tiers 2-3."""
-    save(conn, "api", "alice", "now", T0)
-    plan = "\n".join(r[0] for r in conn.execute(
-        "explain (analyze, costs off, timing off, summary off)"
-        " select * from memori.session_checkpoint_load_latest('api', 'alice', %s)", (T0 + DAY,)))
-    assert "session_checkpoint_load_latest" not in plan and "Index Scan using idx_memories_" in plan, plan
-    assert plan.count("Function Scan") == 1
-    assert "Function Scan on _session_checkpoint_earlier e (never executed)" in plan
+def test_latest_checkpoint_is_plpgsql_and_tier_one_is_an_index_probe(conn: psycopg.Connection) -> None:
+    """PL/pgSQL (Citus prunes shards on its variables); tier 1 reads the user's newest row of one namespace by index."""
     assert value(conn, "select l.lanname from pg_proc p join pg_language l on l.oid = p.prolang"
-                       " where p.oid = 'memori.session_checkpoint_load_latest'::regproc") == "sql"
+                       " where p.oid = 'memori.session_checkpoint_load_latest'::regproc") == "plpgsql"
+    saved = save(conn, "api", "alice", "now", T0)
+    assert one(conn, LOAD, ("api", "alice", T0 + DAY))["id"] == saved["id"]  # type: ignore[index]
+    plan = "\n".join(r[0] for r in conn.execute(
+        "explain (costs off) select m.* from memori.memories m"
+        " where m.owner_id = 'alice' and m.user_id = 'session_api_2026_11'"
+        " and m.metadata->>'type' = 'session_checkpoint' and (m.expires_at is null or m.expires_at > %s)"
+        " order by m.created_at desc, m.id desc limit 1", (T0 + DAY,)))
+    assert "Index Scan using idx_memories_" in plan and "Sort" not in plan, plan
 
 
 SEED05_LATEST = """SELECT * FROM memori.memories WHERE user_id = %s AND metadata->>'type' = 'session_checkpoint'

@@ -83,10 +83,10 @@ def test_cron_job_really_deletes_expired_rows(pgcron_dsn: str) -> None:
     but not yet finished.
     """
     with psycopg.connect(pgcron_dsn, autocommit=True) as conn:
-        conn.execute("insert into memori.memories (user_id, content, expires_at) "
-                     "select 'session_api_2026_01', 'x', now() - interval '1 second' from generate_series(1, 2500)")
-        conn.execute("insert into memori.memories (user_id, content, expires_at) "
-                     "values ('keep', 'live', now() + interval '1 day'), ('keep', 'permanent', null)")
+        conn.execute("insert into memori.memories (user_id, content, expires_at, owner_id) select"
+                     " 'session_api_2026_01', 'x', now() - interval '1 second', 'alice' from generate_series(1, 2500)")
+        conn.execute("insert into memori.memories (user_id, content, expires_at, owner_id) "
+                     "values ('keep', 'live', now() + interval '1 day', 'keep'), ('keep', 'permanent', null, 'keep')")
         value(conn, "select memori.cleanup_schedule('* * * * *')")
         deadline = time.monotonic() + 150
         while time.monotonic() < deadline:
@@ -157,8 +157,8 @@ def test_cli_schedule_and_status_where_pg_cron_lives_elsewhere(pgcron_other_dsn:
 def test_cron_job_in_another_database_really_runs(pgcron_other_dsn: str) -> None:
     """pg_cron in memori_cron runs CALL memori.cleanup_run() in memori_mem; status shows the last run."""
     with psycopg.connect(pgcron_other_dsn, autocommit=True) as conn:
-        conn.execute("insert into memori.memories (user_id, content, expires_at) "
-                     "select 'ns', 'x', now() - interval '1 second' from generate_series(1, 30)")
+        conn.execute("insert into memori.memories (user_id, content, expires_at, owner_id) "
+                     "select 'ns', 'x', now() - interval '1 second', 'ns' from generate_series(1, 30)")
     with pymemdb.connect(pgcron_other_dsn) as db:
         db.cleanup.schedule("* * * * *")
         deadline = time.monotonic() + 150

@@ -77,9 +77,9 @@ select c.id
 # The same rows without the function (no validation, policy lookup or event): the table's own cost.
 INSERT_UNNEST: LiteralString = """
 insert into memori.checkpoints (session_id, user_id, checkpoint_type, title, data, priority, retention_days,
-                                created_at, updated_at, expires_at)
+                                created_at, updated_at, expires_at, pxyz)
 select t.session_id, t.user_id, t.type, t.title, t.data, p.priority, extract(day from p.retention)::integer,
-       t.now, t.now, t.now + p.retention
+       t.now, t.now, t.now + p.retention, memori._checkpoint_pxyz('created', t.type, t.now)
   from unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::jsonb[], %s::timestamptz[])
          as t(session_id, user_id, type, title, data, now)
   join memori.retention_policies p on p.table_name = 'checkpoints' and p.kind = t.type
@@ -96,7 +96,7 @@ with p as (
          %(types)s::text[] as types, %(priorities)s::integer[] as priorities, %(days)s::integer[] as days
 )
 insert into memori.checkpoints (session_id, user_id, checkpoint_type, title, data, tags, priority, retention_days,
-                                created_at, updated_at, expires_at)
+                                created_at, updated_at, expires_at, pxyz)
 select 'bench_s' || lpad(h.s::text, 6, '0'), 'bench_u' || lpad(mod(h.s, p.users)::text, 5, '0'),
        p.types[h.k], p.types[h.k] || ' checkpoint ' || i,
        jsonb_build_object('step', i, 'task', 'task ' || left(md5(i::text), 12),
@@ -106,7 +106,8 @@ select 'bench_s' || lpad(h.s::text, 6, '0'), 'bench_u' || lpad(mod(h.s, p.users)
                                                      'tests/test_' || left(md5((i + 2)::text), 8) || '.py'),
                           'notes', repeat(md5((i + 3)::text), 2 + mod(h.h3, 4)::integer)),
        case when mod(h.h3, 4) = 0 then '{bench}'::text[] else '{}' end,
-       p.priorities[h.k], p.days[h.k], t.created_at, t.created_at, t.created_at + make_interval(days => p.days[h.k])
+       p.priorities[h.k], p.days[h.k], t.created_at, t.created_at, t.created_at + make_interval(days => p.days[h.k]),
+       memori._checkpoint_pxyz('created', p.types[h.k], t.created_at)
   from p
  cross join generate_series(1, p.rows) i
  cross join lateral (

@@ -23,12 +23,12 @@ from tests.helpers import T0, rows
 
 pytestmark = pytest.mark.citus
 
-# The reference tables nothing blocks today (docs/scale-out.md). session_skills is ready by the
-# catalog but Citus refuses it: memori.session_checkpoint_load_latest's SQL-standard body depends
-# on it, which Citus counts as a circular dependency.
-REFERENCE_TODAY = {"milestone_criteria", "priority_boosts", "settings", "token_budgets"}
-# The user tables whose keys already lead with the user (issues 17 and 18).
-DISTRIBUTED_TODAY = {"mcp_tokens", "store_items", "store_namespaces", "store_vectors"}
+# The reference tables nothing blocks today (docs/scale-out.md).
+REFERENCE_TODAY = {"milestone_criteria", "priority_boosts", "session_skills", "settings", "token_budgets"}
+# The user tables whose keys already lead with the user (issues 17 and 18; memories, events and
+# checkpoints: migration 0024).
+DISTRIBUTED_TODAY = {"mcp_tokens", "store_items", "store_namespaces", "store_vectors",
+                     "memories", "events", "checkpoints", "checkpoint_versions"}
 
 
 def _smoke(dsn: str) -> None:
@@ -98,20 +98,18 @@ def test_distribute_places_what_it_can_and_reports_every_table(citus_dsn: str) -
         plan = {p["table_name"]: p for p in rows(conn, "select * from memori.distribution_plan()")}
         dry = {r["table_name"]: r for r in rows(conn, "select * from memori.distribute(p_dry_run => true)")}
         assert set(dry) == set(plan)
-        assert {t for t, r in dry.items() if r["status"] == "ready"} == REFERENCE_TODAY | DISTRIBUTED_TODAY | {
-            "session_skills"}
+        assert {t for t, r in dry.items() if r["status"] == "ready"} == REFERENCE_TODAY | DISTRIBUTED_TODAY
         done = {r["table_name"]: r for r in rows(conn, "select * from memori.distribute()")}
         assert set(done) == set(plan)
         placed = {t for t, r in done.items() if r["status"] in ("reference", "distributed")}
         assert placed == REFERENCE_TODAY | DISTRIBUTED_TODAY
-        assert "circular" in done["session_skills"]["error"]
         for table, r in done.items():
             if r["status"] == "blocked":
                 assert r["blockers"] or r["error"], f"{table}: blocked without a blocker or Citus's error"
         # every user table is blocked today by its keys, policies or triggers (the next migration's work)
         assert all(done[t]["status"] == "blocked" for t, p in plan.items()
                    if p["placement"] == "distributed" and t not in DISTRIBUTED_TODAY)
-        assert any(b.startswith("memories_pkey PRIMARY KEY (id)") for b in done["memories"]["blockers"])
+        assert any(b.startswith("lg_threads_pkey PRIMARY KEY (id)") for b in done["lg_threads"]["blockers"])
         assert "policy member_read has a subquery" in done["projects"]["blockers"]
         assert done["settings"]["rows_moved"] == len(settings_before) > 0
         # Citus moved the rows: the same rows, now read from the workers' shards
