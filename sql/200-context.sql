@@ -193,6 +193,7 @@ declare
   v_ttl     bigint := p_ttl_ms;
   v_project text;
   v_session text;
+  v_prev    memori.context_entries;
   v_entry   memori.context_entries;
 begin
   perform memori._check_identifier('key', p_key, coalesce(memori._setting('context.max_key_length')::int, 512));
@@ -234,17 +235,34 @@ begin
       using errcode = 'PM041', hint = 'Use scope user, project or session, or ask an administrator.';
   end if;
 
+  -- One value per (scope, owner, key). A global or project entry is written
+  -- by any admin or member and keyed by its writer (user_id leads every key:
+  -- Citus places the row with its writer), so no index keeps it single across
+  -- users: setting it takes a lock on the key and moves it from its previous
+  -- writer (same id, created_at and history of operations).
+  if p_scope in ('global', 'project') then
+    perform pg_advisory_xact_lock(hashtextextended(
+      format('memori.context_entry:%s:%s:%s', p_scope, coalesce(v_project, ''), p_key), 0));
+    delete from memori.context_entries e
+     where e.scope_owner = coalesce(v_project, '') and e.key = p_key and e.scope = p_scope and e.user_id <> v_user
+    returning * into v_prev;
+  end if;
+
   insert into memori.context_entries as e
-         (key, value, type, scope, user_id, project_id, session_id, ttl, expires_at, created_at, updated_at)
-  values (p_key, p_value, p_type, p_scope, v_user, v_project, v_session, v_ttl,
-          p_now + make_interval(secs => v_ttl / 1000.0), p_now, p_now)
-  on conflict (scope_owner, key, scope) do update
+         (id, key, value, type, scope, user_id, project_id, session_id, ttl, expires_at, created_at, updated_at,
+          pxyz)
+  values (coalesce(v_prev.id, gen_random_uuid()), p_key, p_value, p_type, p_scope, v_user, v_project, v_session,
+          v_ttl, p_now + make_interval(secs => v_ttl / 1000.0),
+          -- an expired entry set again is a new entry
+          case when v_prev.id is null or v_prev.expires_at <= p_now then p_now else v_prev.created_at end, p_now,
+          memori._context_pxyz(case when v_prev.id is null then 'store' else 'update' end, p_scope, p_now))
+  on conflict (user_id, scope_owner, key, scope) do update
      set value      = excluded.value,
          type       = excluded.type,
-         user_id    = excluded.user_id,
          ttl        = excluded.ttl,
          expires_at = excluded.expires_at,
          updated_at = excluded.updated_at,
+         pxyz       = memori._context_pxyz('update', excluded.scope, excluded.updated_at),
          -- an expired entry set again is a new entry
          created_at = case when e.expires_at <= excluded.updated_at then excluded.created_at else e.created_at end
   returning * into v_entry;
@@ -322,9 +340,12 @@ declare
 begin
   v_owner := memori._context_scope_owner(p_scope, v_user, p_project_id, p_session_id,
                                          'deleting a %1$s entry needs its %1$s');
-  delete from memori.context_entries e
-   where e.scope_owner = v_owner and e.key = p_key and e.scope = p_scope
-     and (p_scope <> 'session' or e.user_id = v_user);
+  if p_scope in ('user', 'session') then
+    delete from memori.context_entries e
+     where e.user_id = v_user and e.scope_owner = v_owner and e.key = p_key and e.scope = p_scope;
+  else  -- a shared entry: written by any member (or admin)
+    delete from memori.context_entries e where e.scope_owner = v_owner and e.key = p_key and e.scope = p_scope;
+  end if;
   return found;
 end
 $func$ language plpgsql volatile security invoker
@@ -420,10 +441,14 @@ declare
 begin
   v_owner := memori._context_scope_owner(p_scope, v_user, p_project_id, p_session_id,
                                          'cleaning %1$s entries needs the %1$s');
-  delete from memori.context_entries e
-   where e.scope_owner = v_owner and e.scope = p_scope
-     and (p_scope <> 'session' or e.user_id = v_user)
-     and (not p_expired_only or e.expires_at <= p_now);
+  if p_scope in ('user', 'session') then
+    delete from memori.context_entries e
+     where e.user_id = v_user and e.scope_owner = v_owner and e.scope = p_scope
+       and (not p_expired_only or e.expires_at <= p_now);
+  else  -- shared entries: written by any member (or admin)
+    delete from memori.context_entries e
+     where e.scope_owner = v_owner and e.scope = p_scope and (not p_expired_only or e.expires_at <= p_now);
+  end if;
   get diagnostics v_count = row_count;
   return v_count;
 end
@@ -501,7 +526,7 @@ declare
 begin
   return (select e.value || jsonb_build_object('user_id', v_user)
             from memori.context_entries e
-           where e.scope_owner = v_user and e.key = 'business_context' and e.scope = 'user'
+           where e.user_id = v_user and e.scope_owner = v_user and e.key = 'business_context' and e.scope = 'user'
              and (e.expires_at is null or e.expires_at > p_now));
 end
 $func$ language plpgsql stable security invoker
@@ -547,7 +572,7 @@ begin
   perform pg_advisory_xact_lock(hashtextextended('memori.business_context:' || v_user, 0));
   select e.value into v_current
     from memori.context_entries e
-   where e.scope_owner = v_user and e.key = 'business_context' and e.scope = 'user'
+   where e.user_id = v_user and e.scope_owner = v_user and e.key = 'business_context' and e.scope = 'user'
      and (e.expires_at is null or e.expires_at > p_now);
   return memori.business_context_set(coalesce(v_current, '{}'::jsonb) || (p_fields - 'user_id'), v_user, p_now);
 end
@@ -576,7 +601,7 @@ begin
      set project_id    = coalesce(p_project_id, s.project_id),
          metadata      = case when p_metadata is null then s.metadata else memori._check_metadata(p_metadata) end,
          last_activity = greatest(s.last_activity, p_now)
-   where s.session_id = v_session.session_id
+   where s.user_id = v_user and s.session_id = v_session.session_id
   returning * into v_session;
   return memori._session_context(v_session, p_now);
 end
@@ -643,7 +668,7 @@ begin
     select w.window_id, w.priority, w.created_at,
            (w.expires_at is not null and w.expires_at <= p_now) as expired
       from memori.context_windows w
-     where w.session_id = v_session.session_id
+     where w.user_id = v_user and w.session_id = v_session.session_id
   ), victims as (
     select window_id from live where expired
     union all
@@ -652,7 +677,8 @@ begin
        order by priority, created_at, window_id
        limit greatest((select count(*) from live where not expired) - (v_max - 1), 0)) lowest
   )
-  , gone as (delete from memori.context_windows w using victims v where w.window_id = v.window_id returning w.window_id)
+  , gone as (delete from memori.context_windows w
+              where w.user_id = v_user and w.window_id in (select v.window_id from victims v) returning w.window_id)
   select coalesce(array_agg(window_id), '{}') into v_removed from gone;
 
   insert into memori.context_windows (session_id, user_id, window_type, content, priority, retention_policy,
@@ -664,7 +690,7 @@ begin
   returning * into v_window;
 
   update memori.sessions s set last_activity = greatest(s.last_activity, p_now)
-   where s.session_id = v_session.session_id;
+   where s.user_id = v_user and s.session_id = v_session.session_id;
 
   perform memori._event_emit('context.window_added',
                              jsonb_build_object('session_id', v_session.session_id, 'window_id', v_window.window_id,
@@ -689,11 +715,12 @@ declare
   v_user text := memori._acting_user(p_user_id);
 begin
   delete from memori.context_windows w
-   where w.window_id = p_window_id and w.session_id = p_session_id and w.user_id = v_user;
+   where w.user_id = v_user and w.window_id = p_window_id and w.session_id = p_session_id;
   if not found then
     return false;
   end if;
-  update memori.sessions s set last_activity = greatest(s.last_activity, p_now) where s.session_id = p_session_id;
+  update memori.sessions s set last_activity = greatest(s.last_activity, p_now)
+   where s.user_id = v_user and s.session_id = p_session_id;
   perform memori._event_emit('context.window_removed',
                              jsonb_build_object('session_id', p_session_id, 'window_id', p_window_id), p_now);
   return true;

@@ -370,7 +370,7 @@ create or replace function memori._budget_resolve(
   p_available  integer,
   p_opt        jsonb,
   p_cfg        jsonb,
-  p_stored     boolean
+  p_stored     text       -- the stored chunks' user (NULL: chunks given in the call)
 ) returns jsonb
 as $func$
 -- The arrays describe the chunks in priority order (position i of each is
@@ -440,8 +440,9 @@ begin
   with a as (
     -- stored chunks rank without their type unless category budgets need it: read it with the content
     select x.pos, to_jsonb(p_ids[x.pos]) as id,
-           coalesce(p_types[x.pos], case when p_stored then (select k.chunk_type from memori.context_chunks k
-                                                              where k.id = p_ids[x.pos]::text::uuid) end)
+           coalesce(p_types[x.pos], case when p_stored is not null
+                                        then (select k.chunk_type from memori.context_chunks k
+                                               where k.user_id = p_stored and k.id = p_ids[x.pos]::text::uuid) end)
              as chunk_type,
            p_tokens[x.pos] as tokens,
            p_priorities[x.pos] as priority, p_original[x.pos] as original_index, p_recency[x.pos] as recency,
@@ -459,9 +460,10 @@ begin
                     'token_span', jsonb_build_array(s.span_start, s.span_start + s.tokens),
                     'original_index', s.original_index)
                   -- stored chunks: the winners' content, and only theirs
-                  || case when p_stored
+                  || case when p_stored is not null
                           then jsonb_build_object('content', (select k.content from memori.context_chunks k
-                                                               where k.id = p_ids[s.pos]::text::uuid))
+                                                               where k.user_id = p_stored
+                                                                 and k.id = p_ids[s.pos]::text::uuid))
                           else '{}'::jsonb end
                   order by s.out_pos), '[]'),
          coalesce(sum(s.tokens), 0),
@@ -501,7 +503,7 @@ begin
 end
 $func$ language plpgsql stable security invoker
 set search_path = pg_catalog, memori, pg_temp;
-comment on function memori._budget_resolve(anyarray, text[], integer[], double precision[], integer[], double precision[], double precision[], integer, jsonb, jsonb, boolean) is 'Resolve the budget over chunks in priority order (parallel arrays): allocation, drops, conflicts, spans, metrics as the seed''s result object.';
+comment on function memori._budget_resolve(anyarray, text[], integer[], double precision[], integer[], double precision[], double precision[], integer, jsonb, jsonb, text) is 'Resolve the budget over chunks in priority order (parallel arrays): allocation, drops, conflicts, spans, metrics as the seed''s result object.';
 -------------------------------------------------------------------------------
 -- _budget_record: persist an optimisation and emit its events
 create or replace function memori._budget_record(p_result jsonb, p_source text, p_chunks_count integer,
