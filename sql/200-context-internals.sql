@@ -154,6 +154,28 @@ set search_path = pg_catalog, memori, pg_temp;
 comment on function memori._project_owned(text, text) is 'The project when the user owns it; PM041 otherwise.';
 
 -------------------------------------------------------------------------------
+-- _project_members_sync: a project's member list onto the project and its entries
+-- Row-level security reads who may see a project or a project entry on the
+-- row itself (on Citus a policy runs on the shards and reads no other table).
+-- Called by the owner under the project's exclusive advisory lock; the
+-- entries are every writer's: one statement on every shard, by design.
+create or replace function memori._project_members_sync(p_project_id text, p_user_id text) returns text[]
+as $func$
+declare
+  v_members text[];
+begin
+  select coalesce(array_agg(m.user_id order by m.user_id), '{}') into v_members
+    from memori.project_members m where m.project_id = p_project_id;
+  update memori.projects p set member_ids = v_members where p.project_id = p_project_id and p.owner_id = p_user_id;
+  update memori.context_entries e set readers = v_members
+   where e.scope = 'project' and e.project_id = p_project_id and e.readers is distinct from v_members;
+  return v_members;
+end
+$func$ language plpgsql volatile security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._project_members_sync(text, text) is 'Copy a project''s member list (project_members) to projects.member_ids and to its entries'' readers; the owner calls it.';
+
+-------------------------------------------------------------------------------
 -- _context_prefix_upper: the smallest key after every key with the prefix
 create or replace function memori._context_prefix_upper(p_prefix text) returns text
 as $func$
@@ -164,39 +186,49 @@ set search_path = pg_catalog, memori, pg_temp;
 comment on function memori._context_prefix_upper(text) is 'Exclusive upper bound of the keys starting with a prefix (bytewise order), NULL when unbounded.';
 
 -------------------------------------------------------------------------------
--- _context_visible: every visible entry of a requester (expired ones too)
+-- _context_visible: every visible entry of a requester with a key in
+-- [p_lo, p_hi) (p_hi NULL: unbounded), expired ones too
 -- The one visibility rule of every read (context_get, context_resolve,
 -- context_search, context_expiring_soon, context_stats). The requester may
 -- see the project given (else the session's project) only as a member, and
--- the session only when it is the user's. Two parts: the user's own entries
--- (user and session scope: keyed by the user, one shard on Citus) and the
--- shared ones (global and project entries, written by any user: every shard
--- on Citus, by design).
--- A hot path (context_get), so inlined into the caller's query: without a SET
--- clause PostgreSQL inlines a SQL function (a call of a function with a pinned
--- search_path costs more than the lookup itself). Its SQL-standard body
--- (BEGIN ATOMIC) is parsed when it is created, so every name in it is resolved
--- then, never at call time: the caller's search_path cannot change what it reads.
-create or replace function memori._context_visible(p_user_id text, p_project_id text, p_session_id text)
-returns setof memori.context_entries
-language sql stable security invoker
-begin atomic
-  select e.*
-    from memori.context_entries e
-   where e.user_id = p_user_id
-     and ((e.scope = 'user' and e.scope_owner = p_user_id)
-          or (e.scope = 'session' and e.scope_owner = p_session_id))
-  union all
-  select e.*
-    from memori.context_entries e
-   where e.scope_owner = any (array['', coalesce(p_project_id,
-                                                 (select s.project_id from memori.sessions s
-                                                   where s.user_id = p_user_id and s.session_id = p_session_id))])
-     and case e.scope when 'global' then true
-                      when 'project' then memori._is_project_member(e.scope_owner, p_user_id)
-                      else false end;
-end;
-comment on function memori._context_visible(text, text, text) is 'Entries the seed''s matches_scope lets a requester see (membership and session ownership checked), expired ones included.';
+-- the session only when it is the user's. Two statements: the user's own
+-- entries (user and session scope: keyed by the user, one shard on Citus)
+-- and the shared ones (global and project entries, written by any user:
+-- every shard on Citus, by design). PL/pgSQL, not an inlined SQL function:
+-- Citus refuses a set-returning SQL function over a distributed table.
+create or replace function memori._context_visible(
+  p_user_id    text,
+  p_project_id text,
+  p_session_id text,
+  p_lo         text,
+  p_hi         text
+) returns setof memori.context_entries
+as $func$
+declare
+  v_project text := p_project_id;
+begin
+  return query
+    select e.* from memori.context_entries e
+     where e.user_id = p_user_id and e.scope_owner = any (array[p_user_id, p_session_id])
+       and e.key >= p_lo collate "C" and (p_hi is null or e.key < p_hi collate "C")
+       and case e.scope when 'user' then e.scope_owner = p_user_id
+                        when 'session' then e.scope_owner = p_session_id else false end;
+  if v_project is null and p_session_id is not null then
+    select s.project_id into v_project from memori.sessions s
+     where s.user_id = p_user_id and s.session_id = p_session_id;
+  end if;
+  if v_project is not null and not memori._is_project_member(v_project, p_user_id) then
+    v_project := null;
+  end if;
+  return query
+    select e.* from memori.context_entries e
+     where e.scope_owner = any (array['', v_project]) and e.scope in ('global', 'project')
+       and e.key >= p_lo collate "C" and (p_hi is null or e.key < p_hi collate "C")
+       and case e.scope when 'global' then e.scope_owner = '' else e.scope_owner = v_project end;
+end
+$func$ language plpgsql stable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._context_visible(text, text, text, text, text) is 'Entries the seed''s matches_scope lets a requester see (membership and session ownership checked) with a key in [p_lo, p_hi), expired ones included.';
 
 -------------------------------------------------------------------------------
 -- _business_context_check: the seed's business_context shape

@@ -19,6 +19,11 @@ refuses triggers:
   them. FK (user_id, session_id) -> sessions: a session entry is on one of its
   user's sessions (the policies no longer look that up). The pxyz trigger is
   gone: context_set fills pxyz.
+- projects carry member_ids, project entries project_owner and readers (the
+  project's members): Citus runs a policy on the shards, where it may read no
+  other table (not even a reference table), so who may read a row is on the
+  row. A project entry's writer is a member (FK (project_id, user_id) ->
+  project_members) and its project_owner the project's (FK -> projects).
 - context_windows: PK (user_id, window_id), FK (user_id, session_id) -> sessions.
 - context_chunks, context_optimizations: PK (user_id, id); their session
   indexes lead with user_id.
@@ -39,6 +44,28 @@ def upgrade() -> None:
     op.execute(
         """
         drop trigger if exists context_entries_pxyz on memori.context_entries;
+
+        -- Who may read a project and its entries is on the row (Citus runs a policy on the shards, where it
+        -- may read no other table): a project carries its members, a project entry its project's owner and
+        -- members (context_set and project_member_add/remove keep them).
+        alter table memori.projects add column member_ids text[] not null default '{}';
+        update memori.projects p
+           set member_ids = coalesce((select array_agg(m.user_id order by m.user_id) from memori.project_members m
+                                       where m.project_id = p.project_id), '{}');
+        alter table memori.context_entries add column project_owner text, add column readers text[];
+        update memori.context_entries e set project_owner = p.owner_id, readers = p.member_ids
+          from memori.projects p where e.scope = 'project' and p.project_id = e.project_id;
+        -- a project entry of a writer who is no longer a member passes to the project's owner
+        update memori.context_entries e set user_id = e.project_owner
+         where e.scope = 'project' and not exists (select 1 from memori.project_members m
+                                                    where m.project_id = e.project_id and m.user_id = e.user_id);
+        alter table memori.context_entries
+          add constraint context_entries_project_readers_check
+            check ((scope = 'project') = (project_owner is not null and readers is not null)),
+          add constraint context_entries_project_member_fkey foreign key (project_id, user_id)
+            references memori.project_members (project_id, user_id) on delete cascade,
+          add constraint context_entries_project_owner_fkey foreign key (project_id, project_owner)
+            references memori.projects (project_id, owner_id) on update cascade on delete cascade;
 
         alter table memori.context_entries drop constraint context_entries_session_id_fkey;
         alter table memori.context_windows drop constraint context_windows_session_id_fkey;
@@ -117,6 +144,10 @@ def downgrade() -> None:
           add constraint context_windows_session_id_fkey foreign key (session_id)
             references memori.sessions on delete cascade;
 
+        alter table memori.context_entries drop constraint context_entries_project_owner_fkey,
+          drop constraint context_entries_project_member_fkey, drop constraint context_entries_project_readers_check,
+          drop column readers, drop column project_owner;
+        alter table memori.projects drop column member_ids;
         drop index memori.idx_context_entries_session;
         create index idx_context_entries_session on memori.context_entries (session_id) where session_id is not null;
         create index idx_context_entries_user on memori.context_entries (user_id);
