@@ -402,3 +402,13 @@ def test_a_shared_entry_stays_one_per_key_and_moves_to_its_last_writer(world: ps
     assert get(world, "k", project="p1", at=T0 + SECOND)["value"] == "bob"  # type: ignore[index]
     assert value(world, "select memori.context_delete('k', 'project', 'alice', 'p1')") is True
     assert get(world, "k", user="bob", project="p1") is None
+
+
+def test_cleanup_deletes_the_expired_session_only_not_another_users_of_the_same_id(world: psycopg.Connection) -> None:
+    """Session ids are unique per user (issue 20): the retention engine deletes alice's expired s1, not bob's."""
+    world.execute("select memori.session_context_set('s1', 'bob', null, null, %s)", (T0,))
+    put(world, "k", "bob", "session", user="bob", session="s1")
+    world.execute("update memori.sessions set expires_at = %s where user_id = 'alice'", (T0,))
+    world.execute("select * from memori.cleanup_execute(%s)", (T0 + SECOND,))
+    assert [r["user_id"] for r in rows(world, "select user_id from memori.sessions")] == ["bob"]
+    assert get(world, "k", user="bob", session="s1")["value"] == "bob"  # type: ignore[index]
