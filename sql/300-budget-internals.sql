@@ -265,12 +265,13 @@ begin
       using errcode = 'PM003',
             hint = 'Store the chunks (memori.chunk_add_many) and use context_optimize_stored, or raise memori.settings budget.max_chunks.';
   end if;
-  select t.n - 1 as idx, memori._chunk_problem(t.e, ct.chunk_type is not null, p_stored,
+  -- (the known types from the configuration's bases, not a join: on Citus chunk_types is a reference
+  -- table, and a query over it runs on a worker, where these functions may read no other table)
+  select t.n - 1 as idx, memori._chunk_problem(t.e, (p_cfg->'bases') ? (t.e->>'type'), p_stored,
                                                (p_cfg->>'max_content_bytes')::integer) as problem
     into v_bad
     from jsonb_array_elements(p_chunks) with ordinality t(e, n)
-    left join memori.chunk_types ct on ct.chunk_type = t.e->>'type'
-   where memori._chunk_problem(t.e, ct.chunk_type is not null, p_stored,
+   where memori._chunk_problem(t.e, (p_cfg->'bases') ? (t.e->>'type'), p_stored,
                                (p_cfg->>'max_content_bytes')::integer) is not null
    order by t.n
    limit 1;

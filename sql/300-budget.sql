@@ -189,14 +189,16 @@ begin
   select array_agg(c.id), array_agg(c.chunk_type), array_agg(c.tokens), array_agg(c.priority),
          array_agg((c.n - 1)::integer), array_agg(c.recency), array_agg(c.revenue)
     into v_ids, v_types, v_tokens, v_prio, v_orig, v_rec, v_rev
-    from (select t.e->'id' as id, ct.chunk_type, t.n,
+    from (select t.e->'id' as id, t.e->>'type' as chunk_type, t.n,
                  coalesce((t.e->>'tokens')::integer,
                           memori.token_estimate(t.e->>'content', coalesce(t.e->>'content_type', 'general')))
                    as tokens,
                  s.priority, s.recency, s.revenue
+            -- base priorities from the configuration (chunk_types, checked above), not a join: on Citus
+            -- a query over the reference table runs on a worker, where _chunk_score may read no table
             from jsonb_array_elements(p_chunks) with ordinality t(e, n)
-            join memori.chunk_types ct on ct.chunk_type = t.e->>'type'
-           cross join lateral memori._chunk_score(ct.base_priority, t.e, p_now, v_opt, v_cfg) s
+           cross join lateral memori._chunk_score((v_cfg->'bases'->>(t.e->>'type'))::integer, t.e, p_now, v_opt,
+                                                  v_cfg) s
            order by s.priority desc, s.ts desc nulls last, t.n) c;
   -- steps 3 to 6: budget, greedy walk, result; then persist and events
   return jsonb_populate_record(null::memori.optimization_result, memori._budget_record(

@@ -26,9 +26,11 @@ pytestmark = pytest.mark.citus
 # The reference tables nothing blocks today (docs/scale-out.md). session_skills is ready by the
 # catalog but Citus refuses it: memori.session_checkpoint_load_latest's SQL-standard body depends
 # on it, which Citus counts as a circular dependency.
-REFERENCE_TODAY = {"milestone_criteria", "priority_boosts", "settings", "token_budgets"}
-# The user tables whose keys already lead with the user (issues 17 and 18).
-DISTRIBUTED_TODAY = {"mcp_tokens", "store_items", "store_namespaces", "store_vectors"}
+REFERENCE_TODAY = {"milestone_criteria", "priority_boosts", "settings", "token_budgets",
+                   "chunk_types", "projects", "project_members"}
+# The user tables whose keys already lead with the user (issues 17 and 18; context and budgets, issue 20).
+DISTRIBUTED_TODAY = {"mcp_tokens", "store_items", "store_namespaces", "store_vectors",
+                     "sessions", "context_entries", "context_windows", "context_chunks", "context_optimizations"}
 
 
 def _smoke(dsn: str) -> None:
@@ -112,7 +114,7 @@ def test_distribute_places_what_it_can_and_reports_every_table(citus_dsn: str) -
         assert all(done[t]["status"] == "blocked" for t, p in plan.items()
                    if p["placement"] == "distributed" and t not in DISTRIBUTED_TODAY)
         assert any(b.startswith("memories_pkey PRIMARY KEY (id)") for b in done["memories"]["blockers"])
-        assert "policy member_read has a subquery" in done["projects"]["blockers"]
+        assert "policy member_read has a subquery" in done["vm_regions"]["blockers"]
         assert done["settings"]["rows_moved"] == len(settings_before) > 0
         # Citus moved the rows: the same rows, now read from the workers' shards
         assert rows(conn, "select key, value from memori.settings order by key") == settings_before
@@ -135,7 +137,7 @@ def test_distribute_places_what_it_can_and_reports_every_table(citus_dsn: str) -
 def test_init_distribute_on_the_cluster(citus_db: str) -> None:
     result = CliRunner().invoke(app, ["init", "--distribute", "--dsn", citus_db])
     assert result.exit_code == 0, result.output
-    assert "4 reference" in result.output and "4 distributed" in result.output and "blocked" in result.output
+    assert "7 reference" in result.output and "9 distributed" in result.output and "blocked" in result.output
 
 
 def test_a_coordinator_that_holds_shards_is_pm142(citus_dsn: str, citus_cluster: CitusCluster) -> None:
