@@ -37,6 +37,8 @@ class ContextEntry:
     updated_at: datetime
     pxyz: dict[str, Any]
     scope_owner: str
+    project_owner: str | None  # a project entry: its project's owner and members (who may read it)
+    readers: list[str] | None
 
 
 @dataclass(frozen=True)
@@ -105,6 +107,7 @@ class Project:
     owner_id: str
     metadata: dict[str, Any]
     created_at: datetime
+    member_ids: list[str]
 
 
 @dataclass(frozen=True)

@@ -540,6 +540,8 @@ begin
       '  delete from %1$s t'
       '   using (select b.id, b.preserve_important from batch b join locked l on l.id = b.id order by b.seq) x'
       '   where t.%3$I = x.id'
+      -- (an id may be unique per user only, e.g. a session id: another user's live row of that id stays)
+      '     and t.expires_at is not null and t.expires_at <= $5'
       '     and not (x.preserve_important'
       '              and exists (select 1 from %2$s v where v.id = t.%3$I and v.important))'
       '  returning t.%3$I::text as id'

@@ -92,6 +92,8 @@ comment on function memori._context_scope_owner(text, text, text, text, text) is
 
 -------------------------------------------------------------------------------
 -- _context_session: the acting user's session, created on first use
+-- Session ids are unique per user (a key (user_id, session_id)): another
+-- user's session of the same id is another session.
 create or replace function memori._context_session(
   p_session_id text,
   p_user_id    text,
@@ -104,47 +106,33 @@ declare
 begin
   perform memori._check_identifier('session id', p_session_id);
   -- lock: window limits and last_activity are per session
-  select * into v_session from memori.sessions s where s.session_id = p_session_id for update;
+  select * into v_session from memori.sessions s
+   where s.user_id = p_user_id and s.session_id = p_session_id for update;
   if not found then
     if p_project_id is not null then
       perform memori._require_project_member(p_project_id, p_user_id);
     end if;
-    begin
-      insert into memori.sessions (session_id, user_id, project_id, start_time, last_activity)
-      values (p_session_id, p_user_id, p_project_id, p_now, p_now)
-      returning * into v_session;
-    exception when unique_violation then
-      v_session := null;  -- taken by a session this user cannot see (row-level security)
-    end;
-  end if;
-  if v_session.user_id is distinct from p_user_id then
-    raise exception 'session % belongs to another user', quote_literal(p_session_id)
-      using errcode = 'PM041', hint = 'Use a session of the acting user (session ids are global: use UUIDs).';
+    insert into memori.sessions as s (session_id, user_id, project_id, start_time, last_activity)
+    values (p_session_id, p_user_id, p_project_id, p_now, p_now)
+    on conflict (user_id, session_id) do nothing;
+    select * into v_session from memori.sessions s
+     where s.user_id = p_user_id and s.session_id = p_session_id for update;
   end if;
   return v_session;
 end
 $func$ language plpgsql volatile security invoker
 set search_path = pg_catalog, memori, pg_temp;
-comment on function memori._context_session(text, text, text, timestamptz) is 'The acting user''s session, locked, created on first use; PM041 for another user''s session or a project the user is not in.';
+comment on function memori._context_session(text, text, text, timestamptz) is 'The acting user''s session, locked, created on first use; PM041 for a project the user is not in.';
 
 -------------------------------------------------------------------------------
--- _context_pxyz: the seed's coordinate, filled by the database
-create or replace function memori._context_pxyz() returns trigger
+-- _context_pxyz: the seed's coordinate of an entry stored or updated
+-- (context_set writes it; Citus distributes no table with a trigger)
+create or replace function memori._context_pxyz(p_operation text, p_scope text, p_time timestamptz) returns jsonb
 as $func$
-begin
-  new.pxyz := jsonb_build_object(
-    'entity', 'context_store_entry',
-    'operation', case when tg_op = 'INSERT' then 'store' else 'update' end,
-    'scope', new.scope,
-    'time', new.updated_at);
-  return new;
-end
-$func$ language plpgsql security invoker
+  select jsonb_build_object('entity', 'context_store_entry', 'operation', p_operation, 'scope', p_scope, 'time', p_time)
+$func$ language sql stable security invoker
 set search_path = pg_catalog, memori, pg_temp;
-comment on function memori._context_pxyz() is 'Trigger: set context_entries.pxyz (entity, operation, scope, time) on every insert and update.';
-
-create or replace trigger context_entries_pxyz before insert or update on memori.context_entries
-  for each row execute function memori._context_pxyz();
+comment on function memori._context_pxyz(text, text, timestamptz) is 'context_entries.pxyz of an entry: entity, operation (store or update), scope, time.';
 
 -------------------------------------------------------------------------------
 -- _project_owned: the acting user's own project, or PM041
@@ -166,6 +154,28 @@ set search_path = pg_catalog, memori, pg_temp;
 comment on function memori._project_owned(text, text) is 'The project when the user owns it; PM041 otherwise.';
 
 -------------------------------------------------------------------------------
+-- _project_members_sync: a project's member list onto the project and its entries
+-- Row-level security reads who may see a project or a project entry on the
+-- row itself (on Citus a policy runs on the shards and reads no other table).
+-- Called by the owner under the project's exclusive advisory lock; the
+-- entries are every writer's: one statement on every shard, by design.
+create or replace function memori._project_members_sync(p_project_id text, p_user_id text) returns text[]
+as $func$
+declare
+  v_members text[];
+begin
+  select coalesce(array_agg(m.user_id order by m.user_id), '{}') into v_members
+    from memori.project_members m where m.project_id = p_project_id;
+  update memori.projects p set member_ids = v_members where p.project_id = p_project_id and p.owner_id = p_user_id;
+  update memori.context_entries e set readers = v_members
+   where e.scope = 'project' and e.project_id = p_project_id and e.readers is distinct from v_members;
+  return v_members;
+end
+$func$ language plpgsql volatile security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._project_members_sync(text, text) is 'Copy a project''s member list (project_members) to projects.member_ids and to its entries'' readers; the owner calls it.';
+
+-------------------------------------------------------------------------------
 -- _context_prefix_upper: the smallest key after every key with the prefix
 create or replace function memori._context_prefix_upper(p_prefix text) returns text
 as $func$
@@ -176,36 +186,49 @@ set search_path = pg_catalog, memori, pg_temp;
 comment on function memori._context_prefix_upper(text) is 'Exclusive upper bound of the keys starting with a prefix (bytewise order), NULL when unbounded.';
 
 -------------------------------------------------------------------------------
--- _context_visible: every visible entry of a requester (expired ones too)
+-- _context_visible: every visible entry of a requester with a key in
+-- [p_lo, p_hi) (p_hi NULL: unbounded), expired ones too
 -- The one visibility rule of every read (context_get, context_resolve,
 -- context_search, context_expiring_soon, context_stats). The requester may
 -- see the project given (else the session's project) only as a member, and
--- the session only when it is the user's; the session is found by its primary
--- key and then checked: with the user in the join condition a generic plan
--- may scan all of the user's sessions.
--- A hot path (context_get), so inlined into the caller's query: without a SET
--- clause PostgreSQL inlines a SQL function (a call of a function with a pinned
--- search_path costs more than the lookup itself). Its SQL-standard body
--- (BEGIN ATOMIC) is parsed when it is created, so every name in it is resolved
--- then, never at call time: the caller's search_path cannot change what it reads.
-create or replace function memori._context_visible(p_user_id text, p_project_id text, p_session_id text)
-returns setof memori.context_entries
-language sql stable security invoker
-begin atomic
-  select e.*
-    from (select case when s.user_id = p_user_id then s.session_id end as session_id, m.project_id
-            from (select) one
-            left join memori.sessions s on s.session_id = p_session_id
-            left join memori.project_members m
-                   on m.project_id = coalesce(p_project_id, case when s.user_id = p_user_id then s.project_id end)
-                  and m.user_id = p_user_id) r
-    join memori.context_entries e on e.scope_owner = any (array['', p_user_id, r.project_id, r.session_id])
-   where case e.scope when 'global'  then true
-                      when 'user'    then e.scope_owner = p_user_id
-                      when 'project' then e.scope_owner = r.project_id
-                      when 'session' then e.scope_owner = r.session_id and e.user_id = p_user_id end;
-end;
-comment on function memori._context_visible(text, text, text) is 'Entries the seed''s matches_scope lets a requester see (membership and session ownership checked), expired ones included.';
+-- the session only when it is the user's. Two statements: the user's own
+-- entries (user and session scope: keyed by the user, one shard on Citus)
+-- and the shared ones (global and project entries, written by any user:
+-- every shard on Citus, by design). PL/pgSQL, not an inlined SQL function:
+-- Citus refuses a set-returning SQL function over a distributed table.
+create or replace function memori._context_visible(
+  p_user_id    text,
+  p_project_id text,
+  p_session_id text,
+  p_lo         text,
+  p_hi         text
+) returns setof memori.context_entries
+as $func$
+declare
+  v_project text := p_project_id;
+begin
+  return query
+    select e.* from memori.context_entries e
+     where e.user_id = p_user_id and e.scope_owner = any (array[p_user_id, p_session_id])
+       and e.key >= p_lo collate "C" and (p_hi is null or e.key < p_hi collate "C")
+       and case e.scope when 'user' then e.scope_owner = p_user_id
+                        when 'session' then e.scope_owner = p_session_id else false end;
+  if v_project is null and p_session_id is not null then
+    select s.project_id into v_project from memori.sessions s
+     where s.user_id = p_user_id and s.session_id = p_session_id;
+  end if;
+  if v_project is not null and not memori._is_project_member(v_project, p_user_id) then
+    v_project := null;
+  end if;
+  return query
+    select e.* from memori.context_entries e
+     where e.scope_owner = any (array['', v_project]) and e.scope in ('global', 'project')
+       and e.key >= p_lo collate "C" and (p_hi is null or e.key < p_hi collate "C")
+       and case e.scope when 'global' then e.scope_owner = '' else e.scope_owner = v_project end;
+end
+$func$ language plpgsql stable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._context_visible(text, text, text, text, text) is 'Entries the seed''s matches_scope lets a requester see (membership and session ownership checked) with a key in [p_lo, p_hi), expired ones included.';
 
 -------------------------------------------------------------------------------
 -- _business_context_check: the seed's business_context shape
@@ -260,7 +283,7 @@ as $func$
                              'created_at', w.created_at, 'expires_at', w.expires_at)
                            order by w.priority desc, w.created_at, w.window_id)
                      from memori.context_windows w
-                    where w.session_id = p_session.session_id
+                    where w.user_id = p_session.user_id and w.session_id = p_session.session_id
                       and (w.expires_at is null or w.expires_at > p_now)), '[]'::jsonb)
 $func$ language sql stable security invoker
 set search_path = pg_catalog, memori, pg_temp;

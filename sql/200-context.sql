@@ -8,10 +8,11 @@
 -- direct table access. The acting user is p_user_id, else the transaction's
 -- memori.user_id setting (the client sets it per transaction).
 --
--- Which entries a requester sees is one rule, memori._context_visible (an
--- inlined SQL function). Scope specificity (session 4 > project 3 > user 2 >
--- global 1) is written inline as a CASE in each query: a function with a
--- pinned search_path is not inlined and would run once per candidate row.
+-- Which entries a requester sees is one rule, memori._context_visible (the
+-- user's own entries, then the shared ones). Scope specificity (session 4 >
+-- project 3 > user 2 > global 1) is written inline as a CASE in each query:
+-- a function with a pinned search_path is not inlined and would run once per
+-- candidate row.
 
 -------------------------------------------------------------------------------
 -- configuration (kept when re-installing)
@@ -95,8 +96,9 @@ begin
   perform memori._check_identifier('project id', p_project_id);
   perform memori._check_identifier('project name', p_name, 512);
   begin
-    insert into memori.projects (project_id, name, owner_id, metadata, created_at)
-    values (p_project_id, p_name, v_user, memori._check_metadata(coalesce(p_metadata, '{}'::jsonb)), p_now)
+    insert into memori.projects (project_id, name, owner_id, metadata, created_at, member_ids)
+    values (p_project_id, p_name, v_user, memori._check_metadata(coalesce(p_metadata, '{}'::jsonb)), p_now,
+            array[v_user])
     returning * into v_project;
   exception when unique_violation then
     raise exception 'project % already exists', quote_literal(p_project_id)
@@ -125,10 +127,12 @@ declare
   v_member  memori.project_members;
 begin
   perform memori._check_identifier('member id', p_member_id);
+  perform pg_advisory_xact_lock(hashtextextended('memori.project:' || p_project_id, 0));
   insert into memori.project_members (project_id, user_id, project_owner, role, added_at)
   values (v_project.project_id, p_member_id, v_project.owner_id, 'member', p_now)
   on conflict (project_id, user_id) do update set added_at = memori.project_members.added_at
   returning * into v_member;
+  perform memori._project_members_sync(v_project.project_id, v_user);
   return v_member;
 end
 $func$ language plpgsql volatile security invoker
@@ -146,13 +150,29 @@ as $func$
 declare
   v_user    text := memori._acting_user(p_user_id);
   v_project memori.projects := memori._project_owned(p_project_id, v_user);
+  v_entry   memori.context_entries;
+  v_found   boolean;
 begin
   if p_member_id = v_project.owner_id then
     perform memori._invalid('the owner cannot be removed from the project',
                             'Delete the project instead, or keep the owner as a member.');
   end if;
+  perform pg_advisory_xact_lock(hashtextextended('memori.project:' || p_project_id, 0));
+  -- the project entries the member wrote last stay, now the owner's (a
+  -- project entry's writer is a member: its foreign key to project_members)
+  for v_entry in delete from memori.context_entries e
+                  where e.user_id = p_member_id and e.scope = 'project' and e.project_id = p_project_id
+                 returning * loop
+    insert into memori.context_entries (id, key, value, type, scope, user_id, project_id, ttl, expires_at,
+                                        created_at, updated_at, pxyz, project_owner, readers)
+    values (v_entry.id, v_entry.key, v_entry.value, v_entry.type, v_entry.scope, v_user, v_entry.project_id,
+            v_entry.ttl, v_entry.expires_at, v_entry.created_at, v_entry.updated_at, v_entry.pxyz,
+            v_entry.project_owner, v_entry.readers);
+  end loop;
   delete from memori.project_members m where m.project_id = p_project_id and m.user_id = p_member_id;
-  return found;
+  v_found := found;
+  perform memori._project_members_sync(p_project_id, v_user);
+  return v_found;
 end
 $func$ language plpgsql volatile security invoker
 set search_path = pg_catalog, memori, pg_temp;
@@ -193,7 +213,11 @@ declare
   v_ttl     bigint := p_ttl_ms;
   v_project text;
   v_session text;
+  v_owner   text;
+  v_readers text[];
+  v_prev    memori.context_entries;
   v_entry   memori.context_entries;
+  v_updated jsonb := memori._context_pxyz('update', p_scope, p_now);
 begin
   perform memori._check_identifier('key', p_key, coalesce(memori._setting('context.max_key_length')::int, 512));
   perform memori._check_context_enum('scope', p_scope, array['global', 'user', 'project', 'session']);
@@ -219,6 +243,10 @@ begin
     end if;
     perform memori._require_project_member(p_project_id, v_user);
     v_project := p_project_id;
+    -- the project's owner and members go on the entry (row-level security reads them there);
+    -- project_member_add/remove change them under the exclusive lock
+    perform pg_advisory_xact_lock_shared(hashtextextended('memori.project:' || p_project_id, 0));
+    select p.owner_id, p.member_ids into v_owner, v_readers from memori.projects p where p.project_id = p_project_id;
   elsif p_scope = 'session' then
     if p_session_id is null then
       perform memori._invalid('a session entry needs a session', 'Pass p_session_id.');
@@ -234,17 +262,36 @@ begin
       using errcode = 'PM041', hint = 'Use scope user, project or session, or ask an administrator.';
   end if;
 
+  -- One value per (scope, owner, key). A global or project entry is written
+  -- by any admin or member and keyed by its writer (user_id leads every key:
+  -- Citus places the row with its writer), so no index keeps it single across
+  -- users: setting it takes a lock on the key and moves it from its previous
+  -- writer (same id, created_at and history of operations).
+  if p_scope in ('global', 'project') then
+    perform pg_advisory_xact_lock(hashtextextended(
+      format('memori.context_entry:%s:%s:%s', p_scope, coalesce(v_project, ''), p_key), 0));
+    delete from memori.context_entries e
+     where e.scope_owner = coalesce(v_project, '') and e.key = p_key and e.scope = p_scope and e.user_id <> v_user
+    returning * into v_prev;
+  end if;
+
   insert into memori.context_entries as e
-         (key, value, type, scope, user_id, project_id, session_id, ttl, expires_at, created_at, updated_at)
-  values (p_key, p_value, p_type, p_scope, v_user, v_project, v_session, v_ttl,
-          p_now + make_interval(secs => v_ttl / 1000.0), p_now, p_now)
-  on conflict (scope_owner, key, scope) do update
+         (id, key, value, type, scope, user_id, project_id, session_id, ttl, expires_at, created_at, updated_at,
+          pxyz, project_owner, readers)
+  values (coalesce(v_prev.id, gen_random_uuid()), p_key, p_value, p_type, p_scope, v_user, v_project, v_session,
+          v_ttl, p_now + make_interval(secs => v_ttl / 1000.0),
+          -- an expired entry set again is a new entry
+          case when v_prev.id is null or v_prev.expires_at <= p_now then p_now else v_prev.created_at end, p_now,
+          case when v_prev.id is null then memori._context_pxyz('store', p_scope, p_now) else v_updated end,
+          v_owner, v_readers)
+  on conflict (user_id, scope_owner, key, scope) do update
      set value      = excluded.value,
          type       = excluded.type,
-         user_id    = excluded.user_id,
          ttl        = excluded.ttl,
          expires_at = excluded.expires_at,
          updated_at = excluded.updated_at,
+         readers    = excluded.readers,
+         pxyz       = v_updated,  -- (a value: Citus wants no stable function calls in DO UPDATE SET)
          -- an expired entry set again is a new entry
          created_at = case when e.expires_at <= excluded.updated_at then excluded.created_at else e.created_at end
   returning * into v_entry;
@@ -269,7 +316,7 @@ declare
 begin
   return query
     select e.key::text, e.value, e.scope, e.type, e.id, e.user_id, e.project_id, e.session_id, e.expires_at, e.updated_at
-      from memori._context_visible(v_user, p_project_id, p_session_id) e  -- inlined
+      from memori._context_visible(v_user, p_project_id, p_session_id, p_key, p_key || chr(1)) e
      where e.key = p_key
        and (e.expires_at is null or e.expires_at > p_now)
      order by case e.scope when 'session' then 4 when 'project' then 3 when 'user' then 2 else 1 end desc
@@ -297,9 +344,8 @@ begin
   return query
     select distinct on (e.key)
            e.key::text, e.value, e.scope, e.type, e.id, e.user_id, e.project_id, e.session_id, e.expires_at, e.updated_at
-      from memori._context_visible(v_user, p_project_id, p_session_id) e  -- inlined
-     where e.key >= v_lo and (v_hi is null or e.key < v_hi)
-       and (e.expires_at is null or e.expires_at > p_now)
+      from memori._context_visible(v_user, p_project_id, p_session_id, v_lo, v_hi) e
+     where (e.expires_at is null or e.expires_at > p_now)
      order by e.key, case e.scope when 'session' then 4 when 'project' then 3 when 'user' then 2 else 1 end desc;
 end
 $func$ language plpgsql stable security invoker
@@ -322,9 +368,12 @@ declare
 begin
   v_owner := memori._context_scope_owner(p_scope, v_user, p_project_id, p_session_id,
                                          'deleting a %1$s entry needs its %1$s');
-  delete from memori.context_entries e
-   where e.scope_owner = v_owner and e.key = p_key and e.scope = p_scope
-     and (p_scope <> 'session' or e.user_id = v_user);
+  if p_scope in ('user', 'session') then
+    delete from memori.context_entries e
+     where e.user_id = v_user and e.scope_owner = v_owner and e.key = p_key and e.scope = p_scope;
+  else  -- a shared entry: written by any member (or admin)
+    delete from memori.context_entries e where e.scope_owner = v_owner and e.key = p_key and e.scope = p_scope;
+  end if;
   return found;
 end
 $func$ language plpgsql volatile security invoker
@@ -363,7 +412,7 @@ begin
   end loop;
   return query
     select e.key::text, e.value, e.scope, e.type, e.id, e.user_id, e.project_id, e.session_id, e.expires_at, e.updated_at
-      from memori._context_visible(v_user, p_project_id, p_session_id) e
+      from memori._context_visible(v_user, p_project_id, p_session_id, '', null) e
      where (e.expires_at is null or e.expires_at > p_now)
        and (p_key_pattern is null or e.key like p_key_pattern)
        and (p_value_contains is null or e.value @> p_value_contains)
@@ -394,7 +443,7 @@ begin
   end if;
   return query
     select e.key::text, e.value, e.scope, e.type, e.id, e.user_id, e.project_id, e.session_id, e.expires_at, e.updated_at
-      from memori._context_visible(v_user, p_project_id, p_session_id) e
+      from memori._context_visible(v_user, p_project_id, p_session_id, '', null) e
      where e.expires_at > p_now and e.expires_at <= p_now + p_within
      order by e.expires_at, e.key;
 end
@@ -420,10 +469,14 @@ declare
 begin
   v_owner := memori._context_scope_owner(p_scope, v_user, p_project_id, p_session_id,
                                          'cleaning %1$s entries needs the %1$s');
-  delete from memori.context_entries e
-   where e.scope_owner = v_owner and e.scope = p_scope
-     and (p_scope <> 'session' or e.user_id = v_user)
-     and (not p_expired_only or e.expires_at <= p_now);
+  if p_scope in ('user', 'session') then
+    delete from memori.context_entries e
+     where e.user_id = v_user and e.scope_owner = v_owner and e.scope = p_scope
+       and (not p_expired_only or e.expires_at <= p_now);
+  else  -- shared entries: written by any member (or admin)
+    delete from memori.context_entries e
+     where e.scope_owner = v_owner and e.scope = p_scope and (not p_expired_only or e.expires_at <= p_now);
+  end if;
   get diagnostics v_count = row_count;
   return v_count;
 end
@@ -469,7 +522,7 @@ declare
   v_user text := memori._acting_user(p_user_id);
 begin
   return query
-    with visible as (select * from memori._context_visible(v_user, p_project_id, p_session_id)),
+    with visible as (select * from memori._context_visible(v_user, p_project_id, p_session_id, '', null)),
     dims as (
       select 'scope'::text as dimension, s as name, ord from unnest(array['global', 'user', 'project', 'session']) with ordinality u(s, ord)
       union all
@@ -501,7 +554,7 @@ declare
 begin
   return (select e.value || jsonb_build_object('user_id', v_user)
             from memori.context_entries e
-           where e.scope_owner = v_user and e.key = 'business_context' and e.scope = 'user'
+           where e.user_id = v_user and e.scope_owner = v_user and e.key = 'business_context' and e.scope = 'user'
              and (e.expires_at is null or e.expires_at > p_now));
 end
 $func$ language plpgsql stable security invoker
@@ -547,7 +600,7 @@ begin
   perform pg_advisory_xact_lock(hashtextextended('memori.business_context:' || v_user, 0));
   select e.value into v_current
     from memori.context_entries e
-   where e.scope_owner = v_user and e.key = 'business_context' and e.scope = 'user'
+   where e.user_id = v_user and e.scope_owner = v_user and e.key = 'business_context' and e.scope = 'user'
      and (e.expires_at is null or e.expires_at > p_now);
   return memori.business_context_set(coalesce(v_current, '{}'::jsonb) || (p_fields - 'user_id'), v_user, p_now);
 end
@@ -576,7 +629,7 @@ begin
      set project_id    = coalesce(p_project_id, s.project_id),
          metadata      = case when p_metadata is null then s.metadata else memori._check_metadata(p_metadata) end,
          last_activity = greatest(s.last_activity, p_now)
-   where s.session_id = v_session.session_id
+   where s.user_id = v_user and s.session_id = v_session.session_id
   returning * into v_session;
   return memori._session_context(v_session, p_now);
 end
@@ -593,12 +646,14 @@ create or replace function memori.session_context_get(
 ) returns setof memori.session_context
 as $func$
 declare
-  v_user text := memori._acting_user(p_user_id);
+  v_user    text := memori._acting_user(p_user_id);
+  v_session memori.sessions;
 begin
-  return query
-    select (memori._session_context(s, p_now)).*
-      from memori.sessions s
-     where s.session_id = p_session_id and s.user_id = v_user;
+  -- (the row first, then its windows: on Citus a whole-row value of a shard is of the shard's row type)
+  select * into v_session from memori.sessions s where s.user_id = v_user and s.session_id = p_session_id;
+  if found then
+    return next memori._session_context(v_session, p_now);
+  end if;
 end
 $func$ language plpgsql stable security invoker
 set search_path = pg_catalog, memori, pg_temp;
@@ -643,7 +698,7 @@ begin
     select w.window_id, w.priority, w.created_at,
            (w.expires_at is not null and w.expires_at <= p_now) as expired
       from memori.context_windows w
-     where w.session_id = v_session.session_id
+     where w.user_id = v_user and w.session_id = v_session.session_id
   ), victims as (
     select window_id from live where expired
     union all
@@ -652,7 +707,8 @@ begin
        order by priority, created_at, window_id
        limit greatest((select count(*) from live where not expired) - (v_max - 1), 0)) lowest
   )
-  , gone as (delete from memori.context_windows w using victims v where w.window_id = v.window_id returning w.window_id)
+  , gone as (delete from memori.context_windows w
+              where w.user_id = v_user and w.window_id in (select v.window_id from victims v) returning w.window_id)
   select coalesce(array_agg(window_id), '{}') into v_removed from gone;
 
   insert into memori.context_windows (session_id, user_id, window_type, content, priority, retention_policy,
@@ -664,7 +720,7 @@ begin
   returning * into v_window;
 
   update memori.sessions s set last_activity = greatest(s.last_activity, p_now)
-   where s.session_id = v_session.session_id;
+   where s.user_id = v_user and s.session_id = v_session.session_id;
 
   perform memori._event_emit('context.window_added',
                              jsonb_build_object('session_id', v_session.session_id, 'window_id', v_window.window_id,
@@ -689,11 +745,12 @@ declare
   v_user text := memori._acting_user(p_user_id);
 begin
   delete from memori.context_windows w
-   where w.window_id = p_window_id and w.session_id = p_session_id and w.user_id = v_user;
+   where w.user_id = v_user and w.window_id = p_window_id and w.session_id = p_session_id;
   if not found then
     return false;
   end if;
-  update memori.sessions s set last_activity = greatest(s.last_activity, p_now) where s.session_id = p_session_id;
+  update memori.sessions s set last_activity = greatest(s.last_activity, p_now)
+   where s.user_id = v_user and s.session_id = p_session_id;
   perform memori._event_emit('context.window_removed',
                              jsonb_build_object('session_id', p_session_id, 'window_id', p_window_id), p_now);
   return true;

@@ -265,12 +265,13 @@ begin
       using errcode = 'PM003',
             hint = 'Store the chunks (memori.chunk_add_many) and use context_optimize_stored, or raise memori.settings budget.max_chunks.';
   end if;
-  select t.n - 1 as idx, memori._chunk_problem(t.e, ct.chunk_type is not null, p_stored,
+  -- (the known types from the configuration's bases, not a join: on Citus chunk_types is a reference
+  -- table, and a query over it runs on a worker, where these functions may read no other table)
+  select t.n - 1 as idx, memori._chunk_problem(t.e, (p_cfg->'bases') ? (t.e->>'type'), p_stored,
                                                (p_cfg->>'max_content_bytes')::integer) as problem
     into v_bad
     from jsonb_array_elements(p_chunks) with ordinality t(e, n)
-    left join memori.chunk_types ct on ct.chunk_type = t.e->>'type'
-   where memori._chunk_problem(t.e, ct.chunk_type is not null, p_stored,
+   where memori._chunk_problem(t.e, (p_cfg->'bases') ? (t.e->>'type'), p_stored,
                                (p_cfg->>'max_content_bytes')::integer) is not null
    order by t.n
    limit 1;
@@ -370,7 +371,7 @@ create or replace function memori._budget_resolve(
   p_available  integer,
   p_opt        jsonb,
   p_cfg        jsonb,
-  p_stored     boolean
+  p_stored     text       -- the stored chunks' user (NULL: chunks given in the call)
 ) returns jsonb
 as $func$
 -- The arrays describe the chunks in priority order (position i of each is
@@ -440,8 +441,9 @@ begin
   with a as (
     -- stored chunks rank without their type unless category budgets need it: read it with the content
     select x.pos, to_jsonb(p_ids[x.pos]) as id,
-           coalesce(p_types[x.pos], case when p_stored then (select k.chunk_type from memori.context_chunks k
-                                                              where k.id = p_ids[x.pos]::text::uuid) end)
+           coalesce(p_types[x.pos], case when p_stored is not null
+                                        then (select k.chunk_type from memori.context_chunks k
+                                               where k.user_id = p_stored and k.id = p_ids[x.pos]::text::uuid) end)
              as chunk_type,
            p_tokens[x.pos] as tokens,
            p_priorities[x.pos] as priority, p_original[x.pos] as original_index, p_recency[x.pos] as recency,
@@ -459,9 +461,10 @@ begin
                     'token_span', jsonb_build_array(s.span_start, s.span_start + s.tokens),
                     'original_index', s.original_index)
                   -- stored chunks: the winners' content, and only theirs
-                  || case when p_stored
+                  || case when p_stored is not null
                           then jsonb_build_object('content', (select k.content from memori.context_chunks k
-                                                               where k.id = p_ids[s.pos]::text::uuid))
+                                                               where k.user_id = p_stored
+                                                                 and k.id = p_ids[s.pos]::text::uuid))
                           else '{}'::jsonb end
                   order by s.out_pos), '[]'),
          coalesce(sum(s.tokens), 0),
@@ -501,7 +504,7 @@ begin
 end
 $func$ language plpgsql stable security invoker
 set search_path = pg_catalog, memori, pg_temp;
-comment on function memori._budget_resolve(anyarray, text[], integer[], double precision[], integer[], double precision[], double precision[], integer, jsonb, jsonb, boolean) is 'Resolve the budget over chunks in priority order (parallel arrays): allocation, drops, conflicts, spans, metrics as the seed''s result object.';
+comment on function memori._budget_resolve(anyarray, text[], integer[], double precision[], integer[], double precision[], double precision[], integer, jsonb, jsonb, text) is 'Resolve the budget over chunks in priority order (parallel arrays): allocation, drops, conflicts, spans, metrics as the seed''s result object.';
 -------------------------------------------------------------------------------
 -- _budget_record: persist an optimisation and emit its events
 create or replace function memori._budget_record(p_result jsonb, p_source text, p_chunks_count integer,

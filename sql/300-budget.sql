@@ -189,19 +189,21 @@ begin
   select array_agg(c.id), array_agg(c.chunk_type), array_agg(c.tokens), array_agg(c.priority),
          array_agg((c.n - 1)::integer), array_agg(c.recency), array_agg(c.revenue)
     into v_ids, v_types, v_tokens, v_prio, v_orig, v_rec, v_rev
-    from (select t.e->'id' as id, ct.chunk_type, t.n,
+    from (select t.e->'id' as id, t.e->>'type' as chunk_type, t.n,
                  coalesce((t.e->>'tokens')::integer,
                           memori.token_estimate(t.e->>'content', coalesce(t.e->>'content_type', 'general')))
                    as tokens,
                  s.priority, s.recency, s.revenue
+            -- base priorities from the configuration (chunk_types, checked above), not a join: on Citus
+            -- a query over the reference table runs on a worker, where _chunk_score may read no table
             from jsonb_array_elements(p_chunks) with ordinality t(e, n)
-            join memori.chunk_types ct on ct.chunk_type = t.e->>'type'
-           cross join lateral memori._chunk_score(ct.base_priority, t.e, p_now, v_opt, v_cfg) s
+           cross join lateral memori._chunk_score((v_cfg->'bases'->>(t.e->>'type'))::integer, t.e, p_now, v_opt,
+                                                  v_cfg) s
            order by s.priority desc, s.ts desc nulls last, t.n) c;
   -- steps 3 to 6: budget, greedy walk, result; then persist and events
   return jsonb_populate_record(null::memori.optimization_result, memori._budget_record(
            memori._budget_resolve(v_ids, v_types, v_tokens, v_prio, v_orig, v_rec, v_rev, p_available_tokens,
-                                  v_opt, v_cfg, false),
+                                  v_opt, v_cfg, null),
            'request', v_n, v_opt, v_opt->>'session_id', null, p_now));
 exception when others then
   get stacked diagnostics v_state = returned_sqlstate, v_msg = message_text, v_detail = pg_exception_detail,
@@ -267,10 +269,15 @@ comment on function memori.chunk_add_many(text, jsonb, text, interval, timestamp
 create or replace function memori.chunk_clear(p_session_id text) returns integer
 as $func$
 declare
+  v_user  text := nullif(current_setting('memori.user_id', true), '');
   v_count integer;
 begin
   perform memori._check_identifier('session id', p_session_id);
-  delete from memori.context_chunks where session_id = p_session_id;
+  if v_user is not null then
+    delete from memori.context_chunks k where k.user_id = v_user and k.session_id = p_session_id;
+  else  -- an owner or superuser acting for no user: that session id of every user
+    delete from memori.context_chunks k where k.session_id = p_session_id;
+  end if;
   get diagnostics v_count = row_count;
   return v_count;
 end
@@ -324,6 +331,14 @@ begin
   if p_now is null then
     perform memori._invalid('p_now must not be NULL', 'Omit p_now to use the current time.');
   end if;
+  -- whose session: session ids are unique per user. The acting user (the
+  -- option user_id, else memori.user_id); an owner or superuser giving
+  -- neither reads the session's chunks of the first user who has one.
+  v_owner := case when v_opt ? 'user_id' then memori._acting_user(v_opt->>'user_id')
+                  else nullif(current_setting('memori.user_id', true), '') end;
+  if v_owner is null then
+    select min(k.user_id) into v_owner from memori.context_chunks k where k.session_id = p_session_id;
+  end if;
   -- Steps 1 and 2 from the ranking index alone (an index-only scan in
   -- insertion order): tokens and the metadata boosts were stored with the
   -- chunk; the recency boost is computed here exactly as _recency_boost
@@ -339,7 +354,8 @@ begin
                          k.rag_boost, k.business_boost, k.revenue_boost, k.business,
                          (row_number() over (order by k.seq) - 1)::integer as idx
                     from memori.context_chunks k
-                   where k.session_id = p_session_id and (k.expires_at is null or k.expires_at > p_now)) c
+                   where k.user_id = v_owner and k.session_id = p_session_id
+                     and (k.expires_at is null or k.expires_at > p_now)) c
            cross join lateral (
              select case
                       when c.ts_us is null or not v_prefer then 0::float8
@@ -359,11 +375,7 @@ begin
             hint = 'Clear old chunks (memori.chunk_clear) or give them a TTL, or raise memori.settings budget.max_stored_chunks.';
   end if;
   v_result := memori._budget_resolve(v_ids, v_types, v_tokens, v_prio, v_orig, v_rec, v_rev,
-                                     p_available_tokens, v_opt, v_cfg, true);
-  if (v_opt->>'persist')::boolean and v_opt->>'user_id' is null
-     and nullif(current_setting('memori.user_id', true), '') is null then
-    select k.user_id into v_owner from memori.context_chunks k where k.session_id = p_session_id limit 1;
-  end if;
+                                     p_available_tokens, v_opt, v_cfg, v_owner);
   return jsonb_populate_record(null::memori.optimization_result,
                                memori._budget_record(v_result, 'stored', v_n, v_opt, p_session_id, v_owner, p_now));
 exception when others then

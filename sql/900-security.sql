@@ -408,39 +408,42 @@ begin
 
   -- projects: members read; the owner writes. project_members: one's own
   -- memberships, and the owner sees and manages the list. (The member
-  -- policy must not read projects: the two would recurse.)
-  v_member := format('exists (select 1 from memori.project_members m where m.project_id = %%s and m.user_id = %s)',
-                     v_cur);
+  -- policy must not read projects: the two would recurse.) Membership is
+  -- projects.member_ids, kept by the project functions: on Citus a policy
+  -- runs on the shards, where it may read no other table (Citus refuses a
+  -- subquery, and a function reading even a reference table fails there).
+  v_member := format('%s = any (member_ids)', v_cur);
   execute format('create policy member_read on memori.projects for select to %I using (owner_id = %s or %s)',
-                 v_app, v_cur, format(v_member, 'projects.project_id'));
+                 v_app, v_cur, v_member);
 
-  -- sessions: the user's own, in projects the user is a member of
+  -- sessions: the user's own. (Only in projects the user is a member of, too,
+  -- which the functions check: a policy on Citus may not look the membership
+  -- up, and a session row names no member list. A session in another project
+  -- shows nothing of it: reads check membership.)
   execute format('create policy user_rows on memori.sessions for all to %I using (user_id = %s) '
-                 'with check (user_id = %s and (project_id is null or %s))',
-                 v_app, v_cur, v_cur, format(v_member, 'sessions.project_id'));
+                 'with check (user_id = %s)', v_app, v_cur, v_cur);
 
   -- context entries: the seed's matches_scope. Global entries are read by
   -- every app user and written by memori_admin only; project entries by the
-  -- members; user and session entries by their user (a session entry only
-  -- on one of the user's sessions).
+  -- members (the entry's readers; its writer is a member by its foreign key,
+  -- and the project's owner keeps the readers current); user and session
+  -- entries by their user (a session entry only on one of the user's
+  -- sessions: its foreign key (user_id, session_id)).
+  v_member := format('%s = any (readers)', v_cur);
   execute format('create policy scope_read on memori.context_entries for select to %I using ('
                  'scope = ''global'' or (scope in (''user'', ''session'') and user_id = %s) '
-                 'or (scope = ''project'' and %s))', v_app, v_cur, format(v_member, 'context_entries.project_id'));
+                 'or (scope = ''project'' and %s))', v_app, v_cur, v_member);
   execute format('create policy scope_change on memori.context_entries for update to %I using ('
                  '(scope in (''user'', ''session'') and user_id = %s) or (scope = ''project'' and %s)) '
-                 'with check (user_id = %s and scope <> ''global'' and (scope <> ''project'' or %s) '
-                 'and (scope <> ''session'' or exists (select 1 from memori.sessions s '
-                 'where s.session_id = context_entries.session_id and s.user_id = %s)))',
-                 v_app, v_cur, format(v_member, 'context_entries.project_id'),
-                 v_cur, format(v_member, 'context_entries.project_id'), v_cur);
+                 'with check ((user_id = %s and scope <> ''global'' and (scope <> ''project'' or %s)) '
+                 'or (scope = ''project'' and project_owner = %s and %s))',
+                 v_app, v_cur, v_member, v_cur, v_member, v_cur, v_member);
   execute format('create policy scope_insert on memori.context_entries for insert to %I '
-                 'with check (user_id = %s and scope <> ''global'' and (scope <> ''project'' or %s) '
-                 'and (scope <> ''session'' or exists (select 1 from memori.sessions s '
-                 'where s.session_id = context_entries.session_id and s.user_id = %s)))',
-                 v_app, v_cur, format(v_member, 'context_entries.project_id'), v_cur);
+                 'with check (user_id = %s and scope <> ''global'' and (scope <> ''project'' or %s))',
+                 v_app, v_cur, v_member);
   execute format('create policy scope_delete on memori.context_entries for delete to %I using ('
                  '(scope in (''user'', ''session'') and user_id = %s) or (scope = ''project'' and %s))',
-                 v_app, v_cur, format(v_member, 'context_entries.project_id'));
+                 v_app, v_cur, v_member);
   if v_admin then
     execute format('create policy admin_global on memori.context_entries for all to memori_admin '
                    'using (scope = ''global'') with check (scope = ''global'' and user_id = %s)', v_cur);
@@ -501,10 +504,7 @@ begin
             'using (user_id = '''' and event_type = ''mcp.auth_refused'')';
   end if;
 
-  -- context windows: on the user's own sessions
-  execute format('create policy session_owner on memori.context_windows as restrictive for insert to %I '
-                 'with check (exists (select 1 from memori.sessions s where s.session_id = context_windows.session_id '
-                 'and s.user_id = %s))', v_app, v_cur);
+  -- context windows: on the user's own sessions (user_rows and the foreign key (user_id, session_id))
 end
 $rls$;
 

@@ -169,7 +169,6 @@ def test_expired_entries_go_through_the_retention_engine(world: psycopg.Connecti
     ("select memori.context_set('k', null, 'user_preferences', 'user', 'alice')", None, "PM001"),
     ("select memori.context_set('k', '1', 'user_preferences', 'user', null)", None, "PM001"),
     ("select memori.context_set('k', '1', 'user_preferences', 'project', 'carol', 'p1')", None, "PM041"),
-    ("select memori.context_set('k', '1', 'user_preferences', 'session', 'bob', null, 's1')", None, "PM041"),
     ("select memori.context_delete('k', 'planet', 'alice')", None, "PM004"),
     ("select memori.context_delete('k', 'project', 'alice')", None, "PM001"),
     ("select memori.context_search('alice', p_limit => 0)", None, "PM001"),
@@ -353,8 +352,15 @@ def test_remove_window(world: psycopg.Connection) -> None:
 
 
 def test_sessions_belong_to_one_user(world: psycopg.Connection) -> None:
-    assert_sqlstate(world, "PM041", "select memori.session_context_set('s1', 'bob')")
+    """Session ids are unique per user (issue 20): bob's s1 is another session than alice's."""
     assert one(world, "select * from memori.session_context_get('s1', 'bob')") is None
+    put(world, "k", "alice-s1", "session", session="s1")
+    bob = one(world, "select * from memori.session_context_set('s1', 'bob', null, '{\"b\": 1}', %s)", (T0,))
+    assert bob is not None and bob["user_id"] == "bob" and bob["project_id"] is None
+    put(world, "k", "bob-s1", "session", user="bob", session="s1")
+    assert get(world, "k", session="s1")["value"] == "alice-s1"  # type: ignore[index]
+    assert get(world, "k", user="bob", session="s1")["value"] == "bob-s1"  # type: ignore[index]
+    assert value(world, "select project_id from memori.sessions where user_id = 'alice' and session_id = 's1'") == "p1"
     s = one(world, "select * from memori.session_context_set('s2', 'bob', null, '{\"agent\": \"x\"}', %s)", (T0,))
     assert s is not None and s["metadata"] == {"agent": "x"} and s["context_windows"] == []
     assert_sqlstate(world, "PM041", "select memori.session_context_set('s3', 'carol', 'p1')")
@@ -378,9 +384,31 @@ def test_pxyz_is_filled(world: psycopg.Connection) -> None:
 
 
 def test_conversations_and_context_share_one_session_namespace(world: psycopg.Connection) -> None:
-    """A compressed conversation is a session of memori.sessions: another user's id is refused either way."""
+    """A compressed conversation is a session of memori.sessions (ids unique per user, issue 20)."""
     world.execute("select memori.message_add('chat-1', 'user', 'hello', p_user_id => 'bob')")
     assert value(world, "select user_id from memori.sessions where session_id = 'chat-1'") == "bob"
-    assert_sqlstate(world, "PM041", "select memori.context_set('k', '1', 'session_context', 'session', 'alice', "
-                                    "null, 'chat-1')")
-    assert_sqlstate(world, "PM041", "select memori.message_add('s1', 'user', 'hi', p_user_id => 'bob')")
+    put(world, "k", 1, "session", user="bob", session="chat-1", type_="session_context")
+    assert get(world, "k", user="bob", session="chat-1")["value"] == 1  # type: ignore[index]
+    assert get(world, "k", session="chat-1") is None  # alice's chat-1 is not bob's
+
+
+def test_a_shared_entry_stays_one_per_key_and_moves_to_its_last_writer(world: psycopg.Connection) -> None:
+    """A project (or global) entry is keyed by its writer (issue 20): setting it again as another member moves it."""
+    first = put(world, "k", "alice", "project", project="p1", ttl_ms=3_600_000)
+    again = put(world, "k", "bob", "project", user="bob", project="p1", at=T0 + SECOND)
+    assert value(world, "select count(*) from memori.context_entries where scope = 'project'") == 1
+    assert (again["id"], again["user_id"], again["created_at"]) == (first["id"], "bob", first["created_at"])
+    assert again["pxyz"]["operation"] == "update" and again["expires_at"] is None
+    assert get(world, "k", project="p1", at=T0 + SECOND)["value"] == "bob"  # type: ignore[index]
+    assert value(world, "select memori.context_delete('k', 'project', 'alice', 'p1')") is True
+    assert get(world, "k", user="bob", project="p1") is None
+
+
+def test_cleanup_deletes_the_expired_session_only_not_another_users_of_the_same_id(world: psycopg.Connection) -> None:
+    """Session ids are unique per user (issue 20): the retention engine deletes alice's expired s1, not bob's."""
+    world.execute("select memori.session_context_set('s1', 'bob', null, null, %s)", (T0,))
+    put(world, "k", "bob", "session", user="bob", session="s1")
+    world.execute("update memori.sessions set expires_at = %s where user_id = 'alice'", (T0,))
+    world.execute("select * from memori.cleanup_execute(%s)", (T0 + SECOND,))
+    assert [r["user_id"] for r in rows(world, "select user_id from memori.sessions")] == ["bob"]
+    assert get(world, "k", user="bob", session="s1")["value"] == "bob"  # type: ignore[index]

@@ -20,8 +20,7 @@ INLINED = {"memori.lg_checkpoint_stamp(text,text,uuid,text,timestamp with time z
            "memori.lg_checkpoint_get(text,text,uuid,text,timestamp with time zone,text,text)",
            "memori._lg_blob_full(bigint,text,text,text[],integer,bytea)",
            "memori.session_checkpoint_load_latest(text,text,timestamp with time zone)",
-           "memori._store_text_spec(jsonb,text[],text)", "memori._store_item_tsv(jsonb,text)",
-           "memori._context_visible(text,text,text)"}
+           "memori._store_text_spec(jsonb,text[],text)", "memori._store_item_tsv(jsonb,text)"}
 
 
 def test_every_function_pins_search_path(conn: psycopg.Connection) -> None:
