@@ -28,7 +28,8 @@ begin
                                 metadata, state, expires_at)
   select p_state.session_id, p_state.user_id, p_kind, p_now,
          p_state.used_tokens + p_state.system_tokens + p_state.goal_tokens + p_state.checkpoint_tokens,
-         (select count(*) from memori.messages m where m.session_id = p_state.session_id and m.seq <= p_state.last_seq
+         (select count(*) from memori.messages m
+           where m.user_id = p_state.user_id and m.session_id = p_state.session_id and m.seq <= p_state.last_seq
              and not p_state.rolled_back @> m.seq),
          p_state.checkpoint_count,
          coalesce(p_metadata, '{}'::jsonb),
@@ -40,18 +41,20 @@ begin
                                        'context_size', p_state.context_size,
                                        'version', p_state.version),
            'checkpoints', coalesce((select jsonb_agg(to_jsonb(c) order by c.from_seq)
-                                      from memori.compression_checkpoints c where c.session_id = p_state.session_id), '[]'),
+                                      from memori.compression_checkpoints c
+                                     where c.user_id = p_state.user_id and c.session_id = p_state.session_id), '[]'),
            'goals', coalesce((select jsonb_agg(to_jsonb(g) order by g.created_at)
-                                from memori.goals g where g.session_id = p_state.session_id), '[]'),
+                                from memori.goals g
+                               where g.user_id = p_state.user_id and g.session_id = p_state.session_id), '[]'),
            'goal_checkpoints', coalesce((select jsonb_agg(to_jsonb(x)) from memori.goal_checkpoints x
-                                           join memori.goals g on g.id = x.goal_id
-                                          where g.session_id = p_state.session_id), '[]'),
+                                           join memori.goals g on g.user_id = x.user_id and g.id = x.goal_id
+                                          where g.user_id = p_state.user_id and g.session_id = p_state.session_id), '[]'),
            'goal_decisions', coalesce((select jsonb_agg(to_jsonb(x)) from memori.goal_decisions x
-                                         join memori.goals g on g.id = x.goal_id
-                                        where g.session_id = p_state.session_id), '[]'),
+                                         join memori.goals g on g.user_id = x.user_id and g.id = x.goal_id
+                                        where g.user_id = p_state.user_id and g.session_id = p_state.session_id), '[]'),
            'goal_artifacts', coalesce((select jsonb_agg(to_jsonb(x)) from memori.goal_artifacts x
-                                         join memori.goals g on g.id = x.goal_id
-                                        where g.session_id = p_state.session_id), '[]'),
+                                         join memori.goals g on g.user_id = x.user_id and g.id = x.goal_id
+                                        where g.user_id = p_state.user_id and g.session_id = p_state.session_id), '[]'),
            -- the virtual memory's pages and working set (sql/525-vm-snapshot.sql), NULL without one
            'vm', memori._vm_snapshot_state(p_state.session_id)),
          p_now + v_retention
@@ -89,10 +92,15 @@ comment on function memori.snapshot_create(text, jsonb, timestamptz) is 'Snapsho
 create or replace function memori.snapshot_list(p_session_id text, p_now timestamptz default now())
 returns setof memori.snapshots
 as $func$
-  select * from memori.snapshots s
-   where s.session_id = p_session_id and (s.expires_at is null or s.expires_at > p_now)
-   order by s.created_at desc, s.id
-$func$ language sql stable security invoker
+declare
+  v_user text := memori._acting_user(null);
+begin
+  return query select * from memori.snapshots s
+                where s.user_id = v_user and s.session_id = p_session_id
+                  and (s.expires_at is null or s.expires_at > p_now)
+                order by s.created_at desc, s.id;
+end
+$func$ language plpgsql stable security invoker
 set search_path = pg_catalog, memori, pg_temp;
 comment on function memori.snapshot_list(text, timestamptz) is 'Unexpired snapshots of a session, newest first.';
 
@@ -105,6 +113,7 @@ create or replace function memori.snapshot_restore(p_snapshot_id uuid, p_now tim
 returns memori.snapshots
 as $func$
 declare
+  v_user  text := memori._acting_user(null);
   v_snap  memori.snapshots;
   v_state memori.compression_state;
   v_s     jsonb;
@@ -113,7 +122,7 @@ declare
   v_vm    jsonb;
 begin
   select * into v_snap from memori.snapshots s
-   where s.id = p_snapshot_id and (s.expires_at is null or s.expires_at > p_now);
+   where s.user_id = v_user and s.id = p_snapshot_id and (s.expires_at is null or s.expires_at > p_now);
   if not found then
     raise exception 'snapshot % not found', p_snapshot_id
       using errcode = 'PM005', hint = 'It does not exist or has expired; memori.snapshot_list lists a session''s snapshots.';
@@ -122,14 +131,19 @@ begin
   v_pre := memori._snapshot_take(v_state, 'pre_restore', jsonb_build_object('restoring', p_snapshot_id), p_now);
   v_s := v_snap.state;
 
-  delete from memori.compression_checkpoints where session_id = v_snap.session_id;
+  delete from memori.compression_checkpoints where user_id = v_user and session_id = v_snap.session_id;
   insert into memori.compression_checkpoints
-  select * from jsonb_populate_recordset(null::memori.compression_checkpoints, v_s->'checkpoints');
-  delete from memori.goals where session_id = v_snap.session_id;  -- cascades to their parts
-  insert into memori.goals select * from jsonb_populate_recordset(null::memori.goals, v_s->'goals');
-  insert into memori.goal_checkpoints select * from jsonb_populate_recordset(null::memori.goal_checkpoints, v_s->'goal_checkpoints');
-  insert into memori.goal_decisions select * from jsonb_populate_recordset(null::memori.goal_decisions, v_s->'goal_decisions');
-  insert into memori.goal_artifacts select * from jsonb_populate_recordset(null::memori.goal_artifacts, v_s->'goal_artifacts');
+  select * from jsonb_populate_recordset(null::memori.compression_checkpoints, v_s->'checkpoints') r
+   where r.user_id = v_user;
+  delete from memori.goals where user_id = v_user and session_id = v_snap.session_id;  -- cascades to their parts
+  insert into memori.goals select * from jsonb_populate_recordset(null::memori.goals, v_s->'goals') r
+   where r.user_id = v_user;
+  insert into memori.goal_checkpoints select * from jsonb_populate_recordset(null::memori.goal_checkpoints, v_s->'goal_checkpoints') r
+   where r.user_id = v_user;
+  insert into memori.goal_decisions select * from jsonb_populate_recordset(null::memori.goal_decisions, v_s->'goal_decisions') r
+   where r.user_id = v_user;
+  insert into memori.goal_artifacts select * from jsonb_populate_recordset(null::memori.goal_artifacts, v_s->'goal_artifacts') r
+   where r.user_id = v_user;
 
   -- what the snapshot had rolled back, plus everything added after it
   v_rb := (v_s->'state'->>'rolled_back')::int4multirange;
@@ -142,9 +156,9 @@ begin
          compression_count = (v_s->'state'->>'compression_count')::integer,
          version = version + 1,
          updated_at = p_now
-   where session_id = v_snap.session_id;
-  perform memori._compression_recount(v_snap.session_id);
-  perform memori._goal_tokens_refresh(v_snap.session_id);
+   where user_id = v_user and session_id = v_snap.session_id;
+  perform memori._compression_recount(v_user, v_snap.session_id);
+  perform memori._goal_tokens_refresh(v_user, v_snap.session_id);
   v_vm := memori._vm_snapshot_restore(v_snap.session_id, v_s->'vm', p_now);
   perform memori._event_emit('snapshot.restored',
             jsonb_build_object('snapshot_id', p_snapshot_id, 'session_id', v_snap.session_id,
