@@ -159,6 +159,7 @@ declare
   v_cps     integer := 0;
   v_decs    integer := 0;
   v_arts    integer := 0;
+  v_pos     integer;
 begin
   for v_line in select * from memori._marker_lines(p_text) loop
     case v_line.marker
@@ -198,10 +199,11 @@ begin
         continue;
       end if;
       v_status := case upper(v_m[2]) when 'COMPLETED' then 'completed' when 'PENDING' then 'pending' else 'in-progress' end;
+      -- the next position (a variable: Citus refuses subqueries in INSERT ... VALUES)
+      select coalesce(max(position), 0) + 1 into v_pos from memori.goal_checkpoints
+       where user_id = v_user and goal_id = v_goal.id;
       insert into memori.goal_checkpoints (goal_id, user_id, description, status, position, created_at, updated_at)
-      values (v_goal.id, v_user, v_m[1], v_status,
-              (select coalesce(max(position), 0) + 1 from memori.goal_checkpoints
-                where user_id = v_user and goal_id = v_goal.id), p_now, p_now)
+      values (v_goal.id, v_user, v_m[1], v_status, v_pos, p_now, p_now)
       on conflict (user_id, goal_id, description) do update set status = excluded.status, updated_at = excluded.updated_at;
       v_cps := v_cps + 1;
     when 'DECISION' then
@@ -210,10 +212,10 @@ begin
         v_unknown := v_unknown || v_line.line;
         continue;
       end if;
+      select coalesce(max(position), 0) + 1 into v_pos from memori.goal_decisions
+       where user_id = v_user and goal_id = v_goal.id;
       insert into memori.goal_decisions (goal_id, user_id, description, locked, position, created_at)
-      values (v_goal.id, v_user, v_m[1], v_m[2] is not null,
-              (select coalesce(max(position), 0) + 1 from memori.goal_decisions
-                where user_id = v_user and goal_id = v_goal.id), p_now)
+      values (v_goal.id, v_user, v_m[1], v_m[2] is not null, v_pos, p_now)
       on conflict (user_id, goal_id, description) do update set locked = goal_decisions.locked or excluded.locked;
       v_decs := v_decs + 1;
     when 'ARTIFACT' then
@@ -222,10 +224,10 @@ begin
         v_unknown := v_unknown || v_line.line;
         continue;
       end if;
+      select coalesce(max(position), 0) + 1 into v_pos from memori.goal_artifacts
+       where user_id = v_user and goal_id = v_goal.id;
       insert into memori.goal_artifacts (goal_id, user_id, path, action, position, created_at)
-      values (v_goal.id, v_user, v_m[2], lower(v_m[1]),
-              (select coalesce(max(position), 0) + 1 from memori.goal_artifacts
-                where user_id = v_user and goal_id = v_goal.id), p_now)
+      values (v_goal.id, v_user, v_m[2], lower(v_m[1]), v_pos, p_now)
       on conflict (user_id, goal_id, path, action) do nothing;
       v_arts := v_arts + 1;
     when 'NEXT' then

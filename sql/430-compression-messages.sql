@@ -384,7 +384,7 @@ begin
 
   -- levels by age: the new one 3, then 2, 1, and 0 for the oldest
   update memori.compression_checkpoints c
-     set level = least(c.level, case r.rank_newest when 1 then 3 when 2 then 2 when 3 then 1 else 0 end)
+     set level = least(c.level, greatest(4 - r.rank_newest, 0)::integer)  -- (Citus misreads a simple CASE here)
     from (select id, row_number() over (order by to_seq desc) as rank_newest
             from memori.compression_checkpoints where user_id = v_user and session_id = v_plan.session_id) r
    where c.user_id = v_user and r.id = c.id;
@@ -443,7 +443,11 @@ comment on function memori.compression_abort(uuid, text, timestamptz) is 'Mark a
 create or replace function memori.active_context(p_session_id text) returns setof memori.context_item
 as $func$
 declare
-  v_user text := memori._acting_user(null);
+  v_user   text := memori._acting_user(null);
+  -- computed here, not in the query: on Citus the query runs on the user's shard, which
+  -- must not start another distributed query
+  v_block  text := memori._goal_block(v_user, p_session_id);
+  v_tokens integer := memori.token_estimate(v_block, 'compression');
 begin
   return query
   with st as (select * from memori.compression_state s where s.user_id = v_user and s.session_id = p_session_id),
@@ -452,8 +456,7 @@ begin
       from memori.messages m, st
      where m.user_id = v_user and m.session_id = p_session_id and m.role = 'system' and not st.rolled_back @> m.seq
     union all
-    select 2, 0, 'goal', 'system', g.id::text, memori._goal_block(v_user, p_session_id),
-           memori.token_estimate(memori._goal_block(v_user, p_session_id), 'compression')
+    select 2, 0, 'goal', 'system', g.id::text, v_block, v_tokens
       from memori.goals g where g.user_id = v_user and g.session_id = p_session_id and g.status = 'active'
     union all
     select 3, c.from_seq, 'checkpoint', 'system', c.id::text, c.summary, c.current_tokens
