@@ -251,21 +251,32 @@ comment on function memori._compression_recount(text, text) is 'Recompute a sess
 -- compression.max_checkpoints.
 create or replace function memori._compression_aging(p_user_id text, p_session_id text) returns jsonb
 as $func$
+declare
+  -- settings and the session's checkpoints read first (one single-shard read on
+  -- Citus); the rules below then run here, not on a worker
+  v_ratios jsonb := coalesce(memori._setting('compression.aging_ratios'), '[0.6, 0.5, 0.4]');
+  v_max_n  integer := greatest(memori._compression_num('compression.max_checkpoints', 4)::integer, 2);
+  v_ultra  integer := memori._compression_num('compression.ultra_tokens', 400)::integer;
+  v_min    integer := memori._compression_num('compression.min_checkpoint_tokens', 50)::integer;
+  v_cps    jsonb;
+  v_result jsonb;
+begin
+  select coalesce(jsonb_agg(jsonb_build_object('id', c.id, 'level', c.level, 'from_seq', c.from_seq, 'to_seq', c.to_seq,
+                                               'current_tokens', c.current_tokens)), '[]')
+    into v_cps
+    from memori.compression_checkpoints c where c.user_id = p_user_id and c.session_id = p_session_id;
   with cfg as (
-    select coalesce((select value from memori.settings where key = 'compression.aging_ratios'), '[0.6, 0.5, 0.4]') as ratios,
-           greatest(memori._compression_num('compression.max_checkpoints', 4)::integer, 2) as max_n,
-           memori._compression_num('compression.ultra_tokens', 400)::integer as ultra,
-           memori._compression_num('compression.min_checkpoint_tokens', 50)::integer as min_tokens
+    select v_ratios as ratios, v_max_n as max_n, v_ultra as ultra, v_min as min_tokens
   ), cps as (
     select c.*, row_number() over (order by c.to_seq desc) as rank_newest, count(*) over () as n
-      from memori.compression_checkpoints c where c.user_id = p_user_id and c.session_id = p_session_id
+      from jsonb_to_recordset(v_cps) c(id uuid, level integer, from_seq integer, to_seq integer, current_tokens integer)
   ), marked as (
     -- merged: the oldest (n + 1) - max + 1 checkpoints when n + 1 > max
     select cps.*, (cps.n + 1 > cfg.max_n and cps.rank_newest > cfg.max_n - 2) as merged,
            ((cfg.ratios ->> (least(cps.rank_newest::integer, jsonb_array_length(cfg.ratios)) - 1))::numeric) as ratio
       from cps, cfg
   )
-  select coalesce(jsonb_agg(item order by ord), '[]'::jsonb)
+  select coalesce(jsonb_agg(item order by ord), '[]'::jsonb) into v_result
     from (
       select m.rank_newest as ord,
              jsonb_build_object('key', m.id::text, 'action', 'age', 'checkpoint_ids', jsonb_build_array(m.id),
@@ -284,8 +295,10 @@ as $func$
         from marked m, cfg
        where m.merged
       having count(*) > 0
-    ) x
-$func$ language sql stable security invoker
+    ) x;
+  return v_result;
+end
+$func$ language plpgsql stable security invoker
 set search_path = pg_catalog, memori, pg_temp;
 comment on function memori._compression_aging(text, text) is 'The aging items of a new compression: [{key, action age|merge, checkpoint_ids, level, source_tokens, target_tokens}].';
 

@@ -15,6 +15,8 @@ comment on function memori._goal_active(text, text) is 'The active goal of a use
 
 -------------------------------------------------------------------------------
 -- _goal_block: the never-compressed goal section of the system prompt
+-- (Each table is filtered by the user argument, not only by the correlation to
+-- the goal: Citus routes a query to one shard when every table names the user.)
 create or replace function memori._goal_block(p_user_id text, p_session_id text) returns text
 as $func$
   select concat_ws(E'\n',
@@ -25,13 +27,13 @@ as $func$
                      case c.status when 'completed' then '✅ ' || c.description
                                    when 'in-progress' then '🔄 ' || c.description || ' (IN PROGRESS)'
                                    else '⏳ ' || c.description end, '' order by c.position)
-              from memori.goal_checkpoints c where c.user_id = g.user_id and c.goal_id = g.id),
+              from memori.goal_checkpoints c where c.user_id = p_user_id and c.goal_id = g.id),
            (select 'Decisions:' || string_agg(E'\n' ||
                      case when d.locked then '🔒 ' || d.description || ' (locked)' else '- ' || d.description end,
                      '' order by d.position)
-              from memori.goal_decisions d where d.user_id = g.user_id and d.goal_id = g.id),
+              from memori.goal_decisions d where d.user_id = p_user_id and d.goal_id = g.id),
            (select 'Artifacts:' || string_agg(E'\n- ' || initcap(a.action) || ': ' || a.path, '' order by a.position)
-              from memori.goal_artifacts a where a.user_id = g.user_id and a.goal_id = g.id),
+              from memori.goal_artifacts a where a.user_id = p_user_id and a.goal_id = g.id),
            case when cardinality(g.next_steps) > 0
                 then 'Next steps:' || (select string_agg(E'\n- ' || s, '' order by o) from unnest(g.next_steps) with ordinality x(s, o))
            end)
@@ -58,10 +60,13 @@ comment on function memori.goal_block(text) is 'The active goal rendered for the
 -- _goal_tokens_refresh: remember the goal block's size for the budget
 create or replace function memori._goal_tokens_refresh(p_user_id text, p_session_id text) returns void
 as $func$
-  update memori.compression_state
-     set goal_tokens = memori.token_estimate(memori._goal_block(p_user_id, p_session_id), 'compression')
-   where user_id = p_user_id and session_id = p_session_id
-$func$ language sql volatile security invoker
+declare
+  -- estimated first: on Citus the UPDATE runs on the user's shard
+  v_tokens integer := memori.token_estimate(memori._goal_block(p_user_id, p_session_id), 'compression');
+begin
+  update memori.compression_state set goal_tokens = v_tokens where user_id = p_user_id and session_id = p_session_id;
+end
+$func$ language plpgsql volatile security invoker
 set search_path = pg_catalog, memori, pg_temp;
 comment on function memori._goal_tokens_refresh(text, text) is 'Store the estimated tokens of the session''s goal block (part of the system prompt budget).';
 

@@ -19,6 +19,7 @@ declare
   v_retention interval;
   v_messages  bigint;
   v_parts     jsonb;
+  v_vm        jsonb;
 begin
   select coalesce(pk.retention, pd.retention) into v_retention
     from memori.retention_policies pd
@@ -45,6 +46,8 @@ begin
   select v_parts || jsonb_build_object('goal_artifacts', coalesce(jsonb_agg(to_jsonb(x)), '[]')) into v_parts
     from memori.goal_artifacts x join memori.goals g on g.user_id = x.user_id and g.id = x.goal_id
    where g.user_id = v_user and g.session_id = p_state.session_id;
+  -- the virtual memory's pages and working set (sql/525-vm-snapshot.sql), NULL without one
+  v_vm := memori._vm_snapshot_state(p_state.session_id);
   insert into memori.snapshots (session_id, user_id, kind, created_at, token_count, message_count, checkpoint_count,
                                 metadata, state, expires_at)
   values (p_state.session_id, v_user, p_kind, p_now,
@@ -57,8 +60,7 @@ begin
                                         'compression_count', p_state.compression_count,
                                         'context_size', p_state.context_size,
                                         'version', p_state.version),
-            -- the virtual memory's pages and working set (sql/525-vm-snapshot.sql), NULL without one
-            'vm', memori._vm_snapshot_state(p_state.session_id)),
+            'vm', v_vm),
           p_now + v_retention)
   returning * into v_row;
   perform memori._event_emit(case p_kind when 'auto' then 'snapshot.auto_created' else 'snapshot.created' end,

@@ -140,6 +140,12 @@ declare
   v_reason   text;
   v_plan     memori.compression_plans;
   v_user     text := memori._acting_user(null);
+  v_target   integer;
+  v_aging    jsonb;
+  v_decisions text[];
+  v_files    text[];
+  v_next     text[];
+  v_expires  timestamptz;
 begin
   if p_now is null then
     perform memori._invalid('p_now must not be NULL', 'Omit p_now to use the current time.');
@@ -184,20 +190,23 @@ begin
     v_reason := format('no assistant output older than the %s most recent tokens', v_preserve);
   end if;
 
+  -- every value computed first: on Citus the INSERT runs on the user's shard, where
+  -- memori's functions are not to be called
+  v_target := least(memori._compression_num('compression.summary_max_tokens', 1024),
+                    greatest(1, ceil(v_src.tokens * memori._compression_num('compression.new_checkpoint_ratio', 0.5))))::integer;
+  v_aging := memori._compression_aging(v_user, p_session_id);
+  v_decisions := memori._marker_values(v_src.texts, 'DECISION');
+  v_files := memori._marker_values(v_src.texts, 'ARTIFACT');
+  v_next := memori._marker_values(v_src.texts, 'NEXT');
+  v_expires := p_now + make_interval(days => memori._compression_num('compression.plan_retention_days', 7)::integer);
   insert into memori.compression_plans (session_id, user_id, status, reason, state_version, context_size,
                                         system_prompt_tokens, budget, from_seq, to_seq, message_count, source_tokens,
                                         target_tokens, aging, key_decisions, files_modified, next_steps,
                                         created_at, finished_at, expires_at)
-  select p_session_id, v_user, v_status, v_reason, v_state.version, v_budget.context_size,
-         v_budget.system_prompt_tokens, to_jsonb(v_budget) || jsonb_build_object('preserve_recent_tokens', v_preserve),
-         v_state.compressed_through_seq + 1, v_cutoff, v_src.n, v_src.tokens,
-         least(memori._compression_num('compression.summary_max_tokens', 1024),
-               greatest(1, ceil(v_src.tokens * memori._compression_num('compression.new_checkpoint_ratio', 0.5))))::integer,
-         memori._compression_aging(v_user, p_session_id),
-         memori._marker_values(v_src.texts, 'DECISION'), memori._marker_values(v_src.texts, 'ARTIFACT'),
-         memori._marker_values(v_src.texts, 'NEXT'),
-         p_now, case when v_status = 'skipped' then p_now end,
-         p_now + make_interval(days => memori._compression_num('compression.plan_retention_days', 7)::integer)
+  values (p_session_id, v_user, v_status, v_reason, v_state.version, v_budget.context_size,
+          v_budget.system_prompt_tokens, to_jsonb(v_budget) || jsonb_build_object('preserve_recent_tokens', v_preserve),
+          v_state.compressed_through_seq + 1, v_cutoff, v_src.n, v_src.tokens, v_target, v_aging,
+          v_decisions, v_files, v_next, p_now, case when v_status = 'skipped' then p_now end, v_expires)
   returning * into v_plan;
   if v_status = 'skipped' then
     update memori.compression_plans set from_seq = null, to_seq = null, message_count = 0, source_tokens = 0,
@@ -227,6 +236,8 @@ declare
   v_header text;
   v_item   jsonb;
   v_user   text := memori._acting_user(null);
+  v_roles  text[];
+  v_texts  text[];
 begin
   select * into v_plan from memori.compression_plans p where p.user_id = v_user and p.id = p_plan_id;
   if not found or v_plan.status <> 'planned' then
@@ -235,10 +246,13 @@ begin
   select * into v_state from memori.compression_state s where s.user_id = v_user and s.session_id = v_plan.session_id;
   v_goal := memori._goal_active(v_user, v_plan.session_id);
 
-  select string_agg(m.role || ': ' || memori._strip_markers(m.content), E'\n\n' order by m.seq) into v_source
+  -- the messages in one single-shard read; markers are stripped here, not on the shard
+  select array_agg(m.role order by m.seq), array_agg(m.content order by m.seq) into v_roles, v_texts
     from memori.messages m
    where m.user_id = v_user and m.session_id = v_plan.session_id and m.seq between v_plan.from_seq and v_plan.to_seq
      and m.role in ('assistant', 'tool') and not v_state.rolled_back @> m.seq;
+  select string_agg(x.role || ': ' || memori._strip_markers(x.content), E'\n\n' order by x.n) into v_source
+    from unnest(v_roles, v_texts) with ordinality x(role, content, n);
   v_source := coalesce(v_source, '');
 
   if v_goal.id is not null then
