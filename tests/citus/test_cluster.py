@@ -137,7 +137,8 @@ def test_distribute_places_what_it_can_and_reports_every_table(citus_dsn: str) -
 def test_init_distribute_on_the_cluster(citus_db: str) -> None:
     result = CliRunner().invoke(app, ["init", "--distribute", "--dsn", citus_db])
     assert result.exit_code == 0, result.output
-    assert "4 reference" in result.output and f"{len(DISTRIBUTED_TODAY)} distributed" in result.output and "blocked" in result.output
+    assert "4 reference" in result.output and f"{len(DISTRIBUTED_TODAY)} distributed" in result.output
+    assert "blocked" in result.output
 
 
 def test_a_coordinator_that_holds_shards_is_pm142(citus_dsn: str, citus_cluster: CitusCluster) -> None:
