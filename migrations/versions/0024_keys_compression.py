@@ -35,21 +35,25 @@ branch_labels = None
 depends_on = None
 
 
+# the goal parts: table, unique constraint, its columns after user_id
+PARTS = (
+    ("goal_checkpoints", "goal_checkpoints_goal_id_description_key", "goal_id, description"),
+    ("goal_decisions", "goal_decisions_goal_id_description_key", "goal_id, description"),
+    ("goal_artifacts", "goal_artifacts_goal_id_path_action_key", "goal_id, path, action"),
+)
+
+
 def upgrade() -> None:
+    for table, _, _ in PARTS:  # a part belongs to its goal's user; its old foreign key goes first
+        op.execute(
+            f"""
+            update memori.{table} x set user_id = g.user_id
+              from memori.goals g where g.id = x.goal_id and x.user_id is distinct from g.user_id;
+            alter table memori.{table} drop constraint {table}_goal_id_fkey
+            """
+        )
     op.execute(
         """
-        -- the goal parts belong to their goal's user
-        update memori.goal_checkpoints x set user_id = g.user_id
-          from memori.goals g where g.id = x.goal_id and x.user_id is distinct from g.user_id;
-        update memori.goal_decisions x set user_id = g.user_id
-          from memori.goals g where g.id = x.goal_id and x.user_id is distinct from g.user_id;
-        update memori.goal_artifacts x set user_id = g.user_id
-          from memori.goals g where g.id = x.goal_id and x.user_id is distinct from g.user_id;
-
-        alter table memori.goal_checkpoints drop constraint goal_checkpoints_goal_id_fkey;
-        alter table memori.goal_decisions drop constraint goal_decisions_goal_id_fkey;
-        alter table memori.goal_artifacts drop constraint goal_artifacts_goal_id_fkey;
-
         alter table memori.messages drop constraint messages_pkey,
           add constraint messages_pkey primary key (user_id, id),
           drop constraint messages_session_id_seq_key,
@@ -71,27 +75,19 @@ def upgrade() -> None:
           add constraint goals_pkey primary key (user_id, id);
         drop index memori.uq_goals_active;
         create unique index uq_goals_active on memori.goals (user_id, session_id) where status = 'active';
-
-        alter table memori.goal_checkpoints drop constraint goal_checkpoints_pkey,
-          add constraint goal_checkpoints_pkey primary key (user_id, id),
-          drop constraint goal_checkpoints_goal_id_description_key,
-          add constraint goal_checkpoints_goal_id_description_key unique (user_id, goal_id, description),
-          add constraint goal_checkpoints_goal_id_fkey foreign key (user_id, goal_id)
-            references memori.goals (user_id, id) on delete cascade;
-        alter table memori.goal_decisions drop constraint goal_decisions_pkey,
-          add constraint goal_decisions_pkey primary key (user_id, id),
-          drop constraint goal_decisions_goal_id_description_key,
-          add constraint goal_decisions_goal_id_description_key unique (user_id, goal_id, description),
-          add constraint goal_decisions_goal_id_fkey foreign key (user_id, goal_id)
-            references memori.goals (user_id, id) on delete cascade;
-        alter table memori.goal_artifacts drop constraint goal_artifacts_pkey,
-          add constraint goal_artifacts_pkey primary key (user_id, id),
-          drop constraint goal_artifacts_goal_id_path_action_key,
-          add constraint goal_artifacts_goal_id_path_action_key unique (user_id, goal_id, path, action),
-          add constraint goal_artifacts_goal_id_fkey foreign key (user_id, goal_id)
-            references memori.goals (user_id, id) on delete cascade;
         """
     )
+    for table, unique, columns in PARTS:
+        op.execute(
+            f"""
+            alter table memori.{table} drop constraint {table}_pkey,
+              add constraint {table}_pkey primary key (user_id, id),
+              drop constraint {unique},
+              add constraint {unique} unique (user_id, {columns}),
+              add constraint {table}_goal_id_fkey foreign key (user_id, goal_id)
+                references memori.goals (user_id, id) on delete cascade
+            """
+        )
 
 
 def downgrade() -> None:
