@@ -15,6 +15,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+import pymemdb
 from pymemdb.cli._common import DsnOption, JsonOption, command, database, parse_json
 from pymemdb.cli._output import console, fmt_time, print_json, print_result
 from pymemdb.compression.summarizers import ExtractiveSummarizer, OpenAISummarizer, Summarizer
@@ -24,6 +25,10 @@ app = typer.Typer(help="Conversation compression: budget, compression, export, s
                   no_args_is_help=True)
 
 SessionArg = Annotated[str, typer.Argument(help="Session id.")]
+# session ids are unique per user: every command acts for one (memori._acting_user)
+UserOption = Annotated[
+    str | None, typer.Option("--user", "-u", help="The acting user (default: memori.user_id of the connection).")
+]
 ContextOption = Annotated[
     int | None, typer.Option("--context-size", help="Model context in tokens (default: the session's, else 8192).")
 ]
@@ -33,17 +38,24 @@ SystemOption = Annotated[
 ]
 
 
+def _acting(db: pymemdb.Database, user: str | None) -> pymemdb.Database:
+    """The database acting for ``user`` (--user), else as connected (memori.user_id of the role or PGOPTIONS)."""
+    return db.as_user(user) if user else db
+
+
 @command(app)
 def status(
     session_id: SessionArg,
     context_size: ContextOption = None,
     system_prompt_tokens: SystemOption = None,
     model_size: Annotated[float, typer.Option("--model-size", help="Model size in billions (reliability).")] = 7,
+    user: UserOption = None,
     dsn: DsnOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Budget, usage and reliability of a session (memori.compression_budget, memori.session_reliability)."""
-    with database(dsn) as db:
+    with database(dsn) as whole:
+        db = _acting(whole, user)
         budget = db.compression.budget(session_id, context_size=context_size,
                                        system_prompt_tokens=system_prompt_tokens)
         reliability = db.compression.session_reliability(session_id, model_size)
@@ -92,12 +104,14 @@ def compress(
     api_key_env: Annotated[
         str | None, typer.Option("--api-key-env", help="Name of the environment variable holding the API key.")
     ] = None,
+    user: UserOption = None,
     dsn: DsnOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Plan, summarize and apply one compression (db.compression.run)."""
     summarizer = _summarizer(llm_url, model, api_key_env)
-    with database(dsn) as db:
+    with database(dsn) as whole:
+        db = _acting(whole, user)
         run = db.compression.run(session_id, summarizer, context_size=context_size,
                                  system_prompt_tokens=system_prompt_tokens, force=force)
     if as_json:
@@ -118,10 +132,12 @@ def export(
     output: Annotated[Path | None, typer.Option("--output", "-o", help="File to write (default: stdout).")] = None,
     model: Annotated[str | None, typer.Option("--model", help="Model name recorded in the file.")] = None,
     provider: Annotated[str | None, typer.Option("--provider", help="Provider recorded in the file.")] = None,
+    user: UserOption = None,
     dsn: DsnOption = None,
 ) -> None:
     """Write the seed's session file: every message uncompressed, tool calls, counts (memori.session_export)."""
-    with database(dsn) as db:
+    with database(dsn) as whole:
+        db = _acting(whole, user)
         document = db.compression.session_export(session_id, model=model, provider=provider)
     if document is None:
         raise InvalidArgument(f"session {session_id} has no messages", hint="Check the session id.")
@@ -138,6 +154,7 @@ def snapshot(
     session_id: SessionArg,
     list_: Annotated[bool, typer.Option("--list", help="List the session's snapshots instead.")] = False,
     metadata: Annotated[str | None, typer.Option("--metadata", help="Metadata as a JSON object.")] = None,
+    user: UserOption = None,
     dsn: DsnOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -145,7 +162,8 @@ def snapshot(
     meta = None
     if metadata is not None:
         meta = parse_json(metadata, "--metadata", 'Pass a JSON object, e.g. --metadata \'{"model": "llama3.2:3b"}\'.')
-    with database(dsn) as db:
+    with database(dsn) as whole:
+        db = _acting(whole, user)
         if list_:
             rows = db.snapshots.list(session_id)
         else:
@@ -165,11 +183,13 @@ def snapshot(
 @command(app)
 def restore(
     snapshot_id: Annotated[str, typer.Argument(help="Snapshot id (pymemdb compression snapshot SESSION --list).")],
+    user: UserOption = None,
     dsn: DsnOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Restore a session's active state from a snapshot; the replaced state is snapshotted first."""
-    with database(dsn) as db:
+    with database(dsn) as whole:
+        db = _acting(whole, user)
         pre = db.snapshots.restore(snapshot_id)
     print_result(pre, as_json, f"restored session {pre.session_id} from {snapshot_id}; the replaced state is snapshot "
                                f"{pre.id} (pymemdb compression restore {pre.id} undoes this)", markup=False)

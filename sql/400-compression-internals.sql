@@ -128,47 +128,43 @@ create or replace function memori._compression_session(
 as $func$
 declare
   -- the acting user (memori._acting_user: PM040 when p_user_id is not memori.user_id, which is the
-  -- default); a call that takes no user (p_create false: snapshots) acts for memori.user_id, if set
-  v_user  text := case when p_user_id is null and not p_create then nullif(current_setting('memori.user_id', true), '')
-                       else memori._acting_user(p_user_id) end;
+  -- default); session ids are unique per user, every statement names the user
+  v_user  text := memori._acting_user(p_user_id);
   v_state memori.compression_state;
 begin
   perform memori._check_identifier('session id', p_session_id);
   if p_now is null then
     perform memori._invalid('p_now must not be NULL', 'Omit p_now to use the current time.');
   end if;
-  select * into v_state from memori.compression_state s where s.session_id = p_session_id for update;
+  select * into v_state from memori.compression_state s
+   where s.user_id = v_user and s.session_id = p_session_id for update;
   if not found then
     if not p_create then
-      perform memori._compression_state(p_session_id);  -- raises PM005
+      perform memori._compression_state(v_user, p_session_id);  -- raises PM005
     end if;
     -- one session namespace: the conversation is a session of memori.sessions
     -- (created on first use, PM041 when the id is another user's)
     perform memori._context_session(p_session_id, v_user, null, p_now);
     insert into memori.compression_state (session_id, user_id, created_at, updated_at)
     values (p_session_id, v_user, p_now, p_now)
-    on conflict (session_id) do nothing;
-    -- no row: the id is taken by a session this user cannot see (row-level security)
-    select * into v_state from memori.compression_state s where s.session_id = p_session_id for update;
-  end if;
-  if v_state.session_id is null or v_state.user_id <> v_user then
-    raise exception 'session % belongs to another user', p_session_id
-      using errcode = 'PM041', hint = 'Session ids are unique across users: use another session id.';
+    on conflict (user_id, session_id) do nothing;
+    select * into v_state from memori.compression_state s
+     where s.user_id = v_user and s.session_id = p_session_id for update;
   end if;
   return v_state;
 end
 $func$ language plpgsql volatile security invoker
 set search_path = pg_catalog, memori, pg_temp;
-comment on function memori._compression_session(text, text, timestamptz, boolean) is 'The session''s compression_state row, locked (created for the acting user on first use); PM041 for another user''s session.';
+comment on function memori._compression_session(text, text, timestamptz, boolean) is 'The acting user''s compression_state row of a session, locked (created on first use; PM005 instead when p_create is false).';
 
 -------------------------------------------------------------------------------
 -- _compression_state: a session's state row, or PM005 when it has no messages
-create or replace function memori._compression_state(p_session_id text) returns memori.compression_state
+create or replace function memori._compression_state(p_user_id text, p_session_id text) returns memori.compression_state
 as $func$
 declare
   v_state memori.compression_state;
 begin
-  select * into v_state from memori.compression_state s where s.session_id = p_session_id;
+  select * into v_state from memori.compression_state s where s.user_id = p_user_id and s.session_id = p_session_id;
   if not found then
     raise exception 'session % has no messages', p_session_id
       using errcode = 'PM005', hint = 'Add messages with memori.message_add first; check the session id.';
@@ -177,7 +173,7 @@ begin
 end
 $func$ language plpgsql stable security invoker
 set search_path = pg_catalog, memori, pg_temp;
-comment on function memori._compression_state(text) is 'The session''s compression_state row (not locked); PM005 when the session has no messages.';
+comment on function memori._compression_state(text, text) is 'A user''s compression_state row of a session (not locked); PM005 when the session has no messages.';
 
 -------------------------------------------------------------------------------
 -- _compression_budget: the seed's dynamic budget for a state
@@ -226,24 +222,26 @@ comment on function memori._compression_budget(memori.compression_state, integer
 
 -------------------------------------------------------------------------------
 -- _compression_recount: token counters of a session from its history
-create or replace function memori._compression_recount(p_session_id text) returns void
+create or replace function memori._compression_recount(p_user_id text, p_session_id text) returns void
 as $func$
   update memori.compression_state s
      set used_tokens = x.used, system_tokens = x.sys,
          checkpoint_tokens = (select coalesce(sum(c.current_tokens), 0) from memori.compression_checkpoints c
-                               where c.session_id = s.session_id),
-         checkpoint_count = (select count(*) from memori.compression_checkpoints c where c.session_id = s.session_id)
+                               where c.user_id = p_user_id and c.session_id = p_session_id),
+         checkpoint_count = (select count(*) from memori.compression_checkpoints c
+                              where c.user_id = p_user_id and c.session_id = p_session_id)
     from (select coalesce(sum(m.tokens) filter (where m.role = 'system'), 0) as sys,
                  coalesce(sum(m.tokens) filter (where m.role = 'user'
                                                    or (m.role in ('assistant', 'tool')
                                                        and m.seq > st.compressed_through_seq)), 0) as used
             from memori.compression_state st
-            join memori.messages m on m.session_id = st.session_id and not st.rolled_back @> m.seq
-           where st.session_id = p_session_id) x
-   where s.session_id = p_session_id
+            join memori.messages m on m.user_id = st.user_id and m.session_id = st.session_id
+                                  and not st.rolled_back @> m.seq
+           where st.user_id = p_user_id and st.session_id = p_session_id) x
+   where s.user_id = p_user_id and s.session_id = p_session_id
 $func$ language sql volatile security invoker
 set search_path = pg_catalog, memori, pg_temp;
-comment on function memori._compression_recount(text) is 'Recompute a session''s used, system and checkpoint token counters from messages and checkpoints.';
+comment on function memori._compression_recount(text, text) is 'Recompute a session''s used, system and checkpoint token counters from messages and checkpoints.';
 
 -------------------------------------------------------------------------------
 -- _compression_aging: how existing checkpoints age when one more is added
@@ -251,23 +249,34 @@ comment on function memori._compression_recount(text) is 'Recompute a session''s
 -- repeats); ultra checkpoints (level 0) only change by merging; the oldest
 -- are merged into one ultra checkpoint when there would be more than
 -- compression.max_checkpoints.
-create or replace function memori._compression_aging(p_session_id text) returns jsonb
+create or replace function memori._compression_aging(p_user_id text, p_session_id text) returns jsonb
 as $func$
+declare
+  -- settings and the session's checkpoints read first (one single-shard read on
+  -- Citus); the rules below then run here, not on a worker
+  v_ratios jsonb := coalesce(memori._setting('compression.aging_ratios'), '[0.6, 0.5, 0.4]');
+  v_max_n  integer := greatest(memori._compression_num('compression.max_checkpoints', 4)::integer, 2);
+  v_ultra  integer := memori._compression_num('compression.ultra_tokens', 400)::integer;
+  v_min    integer := memori._compression_num('compression.min_checkpoint_tokens', 50)::integer;
+  v_cps    jsonb;
+  v_result jsonb;
+begin
+  select coalesce(jsonb_agg(jsonb_build_object('id', c.id, 'level', c.level, 'from_seq', c.from_seq, 'to_seq', c.to_seq,
+                                               'current_tokens', c.current_tokens)), '[]')
+    into v_cps
+    from memori.compression_checkpoints c where c.user_id = p_user_id and c.session_id = p_session_id;
   with cfg as (
-    select coalesce((select value from memori.settings where key = 'compression.aging_ratios'), '[0.6, 0.5, 0.4]') as ratios,
-           greatest(memori._compression_num('compression.max_checkpoints', 4)::integer, 2) as max_n,
-           memori._compression_num('compression.ultra_tokens', 400)::integer as ultra,
-           memori._compression_num('compression.min_checkpoint_tokens', 50)::integer as min_tokens
+    select v_ratios as ratios, v_max_n as max_n, v_ultra as ultra, v_min as min_tokens
   ), cps as (
     select c.*, row_number() over (order by c.to_seq desc) as rank_newest, count(*) over () as n
-      from memori.compression_checkpoints c where c.session_id = p_session_id
+      from jsonb_to_recordset(v_cps) c(id uuid, level integer, from_seq integer, to_seq integer, current_tokens integer)
   ), marked as (
     -- merged: the oldest (n + 1) - max + 1 checkpoints when n + 1 > max
     select cps.*, (cps.n + 1 > cfg.max_n and cps.rank_newest > cfg.max_n - 2) as merged,
            ((cfg.ratios ->> (least(cps.rank_newest::integer, jsonb_array_length(cfg.ratios)) - 1))::numeric) as ratio
       from cps, cfg
   )
-  select coalesce(jsonb_agg(item order by ord), '[]'::jsonb)
+  select coalesce(jsonb_agg(item order by ord), '[]'::jsonb) into v_result
     from (
       select m.rank_newest as ord,
              jsonb_build_object('key', m.id::text, 'action', 'age', 'checkpoint_ids', jsonb_build_array(m.id),
@@ -286,19 +295,22 @@ as $func$
         from marked m, cfg
        where m.merged
       having count(*) > 0
-    ) x
-$func$ language sql stable security invoker
+    ) x;
+  return v_result;
+end
+$func$ language plpgsql stable security invoker
 set search_path = pg_catalog, memori, pg_temp;
-comment on function memori._compression_aging(text) is 'The aging items of a new compression: [{key, action age|merge, checkpoint_ids, level, source_tokens, target_tokens}].';
+comment on function memori._compression_aging(text, text) is 'The aging items of a new compression: [{key, action age|merge, checkpoint_ids, level, source_tokens, target_tokens}].';
 
 -------------------------------------------------------------------------------
 -- _compression_plan_for_update: a plan, locked, or PM005
 create or replace function memori._compression_plan_for_update(p_plan_id uuid) returns memori.compression_plans
 as $func$
 declare
+  v_user text := memori._acting_user(null);
   v_plan memori.compression_plans;
 begin
-  select * into v_plan from memori.compression_plans p where p.id = p_plan_id for update;
+  select * into v_plan from memori.compression_plans p where p.user_id = v_user and p.id = p_plan_id for update;
   if not found then
     raise exception 'compression plan % not found', p_plan_id
       using errcode = 'PM005', hint = 'Make a plan with memori.compression_plan; plans expire after compression.plan_retention_days.';
@@ -313,7 +325,7 @@ begin
 end
 $func$ language plpgsql volatile security invoker
 set search_path = pg_catalog, memori, pg_temp;
-comment on function memori._compression_plan_for_update(uuid) is 'A compression plan locked for update; PM005 when missing, PM072 when not in status planned.';
+comment on function memori._compression_plan_for_update(uuid) is 'The acting user''s compression plan locked for update; PM005 when missing, PM072 when not in status planned.';
 
 -------------------------------------------------------------------------------
 -- _summary_of: text and tokens of one summary argument (a string or {summary, tokens})

@@ -31,6 +31,7 @@ create or replace function memori.message_add(
 as $func$
 declare
   v_state    memori.compression_state;
+  v_user     text;
   v_tokens   integer;
   v_id       bigint;
   v_budget   memori.compression_budget_state;
@@ -59,6 +60,7 @@ begin
   end if;
   v_tokens := coalesce(p_tokens, memori.token_estimate(p_content, 'compression'));
   v_state := memori._compression_session(p_session_id, p_user_id, p_now);
+  v_user := v_state.user_id;
 
   update memori.compression_state s
      set last_seq = s.last_seq + 1,
@@ -66,16 +68,16 @@ begin
          system_tokens = s.system_tokens + case when p_role = 'system' then v_tokens else 0 end,
          context_size = coalesce(p_context_size, s.context_size),
          updated_at = p_now
-   where s.session_id = p_session_id
+   where s.user_id = v_user and s.session_id = p_session_id
   returning * into v_state;
   insert into memori.messages (session_id, user_id, seq, role, content, tokens, tool_calls, created_at)
-  values (p_session_id, v_state.user_id, v_state.last_seq, p_role, p_content, v_tokens, p_tool_calls, p_now)
+  values (p_session_id, v_user, v_state.last_seq, p_role, p_content, v_tokens, p_tool_calls, p_now)
   returning id into v_id;
 
   if p_role = 'assistant' and p_content ~ '\[(GOAL|CHECKPOINT|DECISION|ARTIFACT|NEXT)\]'
      and memori._compression_flag('compression.auto_markers', true) then
-    perform memori.goal_markers_apply(p_session_id, p_content, v_state.user_id, p_now);
-    select * into v_state from memori.compression_state s where s.session_id = p_session_id;
+    perform memori.goal_markers_apply(p_session_id, p_content, v_user, p_now);
+    select * into v_state from memori.compression_state s where s.user_id = v_user and s.session_id = p_session_id;
   end if;
 
   v_budget := memori._compression_budget(v_state, p_context_size, p_system_prompt_tokens, false);
@@ -85,7 +87,8 @@ begin
                                        * memori._compression_num('snapshots.auto_threshold', 0.80))
      and memori._compression_flag('snapshots.enabled', true) and memori._compression_flag('snapshots.auto_create', true) then
     v_snapshot := (memori._snapshot_take(v_state, 'auto', jsonb_build_object('trigger', 'auto_threshold'), p_now)).id;
-    update memori.compression_state set auto_snapshot_version = version where session_id = p_session_id;
+    update memori.compression_state set auto_snapshot_version = version
+     where user_id = v_user and session_id = p_session_id;
   end if;
 
   return row(v_id, p_session_id, v_state.last_seq, p_role, v_tokens, p_now,
@@ -105,8 +108,11 @@ create or replace function memori.compression_budget(
   p_system_prompt_tokens integer default null
 ) returns memori.compression_budget_state
 as $func$
+declare
+  v_user text := memori._acting_user(null);
 begin
-  return memori._compression_budget(memori._compression_state(p_session_id), p_context_size, p_system_prompt_tokens, true);
+  return memori._compression_budget(memori._compression_state(v_user, p_session_id), p_context_size,
+                                    p_system_prompt_tokens, true);
 end
 $func$ language plpgsql stable security invoker
 set search_path = pg_catalog, memori, pg_temp;
@@ -133,11 +139,18 @@ declare
   v_status   text := 'planned';
   v_reason   text;
   v_plan     memori.compression_plans;
+  v_user     text := memori._acting_user(null);
+  v_target   integer;
+  v_aging    jsonb;
+  v_decisions text[];
+  v_files    text[];
+  v_next     text[];
+  v_expires  timestamptz;
 begin
   if p_now is null then
     perform memori._invalid('p_now must not be NULL', 'Omit p_now to use the current time.');
   end if;
-  v_state := memori._compression_state(p_session_id);
+  v_state := memori._compression_state(v_user, p_session_id);
   v_budget := memori._compression_budget(v_state, p_context_size, p_system_prompt_tokens, true);
   v_preserve := least(memori._compression_num('compression.preserve_recent_tokens', 2048),
                       floor(greatest(v_budget.available_tokens, 0)
@@ -147,7 +160,7 @@ begin
   -- the first one past them is the cutoff. A loop (a cursor: fast-start
   -- plan, a backward index scan) stops there instead of reading the session.
   for v_msg in select m.seq, m.tokens from memori.messages m
-                where m.session_id = p_session_id and m.seq > v_state.compressed_through_seq
+                where m.user_id = v_user and m.session_id = p_session_id and m.seq > v_state.compressed_through_seq
                   and m.role <> 'system' and not v_state.rolled_back @> m.seq
                 order by m.seq desc loop
     v_kept := v_kept + v_msg.tokens;
@@ -163,7 +176,8 @@ begin
                                                     and m.content ~ '\[(DECISION|ARTIFACT|NEXT)\]'), '{}') as texts
     into v_src
     from memori.messages m
-   where m.session_id = p_session_id and m.seq > v_state.compressed_through_seq and m.seq <= v_cutoff
+   where m.user_id = v_user and m.session_id = p_session_id and m.seq > v_state.compressed_through_seq
+     and m.seq <= v_cutoff
      and m.role in ('assistant', 'tool') and not v_state.rolled_back @> m.seq;
 
   if not memori._compression_flag('compression.enabled', true) then
@@ -176,25 +190,28 @@ begin
     v_reason := format('no assistant output older than the %s most recent tokens', v_preserve);
   end if;
 
+  -- every value computed first: on Citus the INSERT runs on the user's shard, where
+  -- memori's functions are not to be called
+  v_target := least(memori._compression_num('compression.summary_max_tokens', 1024),
+                    greatest(1, ceil(v_src.tokens * memori._compression_num('compression.new_checkpoint_ratio', 0.5))))::integer;
+  v_aging := memori._compression_aging(v_user, p_session_id);
+  v_decisions := memori._marker_values(v_src.texts, 'DECISION');
+  v_files := memori._marker_values(v_src.texts, 'ARTIFACT');
+  v_next := memori._marker_values(v_src.texts, 'NEXT');
+  v_expires := p_now + make_interval(days => memori._compression_num('compression.plan_retention_days', 7)::integer);
   insert into memori.compression_plans (session_id, user_id, status, reason, state_version, context_size,
                                         system_prompt_tokens, budget, from_seq, to_seq, message_count, source_tokens,
                                         target_tokens, aging, key_decisions, files_modified, next_steps,
                                         created_at, finished_at, expires_at)
-  select p_session_id, v_state.user_id, v_status, v_reason, v_state.version, v_budget.context_size,
-         v_budget.system_prompt_tokens, to_jsonb(v_budget) || jsonb_build_object('preserve_recent_tokens', v_preserve),
-         v_state.compressed_through_seq + 1, v_cutoff, v_src.n, v_src.tokens,
-         least(memori._compression_num('compression.summary_max_tokens', 1024),
-               greatest(1, ceil(v_src.tokens * memori._compression_num('compression.new_checkpoint_ratio', 0.5))))::integer,
-         memori._compression_aging(p_session_id),
-         memori._marker_values(v_src.texts, 'DECISION'), memori._marker_values(v_src.texts, 'ARTIFACT'),
-         memori._marker_values(v_src.texts, 'NEXT'),
-         p_now, case when v_status = 'skipped' then p_now end,
-         p_now + make_interval(days => memori._compression_num('compression.plan_retention_days', 7)::integer)
+  values (p_session_id, v_user, v_status, v_reason, v_state.version, v_budget.context_size,
+          v_budget.system_prompt_tokens, to_jsonb(v_budget) || jsonb_build_object('preserve_recent_tokens', v_preserve),
+          v_state.compressed_through_seq + 1, v_cutoff, v_src.n, v_src.tokens, v_target, v_aging,
+          v_decisions, v_files, v_next, p_now, case when v_status = 'skipped' then p_now end, v_expires)
   returning * into v_plan;
   if v_status = 'skipped' then
     update memori.compression_plans set from_seq = null, to_seq = null, message_count = 0, source_tokens = 0,
                                         target_tokens = 0, aging = '[]'
-     where id = v_plan.id returning * into v_plan;
+     where user_id = v_user and id = v_plan.id returning * into v_plan;
     perform memori._event_emit('compression.skipped',
               jsonb_build_object('plan_id', v_plan.id, 'session_id', p_session_id, 'reason', v_reason), p_now);
   end if;
@@ -218,18 +235,24 @@ declare
   v_source text;
   v_header text;
   v_item   jsonb;
+  v_user   text := memori._acting_user(null);
+  v_roles  text[];
+  v_texts  text[];
 begin
-  select * into v_plan from memori.compression_plans p where p.id = p_plan_id;
+  select * into v_plan from memori.compression_plans p where p.user_id = v_user and p.id = p_plan_id;
   if not found or v_plan.status <> 'planned' then
     perform memori._compression_plan_for_update(p_plan_id);  -- raises PM005 or PM072
   end if;
-  select * into v_state from memori.compression_state s where s.session_id = v_plan.session_id;
-  v_goal := memori._goal_active(v_plan.session_id);
+  select * into v_state from memori.compression_state s where s.user_id = v_user and s.session_id = v_plan.session_id;
+  v_goal := memori._goal_active(v_user, v_plan.session_id);
 
-  select string_agg(m.role || ': ' || memori._strip_markers(m.content), E'\n\n' order by m.seq) into v_source
+  -- the messages in one single-shard read; markers are stripped here, not on the shard
+  select array_agg(m.role order by m.seq), array_agg(m.content order by m.seq) into v_roles, v_texts
     from memori.messages m
-   where m.session_id = v_plan.session_id and m.seq between v_plan.from_seq and v_plan.to_seq
+   where m.user_id = v_user and m.session_id = v_plan.session_id and m.seq between v_plan.from_seq and v_plan.to_seq
      and m.role in ('assistant', 'tool') and not v_state.rolled_back @> m.seq;
+  select string_agg(x.role || ': ' || memori._strip_markers(x.content), E'\n\n' order by x.n) into v_source
+    from unnest(v_roles, v_texts) with ordinality x(role, content, n);
   v_source := coalesce(v_source, '');
 
   if v_goal.id is not null then
@@ -237,16 +260,16 @@ begin
       'ACTIVE GOAL: ' || v_goal.description, 'Priority: ' || v_goal.priority, 'Status: ' || v_goal.status, '',
       'COMPLETED CHECKPOINTS:',
       (select string_agg('✅ ' || c.description, E'\n' order by c.position) from memori.goal_checkpoints c
-        where c.goal_id = v_goal.id and c.status = 'completed'), '',
+        where c.user_id = v_user and c.goal_id = v_goal.id and c.status = 'completed'), '',
       'IN PROGRESS:',
       (select string_agg('🔄 ' || c.description, E'\n' order by c.position) from memori.goal_checkpoints c
-        where c.goal_id = v_goal.id and c.status = 'in-progress'), '',
+        where c.user_id = v_user and c.goal_id = v_goal.id and c.status = 'in-progress'), '',
       'PENDING:',
       (select string_agg('⏳ ' || c.description, E'\n' order by c.position) from memori.goal_checkpoints c
-        where c.goal_id = v_goal.id and c.status = 'pending'), '',
+        where c.user_id = v_user and c.goal_id = v_goal.id and c.status = 'pending'), '',
       'LOCKED DECISIONS:',
       (select string_agg('🔒 ' || d.description, E'\n' order by d.position) from memori.goal_decisions d
-        where d.goal_id = v_goal.id and d.locked), '',
+        where d.user_id = v_user and d.goal_id = v_goal.id and d.locked), '',
       '---', '',
       'Summarize the following conversation, focusing on progress toward the goal:');
     return next row('new', 'new', 3, v_plan.source_tokens, v_plan.target_tokens, v_source,
@@ -268,7 +291,7 @@ begin
   for v_item in select * from jsonb_array_elements(v_plan.aging) loop
     select string_agg(c.summary, E'\n\n' order by c.from_seq) into v_source
       from memori.compression_checkpoints c
-     where c.id in (select (jsonb_array_elements_text(v_item->'checkpoint_ids'))::uuid);
+     where c.user_id = v_user and c.id in (select (jsonb_array_elements_text(v_item->'checkpoint_ids'))::uuid);
     return next row(v_item->>'key', v_item->>'action', (v_item->>'level')::integer, (v_item->>'source_tokens')::integer,
       (v_item->>'target_tokens')::integer, coalesce(v_source, ''),
       case (v_item->>'level')::integer
@@ -304,11 +327,13 @@ declare
   v_n_aged   integer := 0;
   v_n_merged integer := 0;
   v_ids      uuid[];
+  v_user     text := v_plan.user_id;  -- the acting user's plan (memori._compression_plan_for_update)
 begin
   if p_now is null then
     perform memori._invalid('p_now must not be NULL', 'Omit p_now to use the current time.');
   end if;
-  select * into v_state from memori.compression_state s where s.session_id = v_plan.session_id for update;
+  select * into v_state from memori.compression_state s
+   where s.user_id = v_user and s.session_id = v_plan.session_id for update;
   if v_state.version <> v_plan.state_version then
     raise exception 'compression plan % is stale: the session changed since it was planned', p_plan_id
       using errcode = 'PM071',
@@ -344,19 +369,21 @@ begin
       update memori.compression_checkpoints
          set summary = v_aged.summary, current_tokens = v_aged.tokens, compressed_at = p_now,
              compression_count = compression_count + 1
-       where id = v_ids[1];
+       where user_id = v_user and id = v_ids[1];
       v_n_aged := v_n_aged + 1;
     else
       insert into memori.compression_checkpoints (session_id, user_id, level, from_seq, to_seq, summary, created_at,
                                                   compressed_at, original_tokens, current_tokens, compression_count,
                                                   compression_number, key_decisions, files_modified, next_steps)
-      select v_plan.session_id, v_plan.user_id, 0, min(c.from_seq), max(c.to_seq), v_aged.summary, min(c.created_at),
+      select v_plan.session_id, v_user, 0, min(c.from_seq), max(c.to_seq), v_aged.summary, min(c.created_at),
              p_now, sum(c.original_tokens), v_aged.tokens, max(c.compression_count) + 1, max(c.compression_number),
-             array(select distinct x from memori.compression_checkpoints c2, unnest(c2.key_decisions) x where c2.id = any(v_ids)),
-             array(select distinct x from memori.compression_checkpoints c2, unnest(c2.files_modified) x where c2.id = any(v_ids)),
+             array(select distinct x from memori.compression_checkpoints c2, unnest(c2.key_decisions) x
+                    where c2.user_id = v_user and c2.id = any(v_ids)),
+             array(select distinct x from memori.compression_checkpoints c2, unnest(c2.files_modified) x
+                    where c2.user_id = v_user and c2.id = any(v_ids)),
              '{}'
-        from memori.compression_checkpoints c where c.id = any(v_ids);
-      delete from memori.compression_checkpoints where id = any(v_ids);
+        from memori.compression_checkpoints c where c.user_id = v_user and c.id = any(v_ids);
+      delete from memori.compression_checkpoints where user_id = v_user and id = any(v_ids);
       v_n_merged := v_n_merged + cardinality(v_ids);
     end if;
   end loop;
@@ -364,17 +391,17 @@ begin
   insert into memori.compression_checkpoints (session_id, user_id, level, from_seq, to_seq, summary, created_at,
                                               compressed_at, original_tokens, current_tokens, compression_count,
                                               compression_number, key_decisions, files_modified, next_steps)
-  values (v_plan.session_id, v_plan.user_id, 3, v_plan.from_seq, v_plan.to_seq, v_new.summary, p_now, p_now,
+  values (v_plan.session_id, v_user, 3, v_plan.from_seq, v_plan.to_seq, v_new.summary, p_now, p_now,
           v_plan.source_tokens, v_new.tokens, 1, v_state.compression_count + 1,
           v_plan.key_decisions, v_plan.files_modified, v_plan.next_steps)
   returning id into v_cp;
 
   -- levels by age: the new one 3, then 2, 1, and 0 for the oldest
   update memori.compression_checkpoints c
-     set level = least(c.level, case r.rank_newest when 1 then 3 when 2 then 2 when 3 then 1 else 0 end)
+     set level = least(c.level, greatest(4 - r.rank_newest, 0)::integer)  -- (Citus misreads a simple CASE here)
     from (select id, row_number() over (order by to_seq desc) as rank_newest
-            from memori.compression_checkpoints where session_id = v_plan.session_id) r
-   where r.id = c.id;
+            from memori.compression_checkpoints where user_id = v_user and session_id = v_plan.session_id) r
+   where c.user_id = v_user and r.id = c.id;
 
   update memori.compression_state s
      set compressed_through_seq = v_plan.to_seq,
@@ -382,11 +409,12 @@ begin
          compression_count = s.compression_count + 1,
          version = s.version + 1,
          updated_at = p_now
-   where s.session_id = v_plan.session_id;
-  perform memori._compression_recount(v_plan.session_id);
-  select * into v_state from memori.compression_state s where s.session_id = v_plan.session_id;
+   where s.user_id = v_user and s.session_id = v_plan.session_id;
+  perform memori._compression_recount(v_user, v_plan.session_id);
+  select * into v_state from memori.compression_state s where s.user_id = v_user and s.session_id = v_plan.session_id;
 
-  update memori.compression_plans set status = 'applied', finished_at = p_now, checkpoint_id = v_cp where id = p_plan_id;
+  update memori.compression_plans set status = 'applied', finished_at = p_now, checkpoint_id = v_cp
+   where user_id = v_user and id = p_plan_id;
   perform memori._event_emit('compression.compressed',
             jsonb_build_object('plan_id', p_plan_id, 'session_id', v_plan.session_id, 'checkpoint_id', v_cp,
                                'compression_number', v_state.compression_count, 'source_tokens', v_plan.source_tokens,
@@ -412,7 +440,7 @@ declare
 begin
   update memori.compression_plans set status = 'failed', error = left(coalesce(p_error, 'unknown error'), 2000),
                                       finished_at = p_now
-   where id = p_plan_id returning * into v_plan;
+   where user_id = v_plan.user_id and id = p_plan_id returning * into v_plan;
   perform memori._event_emit('compression.error',
             jsonb_build_object('plan_id', p_plan_id, 'session_id', v_plan.session_id, 'error', v_plan.error), p_now);
   return v_plan;
@@ -428,28 +456,36 @@ comment on function memori.compression_abort(uuid, text, timestamptz) is 'Mark a
 -- conversation (user and uncompressed assistant/tool messages) in order.
 create or replace function memori.active_context(p_session_id text) returns setof memori.context_item
 as $func$
-  with st as (select * from memori.compression_state s where s.session_id = p_session_id),
+declare
+  v_user   text := memori._acting_user(null);
+  -- computed here, not in the query: on Citus the query runs on the user's shard, which
+  -- must not start another distributed query
+  v_block  text := memori._goal_block(v_user, p_session_id);
+  v_tokens integer := memori.token_estimate(v_block, 'compression');
+begin
+  return query
+  with st as (select * from memori.compression_state s where s.user_id = v_user and s.session_id = p_session_id),
   items as (
     select 1 as grp, m.seq::bigint as ord, 'system' as kind, 'system' as role, m.seq::text as ref, m.content, m.tokens
       from memori.messages m, st
-     where m.session_id = p_session_id and m.role = 'system' and not st.rolled_back @> m.seq
+     where m.user_id = v_user and m.session_id = p_session_id and m.role = 'system' and not st.rolled_back @> m.seq
     union all
-    select 2, 0, 'goal', 'system', g.id::text, memori.goal_block(p_session_id),
-           memori.token_estimate(memori.goal_block(p_session_id), 'compression')
-      from memori.goals g where g.session_id = p_session_id and g.status = 'active'
+    select 2, 0, 'goal', 'system', g.id::text, v_block, v_tokens
+      from memori.goals g where g.user_id = v_user and g.session_id = p_session_id and g.status = 'active'
     union all
     select 3, c.from_seq, 'checkpoint', 'system', c.id::text, c.summary, c.current_tokens
-      from memori.compression_checkpoints c where c.session_id = p_session_id
+      from memori.compression_checkpoints c where c.user_id = v_user and c.session_id = p_session_id
     union all
     select case when m.seq <= st.compressed_through_seq then 4 else 5 end, m.seq, m.role, m.role, m.seq::text,
            m.content, m.tokens
       from memori.messages m, st
-     where m.session_id = p_session_id and m.role <> 'system' and not st.rolled_back @> m.seq
+     where m.user_id = v_user and m.session_id = p_session_id and m.role <> 'system' and not st.rolled_back @> m.seq
        and (m.role = 'user' or m.seq > st.compressed_through_seq)
   )
-  select (row_number() over (order by grp, ord))::integer, kind, role, ref, content, tokens
-    from items order by grp, ord
-$func$ language sql stable security invoker
+  select (row_number() over (order by i.grp, i.ord))::integer, i.kind, i.role, i.ref, i.content, i.tokens
+    from items i order by i.grp, i.ord;
+end
+$func$ language plpgsql stable security invoker
 set search_path = pg_catalog, memori, pg_temp;
 comment on function memori.active_context(text) is 'The context sent to the LLM: system messages, goal block, checkpoints oldest first, older user messages, recent messages.';
 
@@ -505,7 +541,7 @@ create or replace function memori.session_reliability(p_session_id text, p_model
 returns memori.session_reliability_state
 as $func$
 declare
-  v_state memori.compression_state := memori._compression_state(p_session_id);
+  v_state memori.compression_state := memori._compression_state(memori._acting_user(null), p_session_id);
   v_r     memori.reliability;
 begin
   v_r := memori.reliability_score(p_model_size_b, v_state.compression_count);
@@ -529,29 +565,34 @@ create or replace function memori.session_export(
   p_provider   text default null
 ) returns jsonb
 as $func$
-  select jsonb_build_object(
+declare
+  v_user text := memori._acting_user(null);
+begin
+  return (select jsonb_build_object(
            'sessionId', s.session_id,
-           'startTime', (select min(m.created_at) from memori.messages m where m.session_id = s.session_id),
-           'lastActivity', (select max(m.created_at) from memori.messages m where m.session_id = s.session_id),
+           'startTime', (select min(m.created_at) from memori.messages m where m.user_id = v_user and m.session_id = s.session_id),
+           'lastActivity', (select max(m.created_at) from memori.messages m where m.user_id = v_user and m.session_id = s.session_id),
            'model', p_model,
            'provider', p_provider,
            'messages', coalesce((select jsonb_agg(jsonb_build_object(
                                     'role', m.role,
                                     'parts', jsonb_build_array(jsonb_build_object('type', 'text', 'text', m.content)),
                                     'timestamp', m.created_at) order by m.seq)
-                                   from memori.messages m where m.session_id = s.session_id), '[]'),
+                                   from memori.messages m where m.user_id = v_user and m.session_id = s.session_id), '[]'),
            'toolCalls', coalesce((select jsonb_agg(tc || jsonb_build_object('timestamp', m.created_at) order by m.seq, n)
                                     from memori.messages m
                                    cross join lateral jsonb_array_elements(case jsonb_typeof(m.tool_calls)
                                                                              when 'array' then m.tool_calls
                                                                              else jsonb_build_array(m.tool_calls) end)
                                                       with ordinality t(tc, n)
-                                   where m.session_id = s.session_id and m.tool_calls is not null), '[]'),
+                                   where m.user_id = v_user and m.session_id = s.session_id and m.tool_calls is not null), '[]'),
            'metadata', jsonb_build_object(
-             'tokenCount', (select coalesce(sum(m.tokens), 0) from memori.messages m where m.session_id = s.session_id),
+             'tokenCount', (select coalesce(sum(m.tokens), 0) from memori.messages m
+                             where m.user_id = v_user and m.session_id = s.session_id),
              'compressionCount', s.compression_count))
     from memori.compression_state s
-   where s.session_id = p_session_id
-$func$ language sql stable security invoker
+   where s.user_id = v_user and s.session_id = p_session_id);
+end
+$func$ language plpgsql stable security invoker
 set search_path = pg_catalog, memori, pg_temp;
 comment on function memori.session_export(text, text, text) is 'The seed''s session file as JSON: every message uncompressed, tool calls, token and compression counts; NULL for an unknown session.';

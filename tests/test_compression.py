@@ -16,6 +16,12 @@ from tests.helpers import T0, assert_sqlstate, one, rows, value
 SEC = timedelta(seconds=1)
 
 
+@pytest.fixture(autouse=True)
+def _acting_user(conn: psycopg.Connection) -> None:
+    """Session ids are unique per user (issue 20): the session-keyed calls act for memori.user_id."""
+    conn.execute("set memori.user_id = 'alice'")
+
+
 def add(conn: psycopg.Connection, session: str, role: str, content: str, tokens: int | None = None,
         at=T0, user: str = "alice", **kw: Any) -> dict[str, Any]:  # type: ignore[no-untyped-def]
     extra = "".join(f", {k} => %({k})s" for k in kw)
@@ -112,12 +118,14 @@ def test_message_add_returns_budget_and_estimates_tokens(conn: psycopg.Connectio
 
 
 def test_bad_input_is_refused_with_our_codes(conn: psycopg.Connection) -> None:
+    conn.execute("reset memori.user_id")
     assert_sqlstate(conn, "PM004", "select memori.message_add('s', 'robot', 'x', p_user_id => 'u')")
     assert_sqlstate(conn, "PM001", "select memori.message_add('s', 'user', 'x', -1, p_user_id => 'u')")
     assert_sqlstate(conn, "PM001", "select memori.message_add('s', 'user', 'x')")  # no user for a new session
     assert_sqlstate(conn, "PM001", "select memori.message_add('', 'user', 'x', p_user_id => 'u')")
     add(conn, "s", "user", "hello", 10)
     assert_sqlstate(conn, "PM041", "select memori.message_add('s', 'user', 'x', p_user_id => 'mallory')")
+    conn.execute("set memori.user_id = 'alice'")
     assert_sqlstate(conn, "PM070", "select memori.compression_budget('s', 500, 500)")  # 425 usable < 500
     assert_sqlstate(conn, "PM070", "select memori.compression_plan('s', 1000, 850)")  # exactly full: 850 usable
     assert budget(conn, "s", 1000, 849)["available_tokens"] == 1
@@ -145,6 +153,7 @@ ACTING_USER_CALLS = {
 def test_acting_user_rule(conn: psycopg.Connection, call: str) -> None:
     """PM040 when p_user_id is not memori.user_id; no user means memori.user_id; PM001 without either."""
     sql = ACTING_USER_CALLS[call]
+    conn.execute("reset memori.user_id")
     assert_sqlstate(conn, "PM001", sql.format(user=""))  # neither an argument nor memori.user_id
     conn.execute("set memori.user_id = 'carol'")
     assert_sqlstate(conn, "PM040", sql.format(user=", p_user_id => 'dave'"))  # even for a superuser
@@ -211,6 +220,8 @@ def test_stale_plan_refused_under_concurrency(conn: psycopg.Connection, dsn: str
     conversation(conn, "s", 20)
     p1, p2 = plan(conn, "s"), plan(conn, "s")
     with psycopg.connect(dsn) as a, psycopg.connect(dsn) as b:
+        for c in (a, b):
+            c.execute("select set_config('memori.user_id', 'alice', false)")
         a.execute("select memori.compression_apply(%s, 'from a')", (p1["id"],))  # holds the session row
         result: dict[str, Any] = {}
 

@@ -203,34 +203,36 @@ def test_compression_cli(db: pymemdb.Database, dsn: str, tmp_path) -> None:  # t
         db.compression.message_add("cli", "user", f"question {i}", tool_calls=None, user_id="alice")
         db.compression.message_add("cli", "assistant", "A long answer sentence. " * 50,
                                    tool_calls=[{"id": f"call_{i}", "name": "read_file", "args": {"path": "a.ts"}}])
-    result = runner.invoke(app, ["compression", "status", "cli", "--dsn", dsn, "--model-size", "3"])
+    result = runner.invoke(app, ["compression", "status", "cli", "--dsn", dsn, "-u", "alice", "--model-size", "3"])
     assert result.exit_code == 0, result.output
     assert "Context: " in result.output and "/6,800" in result.output and "(0 compressions)" in result.output
     assert "should compress: yes" in result.output
-    result = runner.invoke(app, ["compression", "compress", "cli", "--dsn", dsn])
+    result = runner.invoke(app, ["compression", "compress", "cli", "--dsn", dsn, "-u", "alice"])
     assert result.exit_code == 0 and "compression 1:" in result.output, result.output
-    result = runner.invoke(app, ["compression", "compress", "cli", "--dsn", dsn])
+    result = runner.invoke(app, ["compression", "compress", "cli", "--dsn", dsn, "-u", "alice"])
     assert "skipped:" in result.output
     out = tmp_path / "cli.json"
-    result = runner.invoke(app, ["compression", "export", "cli", "--dsn", dsn, "-o", str(out), "--model", "m"])
+    result = runner.invoke(app, ["compression", "export", "cli", "--dsn", dsn, "-u", "alice", "-o", str(out),
+                                 "--model", "m"])
     assert result.exit_code == 0, result.output
     document = json.loads(out.read_text())
     assert document["sessionId"] == "cli" and len(document["messages"]) == 41 and len(document["toolCalls"]) == 20
     assert document["metadata"]["compressionCount"] == 1 and document["model"] == "m"
-    result = runner.invoke(app, ["compression", "snapshot", "cli", "--dsn", dsn, "--json"])
+    result = runner.invoke(app, ["compression", "snapshot", "cli", "--dsn", dsn, "-u", "alice", "--json"])
     snap = json.loads(result.output)
-    result = runner.invoke(app, ["compression", "restore", snap["id"], "--dsn", dsn])
+    result = runner.invoke(app, ["compression", "restore", snap["id"], "--dsn", dsn, "-u", "alice"])
     assert result.exit_code == 0 and "restored session cli" in result.output
-    result = runner.invoke(app, ["compression", "snapshot", "cli", "--list", "--dsn", dsn, "--json"])
+    result = runner.invoke(app, ["compression", "snapshot", "cli", "--list", "--dsn", dsn, "-u", "alice", "--json"])
     assert {s["kind"] for s in json.loads(result.output)} >= {"manual", "pre_restore"}
-    result = runner.invoke(app, ["compression", "status", "nope", "--dsn", dsn])
+    result = runner.invoke(app, ["compression", "status", "nope", "--dsn", dsn, "-u", "alice"])
     assert result.exit_code == 1 and "has no messages" in result.output
     # `session` stays a hidden alias of `compression` (db.sessions is the context store's)
-    result = runner.invoke(app, ["session", "status", "cli", "--dsn", dsn, "--json"])
+    result = runner.invoke(app, ["session", "status", "cli", "--dsn", dsn, "-u", "alice", "--json"])
     assert result.exit_code == 0 and json.loads(result.output)["budget"]["session_id"] == "cli", result.output
     listed = runner.invoke(app, ["--help"]).output
     assert "│ compression " in listed and "│ session " not in listed
-    result = runner.invoke(app, ["compression", "compress", "cli", "--llm-url", "http://127.0.0.1:9/v1", "--dsn", dsn])
+    result = runner.invoke(app, ["compression", "compress", "cli", "--llm-url", "http://127.0.0.1:9/v1", "--dsn", dsn,
+                                 "-u", "alice"])
     assert result.exit_code == 2 and "--model" in result.output
 
 

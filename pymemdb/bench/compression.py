@@ -94,6 +94,8 @@ def run(
     texts = [_text(rng) for _ in range(256)]
     result: dict[str, Any] = {"suite": "compression", "rows": rows, "seed": seed, "now": NOW.isoformat()}
     with connect(dsn) as conn:
+        # the session-keyed calls (compression_plan) act for memori.user_id: session ids are per user
+        conn.execute("select set_config('memori.user_id', %s, false)", (USER,))
         result["server_version"] = one(conn, "show server_version")
         try:
             # -- 1. message_add throughput ---------------------------------------
@@ -133,7 +135,7 @@ def run(
                 with conn.transaction():
                     conn.execute(GENERATE, {"s": session, "u": USER, "n": rows, "now": NOW})
                     conn.execute(STATE, {"s": session, "u": USER, "n": rows, "through": through, "now": NOW})
-                    conn.execute("select memori._compression_recount(%s)", (session,))
+                    conn.execute("select memori._compression_recount(%s, %s)", (USER, session))
                 conn.execute("analyze memori.messages")
                 say(f"compression_plan x {iterations} ({shape})")
                 plan = _latency(conn, PLAN, (session, NOW), iterations)
