@@ -18,7 +18,7 @@ TRANSACTION_CONTROL = {"memori.cleanup_run(integer,integer,text)",
 # search_path cannot reach them; without a SET clause PostgreSQL inlines them.
 INLINED = {"memori.lg_checkpoint_stamp(text,text,uuid,text,timestamp with time zone)",
            "memori.lg_checkpoint_get(text,text,uuid,text,timestamp with time zone,text,text)",
-           "memori._lg_blob_full(bigint,text,text,text[],integer,bytea)",
+           "memori._lg_blob_full(text,bigint,text,text,text[],integer,bytea)",
            "memori.session_checkpoint_load_latest(text,text,timestamp with time zone)",
            "memori._store_text_spec(jsonb,text[],text)", "memori._store_item_tsv(jsonb,text)",
            "memori._context_visible(text,text,text)"}
