@@ -174,13 +174,12 @@ comment on function memori._lg_live_thread(text, text, timestamptz) is 'Key of a
 --
 -- A row (FROM ... CROSS JOIN LATERAL) so that PostgreSQL inlines it into the
 -- read that calls it: as a function call (its own plan, a search_path switch)
--- it cost ~120 µs of a cold read's ~300. Hence no SET clause; its SQL-standard
--- body (BEGIN ATOMIC) was resolved when it was created, as lg_checkpoint_stamp's.
+-- it cost ~120 µs of a cold read's ~300. Hence no SET clause, and a string body
+-- with every memori name qualified, as lg_checkpoint_stamp's.
 create or replace function memori._lg_blob_full(
   p_user text, p_thread bigint, p_ns text, p_channel text, p_base text[], p_items integer, p_blob bytea
 ) returns table (blob bytea)
-language sql stable security invoker
-begin atomic
+as $func$
   select p_blob where p_base is null
   union all
   -- one index scan for the whole chain (= ANY), put in chain order by array_position;
@@ -206,8 +205,8 @@ begin atomic
                                               | (get_byte(x.blob, 3) << 8) | get_byte(x.blob, 4) end as items,
                      case when b.b between 144 and 159 then 1 when b.b = 220 then 3 else 5 end as header
                 from (select case when x.items is null then get_byte(x.blob, 0) end as b) b) r on x.items is null) j
-   where p_base is not null;
-end;
+   where p_base is not null
+$func$ language sql stable security invoker;
 comment on function memori._lg_blob_full(text, bigint, text, text, text[], integer, bytea) is 'The full value of a LangGraph blob as one row: itself, or for a delta blob its chain''s items (root first) and its own tail under one msgpack array header. Inlined into its callers.';
 
 -------------------------------------------------------------------------------
@@ -630,9 +629,12 @@ comment on function memori.lg_writes_put(text, text, uuid, text, text, integer[]
 -- The one function without a pinned search_path, on purpose: it is on every
 -- read a saver answers from its copy, and PostgreSQL inlines it into the
 -- caller's query only without a SET clause (a call costs ~15-20 µs more than
--- the probes themselves). Its SQL-standard body (BEGIN ATOMIC) is parsed when
--- it is created, so every name in it is resolved then, never at call time:
--- the caller's search_path cannot change what it reads or calls.
+-- the probes themselves). Its body is a string, not SQL-standard (BEGIN ATOMIC):
+-- such a body depends on the tables it reads, and Citus then refuses both the
+-- tables (a circular dependency) and the function (docs/scale-out.md). It is
+-- parsed at call time: every memori name in it is qualified, and it runs with
+-- the caller's rights (security invoker), so the caller's search_path can only
+-- change its own results.
 create or replace function memori.lg_checkpoint_stamp(
   p_thread_id     text,
   p_checkpoint_ns text default '',
@@ -640,8 +642,7 @@ create or replace function memori.lg_checkpoint_stamp(
   p_user_id       text default null,
   p_now           timestamptz default now()
 ) returns table (checkpoint_id uuid, stamp text, writes_stamp text)
-language sql stable security invoker
-begin atomic
+as $func$
   select c.checkpoint_id, t.id::text || '.' || c.xmin::text || '.' || c.checkpoint_id::text,
          (select coalesce(string_agg(w.xmin::text, '.' order by w.task_id, w.idx), '')
             from memori.lg_writes w
@@ -663,8 +664,8 @@ begin atomic
          and c.checkpoint_id = p_checkpoint_id and (c.expires_at is null or c.expires_at > p_now))) c
    where t.user_id = coalesce(p_user_id, nullif(current_setting('memori.user_id', true), ''),
                               memori._lg_user(p_user_id))  -- PM001 without a user
-     and t.thread_id = p_thread_id and (t.expires_at is null or t.expires_at > p_now);
-end;
+     and t.thread_id = p_thread_id and (t.expires_at is null or t.expires_at > p_now)
+$func$ language sql stable security invoker;
 comment on function memori.lg_checkpoint_stamp(text, text, uuid, text, timestamptz) is 'The read stamps of a LangGraph checkpoint (the given id, else the latest of the namespace): of the checkpoint and of its pending writes, what a cached copy is checked against. No row when absent or expired.';
 
 -------------------------------------------------------------------------------
@@ -706,9 +707,9 @@ comment on function memori._lg_tuple(text, memori.lg_checkpoints, timestamptz) i
 -- the caller's (a set-returning SQL function without a SET clause, like
 -- lg_checkpoint_stamp, and _lg_blob_full inlined into it), so the read is one
 -- plan with no nested calls: as a plpgsql function calling _lg_blob_join it
--- spent ~750 µs of server time where this spends ~290 (issue 21). Its
--- SQL-standard body (BEGIN ATOMIC) was resolved when it was created: the
--- caller's search_path cannot change what it reads or calls.
+-- spent ~750 µs of server time where this spends ~290 (issue 21). A string
+-- body with qualified names, as lg_checkpoint_stamp's (Citus refuses
+-- SQL-standard bodies that read distributed tables).
 -- p_known_stamp: the stamp of a copy the caller holds; when it is still the
 -- stamp of that checkpoint, the row carries the stamp and the pending writes
 -- only (checkpoint, metadata and blobs NULL): the caller's copy is current.
@@ -723,8 +724,7 @@ create or replace function memori.lg_checkpoint_get(
   p_known_stamp   text default null,
   p_known_writes  text default null
 ) returns setof memori.lg_tuple
-language sql stable security invoker
-begin atomic
+as $func$
   select t.thread_id, c.checkpoint_ns, c.checkpoint_id, c.parent_id,
          case when c.changed then c.checkpoint end, case when c.changed then c.metadata end,
          b.channels, b.types, b.vals,
@@ -778,8 +778,8 @@ begin atomic
                       order by wr.task_path, wr.task_id, wr.idx) wr) s) w
    where t.user_id = coalesce(p_user_id, nullif(current_setting('memori.user_id', true), ''),
                               memori._lg_user(p_user_id))  -- PM001 without a user
-     and t.thread_id = p_thread_id and (t.expires_at is null or t.expires_at > p_now);
-end;
+     and t.thread_id = p_thread_id and (t.expires_at is null or t.expires_at > p_now)
+$func$ language sql stable security invoker;
 comment on function memori.lg_checkpoint_get(text, text, uuid, text, timestamptz, text, text) is 'A LangGraph checkpoint tuple (checkpoint, blobs, pending writes, stamps): the given id, else the latest of the namespace; no row when absent or expired; the parts whose known stamp is current come back NULL.';
 
 -------------------------------------------------------------------------------
