@@ -18,7 +18,7 @@ import pymemdb
 from pymemdb.cli.main import app
 from pymemdb.errors import CoordinatorHoldsShards
 from pymemdb.install import install
-from tests.citus.conftest import CitusCluster
+from tests.citus.conftest import CitusCluster, placements
 from tests.helpers import T0, rows
 
 pytestmark = pytest.mark.citus
@@ -27,8 +27,9 @@ pytestmark = pytest.mark.citus
 # catalog but Citus refuses it: memori.session_checkpoint_load_latest's SQL-standard body depends
 # on it, which Citus counts as a circular dependency.
 REFERENCE_TODAY = {"milestone_criteria", "priority_boosts", "settings", "token_budgets"}
-# The user tables whose keys already lead with the user (issues 17 and 18).
-DISTRIBUTED_TODAY = {"mcp_tokens", "store_items", "store_namespaces", "store_vectors"}
+# The user tables whose keys already lead with the user (issues 17 and 18; the saver's: issue 20).
+DISTRIBUTED_TODAY = {"mcp_tokens", "store_items", "store_namespaces", "store_vectors",
+                     "lg_threads", "lg_checkpoints", "lg_blobs", "lg_writes"}
 
 
 def _smoke(dsn: str) -> None:
@@ -75,7 +76,10 @@ def _smoke(dsn: str) -> None:
         summary = db.cleanup.execute(now=later)
         assert summary.deleted == summary.planned
         assert sum(n for t, n in summary.deleted_by_table.items() if t != "events") == len(preview) > 0
-    # the LangGraph saver
+    # the LangGraph saver, while its tables are local: its functions do not run on distributed
+    # tables yet (docs/scale-out.md; tests/citus/test_langgraph.py, a strict xfail, tracks it)
+    if "lg_threads" in placements(dsn):
+        return
     with MemoriSaver(dsn, user_id="alice") as saver:
         graph = _graph().compile(checkpointer=saver)
         config = {"configurable": {"thread_id": "chat-1"}}
@@ -135,7 +139,7 @@ def test_distribute_places_what_it_can_and_reports_every_table(citus_dsn: str) -
 def test_init_distribute_on_the_cluster(citus_db: str) -> None:
     result = CliRunner().invoke(app, ["init", "--distribute", "--dsn", citus_db])
     assert result.exit_code == 0, result.output
-    assert "4 reference" in result.output and "4 distributed" in result.output and "blocked" in result.output
+    assert "4 reference" in result.output and "8 distributed" in result.output and "blocked" in result.output
 
 
 def test_a_coordinator_that_holds_shards_is_pm142(citus_dsn: str, citus_cluster: CitusCluster) -> None:
