@@ -184,13 +184,13 @@ as $func$
   union all
   -- one index scan for the whole chain (= ANY), put in chain order by array_position;
   -- the root's array header parsed inline (a nested function call costs more than the scan)
-  select case when j.n < 16 then set_byte('\x00'::bytea, 0, 144 + j.n)
-              when j.n < 65536 then '\xdc'::bytea || substring(int4send(j.n) from 3 for 2)
-              else '\xdd'::bytea || int4send(j.n) end
+  select case when j.n < 16 then pg_catalog.set_byte('\x00'::bytea, 0, 144 + j.n)
+              when j.n < 65536 then '\xdc'::bytea || substring(pg_catalog.int4send(j.n) from 3 for 2)
+              else '\xdd'::bytea || pg_catalog.int4send(j.n) end
          || j.body || p_blob
-    from (select (sum(coalesce(x.items, r.items)) + p_items)::integer as n,
-                 string_agg(case when x.items is null then substring(x.blob from r.header + 1) else x.blob end,
-                            ''::bytea order by array_position(p_base, x.version)) as body
+    from (select (pg_catalog.sum(coalesce(x.items, r.items)) + p_items)::integer as n,
+                 pg_catalog.string_agg(case when x.items is null then substring(x.blob from r.header + 1) else x.blob end,
+                            ''::bytea order by pg_catalog.array_position(p_base, x.version)) as body
             -- the root is TOASTed (a whole list): detoasted once here (|| and OFFSET 0), not
             -- by every get_byte and substring below (they read its TOAST chunks again each)
             from (select x.version, x.items, x.blob || ''::bytea as blob
@@ -200,11 +200,11 @@ as $func$
                   offset 0) x
             left join lateral (
               select case when b.b between 144 and 159 then b.b - 144
-                          when b.b = 220 then (get_byte(x.blob, 1) << 8) | get_byte(x.blob, 2)
-                          when b.b = 221 then (get_byte(x.blob, 1)::bigint << 24) | (get_byte(x.blob, 2) << 16)
-                                              | (get_byte(x.blob, 3) << 8) | get_byte(x.blob, 4) end as items,
+                          when b.b = 220 then (pg_catalog.get_byte(x.blob, 1) << 8) | pg_catalog.get_byte(x.blob, 2)
+                          when b.b = 221 then (pg_catalog.get_byte(x.blob, 1)::bigint << 24) | (pg_catalog.get_byte(x.blob, 2) << 16)
+                                              | (pg_catalog.get_byte(x.blob, 3) << 8) | pg_catalog.get_byte(x.blob, 4) end as items,
                      case when b.b between 144 and 159 then 1 when b.b = 220 then 3 else 5 end as header
-                from (select case when x.items is null then get_byte(x.blob, 0) end as b) b) r on x.items is null) j
+                from (select case when x.items is null then pg_catalog.get_byte(x.blob, 0) end as b) b) r on x.items is null) j
    where p_base is not null
 $func$ language sql stable security invoker;
 comment on function memori._lg_blob_full(text, bigint, text, text, text[], integer, bytea) is 'The full value of a LangGraph blob as one row: itself, or for a delta blob its chain''s items (root first) and its own tail under one msgpack array header. Inlined into its callers.';
@@ -632,9 +632,10 @@ comment on function memori.lg_writes_put(text, text, uuid, text, text, integer[]
 -- the probes themselves). Its body is a string, not SQL-standard (BEGIN ATOMIC):
 -- such a body depends on the tables it reads, and Citus then refuses both the
 -- tables (a circular dependency) and the function (docs/scale-out.md). It is
--- parsed at call time: every memori name in it is qualified, and it runs with
--- the caller's rights (security invoker), so the caller's search_path can only
--- change its own results.
+-- parsed at call time: every table and function name in it is qualified
+-- (memori., pg_catalog.), and it runs with the caller's rights (security
+-- invoker): a caller's search_path reaches only operators and type names, in
+-- its own reads.
 create or replace function memori.lg_checkpoint_stamp(
   p_thread_id     text,
   p_checkpoint_ns text default '',
@@ -644,7 +645,7 @@ create or replace function memori.lg_checkpoint_stamp(
 ) returns table (checkpoint_id uuid, stamp text, writes_stamp text)
 as $func$
   select c.checkpoint_id, t.id::text || '.' || c.xmin::text || '.' || c.checkpoint_id::text,
-         (select coalesce(string_agg(w.xmin::text, '.' order by w.task_id, w.idx), '')
+         (select coalesce(pg_catalog.string_agg(w.xmin::text, '.' order by w.task_id, w.idx), '')
             from memori.lg_writes w
            where w.user_id = t.user_id and w.thread = t.id and w.checkpoint_ns = c.checkpoint_ns
              and w.checkpoint_id = c.checkpoint_id
@@ -662,7 +663,7 @@ as $func$
        where p_checkpoint_id is not null and c.user_id = t.user_id and c.thread = t.id
          and c.checkpoint_ns = coalesce(p_checkpoint_ns, '')
          and c.checkpoint_id = p_checkpoint_id and (c.expires_at is null or c.expires_at > p_now))) c
-   where t.user_id = coalesce(p_user_id, nullif(current_setting('memori.user_id', true), ''),
+   where t.user_id = coalesce(p_user_id, nullif(pg_catalog.current_setting('memori.user_id', true), ''),
                               memori._lg_user(p_user_id))  -- PM001 without a user
      and t.thread_id = p_thread_id and (t.expires_at is null or t.expires_at > p_now)
 $func$ language sql stable security invoker;
@@ -753,8 +754,8 @@ as $func$
                                        and c.checkpoint_id = p_checkpoint_id
                                        and (c.expires_at is null or c.expires_at > p_now))) c) s) c
    cross join lateral (
-     select array_agg(v.key) as channels, array_agg(bl.type) as types, array_agg(bl.blob) as vals
-       from jsonb_each_text(case when c.changed then c.checkpoint -> 'channel_versions' end) v
+     select pg_catalog.array_agg(v.key) as channels, pg_catalog.array_agg(bl.type) as types, pg_catalog.array_agg(bl.blob) as vals
+       from pg_catalog.jsonb_each_text(case when c.changed then c.checkpoint -> 'channel_versions' end) v
       cross join lateral (select x.type, f.blob
                             from memori.lg_blobs x
                            cross join lateral memori._lg_blob_full(x.user_id, x.thread, x.checkpoint_ns,
@@ -767,16 +768,16 @@ as $func$
      -- one scan of the pending writes: their row versions in key order (what a cached copy of
      -- them is checked against) and the writes in (task_path, task_id, idx) order
      select s.*, c.changed or s.stamp is distinct from p_known_writes as sent
-       from (select coalesce(string_agg(wr.xmin::text, '.' order by wr.task_id, wr.idx), '') as stamp,
-                    array_agg(wr.task_id) as task_ids, array_agg(wr.channel) as channels,
-                    array_agg(wr.type) as types, array_agg(wr.blob) as vals, array_agg(wr.task_path) as paths,
-                    array_agg(wr.idx) as idx
+       from (select coalesce(pg_catalog.string_agg(wr.xmin::text, '.' order by wr.task_id, wr.idx), '') as stamp,
+                    pg_catalog.array_agg(wr.task_id) as task_ids, pg_catalog.array_agg(wr.channel) as channels,
+                    pg_catalog.array_agg(wr.type) as types, pg_catalog.array_agg(wr.blob) as vals, pg_catalog.array_agg(wr.task_path) as paths,
+                    pg_catalog.array_agg(wr.idx) as idx
                from (select wr.xmin, wr.task_id, wr.channel, wr.type, wr.blob, wr.task_path, wr.idx
                        from memori.lg_writes wr
                       where wr.user_id = c.user_id and wr.thread = c.thread and wr.checkpoint_ns = c.checkpoint_ns
                         and wr.checkpoint_id = c.checkpoint_id and (wr.expires_at is null or wr.expires_at > p_now)
                       order by wr.task_path, wr.task_id, wr.idx) wr) s) w
-   where t.user_id = coalesce(p_user_id, nullif(current_setting('memori.user_id', true), ''),
+   where t.user_id = coalesce(p_user_id, nullif(pg_catalog.current_setting('memori.user_id', true), ''),
                               memori._lg_user(p_user_id))  -- PM001 without a user
      and t.thread_id = p_thread_id and (t.expires_at is null or t.expires_at > p_now)
 $func$ language sql stable security invoker;
