@@ -133,7 +133,7 @@ begin
        or v_row.expires_at is distinct from v_row.updated_at + p_idle then
       update memori.lg_threads t
          set updated_at = p_now, expires_at = p_now + p_idle, policy = p_policy, uses_delta = t.uses_delta or p_delta
-       where t.id = v_row.id
+       where t.user_id = p_user_id and t.id = v_row.id
       returning * into v_row;
     end if;
     return v_row;
@@ -166,30 +166,6 @@ set search_path = pg_catalog, memori, pg_temp;
 comment on function memori._lg_live_thread(text, text, timestamptz) is 'Key of a user''s unexpired LangGraph thread, NULL when there is none.';
 
 -------------------------------------------------------------------------------
--- _lg_writes_gone: pending writes go with their checkpoint
-create or replace function memori._lg_writes_gone() returns trigger
-as $func$
-begin
-  -- A cleanup run deletes the writes itself: they expire with their
-  -- checkpoint, so its plan (and preview) lists them, and deleting them here
-  -- would make execute disagree with preview (and the cleaner may not see them).
-  if memori._cleanup_lock_held() then
-    return null;
-  end if;
-  delete from memori.lg_writes w
-   using gone g
-   where w.thread = g.thread and w.checkpoint_ns = g.checkpoint_ns and w.checkpoint_id = g.checkpoint_id;
-  return null;
-end
-$func$ language plpgsql security invoker
-set search_path = pg_catalog, memori, pg_temp;
-comment on function memori._lg_writes_gone() is 'Trigger: delete the pending writes of deleted LangGraph checkpoints (prune, delete_for_runs); a cleanup run deletes them by their own expiry.';
-
-create or replace trigger lg_checkpoints_writes_gone after delete on memori.lg_checkpoints
-  referencing old table as gone
-  for each statement execute function memori._lg_writes_gone();
-
--------------------------------------------------------------------------------
 -- _lg_blob_full: a blob's full value (a delta blob joined to its chain, root first)
 -- A delta stores only the items appended to its base version; the msgpack
 -- array of the whole list is a header for the total count, then the root's
@@ -198,45 +174,44 @@ create or replace trigger lg_checkpoints_writes_gone after delete on memori.lg_c
 --
 -- A row (FROM ... CROSS JOIN LATERAL) so that PostgreSQL inlines it into the
 -- read that calls it: as a function call (its own plan, a search_path switch)
--- it cost ~120 µs of a cold read's ~300. Hence no SET clause; its SQL-standard
--- body (BEGIN ATOMIC) was resolved when it was created, as lg_checkpoint_stamp's.
+-- it cost ~120 µs of a cold read's ~300. Hence no SET clause, and a string body
+-- with every memori name qualified, as lg_checkpoint_stamp's.
 create or replace function memori._lg_blob_full(
-  p_thread bigint, p_ns text, p_channel text, p_base text[], p_items integer, p_blob bytea
+  p_user text, p_thread bigint, p_ns text, p_channel text, p_base text[], p_items integer, p_blob bytea
 ) returns table (blob bytea)
-language sql stable security invoker
-begin atomic
+as $func$
   select p_blob where p_base is null
   union all
   -- one index scan for the whole chain (= ANY), put in chain order by array_position;
   -- the root's array header parsed inline (a nested function call costs more than the scan)
-  select case when j.n < 16 then set_byte('\x00'::bytea, 0, 144 + j.n)
-              when j.n < 65536 then '\xdc'::bytea || substring(int4send(j.n) from 3 for 2)
-              else '\xdd'::bytea || int4send(j.n) end
+  select case when j.n < 16 then pg_catalog.set_byte('\x00'::bytea, 0, 144 + j.n)
+              when j.n < 65536 then '\xdc'::bytea || substring(pg_catalog.int4send(j.n) from 3 for 2)
+              else '\xdd'::bytea || pg_catalog.int4send(j.n) end
          || j.body || p_blob
-    from (select (sum(coalesce(x.items, r.items)) + p_items)::integer as n,
-                 string_agg(case when x.items is null then substring(x.blob from r.header + 1) else x.blob end,
-                            ''::bytea order by array_position(p_base, x.version)) as body
+    from (select (pg_catalog.sum(coalesce(x.items, r.items)) + p_items)::integer as n,
+                 pg_catalog.string_agg(case when x.items is null then substring(x.blob from r.header + 1) else x.blob end,
+                            ''::bytea order by pg_catalog.array_position(p_base, x.version)) as body
             -- the root is TOASTed (a whole list): detoasted once here (|| and OFFSET 0), not
             -- by every get_byte and substring below (they read its TOAST chunks again each)
             from (select x.version, x.items, x.blob || ''::bytea as blob
                     from memori.lg_blobs x
-                   where x.thread = p_thread and x.checkpoint_ns = p_ns and x.channel = p_channel
-                     and x.version = any (p_base)
+                   where x.user_id = p_user and x.thread = p_thread and x.checkpoint_ns = p_ns
+                     and x.channel = p_channel and x.version = any (p_base)
                   offset 0) x
             left join lateral (
               select case when b.b between 144 and 159 then b.b - 144
-                          when b.b = 220 then (get_byte(x.blob, 1) << 8) | get_byte(x.blob, 2)
-                          when b.b = 221 then (get_byte(x.blob, 1)::bigint << 24) | (get_byte(x.blob, 2) << 16)
-                                              | (get_byte(x.blob, 3) << 8) | get_byte(x.blob, 4) end as items,
+                          when b.b = 220 then (pg_catalog.get_byte(x.blob, 1) << 8) | pg_catalog.get_byte(x.blob, 2)
+                          when b.b = 221 then (pg_catalog.get_byte(x.blob, 1)::bigint << 24) | (pg_catalog.get_byte(x.blob, 2) << 16)
+                                              | (pg_catalog.get_byte(x.blob, 3) << 8) | pg_catalog.get_byte(x.blob, 4) end as items,
                      case when b.b between 144 and 159 then 1 when b.b = 220 then 3 else 5 end as header
-                from (select case when x.items is null then get_byte(x.blob, 0) end as b) b) r on x.items is null) j
-   where p_base is not null;
-end;
-comment on function memori._lg_blob_full(bigint, text, text, text[], integer, bytea) is 'The full value of a LangGraph blob as one row: itself, or for a delta blob its chain''s items (root first) and its own tail under one msgpack array header. Inlined into its callers.';
+                from (select case when x.items is null then pg_catalog.get_byte(x.blob, 0) end as b) b) r on x.items is null) j
+   where p_base is not null
+$func$ language sql stable security invoker;
+comment on function memori._lg_blob_full(text, bigint, text, text, text[], integer, bytea) is 'The full value of a LangGraph blob as one row: itself, or for a delta blob its chain''s items (root first) and its own tail under one msgpack array header. Inlined into its callers.';
 
 -------------------------------------------------------------------------------
 -- _lg_versions_closure: channel versions and every version their blobs are built on
-create or replace function memori._lg_versions_closure(p_thread bigint, p_ns text, p_versions jsonb)
+create or replace function memori._lg_versions_closure(p_user text, p_thread bigint, p_ns text, p_versions jsonb)
 returns table (channel text, version text)
 as $func$
   select v.key, v.value from jsonb_each_text(p_versions) v
@@ -244,17 +219,17 @@ as $func$
   select v.key, a.version
     from jsonb_each_text(p_versions) v
    cross join lateral (select x.base from memori.lg_blobs x
-                        where x.thread = p_thread and x.checkpoint_ns = p_ns and x.channel = v.key
+                        where x.user_id = p_user and x.thread = p_thread and x.checkpoint_ns = p_ns and x.channel = v.key
                           and x.version = v.value and x.base is not null
                         limit 1) x
    cross join unnest(x.base) a(version)
 $func$ language sql stable security invoker
 set search_path = pg_catalog, memori, pg_temp;
-comment on function memori._lg_versions_closure(bigint, text, jsonb) is 'The (channel, version) pairs a checkpoint''s channel_versions need: each version and, for delta blobs, the versions their chain is built on.';
+comment on function memori._lg_versions_closure(text, bigint, text, jsonb) is 'The (channel, version) pairs a checkpoint''s channel_versions need: each version and, for delta blobs, the versions their chain is built on.';
 
 -------------------------------------------------------------------------------
 -- _lg_namespace_settle: after deletions, the latest checkpoint is kept and unused blobs go
-create or replace function memori._lg_namespace_settle(p_thread bigint, p_ns text, p_now timestamptz)
+create or replace function memori._lg_namespace_settle(p_user text, p_thread bigint, p_ns text, p_now timestamptz)
 returns integer
 as $func$
 declare
@@ -262,8 +237,9 @@ declare
   v_versions jsonb;
 begin
   update memori.lg_checkpoints c set expires_at = null
-   where c.id = (select l.id from memori.lg_checkpoints l
-                  where l.thread = p_thread and l.checkpoint_ns = p_ns
+   where c.user_id = p_user
+     and c.id = (select l.id from memori.lg_checkpoints l
+                  where l.user_id = p_user and l.thread = p_thread and l.checkpoint_ns = p_ns
                     and (l.expires_at is null or l.expires_at > p_now)  -- an expired one stays expired
                   order by l.checkpoint_id desc limit 1)
      and c.expires_at is not null
@@ -271,32 +247,32 @@ begin
   if v_versions is not null then
     -- its blobs and the chains of its delta blobs are in use again
     update memori.lg_blobs b set expires_at = null
-      from memori._lg_versions_closure(p_thread, p_ns, v_versions) v
-     where b.thread = p_thread and b.checkpoint_ns = p_ns and b.channel = v.channel and b.version = v.version
+      from memori._lg_versions_closure(p_user, p_thread, p_ns, v_versions) v
+     where b.user_id = p_user and b.thread = p_thread and b.checkpoint_ns = p_ns and b.channel = v.channel and b.version = v.version
        and b.expires_at is not null;
   end if;
   update memori.lg_writes w set expires_at = null
     from memori.lg_checkpoints c
-   where c.thread = p_thread and c.checkpoint_ns = p_ns and c.expires_at is null
-     and w.thread = c.thread and w.checkpoint_ns = c.checkpoint_ns and w.checkpoint_id = c.checkpoint_id
+   where c.user_id = p_user and c.thread = p_thread and c.checkpoint_ns = p_ns and c.expires_at is null
+     and w.user_id = p_user and w.thread = c.thread and w.checkpoint_ns = c.checkpoint_ns and w.checkpoint_id = c.checkpoint_id
      and w.expires_at is not null;
 
   -- the versions still in use (with the chains they are built on), gathered once
   with used as materialized (
     select distinct v.channel, v.version
       from memori.lg_checkpoints c
-     cross join lateral memori._lg_versions_closure(p_thread, p_ns, c.checkpoint -> 'channel_versions') v
-     where c.thread = p_thread and c.checkpoint_ns = p_ns
+     cross join lateral memori._lg_versions_closure(p_user, p_thread, p_ns, c.checkpoint -> 'channel_versions') v
+     where c.user_id = p_user and c.thread = p_thread and c.checkpoint_ns = p_ns
   )
   delete from memori.lg_blobs b
-   where b.thread = p_thread and b.checkpoint_ns = p_ns
+   where b.user_id = p_user and b.thread = p_thread and b.checkpoint_ns = p_ns
      and not exists (select 1 from used u where u.channel = b.channel and u.version = b.version);
   get diagnostics v_blobs = row_count;
   return v_blobs;
 end
 $func$ language plpgsql volatile security invoker
 set search_path = pg_catalog, memori, pg_temp;
-comment on function memori._lg_namespace_settle(bigint, text, timestamptz) is 'After checkpoints of a namespace were deleted: its latest checkpoint (and blobs) never expire, blobs no checkpoint uses (directly or as a delta''s base) are deleted; returns how many.';
+comment on function memori._lg_namespace_settle(text, bigint, text, timestamptz) is 'After checkpoints of a namespace were deleted: its latest checkpoint (and blobs) never expire, blobs no checkpoint uses (directly or as a delta''s base) are deleted; returns how many.';
 
 -------------------------------------------------------------------------------
 -- lg_checkpoint_put: store a checkpoint, its new blobs, and supersede the older ones
@@ -378,7 +354,8 @@ begin
            or t.policy <> p_policy or (v_delta and not t.uses_delta)
            or t.expires_at is distinct from t.updated_at + pt.retention,
          exists (select 1 from memori.lg_checkpoints c
-                  where c.thread = t.id and c.checkpoint_ns = v_ns and c.checkpoint_id > p_checkpoint_id)
+                  where c.user_id = v_user and c.thread = t.id and c.checkpoint_ns = v_ns
+                    and c.checkpoint_id > p_checkpoint_id)
     into v_superseded, v_idle, v_policies, v_thread, v_uses_delta, v_renew, v_newer
     from (select 1) one
     left join memori.retention_policies pc on pc.table_name = 'lg_checkpoints' and pc.kind = p_policy and pc.kind <> '*'
@@ -392,7 +369,8 @@ begin
     v_row := memori._lg_thread(v_user, p_thread_id, p_policy, v_idle, v_delta, p_now);
     if v_thread is null then  -- created (or replaced): probe its checkpoints again
       v_newer := exists (select 1 from memori.lg_checkpoints c
-                          where c.thread = v_row.id and c.checkpoint_ns = v_ns and c.checkpoint_id > p_checkpoint_id);
+                          where c.user_id = v_user and c.thread = v_row.id and c.checkpoint_ns = v_ns
+                            and c.checkpoint_id > p_checkpoint_id);
     end if;
     v_thread := v_row.id;
     v_uses_delta := v_row.uses_delta;
@@ -408,7 +386,7 @@ begin
     insert into memori.lg_blobs (thread, checkpoint_ns, channel, version, user_id, policy, type, blob)
     select v_thread, v_ns, u.channel, u.version, v_user, p_policy, u.type, u.value
       from unnest(p_blob_channels, p_blob_versions, p_blob_types, p_blob_values) as u(channel, version, type, value)
-    on conflict (thread, checkpoint_ns, channel, version) do nothing;
+    on conflict (user_id, thread, checkpoint_ns, channel, version) do nothing;
     get diagnostics v_count = row_count;
   else
     select string_agg(u.channel || '@' || u.base, ', ') filter (where x.id is null),
@@ -416,8 +394,8 @@ begin
       into v_missing, v_revive
       from unnest(p_blob_channels, p_blob_types, p_blob_bases) as u(channel, type, base)
       left join lateral (select x.id, x.expires_at from memori.lg_blobs x
-                          where x.thread = v_thread and x.checkpoint_ns = v_ns and x.channel = u.channel
-                            and x.version = u.base and x.type = u.type
+                          where x.user_id = v_user and x.thread = v_thread and x.checkpoint_ns = v_ns
+                            and x.channel = u.channel and x.version = u.base and x.type = u.type
                             and (x.expires_at is null or x.expires_at > p_now)
                           limit 1) x on true
      where u.base is not null;
@@ -434,11 +412,11 @@ begin
              as u(channel, version, type, value, base, items)
       left join lateral (select coalesce(x.base, '{}') || x.version as chain
                            from memori.lg_blobs x
-                          where x.thread = v_thread and x.checkpoint_ns = v_ns and x.channel = u.channel
-                            and x.version = u.base and x.type = u.type
+                          where x.user_id = v_user and x.thread = v_thread and x.checkpoint_ns = v_ns
+                            and x.channel = u.channel and x.version = u.base and x.type = u.type
                             and (x.expires_at is null or x.expires_at > p_now)
                           limit 1) x on u.base is not null
-    on conflict (thread, checkpoint_ns, channel, version) do nothing;
+    on conflict (user_id, thread, checkpoint_ns, channel, version) do nothing;
     get diagnostics v_count = row_count;
   end if;
   -- every blob written now: the caller's copy of them is the stored one
@@ -449,13 +427,14 @@ begin
                                      metadata, expires_at)
   values (v_thread, v_ns, p_checkpoint_id, p_parent_id, v_user, p_policy, p_checkpoint, p_metadata,
           case when v_newer then v_expires end)
-  on conflict (thread, checkpoint_ns, checkpoint_id) do update
+  on conflict (user_id, thread, checkpoint_ns, checkpoint_id) do update
      set checkpoint = excluded.checkpoint, metadata = excluded.metadata
   returning xmin::text into v_xmin;
 
   if v_newer then
     update memori.lg_writes w set expires_at = v_expires  -- writes that came first expire with it
-     where w.thread = v_thread and w.checkpoint_ns = v_ns and w.checkpoint_id = p_checkpoint_id;
+     where w.user_id = v_user and w.thread = v_thread and w.checkpoint_ns = v_ns
+       and w.checkpoint_id = p_checkpoint_id;
     return null;
   end if;
   -- the checkpoints this one supersedes start expiring, with the blobs only they use
@@ -463,12 +442,12 @@ begin
   if v_expires is not null then
     with superseded as (
       update memori.lg_checkpoints c set expires_at = v_expires
-       where c.thread = v_thread and c.checkpoint_ns = v_ns and c.expires_at is null
+       where c.user_id = v_user and c.thread = v_thread and c.checkpoint_ns = v_ns and c.expires_at is null
          and c.checkpoint_id < p_checkpoint_id
       returning c.checkpoint_id, c.checkpoint -> 'channel_versions' as versions
     ), writes as (
       update memori.lg_writes w set expires_at = v_expires
-       where w.thread = v_thread and w.checkpoint_ns = v_ns
+       where w.user_id = v_user and w.thread = v_thread and w.checkpoint_ns = v_ns
          and w.checkpoint_id = any (array(select s.checkpoint_id from superseded s))
     )
     -- (a checkpoint without channel_versions has no blobs to expire)
@@ -488,21 +467,21 @@ begin
         from jsonb_array_elements(v_old) s(versions)
        cross join lateral jsonb_each_text(s.versions) d
        cross join lateral (select x.id, x.base, x.expires_at from memori.lg_blobs x
-                            where x.thread = v_thread and x.checkpoint_ns = v_ns
+                            where x.user_id = v_user and x.thread = v_thread and x.checkpoint_ns = v_ns
                               and x.channel = d.key and x.version = d.value
                             limit 1) o
         left join lateral (select x.base from memori.lg_blobs x
-                            where x.thread = v_thread and x.checkpoint_ns = v_ns
+                            where x.user_id = v_user and x.thread = v_thread and x.checkpoint_ns = v_ns
                               and x.channel = d.key and x.version = p_checkpoint -> 'channel_versions' ->> d.key
                             limit 1) n on true
        where (p_checkpoint -> 'channel_versions' ->> d.key) is distinct from d.value
     loop
       if v_blob_expires is null and v_version <> all (v_kept_chain) then
-        update memori.lg_blobs b set expires_at = v_expires where b.id = v_blob;
+        update memori.lg_blobs b set expires_at = v_expires where b.user_id = v_user and b.id = v_blob;
       end if;
       if v_chain is not null and not v_chain <@ v_kept_chain then
         update memori.lg_blobs b set expires_at = v_expires
-         where b.thread = v_thread and b.checkpoint_ns = v_ns and b.channel = v_channel
+         where b.user_id = v_user and b.thread = v_thread and b.checkpoint_ns = v_ns and b.channel = v_channel
            and b.version = any (array(select a.version from unnest(v_chain) a(version)
                                        where a.version <> all (v_kept_chain)))
            and b.expires_at is null;
@@ -513,9 +492,11 @@ begin
   -- carries, and the chains they are built on, are in use again
   if (p_parent_id is not null and p_parent_id is distinct from v_previous) or v_revive then
     update memori.lg_blobs b set expires_at = null
-     where b.id in (select x.id from memori._lg_versions_closure(v_thread, v_ns, p_checkpoint -> 'channel_versions') v
+     where b.user_id = v_user
+       and b.id in (select x.id from memori._lg_versions_closure(v_user, v_thread, v_ns,
+                                                                 p_checkpoint -> 'channel_versions') v
                      cross join lateral (select x.id from memori.lg_blobs x
-                                          where x.thread = v_thread and x.checkpoint_ns = v_ns
+                                          where x.user_id = v_user and x.thread = v_thread and x.checkpoint_ns = v_ns
                                             and x.channel = v.channel and x.version = v.version
                                             and x.expires_at is not null
                                           limit 1) x);
@@ -580,7 +561,8 @@ begin
          t.updated_at <= p_now - interval '1 minute' or t.updated_at > p_now
            or t.policy <> p_policy or t.expires_at is distinct from t.updated_at + pt.retention,
          (select c.expires_at from memori.lg_checkpoints c
-           where c.thread = t.id and c.checkpoint_ns = v_ns and c.checkpoint_id = p_checkpoint_id)
+           where c.user_id = v_user and c.thread = t.id and c.checkpoint_ns = v_ns
+             and c.checkpoint_id = p_checkpoint_id)
     into v_idle, v_found, v_thread, v_renew, v_expires
     from (select 1) one
     left join memori.retention_policies pc on pc.table_name = 'lg_checkpoints' and pc.kind = p_policy and pc.kind <> '*'
@@ -594,7 +576,8 @@ begin
     -- writes may arrive before their checkpoint: they create the thread too
     v_thread := (memori._lg_thread(v_user, p_thread_id, p_policy, v_idle, false, p_now)).id;
     select c.expires_at into v_expires from memori.lg_checkpoints c
-     where c.thread = v_thread and c.checkpoint_ns = v_ns and c.checkpoint_id = p_checkpoint_id;
+     where c.user_id = v_user and c.thread = v_thread and c.checkpoint_ns = v_ns
+       and c.checkpoint_id = p_checkpoint_id;
   end if;
   if cardinality(p_idx) > 0 and 0 > all (p_idx) then
     -- special writes (error, interrupt, resume, scheduled) replace the task's previous ones
@@ -603,7 +586,7 @@ begin
     select v_thread, coalesce(p_checkpoint_ns, ''), p_checkpoint_id, p_task_id, u.idx, coalesce(p_task_path, ''),
            v_user, p_policy, u.channel, u.type, u.value, v_expires
       from unnest(p_idx, p_channels, p_types, p_values) as u(idx, channel, type, value)
-    on conflict (thread, checkpoint_ns, checkpoint_id, task_id, idx) do update
+    on conflict (user_id, thread, checkpoint_ns, checkpoint_id, task_id, idx) do update
        set channel = excluded.channel, type = excluded.type, blob = excluded.blob;
   else
     -- a task's regular writes are saved once: a retry does not duplicate them
@@ -612,7 +595,7 @@ begin
     select v_thread, coalesce(p_checkpoint_ns, ''), p_checkpoint_id, p_task_id, u.idx, coalesce(p_task_path, ''),
            v_user, p_policy, u.channel, u.type, u.value, v_expires
       from unnest(p_idx, p_channels, p_types, p_values) as u(idx, channel, type, value)
-    on conflict (thread, checkpoint_ns, checkpoint_id, task_id, idx) do nothing;
+    on conflict (user_id, thread, checkpoint_ns, checkpoint_id, task_id, idx) do nothing;
   end if;
   get diagnostics written = row_count;
   if p_known_writes is not null then
@@ -625,7 +608,7 @@ begin
                 then coalesce(string_agg(w.xmin::text, '.' order by w.task_id, w.idx), '') end
       into writes_stamp
       from memori.lg_writes w
-     where w.thread = v_thread and w.checkpoint_ns = coalesce(p_checkpoint_ns, '')
+     where w.user_id = v_user and w.thread = v_thread and w.checkpoint_ns = coalesce(p_checkpoint_ns, '')
        and w.checkpoint_id = p_checkpoint_id and (w.expires_at is null or w.expires_at > p_now);
   end if;
 end
@@ -646,9 +629,13 @@ comment on function memori.lg_writes_put(text, text, uuid, text, text, integer[]
 -- The one function without a pinned search_path, on purpose: it is on every
 -- read a saver answers from its copy, and PostgreSQL inlines it into the
 -- caller's query only without a SET clause (a call costs ~15-20 µs more than
--- the probes themselves). Its SQL-standard body (BEGIN ATOMIC) is parsed when
--- it is created, so every name in it is resolved then, never at call time:
--- the caller's search_path cannot change what it reads or calls.
+-- the probes themselves). Its body is a string, not SQL-standard (BEGIN ATOMIC):
+-- such a body depends on the tables it reads, and Citus then refuses both the
+-- tables (a circular dependency) and the function (docs/scale-out.md). It is
+-- parsed at call time: every table and function name in it is qualified
+-- (memori., pg_catalog.), and it runs with the caller's rights (security
+-- invoker): a caller's search_path reaches only operators and type names, in
+-- its own reads.
 create or replace function memori.lg_checkpoint_stamp(
   p_thread_id     text,
   p_checkpoint_ns text default '',
@@ -656,28 +643,30 @@ create or replace function memori.lg_checkpoint_stamp(
   p_user_id       text default null,
   p_now           timestamptz default now()
 ) returns table (checkpoint_id uuid, stamp text, writes_stamp text)
-language sql stable security invoker
-begin atomic
+as $func$
   select c.checkpoint_id, t.id::text || '.' || c.xmin::text || '.' || c.checkpoint_id::text,
-         (select coalesce(string_agg(w.xmin::text, '.' order by w.task_id, w.idx), '')
+         (select coalesce(pg_catalog.string_agg(w.xmin::text, '.' order by w.task_id, w.idx), '')
             from memori.lg_writes w
-           where w.thread = t.id and w.checkpoint_ns = c.checkpoint_ns and w.checkpoint_id = c.checkpoint_id
+           where w.user_id = t.user_id and w.thread = t.id and w.checkpoint_ns = c.checkpoint_ns
+             and w.checkpoint_id = c.checkpoint_id
              and (w.expires_at is null or w.expires_at > p_now))
     from memori.lg_threads t
    cross join lateral (
      -- the latest of the namespace, or the given id: only one branch runs (one-time filters)
      (select c.xmin, c.checkpoint_ns, c.checkpoint_id from memori.lg_checkpoints c
-       where p_checkpoint_id is null and c.thread = t.id and c.checkpoint_ns = coalesce(p_checkpoint_ns, '')
+       where p_checkpoint_id is null and c.user_id = t.user_id and c.thread = t.id
+         and c.checkpoint_ns = coalesce(p_checkpoint_ns, '')
          and (c.expires_at is null or c.expires_at > p_now)
        order by c.checkpoint_id desc limit 1)
      union all
      (select c.xmin, c.checkpoint_ns, c.checkpoint_id from memori.lg_checkpoints c
-       where p_checkpoint_id is not null and c.thread = t.id and c.checkpoint_ns = coalesce(p_checkpoint_ns, '')
+       where p_checkpoint_id is not null and c.user_id = t.user_id and c.thread = t.id
+         and c.checkpoint_ns = coalesce(p_checkpoint_ns, '')
          and c.checkpoint_id = p_checkpoint_id and (c.expires_at is null or c.expires_at > p_now))) c
-   where t.user_id = coalesce(p_user_id, nullif(current_setting('memori.user_id', true), ''),
+   where t.user_id = coalesce(p_user_id, nullif(pg_catalog.current_setting('memori.user_id', true), ''),
                               memori._lg_user(p_user_id))  -- PM001 without a user
-     and t.thread_id = p_thread_id and (t.expires_at is null or t.expires_at > p_now);
-end;
+     and t.thread_id = p_thread_id and (t.expires_at is null or t.expires_at > p_now)
+$func$ language sql stable security invoker;
 comment on function memori.lg_checkpoint_stamp(text, text, uuid, text, timestamptz) is 'The read stamps of a LangGraph checkpoint (the given id, else the latest of the namespace): of the checkpoint and of its pending writes, what a cached copy is checked against. No row when absent or expired.';
 
 -------------------------------------------------------------------------------
@@ -695,8 +684,8 @@ as $func$
            cross join lateral (
              select x.type, f.blob
                from memori.lg_blobs x
-              cross join lateral memori._lg_blob_full(x.thread, x.checkpoint_ns, x.channel, x.base, x.items, x.blob) f
-              where x.thread = (p_c).thread and x.checkpoint_ns = (p_c).checkpoint_ns
+              cross join lateral memori._lg_blob_full(x.user_id, x.thread, x.checkpoint_ns, x.channel, x.base, x.items, x.blob) f
+              where x.user_id = (p_c).user_id and x.thread = (p_c).thread and x.checkpoint_ns = (p_c).checkpoint_ns
                 and x.channel = v.key and x.version = v.value
                 and (x.expires_at is null or x.expires_at > p_now)
               limit 1) bl) b,
@@ -707,7 +696,7 @@ as $func$
                  array_agg(wr.task_path order by wr.task_path, wr.task_id, wr.idx) as paths,
                  array_agg(wr.idx order by wr.task_path, wr.task_id, wr.idx) as idx
             from memori.lg_writes wr
-           where wr.thread = (p_c).thread and wr.checkpoint_ns = (p_c).checkpoint_ns
+           where wr.user_id = (p_c).user_id and wr.thread = (p_c).thread and wr.checkpoint_ns = (p_c).checkpoint_ns
              and wr.checkpoint_id = (p_c).checkpoint_id and (wr.expires_at is null or wr.expires_at > p_now)) w
 $func$ language sql stable security invoker
 set search_path = pg_catalog, memori, pg_temp;
@@ -719,9 +708,9 @@ comment on function memori._lg_tuple(text, memori.lg_checkpoints, timestamptz) i
 -- the caller's (a set-returning SQL function without a SET clause, like
 -- lg_checkpoint_stamp, and _lg_blob_full inlined into it), so the read is one
 -- plan with no nested calls: as a plpgsql function calling _lg_blob_join it
--- spent ~750 µs of server time where this spends ~290 (issue 21). Its
--- SQL-standard body (BEGIN ATOMIC) was resolved when it was created: the
--- caller's search_path cannot change what it reads or calls.
+-- spent ~750 µs of server time where this spends ~290 (issue 21). A string
+-- body with qualified names, as lg_checkpoint_stamp's (Citus refuses
+-- SQL-standard bodies that read distributed tables).
 -- p_known_stamp: the stamp of a copy the caller holds; when it is still the
 -- stamp of that checkpoint, the row carries the stamp and the pending writes
 -- only (checkpoint, metadata and blobs NULL): the caller's copy is current.
@@ -736,8 +725,7 @@ create or replace function memori.lg_checkpoint_get(
   p_known_stamp   text default null,
   p_known_writes  text default null
 ) returns setof memori.lg_tuple
-language sql stable security invoker
-begin atomic
+as $func$
   select t.thread_id, c.checkpoint_ns, c.checkpoint_id, c.parent_id,
          case when c.changed then c.checkpoint end, case when c.changed then c.metadata end,
          b.channels, b.types, b.vals,
@@ -747,31 +735,32 @@ begin atomic
          case when w.sent then w.paths end, case when w.sent then w.idx end, c.stamp, w.stamp
     from memori.lg_threads t
    cross join lateral (select s.*, s.stamp is distinct from p_known_stamp as changed
-                         from (select c.thread, c.checkpoint_ns, c.checkpoint_id, c.parent_id, c.checkpoint,
+                         from (select c.user_id, c.thread, c.checkpoint_ns, c.checkpoint_id, c.parent_id, c.checkpoint,
                                       c.metadata, t.id::text || '.' || c.xmin::text || '.' || c.checkpoint_id::text
                                         as stamp
                                  from (
                                    -- the given id, else the latest: each branch keeps its own index
                                    -- plan, and only one runs (one-time filters on p_checkpoint_id)
                                    (select c.xmin, c.* from memori.lg_checkpoints c
-                                     where p_checkpoint_id is null and c.thread = t.id
+                                     where p_checkpoint_id is null and c.user_id = t.user_id and c.thread = t.id
                                        and c.checkpoint_ns = coalesce(p_checkpoint_ns, '')
                                        and (c.expires_at is null or c.expires_at > p_now)
                                      order by c.checkpoint_id desc limit 1)
                                    union all
                                    (select c.xmin, c.* from memori.lg_checkpoints c
-                                     where p_checkpoint_id is not null and c.thread = t.id
+                                     where p_checkpoint_id is not null and c.user_id = t.user_id
+                                       and c.thread = t.id
                                        and c.checkpoint_ns = coalesce(p_checkpoint_ns, '')
                                        and c.checkpoint_id = p_checkpoint_id
                                        and (c.expires_at is null or c.expires_at > p_now))) c) s) c
    cross join lateral (
-     select array_agg(v.key) as channels, array_agg(bl.type) as types, array_agg(bl.blob) as vals
-       from jsonb_each_text(case when c.changed then c.checkpoint -> 'channel_versions' end) v
+     select pg_catalog.array_agg(v.key) as channels, pg_catalog.array_agg(bl.type) as types, pg_catalog.array_agg(bl.blob) as vals
+       from pg_catalog.jsonb_each_text(case when c.changed then c.checkpoint -> 'channel_versions' end) v
       cross join lateral (select x.type, f.blob
                             from memori.lg_blobs x
-                           cross join lateral memori._lg_blob_full(x.thread, x.checkpoint_ns, x.channel, x.base,
-                                                                   x.items, x.blob) f
-                           where x.thread = c.thread and x.checkpoint_ns = c.checkpoint_ns
+                           cross join lateral memori._lg_blob_full(x.user_id, x.thread, x.checkpoint_ns,
+                                                                   x.channel, x.base, x.items, x.blob) f
+                           where x.user_id = c.user_id and x.thread = c.thread and x.checkpoint_ns = c.checkpoint_ns
                              and x.channel = v.key and x.version = v.value
                              and (x.expires_at is null or x.expires_at > p_now)
                            limit 1) bl) b
@@ -779,19 +768,19 @@ begin atomic
      -- one scan of the pending writes: their row versions in key order (what a cached copy of
      -- them is checked against) and the writes in (task_path, task_id, idx) order
      select s.*, c.changed or s.stamp is distinct from p_known_writes as sent
-       from (select coalesce(string_agg(wr.xmin::text, '.' order by wr.task_id, wr.idx), '') as stamp,
-                    array_agg(wr.task_id) as task_ids, array_agg(wr.channel) as channels,
-                    array_agg(wr.type) as types, array_agg(wr.blob) as vals, array_agg(wr.task_path) as paths,
-                    array_agg(wr.idx) as idx
+       from (select coalesce(pg_catalog.string_agg(wr.xmin::text, '.' order by wr.task_id, wr.idx), '') as stamp,
+                    pg_catalog.array_agg(wr.task_id) as task_ids, pg_catalog.array_agg(wr.channel) as channels,
+                    pg_catalog.array_agg(wr.type) as types, pg_catalog.array_agg(wr.blob) as vals, pg_catalog.array_agg(wr.task_path) as paths,
+                    pg_catalog.array_agg(wr.idx) as idx
                from (select wr.xmin, wr.task_id, wr.channel, wr.type, wr.blob, wr.task_path, wr.idx
                        from memori.lg_writes wr
-                      where wr.thread = c.thread and wr.checkpoint_ns = c.checkpoint_ns
+                      where wr.user_id = c.user_id and wr.thread = c.thread and wr.checkpoint_ns = c.checkpoint_ns
                         and wr.checkpoint_id = c.checkpoint_id and (wr.expires_at is null or wr.expires_at > p_now)
                       order by wr.task_path, wr.task_id, wr.idx) wr) s) w
-   where t.user_id = coalesce(p_user_id, nullif(current_setting('memori.user_id', true), ''),
+   where t.user_id = coalesce(p_user_id, nullif(pg_catalog.current_setting('memori.user_id', true), ''),
                               memori._lg_user(p_user_id))  -- PM001 without a user
-     and t.thread_id = p_thread_id and (t.expires_at is null or t.expires_at > p_now);
-end;
+     and t.thread_id = p_thread_id and (t.expires_at is null or t.expires_at > p_now)
+$func$ language sql stable security invoker;
 comment on function memori.lg_checkpoint_get(text, text, uuid, text, timestamptz, text, text) is 'A LangGraph checkpoint tuple (checkpoint, blobs, pending writes, stamps): the given id, else the latest of the namespace; no row when absent or expired; the parts whose known stamp is current come back NULL.';
 
 -------------------------------------------------------------------------------
@@ -810,8 +799,8 @@ declare
 begin
   return (select f.blob
             from memori.lg_threads t
-            join memori.lg_blobs x on x.thread = t.id
-           cross join lateral memori._lg_blob_full(x.thread, x.checkpoint_ns, x.channel, x.base, x.items, x.blob) f
+            join memori.lg_blobs x on x.user_id = t.user_id and x.thread = t.id
+           cross join lateral memori._lg_blob_full(x.user_id, x.thread, x.checkpoint_ns, x.channel, x.base, x.items, x.blob) f
            where t.user_id = v_user and t.thread_id = p_thread_id and (t.expires_at is null or t.expires_at > p_now)
              and x.checkpoint_ns = coalesce(p_checkpoint_ns, '') and x.channel = p_channel and x.version = p_version
              and (x.expires_at is null or x.expires_at > p_now));
@@ -849,8 +838,8 @@ begin
     select x.*
       from (select t.thread_id, c
               from memori.lg_threads t
-              join memori.lg_checkpoints c on c.thread = t.id
-             where t.user_id = v_user
+              join memori.lg_checkpoints c on c.user_id = t.user_id and c.thread = t.id
+             where t.user_id = v_user and c.user_id = v_user
                and (p_thread_id is null or t.thread_id = p_thread_id)
                and (t.expires_at is null or t.expires_at > p_now)
                and (p_checkpoint_ns is null or c.checkpoint_ns = p_checkpoint_ns)
@@ -904,7 +893,7 @@ declare
   v_count  integer;
 begin
   select * into v_source from memori.lg_threads t
-   where t.id = memori._lg_live_thread(v_user, p_source_thread_id, p_now);
+   where t.user_id = v_user and t.id = memori._lg_live_thread(v_user, p_source_thread_id, p_now);
   if not found then
     return 0;  -- LangGraph: copying a thread that does not exist copies nothing
   end if;
@@ -918,24 +907,24 @@ begin
   select v_target, b.checkpoint_ns, b.channel, b.version, v_user, p_policy, b.type, b.blob, b.expires_at,
          b.base, b.items
     from memori.lg_blobs b
-   where b.thread = v_source.id and (b.expires_at is null or b.expires_at > p_now)
-  on conflict (thread, checkpoint_ns, channel, version) do nothing;
+   where b.user_id = v_user and b.thread = v_source.id and (b.expires_at is null or b.expires_at > p_now)
+  on conflict (user_id, thread, checkpoint_ns, channel, version) do nothing;
   insert into memori.lg_checkpoints (thread, checkpoint_ns, checkpoint_id, parent_id, user_id, policy, checkpoint,
                                      metadata, expires_at)
   select v_target, c.checkpoint_ns, c.checkpoint_id, c.parent_id, v_user, p_policy, c.checkpoint, c.metadata,
          c.expires_at
     from memori.lg_checkpoints c
-   where c.thread = v_source.id and (c.expires_at is null or c.expires_at > p_now)
+   where c.user_id = v_user and c.thread = v_source.id and (c.expires_at is null or c.expires_at > p_now)
    order by c.checkpoint_ns, c.checkpoint_id
-  on conflict (thread, checkpoint_ns, checkpoint_id) do nothing;
+  on conflict (user_id, thread, checkpoint_ns, checkpoint_id) do nothing;
   get diagnostics v_count = row_count;
   insert into memori.lg_writes (thread, checkpoint_ns, checkpoint_id, task_id, idx, task_path, user_id, policy, channel,
                                 type, blob, expires_at)
   select v_target, w.checkpoint_ns, w.checkpoint_id, w.task_id, w.idx, w.task_path, v_user, p_policy, w.channel, w.type,
          w.blob, w.expires_at
     from memori.lg_writes w
-   where w.thread = v_source.id and (w.expires_at is null or w.expires_at > p_now)
-  on conflict (thread, checkpoint_ns, checkpoint_id, task_id, idx) do nothing;
+   where w.user_id = v_user and w.thread = v_source.id and (w.expires_at is null or w.expires_at > p_now)
+  on conflict (user_id, thread, checkpoint_ns, checkpoint_id, task_id, idx) do nothing;
   perform memori._event_emit('langgraph.thread_copied',
             jsonb_build_object('user_id', v_user, 'source', p_source_thread_id, 'target', p_target_thread_id,
                                'checkpoints', v_count), p_now);
@@ -985,25 +974,31 @@ begin
     end if;
     for v_ns in
       select distinct c.thread, c.checkpoint_ns
-        from memori.lg_threads t join memori.lg_checkpoints c on c.thread = t.id
-       where t.user_id = v_user and t.thread_id = any (p_thread_ids)
+        from memori.lg_threads t join memori.lg_checkpoints c on c.user_id = t.user_id and c.thread = t.id
+       where t.user_id = v_user and c.user_id = v_user and t.thread_id = any (p_thread_ids)
     loop
       -- one statement, one snapshot: a checkpoint put meanwhile is newer and stays
+      -- (their pending writes go with them: no trigger, Citus refuses tables with one)
       with gone as (
         delete from memori.lg_checkpoints c
-         where c.thread = v_ns.thread and c.checkpoint_ns = v_ns.checkpoint_ns
+         where c.user_id = v_user and c.thread = v_ns.thread and c.checkpoint_ns = v_ns.checkpoint_ns
            and c.checkpoint_id < (select l.checkpoint_id from memori.lg_checkpoints l
-                                   where l.thread = v_ns.thread and l.checkpoint_ns = v_ns.checkpoint_ns
+                                   where l.user_id = v_user and l.thread = v_ns.thread
+                                     and l.checkpoint_ns = v_ns.checkpoint_ns
                                    order by l.checkpoint_id desc limit 1)
         returning c.checkpoint_id
       ), orphaned as (
         update memori.lg_checkpoints c set parent_id = null
-         where c.thread = v_ns.thread and c.checkpoint_ns = v_ns.checkpoint_ns
+         where c.user_id = v_user and c.thread = v_ns.thread and c.checkpoint_ns = v_ns.checkpoint_ns
            and c.parent_id in (select g.checkpoint_id from gone g)
+      ), writes as (
+        delete from memori.lg_writes w
+         where w.user_id = v_user and w.thread = v_ns.thread and w.checkpoint_ns = v_ns.checkpoint_ns
+           and w.checkpoint_id in (select g.checkpoint_id from gone g)
       )
       select count(*) into v_count from gone;
       v_result.checkpoints := v_result.checkpoints + v_count;
-      v_result.blobs := v_result.blobs + memori._lg_namespace_settle(v_ns.thread, v_ns.checkpoint_ns, p_now);
+      v_result.blobs := v_result.blobs + memori._lg_namespace_settle(v_user, v_ns.thread, v_ns.checkpoint_ns, p_now);
     end loop;
   end if;
   perform memori._event_emit('langgraph.pruned',
@@ -1033,15 +1028,21 @@ begin
     return 0;
   end if;
   for v_ns in
+    -- (their pending writes go with them: no trigger, Citus refuses tables with one)
     with gone as (
       delete from memori.lg_checkpoints c
        where c.user_id = v_user and c.metadata ->> 'run_id' = any (p_run_ids)
-      returning c.thread, c.checkpoint_ns
+      returning c.thread, c.checkpoint_ns, c.checkpoint_id
+    ), writes as (
+      delete from memori.lg_writes w
+       using gone g
+       where w.user_id = v_user and w.thread = g.thread and w.checkpoint_ns = g.checkpoint_ns
+         and w.checkpoint_id = g.checkpoint_id
     )
     select g.thread, g.checkpoint_ns, count(*)::integer as n from gone g group by g.thread, g.checkpoint_ns
   loop
     v_count := v_count + v_ns.n;
-    perform memori._lg_namespace_settle(v_ns.thread, v_ns.checkpoint_ns, p_now);
+    perform memori._lg_namespace_settle(v_user, v_ns.thread, v_ns.checkpoint_ns, p_now);
   end loop;
   if v_count > 0 then
     perform memori._event_emit('langgraph.runs_deleted',

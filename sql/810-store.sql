@@ -527,7 +527,9 @@ begin
     return;
   end if;
   if p_refresh_ttl and v_row.ttl is not null then
-    update memori.store_items i set expires_at = p_now + i.ttl
+    -- p_now + ttl, added in UTC: timestamptz + interval is STABLE (the session's time zone),
+    -- and Citus refuses STABLE operators on columns in an UPDATE of a distributed table
+    update memori.store_items i set expires_at = (p_now at time zone 'UTC' + i.ttl) at time zone 'UTC'
      where i.user_id = v_user and i.ns_id = v_ns and i.key = p_key
     returning i.expires_at into v_row.expires_at;
   end if;
@@ -566,7 +568,7 @@ begin
         join memori.store_items i on i.user_id = v_user and i.ns_id = d.id and i.key = req.key
        where i.expires_at is null or i.expires_at > p_now),
     refreshed as (
-      update memori.store_items i set expires_at = p_now + i.ttl
+      update memori.store_items i set expires_at = (p_now at time zone 'UTC' + i.ttl) at time zone 'UTC'
         from (select distinct hit.ns_id, hit.key from hit where hit.ttl is not null) h
        where p_refresh_ttl and i.user_id = v_user and i.ns_id = h.ns_id and i.key = h.key
       returning i.ns_id, i.key, i.expires_at)
@@ -909,7 +911,7 @@ begin
   end if;
 
   if p_refresh_ttl and cardinality(v_page) > 0 then
-    update memori.store_items i set expires_at = p_now + i.ttl
+    update memori.store_items i set expires_at = (p_now at time zone 'UTC' + i.ttl) at time zone 'UTC'
       from unnest(v_page) p(ref)
      where i.user_id = v_user and i.ns_id = split_part(p.ref, ':', 1)::integer
        and i.key = substr(p.ref, strpos(p.ref, ':') + 1) and i.ttl is not null;

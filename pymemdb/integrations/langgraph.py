@@ -57,6 +57,7 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool
 from pymemdb._sql import SqlFunction, maybe, one, rows, scalar
 from pymemdb.db import Database, resolve_dsn
 from pymemdb.errors import DeltaBaseMissing, InvalidArgument, PymemdbError, wrap_exceptions
+from pymemdb.integrations._acting_user import ActingUser
 from pymemdb.integrations._langgraph_cache import (
     CACHE_BYTES,
     DELTA_MAX_CHAIN,
@@ -216,6 +217,7 @@ class _MemoriSaverBase(BaseCheckpointSaver[str]):
                                   hint="LangGraph state belongs to a user: MemoriSaver(db, user_id='alice').")
         self.user_id = user_id
         self.policy = policy
+        self._acting = ActingUser(user_id)  # SET LOCAL per call on Citus (see _acting_user)
 
     # -- versions ------------------------------------------------------------
     def get_next_version(self, current: str | None, channel: None) -> str:
@@ -809,7 +811,7 @@ class MemoriSaver(_MemoriSaverBase):
     def _call(self, call: Call) -> Any:
         """One call on a pooled connection; the stamp read as a prepared statement on libpq (see _libpq)."""
         function, args = call
-        with wrap_exceptions(), self.pool.connection() as conn:
+        with wrap_exceptions(), self.pool.connection() as conn, self._acting.call(conn):
             if function is LG_CHECKPOINT_STAMP:
                 found = _STAMP_PREPARED.rows(conn, [args[k] for k in _STAMP_ARGS])
                 return _StampRow._make(found[0]) if found else None
@@ -885,8 +887,8 @@ class AsyncMemoriSaver(_MemoriSaverBase):
         function, args = call
         statement = self._statement(function, args)
         with wrap_exceptions():
-            async with self.pool.connection() as conn, conn.cursor(binary=True,
-                                                                   row_factory=statement.row_factory) as cur:
+            async with self.pool.connection() as conn, self._acting.acall(conn), \
+                    conn.cursor(binary=True, row_factory=statement.row_factory) as cur:
                 await cur.execute(statement.text, args)
                 return statement.shape(await cur.fetchall())
 

@@ -62,6 +62,7 @@ except ImportError:  # pragma: no cover - older langgraph checks labels in its p
 from pymemdb._sql import SqlFunction
 from pymemdb.db import Database
 from pymemdb.errors import CleanupAlreadyRunning, InvalidIndexConfig, wrap_exceptions
+from pymemdb.integrations._acting_user import ActingUser
 from pymemdb.store import (
     STORE_GET,
     STORE_GET_MANY,
@@ -121,6 +122,7 @@ class _MemoriStoreBase(BaseStore):
     def __init__(self, *, user_id: str, index: MemoriIndexConfig | None = None,
                  ttl: TTLConfig | None = None, full_text: bool = True) -> None:
         self.user_id = user_id
+        self._acting = ActingUser(user_id)  # SET LOCAL per call on Citus (see _acting_user)
         self.full_text = full_text
         self.ttl_config = ttl
         self.index_config: MemoriIndexConfig | None = None
@@ -427,7 +429,7 @@ class MemoriStore(_MemoriStoreBase):
                 yield pooled
 
     def _execute(self, calls: list[Call]) -> list[Any]:
-        with wrap_exceptions(), self._connection() as conn:
+        with wrap_exceptions(), self._connection() as conn, self._acting.call(conn):
             if len(calls) == 1:
                 function, args = calls[0]
                 with conn.cursor(row_factory=self._row_factory(function)) as cur:
@@ -585,7 +587,7 @@ class AsyncMemoriStore(_MemoriStoreBase):
 
     async def _execute(self, calls: list[Call]) -> list[Any]:
         with wrap_exceptions():
-            async with self.pool.connection() as conn:
+            async with self.pool.connection() as conn, self._acting.acall(conn):
                 if len(calls) == 1:
                     function, args = calls[0]
                     async with conn.cursor(row_factory=self._row_factory(function)) as cur:
