@@ -527,7 +527,8 @@ begin
     return;
   end if;
   if p_refresh_ttl and v_row.ttl is not null then
-    update memori.store_items i set expires_at = p_now + i.ttl
+    -- p_now + the ttl read above, not + i.ttl: Citus refuses a STABLE operator over a column in an UPDATE
+    update memori.store_items i set expires_at = p_now + v_row.ttl
      where i.user_id = v_user and i.ns_id = v_ns and i.key = p_key
     returning i.expires_at into v_row.expires_at;
   end if;
@@ -566,8 +567,10 @@ begin
         join memori.store_items i on i.user_id = v_user and i.ns_id = d.id and i.key = req.key
        where i.expires_at is null or i.expires_at > p_now),
     refreshed as (
-      update memori.store_items i set expires_at = p_now + i.ttl
-        from (select distinct hit.ns_id, hit.key from hit where hit.ttl is not null) h
+      -- the new expiry is computed in the FROM list: Citus refuses a STABLE operator (timestamptz
+      -- + interval) over a column in an UPDATE's SET
+      update memori.store_items i set expires_at = h.expiry
+        from (select distinct hit.ns_id, hit.key, p_now + hit.ttl as expiry from hit where hit.ttl is not null) h
        where p_refresh_ttl and i.user_id = v_user and i.ns_id = h.ns_id and i.key = h.key
       returning i.ns_id, i.key, i.expires_at)
     select hit.ord, hit.namespace, hit.key, hit.value, hit.created_at, hit.updated_at,
@@ -909,10 +912,17 @@ begin
   end if;
 
   if p_refresh_ttl and cardinality(v_page) > 0 then
-    update memori.store_items i set expires_at = p_now + i.ttl
-      from unnest(v_page) p(ref)
-     where i.user_id = v_user and i.ns_id = split_part(p.ref, ':', 1)::integer
-       and i.key = substr(p.ref, strpos(p.ref, ':') + 1) and i.ttl is not null;
+    -- the new expiry is computed before the UPDATE (a materialized CTE): Citus refuses a STABLE
+    -- operator (timestamptz + interval) over a column in an UPDATE's SET
+    with x as materialized (
+      select j.ns_id, j.key, p_now + j.ttl as expiry
+        from memori.store_items j
+        join unnest(v_page) p(ref) on j.ns_id = split_part(p.ref, ':', 1)::integer
+                                  and j.key = substr(p.ref, strpos(p.ref, ':') + 1)
+       where j.user_id = v_user and j.ttl is not null)
+    update memori.store_items i set expires_at = x.expiry
+      from x
+     where i.user_id = v_user and i.ns_id = x.ns_id and i.key = x.key;
   end if;
 
   return query
