@@ -469,6 +469,10 @@ begin
       raise notice 'pymemdb: local rows of % kept on the coordinator: %', v_t, sqlerrm;
     end;
   end loop;
+
+  -- the helpers of every per-user function over placed tables go to the workers (Citus ships
+  -- their calls inside statements to the shards); delegation itself stays opt-in
+  perform count(*) from memori.distribute_functions(p_dry_run => p_dry_run);
 end
 $func$ language plpgsql volatile
 set search_path = pg_catalog, memori, pg_temp;
@@ -523,6 +527,7 @@ declare
   v_helper regprocedure;
   v_done   boolean;
   v_failed text;
+  v_revoke text;   -- the PUBLIC execute privilege the workers have and the coordinator has not
 begin
   if not exists (select 1 from pg_catalog.pg_extension where extname = 'citus') then
     raise exception 'the citus extension is not installed in this database'
@@ -616,7 +621,14 @@ begin
              where t.root = r.oid and t.placed = 'local') as unplaced,
            (select string_agg(t.relname, ', ' order by t.relname) from touches t
              where t.root = r.oid and t.placed = 'reference' and t.writes) as ref_writes,
-           x.why as cross_user
+           x.why as cross_user,
+           -- on a worker Citus rewrites a table to its shard (memori.t_102008): a whole row passed
+           -- to a function taking memori.t is then of another type and the call does not resolve
+           (select string_agg(distinct reach.fn::regprocedure::text, ', ') from reach
+              join pg_catalog.pg_proc h on h.oid = reach.fn
+              join pg_catalog.pg_type t on t.oid = any (h.proargtypes::oid[]) and t.typrelid <> 0
+              join tables tb on tb.rel = t.typrelid
+             where reach.root = r.oid) as row_args
       from roots r
       join pg_catalog.pg_proc p on p.oid = r.oid
       -- reads other users' rows by design (docs/scale-out.md, "Multi-shard by design")
@@ -625,7 +637,8 @@ begin
         ('context_resolve', 'resolves project and global entries written by other users'),
         ('context_search',  'searches project and global entries written by other users'),
         ('region_pages',    'reads the pages of a shared region, which live with their owners'),
-        ('search_pages',    'searches shared regions, whose pages live with their owners')
+        ('search_pages',    'searches shared regions, whose pages live with their owners'),
+        ('mcp_token_list',  'a NULL user lists every user''s tokens (an admin''s listing)')
       ) x(proname, why) on x.proname = p.proname
      order by r.oid::regprocedure::text
   loop
@@ -636,6 +649,9 @@ begin
     elsif v_fn.cross_user is not null then
       v_row.kind := 'coordinator';
       v_row.reason := v_fn.cross_user;
+    elsif v_fn.row_args is not null then
+      v_row.kind := 'coordinator';
+      v_row.reason := format('calls %s with a whole table row (on a worker the row is of the shard''s type)', v_fn.row_args);
     elsif v_fn.ref_writes is not null then
       v_row.kind := 'coordinator';
       v_row.reason := format('writes reference table %s (a write to every node)', v_fn.ref_writes);
@@ -648,30 +664,31 @@ begin
     select coalesce(o.distribution_argument_index is not null and o.force_delegation, false) into v_done
       from pg_dist_object o
      where o.classid = 'pg_catalog.pg_proc'::regclass and o.objid = v_fn.fn;
-    if v_row.kind <> 'delegate' then
-      v_row.status := case when coalesce(v_done, false) then 'registered earlier' else 'not registered' end;
-    elsif coalesce(v_done, false) then
-      v_row.status := 'already';
-    elsif not p_delegate then
-      v_row.status := 'not registered';
-    elsif p_dry_run then
-      v_row.status := 'would register';
-    elsif v_failed is not null then
+    v_done := coalesce(v_done, false);
+    v_row.status := case when v_done and v_row.kind = 'delegate' then 'already'
+                         when v_done then 'registered earlier'
+                         when v_row.kind = 'delegate' and p_delegate and p_dry_run then 'would register'
+                         else 'not registered' end;
+    if v_row.kind <> 'waiting' and not p_dry_run and v_failed is not null then
       v_row.status := 'not attempted: ' || v_failed;
-    else
+    elsif v_row.kind <> 'waiting' and not p_dry_run then
       -- Citus deparses each function under the current search path and runs the text on the
       -- workers: with memori on the path, memori types would be printed unqualified there
       perform pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
       begin
-        -- helpers first: a delegated call runs its callees on the worker too
+        -- its helpers go to every worker whatever the kind: Citus ships the expressions of a
+        -- statement to the shards (memori._store_ns_match(...) in a WHERE), and a delegated
+        -- call runs its callees there
         foreach v_helper in array coalesce(v_fn.helpers, '{}') loop
           if not exists (select 1 from pg_dist_object o
                           where o.classid = 'pg_catalog.pg_proc'::regclass and o.objid = v_helper) then
             perform create_distributed_function(v_helper);
           end if;
         end loop;
-        perform create_distributed_function(v_fn.fn, v_fn.arg, colocate_with => v_anchor, force_delegation => true);
-        v_row.status := 'registered';
+        if v_row.kind = 'delegate' and p_delegate and not v_done then
+          perform create_distributed_function(v_fn.fn, v_fn.arg, colocate_with => v_anchor, force_delegation => true);
+          v_row.status := 'registered';
+        end if;
       exception when others then
         v_row.status := 'failed: ' || sqlerrm;
         -- a command that failed on a worker leaves that worker's transaction aborted: stop here
@@ -681,6 +698,23 @@ begin
     end if;
     return next v_row;
   end loop;
+  -- Citus creates a function on the workers with PostgreSQL's default privileges (PUBLIC may
+  -- execute) and then replays its GRANTs, not its REVOKEs: a delegated call runs there with the
+  -- worker's privileges. Take PUBLIC's back wherever the coordinator has (Citus propagates it).
+  if not p_dry_run and v_failed is null then
+    perform pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+    select 'revoke execute on function ' || string_agg(o.objid::regprocedure::text, ', ') || ' from public'
+      into v_revoke
+      from pg_dist_object o
+      join pg_catalog.pg_proc p on p.oid = o.objid
+     where o.classid = 'pg_catalog.pg_proc'::regclass and p.pronamespace = 'memori'::regnamespace
+       and p.proacl is not null
+       and not exists (select 1 from pg_catalog.aclexplode(p.proacl) a where a.grantee = 0);
+    if v_revoke is not null then
+      execute v_revoke;
+    end if;
+    perform pg_catalog.set_config('search_path', 'pg_catalog, memori, pg_temp', true);
+  end if;
 end
 $func$ language plpgsql volatile
 set search_path = pg_catalog, memori, pg_temp;

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import psycopg
@@ -82,15 +82,22 @@ class Trace:
 
 
 @pytest.fixture
-def app_dsn(distributed_dsn: str) -> Iterator[str]:
-    """A login role in memori_app (row-level security applies) on the distributed database."""
-    role = f"kss_{uuid.uuid4().hex[:8]}"
+def login(distributed_dsn: str) -> Iterator[Callable[[str], str]]:
+    """A login role in a memori group role (row-level security applies): its DSN."""
+    roles: list[str] = []
+
+    def make(group: str) -> str:
+        role = f"kss_{uuid.uuid4().hex[:8]}"
+        with psycopg.connect(distributed_dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("create role {} login in role {}").format(sql.Identifier(role), sql.Identifier(group)))
+        roles.append(role)
+        return psycopg.conninfo.make_conninfo(distributed_dsn, user=role)
+
+    yield make
     with psycopg.connect(distributed_dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("create role {} login in role memori_app").format(sql.Identifier(role)))
-    yield psycopg.conninfo.make_conninfo(distributed_dsn, user=role)
-    with psycopg.connect(distributed_dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("drop owned by {}").format(sql.Identifier(role)))
-        conn.execute(sql.SQL("drop role {}").format(sql.Identifier(role)))
+        for role in roles:
+            conn.execute(sql.SQL("drop owned by {}").format(sql.Identifier(role)))
+            conn.execute(sql.SQL("drop role {}").format(sql.Identifier(role)))
 
 
 def _shard_ranges(dsn: str) -> dict[int, tuple[str, str]]:
@@ -143,7 +150,9 @@ def _assert_single_shard(name: str, trace: Trace, shards: dict[int, tuple[str, s
     assert len(ranges) == 1, f"{name}: shards of {len(ranges)} hash ranges: {work}"
 
 
-def test_every_per_user_function_is_single_shard(distributed_dsn: str, app_dsn: str) -> None:
+def test_every_per_user_function_is_single_shard(distributed_dsn: str, login: Callable[[str], str]) -> None:
+    # memori_admin: in memori_app (row-level security applies), and it may issue MCP tokens
+    app_dsn = login("memori_admin")
     functions = _per_user_functions(distributed_dsn)
     assert set(MULTI_SHARD_BY_DESIGN) <= set(functions), set(MULTI_SHARD_BY_DESIGN) - set(functions)
     assert set(SAMPLES) <= set(functions), f"samples of functions that are gone: {set(SAMPLES) - set(functions)}"
@@ -182,8 +191,9 @@ def test_functions_waiting_for_their_tables(distributed_dsn: str) -> None:
                     + "; ".join(f"{name} ({reason})" for name, reason in sorted(waiting.items())))
 
 
-def test_delegated_calls_keep_the_acting_user(distributed_dsn: str, app_dsn: str) -> None:
+def test_delegated_calls_keep_the_acting_user(distributed_dsn: str, login: Callable[[str], str]) -> None:
     """Registration is opt-in and idempotent; on the worker the propagated SET LOCAL is the acting user."""
+    app_dsn, admin_dsn = login("memori_app"), login("memori_admin")
     with psycopg.connect(distributed_dsn, autocommit=True) as conn:
         before = conn.execute("select count(*) from memori.distribute_functions() where status = 'not registered'"
                               " and kind = 'delegate'").fetchone()
@@ -205,9 +215,16 @@ def test_delegated_calls_keep_the_acting_user(distributed_dsn: str, app_dsn: str
             db.store.put(["notes"], "k", {"owner": user})
             assert db.store.get(["notes"], "k").value == {"owner": user}  # type: ignore[union-attr]
             assert [r.key for r in db.store.search(["notes"], query=None)] == ["k"]
-            db.mcp_tokens.create(user, "cli")
-            assert [t.name for t in db.mcp_tokens.list(user)] == ["cli"]
+        with pymemdb.connect(admin_dsn, user_id=user) as admin:
+            admin.mcp_tokens.create(user, "cli")
+            assert [t.name for t in admin.mcp_tokens.list(user)] == ["cli"]
     with psycopg.connect(app_dsn) as conn:
+        # the worker's privileges are the coordinator's: MCP tokens are memori_admin's (PUBLIC's
+        # default execute privilege, which Citus leaves on the workers, is taken back)
+        with pytest.raises(psycopg.errors.InsufficientPrivilege, match="permission denied for function"), \
+                conn.transaction():
+            conn.execute("set local memori.user_id = 'alice'")
+            conn.execute(SAMPLES["mcp_token_create"], {"u": "alice"}).fetchall()
         # another user's call inside bob's transaction: refused on the worker (PM040)
         with pytest.raises(psycopg.Error, match="acts for user 'bob', not 'alice'"), conn.transaction():
             conn.execute("set local memori.user_id = 'bob'")
