@@ -147,13 +147,20 @@ begin
   if p_name is null and p_token_id is null then
     perform memori._invalid('name a token to revoke', 'Pass p_name (with p_user_id) or p_token_id.');
   end if;
-  -- a revoked token expires now, so cleanup reclaims it like an expired one
+  -- a revoked token expires now, so cleanup reclaims it like an expired one; the new expiry is
+  -- computed before the UPDATE (Citus refuses timestamptz + interval over a column in SET)
+  with x as materialized (
+    select t.user_id, t.id, least(t.expires_at, greatest(p_now, t.created_at + interval '1 microsecond')) as expiry
+      from memori.mcp_tokens t
+     where (p_user_id is null or t.user_id = p_user_id)
+       and (p_name is null or t.name = p_name)
+       and (p_token_id is null or t.id = p_token_id)
+       and t.revoked_at is null)
   update memori.mcp_tokens t
-     set revoked_at = p_now, expires_at = least(t.expires_at, greatest(p_now, t.created_at + interval '1 microsecond'))
-   where (p_user_id is null or t.user_id = p_user_id)
-     and (p_name is null or t.name = p_name)
-     and (p_token_id is null or t.id = p_token_id)
-     and t.revoked_at is null;
+     set revoked_at = p_now, expires_at = x.expiry
+    from x
+   where t.user_id = x.user_id and t.id = x.id
+     and (p_user_id is null or t.user_id = p_user_id);
   get diagnostics v_count = row_count;
   if v_count = 0 then
     raise exception 'no active token matches (user %, name %, id %)',
