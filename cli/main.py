@@ -60,6 +60,11 @@ def init(
         bool, typer.Option("--distribute", help="Then place the tables on the Citus cluster this DSN's coordinator "
                            "runs (memori.distribute(); docs/scale-out.md). Fails without Citus.")
     ] = False,
+    delegate: Annotated[
+        bool, typer.Option("--delegate", help="With --distribute: also register the delegable per-user functions "
+                           "with Citus (memori.distribute_functions(p_delegate => true)). Only when every caller "
+                           "passes the user: Citus 14.0.1 crashes on a NULL user argument (docs/scale-out.md).")
+    ] = False,
 ) -> None:
     """Install or upgrade the memori schema (alembic revisions, then every sql/ file)."""
     from pymemdb.install import install, install_script
@@ -76,14 +81,17 @@ def init(
     else:
         console.print(f"up to date: schema memori at revision {result.to_revision}, "
                       f"sql {result.sql_sha256[:12]}{dim}")
+    if delegate and not distribute:
+        raise typer.BadParameter("--delegate needs --distribute", param_hint="--delegate")
     if distribute:
-        _print_distribution(target)
+        _print_distribution(target, delegate=delegate)
 
 
-def _print_distribution(dsn: str) -> None:
-    """memori.distribute() and one line per table that is not simply where it was."""
+def _print_distribution(dsn: str, *, delegate: bool = False) -> None:
+    """memori.distribute() and one line per table that is not simply where it was; then the functions."""
     with database(dsn) as db:
         results = db.cluster.distribute()
+        functions = db.cluster.distribute_functions(delegate=delegate)
     table = Table("table", "placement", "status", "blockers / error")
     counts: dict[str, int] = {}
     for r in results:
@@ -95,6 +103,16 @@ def _print_distribution(dsn: str) -> None:
     console.print(table)
     summary = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
     console.print(f"distribute: {summary} (memori.distribute(p_dry_run => true) lists the blockers again)")
+    kinds: dict[str, int] = {}
+    statuses: dict[str, int] = {}
+    for f in functions:
+        kinds[f.kind] = kinds.get(f.kind, 0) + 1
+        if f.kind == "delegate":
+            statuses[f.status] = statuses.get(f.status, 0) + 1
+    delegated = ", ".join(f"{n} {s}" for s, n in sorted(statuses.items()))
+    console.print("functions: " + ", ".join(f"{n} {kind}" for kind, n in sorted(kinds.items()))
+                  + (f" (delegate: {delegated})" if delegated else "")
+                  + "; memori.distribute_functions(p_dry_run => true) lists each with its reason")
 
 
 # -- db -----------------------------------------------------------------------

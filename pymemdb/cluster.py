@@ -43,8 +43,23 @@ class DistributeResult:
     error: str | None
 
 
+@dataclass(frozen=True)
+class DelegationRow:
+    """memori.delegation_row: one per-user function, whether Citus can delegate it to its user's node."""
+
+    function_name: str  # regprocedure
+    distribution_argument: str  # p_user_id | p_owner_id
+    colocate_with: str | None
+    kind: str  # delegate | coordinator | waiting
+    reason: str | None
+    status: str  # registered | already | not registered | would register | registered earlier | failed: ...
+    helpers: list[str]
+
+
 DISTRIBUTION_PLAN = rows("distribution_plan", result=DistributionPlanRow)
 DISTRIBUTE = rows("distribute", ("p_dry_run", "boolean"), result=DistributeResult)
+DISTRIBUTE_FUNCTIONS = rows("distribute_functions", ("p_delegate", "boolean"), ("p_dry_run", "boolean"),
+                            result=DelegationRow)
 
 
 class Cluster:
@@ -58,3 +73,7 @@ class Cluster:
     def distribute(self, *, dry_run: bool | None = None) -> list[DistributeResult]:
         """memori.distribute: place the tables on the Citus cluster (PM140 without Citus); dry_run only reports."""
         return self._db.call(DISTRIBUTE, **given(p_dry_run=dry_run))
+
+    def distribute_functions(self, *, delegate: bool | None = None, dry_run: bool | None = None) -> list[DelegationRow]:
+        """memori.distribute_functions: classify the per-user functions; ``delegate`` registers the delegable ones."""
+        return self._db.call(DISTRIBUTE_FUNCTIONS, **given(p_delegate=delegate, p_dry_run=dry_run))

@@ -52,14 +52,16 @@ comment on function memori._mcp_token_hash(text) is 'The sha256 of a bearer toke
 
 -------------------------------------------------------------------------------
 -- _mcp_token_status: active | expired | revoked
-create or replace function memori._mcp_token_status(p_token memori.mcp_tokens, p_now timestamptz) returns text
+-- (of the columns, not of a memori.mcp_tokens row: on a Citus worker the row is of its shard's type)
+create or replace function memori._mcp_token_status(p_revoked_at timestamptz, p_expires_at timestamptz, p_now timestamptz)
+returns text
 as $func$
-  select case when p_token.revoked_at is not null then 'revoked'
-              when p_token.expires_at <= p_now then 'expired'
+  select case when p_revoked_at is not null then 'revoked'
+              when p_expires_at <= p_now then 'expired'
               else 'active' end
 $func$ language sql immutable security invoker
 set search_path = pg_catalog, memori, pg_temp;
-comment on function memori._mcp_token_status(memori.mcp_tokens, timestamptz) is 'A token''s status at p_now: revoked, expired (expires_at <= p_now) or active.';
+comment on function memori._mcp_token_status(timestamptz, timestamptz, timestamptz) is 'A token''s status at p_now: revoked, expired (expires_at <= p_now) or active.';
 
 -------------------------------------------------------------------------------
 -- _mcp_interval_setting: an interval from memori.settings
@@ -120,7 +122,7 @@ create or replace function memori.mcp_token_list(
   p_now              timestamptz default now()
 ) returns setof memori.mcp_token_info
 as $func$
-  select t.id, t.user_id, t.name, t.token_prefix, memori._mcp_token_status(t, p_now),
+  select t.id, t.user_id, t.name, t.token_prefix, memori._mcp_token_status(t.revoked_at, t.expires_at, p_now),
          t.created_at, t.expires_at, t.revoked_at, t.last_used_at, t.created_by
     from memori.mcp_tokens t
    where (p_user_id is null or t.user_id = p_user_id)
@@ -145,13 +147,20 @@ begin
   if p_name is null and p_token_id is null then
     perform memori._invalid('name a token to revoke', 'Pass p_name (with p_user_id) or p_token_id.');
   end if;
-  -- a revoked token expires now, so cleanup reclaims it like an expired one
+  -- a revoked token expires now, so cleanup reclaims it like an expired one; the new expiry is
+  -- computed before the UPDATE (Citus refuses timestamptz + interval over a column in SET)
+  with x as materialized (
+    select t.user_id, t.id, least(t.expires_at, greatest(p_now, t.created_at + interval '1 microsecond')) as expiry
+      from memori.mcp_tokens t
+     where (p_user_id is null or t.user_id = p_user_id)
+       and (p_name is null or t.name = p_name)
+       and (p_token_id is null or t.id = p_token_id)
+       and t.revoked_at is null)
   update memori.mcp_tokens t
-     set revoked_at = p_now, expires_at = least(t.expires_at, greatest(p_now, t.created_at + interval '1 microsecond'))
-   where (p_user_id is null or t.user_id = p_user_id)
-     and (p_name is null or t.name = p_name)
-     and (p_token_id is null or t.id = p_token_id)
-     and t.revoked_at is null;
+     set revoked_at = p_now, expires_at = x.expiry
+    from x
+   where t.user_id = x.user_id and t.id = x.id
+     and (p_user_id is null or t.user_id = p_user_id);
   get diagnostics v_count = row_count;
   if v_count = 0 then
     raise exception 'no active token matches (user %, name %, id %)',

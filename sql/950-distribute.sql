@@ -467,10 +467,257 @@ begin
       raise notice 'pymemdb: local rows of % kept on the coordinator: %', v_t, sqlerrm;
     end;
   end loop;
+
+  -- the helpers of every per-user function over placed tables go to the workers (Citus ships
+  -- their calls inside statements to the shards); delegation itself stays opt-in
+  perform count(*) from memori.distribute_functions(p_dry_run => p_dry_run);
 end
 $func$ language plpgsql volatile
 set search_path = pg_catalog, memori, pg_temp;
 comment on function memori.distribute(boolean) is 'On a Citus coordinator: place every memori table as memori.distribution_plan() says and report each (PM140 without Citus).';
+
+-------------------------------------------------------------------------------
+-- distribute_functions: which per-user functions Citus can delegate to their user's node
+--
+-- Every public function with a user argument (p_user_id; p_owner_id for memory_save) is
+-- classified from the catalog:
+--   delegate     every table it reaches (itself and the memori functions it calls) is
+--                distributed or a reference table it only reads: registered with
+--                create_distributed_function(fn, arg, colocate_with, force_delegation => true)
+--                the whole call runs on the worker that holds the user's shards (the
+--                client's SET LOCAL memori.user_id travels with it; row-level security
+--                holds there);
+--   coordinator  it writes a reference table (a write to every node cannot start from a
+--                delegated call) or reads other users' rows by design (Citus refuses both
+--                in a forced delegation): it runs on the coordinator, statement by statement;
+--   waiting      it reaches a table that is not placed yet (named in reason).
+-- Registration is opt-in (p_delegate => true): Citus 14.0.1 crashes the coordinator
+-- (signal 11, every session dropped) when a registered function is called with a NULL
+-- distribution argument, inside or outside a transaction block, and every per-user
+-- function accepts a NULL user (it then acts for memori.user_id). Delegate only when every
+-- caller passes the user (docs/scale-out.md, "Delegated calls and the acting user").
+do $types$
+begin
+  if to_regtype('memori.delegation_row') is null then
+    create type memori.delegation_row as (
+      function_name         text,  -- regprocedure
+      distribution_argument text,  -- p_user_id | p_owner_id
+      colocate_with         text,  -- the co-location anchor table
+      kind                  text,  -- delegate | coordinator | waiting
+      reason                text,  -- why not delegate (null for delegate)
+      status                text,  -- registered | already | not registered | would register | failed: <error>
+      helpers               text[] -- the memori functions it calls, propagated to the workers with it
+    );
+  end if;
+end
+$types$;
+comment on type memori.delegation_row is 'One per-user function in memori.distribute_functions(): its delegation kind, why, and what was done.';
+
+create or replace function memori.distribute_functions(
+  p_delegate boolean default false,
+  p_dry_run  boolean default false
+) returns setof memori.delegation_row
+as $func$
+declare
+  v_anchor text;
+  v_row    memori.delegation_row;
+  v_fn     record;
+  v_helper regprocedure;
+  v_done   boolean;
+  v_failed text;
+  v_revoke text;   -- the PUBLIC execute privilege the workers have and the coordinator has not
+begin
+  if not exists (select 1 from pg_catalog.pg_extension where extname = 'citus') then
+    raise exception 'the citus extension is not installed in this database'
+      using errcode = 'PM140',
+            detail = 'memori.distribute_functions() registers the per-user functions on a Citus cluster.',
+            hint = 'Install Citus, distribute the tables with memori.distribute(), then call this (docs/scale-out.md).';
+  end if;
+  select 'memori.' || pl.table_name into v_anchor
+    from memori.distribution_plan() pl
+    join pg_dist_partition dp on dp.logicalrelid = pg_catalog.to_regclass('memori.' || pl.table_name)
+   where pl.placement = 'distributed' and dp.partmethod = 'h'
+   order by pl.ord limit 1;
+
+  for v_fn in
+    with recursive
+    tables as (   -- every memori table with its placement today
+      select c.oid as rel, c.relname::text as relname,
+             case when dp.partmethod = 'h' then 'distributed'
+                  when dp.partmethod = 'n' and dp.repmodel = 't' then 'reference' else 'local' end as placed
+        from pg_catalog.pg_class c
+        left join pg_dist_partition dp on dp.logicalrelid = c.oid
+       where c.relnamespace = 'memori'::regnamespace and c.relkind in ('r', 'p')
+    ),
+    view_tables(view, rel) as (   -- a view reaches the tables (and views) its query reads
+      select r.ev_class, d.refobjid
+        from pg_catalog.pg_rewrite r
+        join pg_catalog.pg_class v on v.oid = r.ev_class and v.relkind in ('v', 'm')
+                                  and v.relnamespace = 'memori'::regnamespace
+        join pg_catalog.pg_depend d on d.classid = 'pg_catalog.pg_rewrite'::regclass and d.objid = r.oid
+                                   and d.refclassid = 'pg_catalog.pg_class'::regclass and d.refobjid <> r.ev_class
+      union
+      select vt.view, d.refobjid from view_tables vt
+        join pg_catalog.pg_rewrite r on r.ev_class = vt.rel
+        join pg_catalog.pg_depend d on d.classid = 'pg_catalog.pg_rewrite'::regclass and d.objid = r.oid
+                                   and d.refclassid = 'pg_catalog.pg_class'::regclass and d.refobjid <> r.ev_class
+    ),
+    rels as (   -- tables, and views standing for the tables they read
+      select t.relname, t.placed from tables t
+      union all
+      select v.relname::text, t.placed
+        from view_tables vt join tables t on t.rel = vt.rel
+        join pg_catalog.pg_class v on v.oid = vt.view
+    ),
+    fns as (    -- memori's own functions (not an extension's), bodies without comments and literals
+      select p.oid, p.proname::text as proname,
+             pg_catalog.regexp_replace(pg_catalog.regexp_replace(
+               case when p.prosqlbody is not null then pg_catalog.pg_get_functiondef(p.oid) else p.prosrc end,
+               '--[^\n]*', '', 'g'), '''([^'']|'''')*''', '''''', 'g') as prosrc
+        from pg_catalog.pg_proc p
+       where p.pronamespace = 'memori'::regnamespace and p.prokind = 'f'
+         and not exists (select 1 from pg_catalog.pg_depend d
+                          where d.classid = 'pg_catalog.pg_proc'::regclass and d.objid = p.oid and d.deptype = 'e')
+    ),
+    words as (  -- every identifier of every body, once
+      select distinct f.oid, lower(m[1]) as word, m[2] like '%(' as called
+        from fns f cross join lateral pg_catalog.regexp_matches(f.prosrc, '([A-Za-z_][A-Za-z0-9_]*)(\s*\(?)', 'g') m
+    ),
+    written as (  -- the tables a body inserts into, updates or deletes from
+      select distinct f.oid, lower(m[2]) as relname
+        from fns f cross join lateral pg_catalog.regexp_matches(
+               f.prosrc, '(insert\s+into|update|delete\s+from)\s+(?:memori\.)?([A-Za-z_][A-Za-z0-9_]*)', 'gi') m
+    ),
+    calls(caller, callee) as (   -- a body that names another memori function followed by (
+      select distinct w.oid, b.oid from words w join fns b on b.proname = w.word and b.oid <> w.oid where w.called
+    ),
+    roots as (  -- the public per-user functions
+      select p.oid, a.arg
+        from pg_catalog.pg_proc p
+        join fns f on f.oid = p.oid
+        cross join lateral (select n.arg from pg_catalog.unnest(p.proargnames) n(arg)
+                             where n.arg in ('p_user_id', 'p_owner_id')
+                             order by n.arg = 'p_owner_id' desc limit 1) a
+       where p.proname !~ '^_' and p.proname not in ('distribute', 'distribute_functions', 'distribution_plan')
+    ),
+    reach(root, fn) as (
+      select r.oid, r.oid from roots r
+      union
+      select reach.root, calls.callee from reach join calls on calls.caller = reach.fn
+    ),
+    touches as (  -- the tables each root reaches, and whether it writes them
+      select reach.root, rels.relname, rels.placed,
+             bool_or(exists (select 1 from written wr where wr.oid = reach.fn and wr.relname = rels.relname)) as writes
+        from reach join words w on w.oid = reach.fn
+        join rels on rels.relname = w.word
+       group by reach.root, rels.relname, rels.placed
+    )
+    select r.oid::regprocedure as fn, r.arg,
+           (select array_agg(reach.fn::regprocedure order by reach.fn::regprocedure::text)
+              from reach where reach.root = r.oid and reach.fn <> r.oid) as helpers,
+           (select string_agg(t.relname, ', ' order by t.relname) from touches t
+             where t.root = r.oid and t.placed = 'local') as unplaced,
+           (select string_agg(t.relname, ', ' order by t.relname) from touches t
+             where t.root = r.oid and t.placed = 'reference' and t.writes) as ref_writes,
+           x.why as cross_user,
+           -- on a worker Citus rewrites a table to its shard (memori.t_102008): a whole row passed
+           -- to a function taking memori.t is then of another type and the call does not resolve
+           (select string_agg(distinct reach.fn::regprocedure::text, ', ') from reach
+              join pg_catalog.pg_proc h on h.oid = reach.fn
+              join pg_catalog.pg_type t on t.oid = any (h.proargtypes::oid[]) and t.typrelid <> 0
+              join tables tb on tb.rel = t.typrelid
+             where reach.root = r.oid) as row_args
+      from roots r
+      join pg_catalog.pg_proc p on p.oid = r.oid
+      -- reads other users' rows by design (docs/scale-out.md, "Multi-shard by design")
+      left join (values
+        ('context_get',     'resolves project and global entries written by other users'),
+        ('context_resolve', 'resolves project and global entries written by other users'),
+        ('context_search',  'searches project and global entries written by other users'),
+        ('region_pages',    'reads the pages of a shared region, which live with their owners'),
+        ('search_pages',    'searches shared regions, whose pages live with their owners'),
+        ('mcp_token_list',  'a NULL user lists every user''s tokens (an admin''s listing)'),
+        ('mcp_token_revoke', 'a NULL user revokes a token by id across users (an admin''s call)')
+      ) x(proname, why) on x.proname = p.proname
+     order by r.oid::regprocedure::text
+  loop
+    v_row := row(v_fn.fn::text, v_fn.arg, v_anchor, null, null, null, coalesce(v_fn.helpers::text[], '{}'));
+    if v_fn.unplaced is not null then
+      v_row.kind := 'waiting';
+      v_row.reason := format('reaches %s, not distributed yet', v_fn.unplaced);
+    elsif v_fn.cross_user is not null then
+      v_row.kind := 'coordinator';
+      v_row.reason := v_fn.cross_user;
+    elsif v_fn.row_args is not null then
+      v_row.kind := 'coordinator';
+      v_row.reason := format('calls %s with a whole table row (on a worker the row is of the shard''s type)', v_fn.row_args);
+    elsif v_fn.ref_writes is not null then
+      v_row.kind := 'coordinator';
+      v_row.reason := format('writes reference table %s (a write to every node)', v_fn.ref_writes);
+    elsif v_anchor is null then
+      v_row.kind := 'waiting';
+      v_row.reason := 'no table is distributed yet (memori.distribute())';
+    else
+      v_row.kind := 'delegate';
+    end if;
+    select coalesce(o.distribution_argument_index is not null and o.force_delegation, false) into v_done
+      from pg_dist_object o
+     where o.classid = 'pg_catalog.pg_proc'::regclass and o.objid = v_fn.fn;
+    v_done := coalesce(v_done, false);
+    v_row.status := case when v_done and v_row.kind = 'delegate' then 'already'
+                         when v_done then 'registered earlier'
+                         when v_row.kind = 'delegate' and p_delegate and p_dry_run then 'would register'
+                         else 'not registered' end;
+    if v_row.kind <> 'waiting' and not p_dry_run and v_failed is not null then
+      v_row.status := 'not attempted: ' || v_failed;
+    elsif v_row.kind <> 'waiting' and not p_dry_run then
+      -- Citus deparses each function under the current search path and runs the text on the
+      -- workers: with memori on the path, memori types would be printed unqualified there
+      perform pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+      begin
+        -- its helpers go to every worker whatever the kind: Citus ships the expressions of a
+        -- statement to the shards (memori._store_ns_match(...) in a WHERE), and a delegated
+        -- call runs its callees there
+        foreach v_helper in array coalesce(v_fn.helpers, '{}') loop
+          if not exists (select 1 from pg_dist_object o
+                          where o.classid = 'pg_catalog.pg_proc'::regclass and o.objid = v_helper) then
+            perform create_distributed_function(v_helper);
+          end if;
+        end loop;
+        if v_row.kind = 'delegate' and p_delegate and not v_done then
+          perform create_distributed_function(v_fn.fn, v_fn.arg, colocate_with => v_anchor, force_delegation => true);
+          v_row.status := 'registered';
+        end if;
+      exception when others then
+        v_row.status := 'failed: ' || sqlerrm;
+        -- a command that failed on a worker leaves that worker's transaction aborted: stop here
+        v_failed := 'an earlier registration failed (' || v_fn.fn::text || ')';
+      end;
+      perform pg_catalog.set_config('search_path', 'pg_catalog, memori, pg_temp', true);
+    end if;
+    return next v_row;
+  end loop;
+  -- Citus creates a function on the workers with PostgreSQL's default privileges (PUBLIC may
+  -- execute) and then replays its GRANTs, not its REVOKEs: a delegated call runs there with the
+  -- worker's privileges. Take PUBLIC's back wherever the coordinator has (Citus propagates it).
+  if not p_dry_run and v_failed is null then
+    perform pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+    select 'revoke execute on function ' || string_agg(o.objid::regprocedure::text, ', ') || ' from public'
+      into v_revoke
+      from pg_dist_object o
+      join pg_catalog.pg_proc p on p.oid = o.objid
+     where o.classid = 'pg_catalog.pg_proc'::regclass and p.pronamespace = 'memori'::regnamespace
+       and p.proacl is not null
+       and not exists (select 1 from pg_catalog.aclexplode(p.proacl) a where a.grantee = 0);
+    if v_revoke is not null then
+      execute v_revoke;
+    end if;
+    perform pg_catalog.set_config('search_path', 'pg_catalog, memori, pg_temp', true);
+  end if;
+end
+$func$ language plpgsql volatile
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori.distribute_functions(boolean, boolean) is 'On a Citus coordinator: classify every per-user function (kind delegate, coordinator or waiting) and, with p_delegate, register the delegable ones with create_distributed_function (PM140 without Citus).';
 
 do $grants$
 begin
@@ -481,6 +728,8 @@ begin
       alter function memori.distribution_plan() owner to memori_owner;
       alter function memori._distribution_blockers(regclass, text, text) owner to memori_owner;
       alter function memori.distribute(boolean) owner to memori_owner;
+      alter type memori.delegation_row owner to memori_owner;
+      alter function memori.distribute_functions(boolean, boolean) owner to memori_owner;
     exception when insufficient_privilege then
       raise notice 'pymemdb: cannot hand the distribution functions to memori_owner; keeping current owner';
     end;
@@ -497,7 +746,8 @@ begin
   foreach v_grantee in array array['public', 'memori_app', 'memori_cleaner'] loop
     if v_grantee = 'public' or exists (select 1 from pg_catalog.pg_roles where rolname = v_grantee) then
       execute format('revoke all on function memori.distribution_plan(), '
-                     'memori._distribution_blockers(regclass, text, text), memori.distribute(boolean) from %s',
+                     'memori._distribution_blockers(regclass, text, text), memori.distribute(boolean), '
+                     'memori.distribute_functions(boolean, boolean) from %s',
                      case when v_grantee = 'public' then 'public' else quote_ident(v_grantee) end);
     end if;
   end loop;

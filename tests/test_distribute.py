@@ -22,6 +22,11 @@ def test_distribute_without_citus_is_pm140_with_a_hint(conn: psycopg.Connection)
     assert dry.value.sqlstate == "PM140"
 
 
+def test_distribute_functions_without_citus_is_pm140(db: pymemdb.Database) -> None:
+    with pytest.raises(CitusMissing):
+        db.cluster.distribute_functions(dry_run=True)
+
+
 def test_client_maps_pm140(db: pymemdb.Database) -> None:
     with pytest.raises(CitusMissing) as caught:
         db.cluster.distribute()

@@ -1,0 +1,259 @@
+"""Every per-user call is answered by one shard; delegated calls and the acting user (marker ``citus``).
+
+The functions come from the catalog (every public function of schema memori with a
+``p_user_id`` or ``p_owner_id`` argument), so a function added later is checked too:
+it needs a sample call in SAMPLES, or a reason in MULTI_SHARD_BY_DESIGN. A call is
+single-shard when every command the coordinator sends for it (``citus.log_remote_commands``,
+read from the client's notices) goes to the shards of one hash range, on one node.
+Functions that reach a table not distributed yet (``memori.distribute_functions()``
+says which) are reported by a skipped test until their table is distributed.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import psycopg
+import pytest
+from psycopg import sql
+
+import pymemdb
+from tests.citus.conftest import placements
+
+pytestmark = pytest.mark.citus
+
+USERS = ("alice", "bob", "carol")
+
+# One call per public per-user function, for the user %(u)s, run in this order (later calls use
+# the rows of earlier ones). Arguments left out take their SQL defaults.
+SAMPLES: dict[str, str] = {
+    "store_put": "select * from memori.store_put(p_user_id => %(u)s, p_namespace => array['docs', 'a'], "
+                 "p_key => 'k1', p_value => '{\"text\": \"shards keep each user together\"}')",
+    "store_put_many": "select * from memori.store_put_many(p_user_id => %(u)s, p_items => "
+                      "'[{\"namespace\": [\"docs\", \"b\"], \"key\": \"k2\", \"value\": {\"text\": \"second\"}}]')",
+    "store_get": "select * from memori.store_get(p_user_id => %(u)s, p_namespace => array['docs', 'a'], p_key => 'k1')",
+    "store_get_many": "select * from memori.store_get_many(p_user_id => %(u)s, p_namespaces => '[[\"docs\", \"a\"]]', "
+                      "p_keys => array['k1'])",
+    "store_list_namespaces": "select * from memori.store_list_namespaces(p_user_id => %(u)s, "
+                             "p_prefix => array['docs'])",
+    "store_search": "select * from memori.store_search(p_user_id => %(u)s, p_namespace_prefix => array['docs'], "
+                    "p_query => 'shards')",
+    "store_delete": "select * from memori.store_delete(p_user_id => %(u)s, p_namespace => array['docs', 'b'], "
+                    "p_key => 'k2')",
+    "store_namespace_delete": "select * from memori.store_namespace_delete(p_user_id => %(u)s, "
+                              "p_prefix => array['docs', 'b'])",
+    "mcp_token_create": "select * from memori.mcp_token_create(p_user_id => %(u)s, p_name => 'ci')",
+    "mcp_token_list": "select * from memori.mcp_token_list(p_user_id => %(u)s)",
+    "mcp_token_revoke": "select * from memori.mcp_token_revoke(p_user_id => %(u)s, p_name => 'ci')",
+}
+
+# Per-user functions that read other users' rows on purpose (docs/scale-out.md, "Multi-shard by
+# design"); memori.distribute_functions() keeps them on the coordinator for the same reasons.
+MULTI_SHARD_BY_DESIGN: dict[str, str] = {
+    "context_get": "resolves project and global entries written by other users",
+    "context_resolve": "resolves project and global entries written by other users",
+    "context_search": "searches project and global entries written by other users",
+    "region_pages": "reads the pages of a shared region, which live with their owners",
+    "search_pages": "searches shared regions, whose pages live with their owners",
+}
+
+SHARD_NAME = re.compile(r"\bmemori\.[a-z_]+?_(\d{6,})\b")
+CONTROL = re.compile(r"^(BEGIN|COMMIT|ROLLBACK|PREPARE TRANSACTION|COMMIT PREPARED|ROLLBACK PREPARED|SAVEPOINT|"
+                     r"RELEASE SAVEPOINT|ROLLBACK TO SAVEPOINT|SELECT assign_distributed_transaction_id)", re.I)
+
+
+@dataclass
+class Trace:
+    """What the coordinator sent to the workers for one call."""
+
+    commands: list[tuple[str, str]] = field(default_factory=list)  # (node, command)
+
+    def work(self) -> list[tuple[str, str]]:
+        """The commands that are not transaction control (the propagated SET LOCAL aside)."""
+        out = []
+        for node, command in self.commands:
+            parts = [p.strip() for p in command.split(";") if p.strip()]
+            parts = [p for p in parts if not CONTROL.match(p) and not p.lower().startswith("set local ")]
+            out += [(node, p) for p in parts]
+        return out
+
+
+@pytest.fixture
+def login(distributed_dsn: str) -> Iterator[Callable[[str], str]]:
+    """A login role in a memori group role (row-level security applies): its DSN."""
+    roles: list[str] = []
+
+    def make(group: str) -> str:
+        role = f"kss_{uuid.uuid4().hex[:8]}"
+        with psycopg.connect(distributed_dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("create role {} login in role {}").format(sql.Identifier(role), sql.Identifier(group)))
+        roles.append(role)
+        return psycopg.conninfo.make_conninfo(distributed_dsn, user=role)
+
+    yield make
+    with psycopg.connect(distributed_dsn, autocommit=True) as conn:
+        for role in roles:
+            conn.execute(sql.SQL("drop owned by {}").format(sql.Identifier(role)))
+            conn.execute(sql.SQL("drop role {}").format(sql.Identifier(role)))
+
+
+def _shard_ranges(dsn: str) -> dict[int, str | None]:
+    """Shard id -> hash range start of every memori shard (None: a reference table's, on every node)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        rows = conn.execute(
+            "select s.shardid, case when p.partmethod = 'h' then s.shardminvalue end from pg_dist_shard s"
+            " join pg_dist_partition p on p.logicalrelid = s.logicalrelid").fetchall()
+    return dict(rows)
+
+
+def _traced(conn: psycopg.Connection, user: str, call: str) -> Trace:
+    """Run ``call`` for ``user`` in the client's way (a transaction with SET LOCAL) and trace it."""
+    trace = Trace()
+
+    def notice(diag: psycopg.errors.Diagnostic) -> None:
+        message = diag.message_primary or ""
+        if message.startswith("issuing "):
+            node = (diag.message_detail or "").removeprefix("on server ").split(" ")[0]
+            trace.commands.append((node, message.removeprefix("issuing ")))
+
+    conn.add_notice_handler(notice)
+    try:
+        with conn.transaction():
+            conn.execute(sql.SQL("set local memori.user_id = {}").format(sql.Literal(user)))
+            conn.execute("set local citus.log_remote_commands = on")
+            conn.execute("set local client_min_messages = log")
+            conn.execute(call, {"u": user}).fetchall()
+    finally:
+        conn.remove_notice_handler(notice)
+    return trace
+
+
+def _per_user_functions(dsn: str) -> dict[str, tuple[str, str | None]]:
+    """Every public per-user function: name -> (kind, reason) from memori.distribute_functions()."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        rows = conn.execute("select function_name, kind, reason from memori.distribute_functions(p_dry_run => true)")
+        return {name.split("(")[0]: (kind, reason) for name, kind, reason in rows.fetchall()}
+
+
+def _assert_single_shard(name: str, trace: Trace, shards: dict[int, str | None], *, delegated: bool) -> None:
+    # a read of a reference table goes to any node's copy: it is one shard wherever it runs
+    work = [(node, command) for node, command in trace.work()
+            if not (ids := [int(s) for s in SHARD_NAME.findall(command)]) or any(shards.get(i) for i in ids)]
+    assert work, f"{name}: the sample call sent nothing to a worker (it does not reach a table)"
+    nodes = {node for node, _ in work}
+    assert len(nodes) == 1, f"{name}: commands on {len(nodes)} nodes: {work}"
+    if delegated:
+        assert len(work) == 1 and f"memori.{name}(" in work[0][1], f"{name} was not delegated: {work}"
+        return
+    ranges = {shards[int(s)] for _, command in work for s in SHARD_NAME.findall(command) if shards.get(int(s))}
+    assert len(ranges) == 1, f"{name}: shards of {len(ranges)} hash ranges: {work}"
+
+
+def test_every_per_user_function_is_single_shard(distributed_dsn: str, login: Callable[[str], str]) -> None:
+    # memori_admin: in memori_app (row-level security applies), and it may issue MCP tokens
+    app_dsn = login("memori_admin")
+    functions = _per_user_functions(distributed_dsn)
+    assert set(MULTI_SHARD_BY_DESIGN) <= set(functions), set(MULTI_SHARD_BY_DESIGN) - set(functions)
+    assert set(SAMPLES) <= set(functions), f"samples of functions that are gone: {set(SAMPLES) - set(functions)}"
+    checked = [name for name, (kind, _) in functions.items()
+               if kind != "waiting" and name not in MULTI_SHARD_BY_DESIGN]
+    missing = sorted(set(checked) - set(SAMPLES))
+    assert not missing, f"per-user functions without a sample call in SAMPLES: {missing}"
+    # the classifier keeps every multi-shard-by-design function off the workers
+    assert all(functions[name][0] != "delegate" for name in MULTI_SHARD_BY_DESIGN)
+    order = [name for name in SAMPLES if name in checked]
+    shards = _shard_ranges(distributed_dsn)
+
+    # 1. registered nowhere: the coordinator runs each function, each statement goes to one shard
+    with psycopg.connect(app_dsn) as conn:
+        for user in USERS:
+            for name in order:
+                _assert_single_shard(name, _traced(conn, user, SAMPLES[name]), shards, delegated=False)
+
+    # 2. delegated: the whole call is one command on the node of the user's shards
+    with psycopg.connect(distributed_dsn, autocommit=True) as conn:
+        rows = conn.execute("select function_name, kind, status from memori.distribute_functions(p_delegate => true)")
+        registered = {name.split("(")[0]: status for name, kind, status in rows.fetchall() if kind == "delegate"}
+    assert registered and set(registered.values()) <= {"registered", "already"}, registered
+    with psycopg.connect(app_dsn) as conn:
+        for user in ("dave", "erin"):
+            for name in order:
+                _assert_single_shard(name, _traced(conn, user, SAMPLES[name]), shards,
+                                     delegated=functions[name][0] == "delegate")
+
+
+def test_functions_waiting_for_their_tables(distributed_dsn: str) -> None:
+    waiting = {name: reason for name, (kind, reason) in _per_user_functions(distributed_dsn).items()
+               if kind == "waiting"}
+    if waiting:
+        pytest.skip(f"{len(waiting)} per-user functions not checked, their tables are not distributed: "
+                    + "; ".join(f"{name} ({reason})" for name, reason in sorted(waiting.items())))
+
+
+def test_delegated_calls_keep_the_acting_user(distributed_dsn: str, login: Callable[[str], str]) -> None:
+    """Registration is opt-in and idempotent; on the worker the propagated SET LOCAL is the acting user."""
+    app_dsn, admin_dsn = login("memori_app"), login("memori_admin")
+    with psycopg.connect(distributed_dsn, autocommit=True) as conn:
+        before = conn.execute("select count(*) from memori.distribute_functions() where status = 'not registered'"
+                              " and kind = 'delegate'").fetchone()
+        assert before is not None and before[0] > 0  # nothing is registered without p_delegate
+        first = conn.execute("select status from memori.distribute_functions(p_delegate => true)"
+                             " where kind = 'delegate'").fetchall()
+        again = conn.execute("select status from memori.distribute_functions(p_delegate => true)"
+                             " where kind = 'delegate'").fetchall()
+        assert {s for (s,) in first} == {"registered"} and {s for (s,) in again} == {"already"}
+        # a delegated function's helpers are on every worker
+        on_workers = conn.execute("select result from run_command_on_workers("
+                                  "$$select to_regprocedure('memori._acting_user(text)') is not null$$)").fetchall()
+        assert on_workers == [("t",), ("t",)]
+    assert placements(distributed_dsn)["store_items"] == "distributed"
+
+    # three users through the Python client as an app role: each call delegated, each sees its own
+    for user in USERS:
+        with pymemdb.connect(app_dsn, user_id=user) as db:
+            db.store.put(["notes"], "k", {"owner": user})
+            assert db.store.get(["notes"], "k").value == {"owner": user}  # type: ignore[union-attr]
+            assert [r.key for r in db.store.search(["notes"], query=None)] == ["k"]
+        with pymemdb.connect(admin_dsn, user_id=user) as admin:
+            admin.mcp_tokens.create(user, "cli")
+            assert [t.name for t in admin.mcp_tokens.list(user)] == ["cli"]
+    with psycopg.connect(app_dsn) as conn:
+        # the worker's privileges are the coordinator's: MCP tokens are memori_admin's (PUBLIC's
+        # default execute privilege, which Citus leaves on the workers, is taken back)
+        with pytest.raises(psycopg.errors.InsufficientPrivilege, match="permission denied for function"), \
+                conn.transaction():
+            conn.execute("set local memori.user_id = 'alice'")
+            conn.execute(SAMPLES["mcp_token_create"], {"u": "alice"}).fetchall()
+        # another user's call inside bob's transaction: refused on the worker (PM040)
+        with pytest.raises(psycopg.Error, match="acts for user 'bob', not 'alice'"), conn.transaction():
+            conn.execute("set local memori.user_id = 'bob'")
+            conn.execute(SAMPLES["store_get"], {"u": "alice"}).fetchall()
+        # the row-level-security matrix: 0 rows of another user visible or changed
+        for me in USERS:
+            for other in USERS:
+                if other == me:
+                    continue
+                with conn.transaction():
+                    conn.execute(sql.SQL("set local memori.user_id = {}").format(sql.Literal(me)))
+                    for table in ("store_items", "store_namespaces", "mcp_tokens"):
+                        seen = conn.execute(sql.SQL("select count(*) from memori.{} where user_id = %s")
+                                            .format(sql.Identifier(table)), (other,)).fetchone()
+                        assert seen == (0,), (me, other, table)
+                    changed = conn.execute("update memori.store_items set value = '{}' where user_id = %s",
+                                           (other,)).rowcount
+                    assert changed == 0
+                    deleted = conn.execute("delete from memori.store_namespaces where user_id = %s", (other,)).rowcount
+                    assert deleted == 0
+    for user in USERS:
+        with pymemdb.connect(app_dsn, user_id=user) as db:
+            assert db.store.get(["notes"], "k").value == {"owner": user}  # type: ignore[union-attr]
+
+
+def test_nothing_is_delegated_before_distribute(citus_dsn: str) -> None:
+    """Before distribute() no table is placed: every per-user function waits, even with p_delegate."""
+    with pymemdb.connect(citus_dsn) as db:
+        rows = db.cluster.distribute_functions(delegate=True)
+    assert rows and {r.kind for r in rows} == {"waiting"} and {r.status for r in rows} == {"not registered"}
