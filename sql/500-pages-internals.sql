@@ -208,6 +208,8 @@ create or replace function memori._page_mutation(
   p_now timestamptz
 ) returns void
 as $func$
+declare
+  v_expires timestamptz := memori._vm_retention('page_mutations', p_now);  -- here, not on a shard
 begin
   if p_actor is null or p_actor not in ('user', 'model', 'tool', 'system') then
     raise exception 'unknown actor %', coalesce(quote_literal(p_actor), 'NULL')
@@ -216,7 +218,7 @@ begin
   insert into memori.page_mutations (session_id, user_id, page_id, at, turn, mutation_type, tier_before, tier_after,
                                      level_before, level_after, tokens_after, actor, cause, expires_at)
   values (p_s.session_id, p_s.user_id, p_page_id, p_now, p_s.turn, p_type, p_tier_before, p_tier_after,
-          p_level_before, p_level_after, p_tokens_after, p_actor, p_cause, memori._vm_retention('page_mutations', p_now));
+          p_level_before, p_level_after, p_tokens_after, p_actor, p_cause, v_expires);
   -- any change to the working set or a page makes cached packs stale
   delete from memori.vm_pack_cache where user_id = p_s.user_id and session_id = p_s.session_id;
 end

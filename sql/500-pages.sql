@@ -374,9 +374,10 @@ create or replace function memori.page_flush(
 ) returns integer
 as $func$
 declare
-  v_s  memori.vm_sessions := memori._vm_session(p_session_id, null, false, p_now);
-  v_n  integer;
-  v_id bigint;
+  v_s   memori.vm_sessions := memori._vm_session(p_session_id, null, false, p_now);
+  v_n   integer;
+  v_id  bigint;
+  v_ids text[];
 begin
   -- dirty pages shared with an ancestor are copied first (flushing is a write)
   for v_id in
@@ -386,10 +387,10 @@ begin
   loop
     perform memori._page_copy(v_id, p_session_id);
   end loop;
-  perform memori._page_write(v_s.user_id, p_session_id,
-                             array(select page_id from memori.pages
-                                    where user_id = v_s.user_id and session_id = p_session_id and dirty
-                                      and (p_page_ids is null or page_id = any (p_page_ids))));
+  select array_agg(page_id) into v_ids from memori.pages
+   where user_id = v_s.user_id and session_id = p_session_id and dirty
+     and (p_page_ids is null or page_id = any (p_page_ids));
+  perform memori._page_write(v_s.user_id, p_session_id, coalesce(v_ids, '{}'));
   update memori.pages set dirty = false, last_flushed = p_now
    where user_id = v_s.user_id and session_id = p_session_id and dirty and (p_page_ids is null or page_id = any (p_page_ids));
   get diagnostics v_n = row_count;

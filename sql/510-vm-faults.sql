@@ -62,12 +62,19 @@ create or replace function memori._fault_record(
   p_tokens integer, p_source_tier text, p_evictions text[], p_now timestamptz
 ) returns void
 as $func$
+declare
+  -- scalars, not the session row: Citus would ship the row to the shard as a value of its type
+  v_session text := p_s.session_id;
+  v_user    text := p_s.user_id;
+  v_turn    integer := p_s.turn;
+  v_expires timestamptz := memori._vm_retention('page_faults', p_now);
+begin
   insert into memori.page_faults (session_id, user_id, page_id, turn, reason, target_level, served_level, outcome,
                                   tokens, source_tier, evictions, at, expires_at)
-  values (p_s.session_id, p_s.user_id, coalesce(p_page_id, ''), p_s.turn, coalesce(p_reason, ''), p_target, p_served,
-          p_outcome, coalesce(p_tokens, 0), p_source_tier, coalesce(p_evictions, '{}'), p_now,
-          memori._vm_retention('page_faults', p_now))
-$func$ language sql volatile security invoker
+  values (v_session, v_user, coalesce(p_page_id, ''), v_turn, coalesce(p_reason, ''), p_target, p_served,
+          p_outcome, coalesce(p_tokens, 0), p_source_tier, coalesce(p_evictions, '{}'), p_now, v_expires);
+end
+$func$ language plpgsql volatile security invoker
 set search_path = pg_catalog, memori, pg_temp;
 comment on function memori._fault_record(memori.vm_sessions, text, text, integer, integer, text, integer, text, text[], timestamptz) is 'Record a page fault (served, already_mapped, refused or error) at the session''s turn.';
 

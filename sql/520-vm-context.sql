@@ -138,6 +138,8 @@ declare
   v_item   record;
   v_keep   bigint[] := '{}';
   v_shown  text[] := '{}';
+  v_line   text;
+  v_tokens integer;
 begin
   if v_budget < memori.token_estimate(v_open || v_close, 'page') then
     perform memori._invalid(format('token budget must be at least %s (the empty block), got %s',
@@ -193,30 +195,31 @@ begin
                   -- a page mapped again after it was written (faulted in, prefetched) was asked for: shown as itself
                   and m.turn_added <= m.turn
     ), shown as (
-      -- pages shown as themselves
-      select f.id, f.pinned, f.turn,
-             memori._vm_line(f.page_id, f.page_type, f.modality, f.role, f.content, f.data, f.dimensions,
-                             f.duration_seconds, f.hint) as line
+      -- pages shown as themselves (each line is made in the loop: on Citus a function in
+      -- this query would run on the shard, where the VM's functions are not installed)
+      select f.id, f.pinned, f.turn, f.page_id, f.page_type, f.modality, f.role, f.content, f.data, f.dimensions,
+             f.duration_seconds, f.hint
         from folded f where f.summary_id is null
       union all
       -- one summary per older segment, at level 2 when written (else its own content)
-      select sp.id, false, sp.turn,
-             memori._vm_line(sp.page_id, sp.page_type, sp.modality, sp.role, coalesce(r.content, sp.content),
-                             coalesce(r.data, sp.data), sp.dimensions, sp.duration_seconds, sp.hint)
+      select sp.id, false, sp.turn, sp.page_id, sp.page_type, sp.modality, sp.role, coalesce(r.content, sp.content),
+             coalesce(r.data, sp.data), sp.dimensions, sp.duration_seconds, sp.hint
         from (select distinct summary_id from folded where summary_id is not null) x
         join memori.pages sp on sp.user_id = v_s.user_id and sp.id = x.summary_id
         left join memori.page_representations r
                on r.user_id = sp.user_id and r.session_id = sp.session_id and r.page_id = sp.page_id and r.level = 2
        where not exists (select 1 from mapped m where m.id = sp.id)
     )
-    select s.id, s.line, ceil(octet_length(s.line || E'\n') / 4.0)::integer as tokens
-      from shown s
+    select s.* from shown s
      order by s.pinned desc, s.turn desc, s.id desc
   loop
-    if v_item.tokens <= v_left then
+    v_line := memori._vm_line(v_item.page_id, v_item.page_type, v_item.modality, v_item.role, v_item.content,
+                              v_item.data, v_item.dimensions, v_item.duration_seconds, v_item.hint);
+    v_tokens := ceil(octet_length(v_line || E'\n') / 4.0)::integer;
+    if v_tokens <= v_left then
       v_keep := v_keep || v_item.id;
-      v_shown := v_shown || v_item.line;
-      v_left := v_left - v_item.tokens;
+      v_shown := v_shown || v_line;
+      v_left := v_left - v_tokens;
     end if;
   end loop;
   -- shown in the order the pages were created, whatever order they were chosen in

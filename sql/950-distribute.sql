@@ -335,10 +335,11 @@ begin
                                      order by c.conname)
                      from pg_catalog.pg_constraint c
                     where c.conrelid = v_rel and c.contype = 'f' and c.confrelid = any (v_blocked)), '{}');
-    -- A reference table that a table which cannot be placed yet references waits for it: Citus
-    -- would turn the referrer into a Citus-managed local table, recreating its views (and
-    -- leaving dangling OIDs in retention_tables).
-    if v_plan.placement = 'reference' then
+    -- A table that a table which cannot be placed yet references waits for it: Citus would turn
+    -- the referrer into a Citus-managed local table, recreating its views (and leaving dangling
+    -- OIDs in retention_tables). So does a distributed parent whose key its children already
+    -- share (vm_sessions, while pages waits for its triggers).
+    if v_plan.placement in ('reference', 'distributed') then
       v_result.blockers := v_result.blockers
         || coalesce((select array_agg(format('referenced by %s (%s), which cannot be placed yet', c.conrelid::regclass, c.conname)
                                       order by c.conname)
