@@ -46,39 +46,29 @@ def upgrade() -> None:
         drop trigger if exists page_representations_cow on memori.page_representations;
         drop trigger if exists page_mutations_append_only on memori.page_mutations;
 
-        -- children take their parent's user, so the new foreign keys hold
-        update memori.pages c set user_id = s.user_id
-          from memori.vm_sessions s where s.session_id = c.session_id and c.user_id <> s.user_id;
-        update memori.vm_forks c set user_id = s.user_id
-          from memori.vm_sessions s where s.session_id = c.session_id and c.user_id <> s.user_id;
-        update memori.vm_segments c set user_id = s.user_id
-          from memori.vm_sessions s where s.session_id = c.session_id and c.user_id <> s.user_id;
-        update memori.vm_pack_cache c set user_id = s.user_id
-          from memori.vm_sessions s where s.session_id = c.session_id and c.user_id <> s.user_id;
-        update memori.vm_prefetches c set user_id = s.user_id
-          from memori.vm_sessions s where s.session_id = c.session_id and c.user_id <> s.user_id;
-        update memori.vm_region_pages c set user_id = s.user_id
-          from memori.vm_sessions s where s.session_id = c.session_id and c.user_id <> s.user_id;
-        update memori.page_versions c set user_id = p.user_id
-          from memori.pages p
-         where p.session_id = c.session_id and p.page_id = c.page_id and c.user_id <> p.user_id;
-        update memori.page_representations c set user_id = p.user_id
-          from memori.pages p
-         where p.session_id = c.session_id and p.page_id = c.page_id and c.user_id <> p.user_id;
-        update memori.working_set c set user_id = p.user_id
-          from memori.pages p
-         where p.session_id = c.session_id and p.page_id = c.page_id and c.user_id <> p.user_id;
-
-        -- foreign keys first (they depend on the parents' keys), then the keys
-        alter table memori.page_versions drop constraint page_versions_session_id_page_id_fkey;
-        alter table memori.page_representations drop constraint page_representations_session_id_page_id_fkey;
-        alter table memori.working_set drop constraint working_set_session_id_page_id_fkey;
-        alter table memori.pages drop constraint pages_session_id_fkey;
-        alter table memori.vm_forks drop constraint vm_forks_session_id_fkey;
-        alter table memori.vm_segments drop constraint vm_segments_session_id_fkey;
-        alter table memori.vm_pack_cache drop constraint vm_pack_cache_session_id_fkey;
-        alter table memori.vm_prefetches drop constraint vm_prefetches_session_id_fkey;
-        alter table memori.vm_region_pages drop constraint vm_region_pages_session_id_fkey;
+        do $realign$
+        declare
+          v_t text;
+        begin
+          -- children take their parent's user, so the new foreign keys hold; then their
+          -- foreign keys go (they depend on the parents' keys) and come back after the keys
+          foreach v_t in array array['pages', 'vm_forks', 'vm_segments', 'vm_pack_cache', 'vm_prefetches',
+                                     'vm_region_pages'] loop
+            execute format('update memori.%I c set user_id = s.user_id from memori.vm_sessions s '
+                           'where s.session_id = c.session_id and c.user_id <> s.user_id', v_t);
+          end loop;
+          foreach v_t in array array['page_versions', 'page_representations', 'working_set'] loop
+            execute format('update memori.%I c set user_id = p.user_id from memori.pages p '
+                           'where p.session_id = c.session_id and p.page_id = c.page_id and c.user_id <> p.user_id',
+                           v_t);
+            execute format('alter table memori.%I drop constraint %I', v_t, v_t || '_session_id_page_id_fkey');
+          end loop;
+          foreach v_t in array array['pages', 'vm_forks', 'vm_segments', 'vm_pack_cache', 'vm_prefetches',
+                                     'vm_region_pages'] loop
+            execute format('alter table memori.%I drop constraint %I', v_t, v_t || '_session_id_fkey');
+          end loop;
+        end
+        $realign$;
 
         alter table memori.vm_sessions
           drop constraint vm_sessions_pkey,
@@ -124,27 +114,24 @@ def upgrade() -> None:
           drop constraint vm_region_pages_pkey,
           add constraint vm_region_pages_pkey primary key (user_id, region_id, session_id, page_id);
 
-        alter table memori.pages add constraint pages_session_id_fkey
-          foreign key (user_id, session_id) references memori.vm_sessions (user_id, session_id) on delete cascade;
-        alter table memori.page_versions add constraint page_versions_session_id_page_id_fkey
-          foreign key (user_id, session_id, page_id)
-          references memori.pages (user_id, session_id, page_id) on delete cascade;
-        alter table memori.page_representations add constraint page_representations_session_id_page_id_fkey
-          foreign key (user_id, session_id, page_id)
-          references memori.pages (user_id, session_id, page_id) on delete cascade;
-        alter table memori.working_set add constraint working_set_session_id_page_id_fkey
-          foreign key (user_id, session_id, page_id)
-          references memori.pages (user_id, session_id, page_id) on delete cascade;
-        alter table memori.vm_forks add constraint vm_forks_session_id_fkey
-          foreign key (user_id, session_id) references memori.vm_sessions (user_id, session_id) on delete cascade;
-        alter table memori.vm_segments add constraint vm_segments_session_id_fkey
-          foreign key (user_id, session_id) references memori.vm_sessions (user_id, session_id) on delete cascade;
-        alter table memori.vm_pack_cache add constraint vm_pack_cache_session_id_fkey
-          foreign key (user_id, session_id) references memori.vm_sessions (user_id, session_id) on delete cascade;
-        alter table memori.vm_prefetches add constraint vm_prefetches_session_id_fkey
-          foreign key (user_id, session_id) references memori.vm_sessions (user_id, session_id) on delete cascade;
-        alter table memori.vm_region_pages add constraint vm_region_pages_session_id_fkey
-          foreign key (user_id, session_id) references memori.vm_sessions (user_id, session_id) on delete cascade;
+        do $fkeys$
+        declare
+          v_t text;
+        begin
+          -- ON DELETE CASCADE as before, with the user
+          foreach v_t in array array['pages', 'vm_forks', 'vm_segments', 'vm_pack_cache', 'vm_prefetches',
+                                     'vm_region_pages'] loop
+            execute format('alter table memori.%I add constraint %I foreign key (user_id, session_id) '
+                           'references memori.vm_sessions (user_id, session_id) on delete cascade',
+                           v_t, v_t || '_session_id_fkey');
+          end loop;
+          foreach v_t in array array['page_versions', 'page_representations', 'working_set'] loop
+            execute format('alter table memori.%I add constraint %I foreign key (user_id, session_id, page_id) '
+                           'references memori.pages (user_id, session_id, page_id) on delete cascade',
+                           v_t, v_t || '_session_id_page_id_fkey');
+          end loop;
+        end
+        $fkeys$;
         """
     )
 
