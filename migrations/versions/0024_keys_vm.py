@@ -51,21 +51,23 @@ def upgrade() -> None:
           v_t text;
         begin
           -- children take their parent's user, so the new foreign keys hold; then their
-          -- foreign keys go (they depend on the parents' keys) and come back after the keys
+          -- foreign keys go (they depend on the parents' keys) and come back after the keys.
+          -- No format(): the psql script (pymemdb init --sql) doubles every percent sign
           foreach v_t in array array['pages', 'vm_forks', 'vm_segments', 'vm_pack_cache', 'vm_prefetches',
                                      'vm_region_pages'] loop
-            execute format('update memori.%I c set user_id = s.user_id from memori.vm_sessions s '
-                           'where s.session_id = c.session_id and c.user_id <> s.user_id', v_t);
+            execute 'update memori.' || quote_ident(v_t) || ' c set user_id = s.user_id from memori.vm_sessions s '
+                    'where s.session_id = c.session_id and c.user_id <> s.user_id';
           end loop;
           foreach v_t in array array['page_versions', 'page_representations', 'working_set'] loop
-            execute format('update memori.%I c set user_id = p.user_id from memori.pages p '
-                           'where p.session_id = c.session_id and p.page_id = c.page_id and c.user_id <> p.user_id',
-                           v_t);
-            execute format('alter table memori.%I drop constraint %I', v_t, v_t || '_session_id_page_id_fkey');
+            execute 'update memori.' || quote_ident(v_t) || ' c set user_id = p.user_id from memori.pages p '
+                    'where p.session_id = c.session_id and p.page_id = c.page_id and c.user_id <> p.user_id';
+            execute 'alter table memori.' || quote_ident(v_t)
+                    || ' drop constraint ' || quote_ident(v_t || '_session_id_page_id_fkey');
           end loop;
           foreach v_t in array array['pages', 'vm_forks', 'vm_segments', 'vm_pack_cache', 'vm_prefetches',
                                      'vm_region_pages'] loop
-            execute format('alter table memori.%I drop constraint %I', v_t, v_t || '_session_id_fkey');
+            execute 'alter table memori.' || quote_ident(v_t)
+                    || ' drop constraint ' || quote_ident(v_t || '_session_id_fkey');
           end loop;
         end
         $realign$;
@@ -121,14 +123,15 @@ def upgrade() -> None:
           -- ON DELETE CASCADE as before, with the user
           foreach v_t in array array['pages', 'vm_forks', 'vm_segments', 'vm_pack_cache', 'vm_prefetches',
                                      'vm_region_pages'] loop
-            execute format('alter table memori.%I add constraint %I foreign key (user_id, session_id) '
-                           'references memori.vm_sessions (user_id, session_id) on delete cascade',
-                           v_t, v_t || '_session_id_fkey');
+            execute 'alter table memori.' || quote_ident(v_t)
+                    || ' add constraint ' || quote_ident(v_t || '_session_id_fkey') || ' foreign key (user_id, session_id)'
+                       ' references memori.vm_sessions (user_id, session_id) on delete cascade';
           end loop;
           foreach v_t in array array['page_versions', 'page_representations', 'working_set'] loop
-            execute format('alter table memori.%I add constraint %I foreign key (user_id, session_id, page_id) '
-                           'references memori.pages (user_id, session_id, page_id) on delete cascade',
-                           v_t, v_t || '_session_id_page_id_fkey');
+            execute 'alter table memori.' || quote_ident(v_t) || ' add constraint '
+                    || quote_ident(v_t || '_session_id_page_id_fkey')
+                    || ' foreign key (user_id, session_id, page_id)'
+                       ' references memori.pages (user_id, session_id, page_id) on delete cascade';
           end loop;
         end
         $fkeys$;
