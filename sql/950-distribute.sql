@@ -93,18 +93,18 @@ as $func$
     ('lg_checkpoints',      'distributed', null),
     ('lg_blobs',            'distributed', null),
     ('lg_writes',           'distributed', null),
-    ('vm_sessions',         'distributed', 'PK (session_id) -> (user_id, session_id)'),
-    ('vm_forks',            'distributed', 'PK/UNIQUE and FK session_id -> vm_sessions must include user_id; ancestors of a fork must belong to the same user'),
-    ('vm_segments',         'distributed', 'PK/UNIQUE and FK session_id -> vm_sessions must include user_id'),
-    ('vm_pack_cache',       'distributed', 'PK and FK session_id -> vm_sessions must include user_id'),
-    ('vm_prefetches',       'distributed', 'PK (id) and FK session_id -> vm_sessions must include user_id'),
-    ('pages',               'distributed', 'PK (id), UNIQUE (session_id, page_id) and FK session_id -> vm_sessions must include user_id; triggers pages_notify, pages_cow'),
-    ('page_versions',       'distributed', 'PK and FK (session_id, page_id) -> pages must include user_id'),
-    ('page_representations','distributed', 'PK and FK (session_id, page_id) -> pages must include user_id; trigger page_representations_cow'),
-    ('working_set',         'distributed', 'PK and FK (session_id, page_id) -> pages must include user_id'),
-    ('page_mutations',      'distributed', 'PK (id) -> (user_id, id); trigger page_mutations_append_only'),
-    ('page_faults',         'distributed', 'PK (id) -> (user_id, id)'),
-    ('vm_region_pages',     'distributed', 'PK must include user_id; FK region_id -> vm_regions is to a reference table; FK session_id -> vm_sessions must include user_id; reading a shared region is multi-shard by design'),
+    ('vm_sessions',         'distributed', null),
+    ('vm_forks',            'distributed', 'ancestors of a fork must belong to the same user'),
+    ('vm_segments',         'distributed', null),
+    ('vm_pack_cache',       'distributed', null),
+    ('vm_prefetches',       'distributed', null),
+    ('pages',               'distributed', 'trigger pages_cow (copy-on-write: sql/560''s writers and the deletion of a forked session must call memori._page_write instead) and policy region_read (a subquery: shared regions read through a function)'),
+    ('page_versions',       'distributed', null),
+    ('page_representations','distributed', 'trigger page_representations_cow and policy region_read, as for pages'),
+    ('working_set',         'distributed', null),
+    ('page_mutations',      'distributed', null),
+    ('page_faults',         'distributed', null),
+    ('vm_region_pages',     'distributed', 'policy member_read has a subquery; FK region_id -> vm_regions is to a reference table; reading a shared region is multi-shard by design'),
     -- long-term memory (issue 17): keys already lead with the user
     ('store_namespaces',    'distributed', null),
     ('store_items',         'distributed', null),
@@ -333,10 +333,11 @@ begin
                                      order by c.conname)
                      from pg_catalog.pg_constraint c
                     where c.conrelid = v_rel and c.contype = 'f' and c.confrelid = any (v_blocked)), '{}');
-    -- A reference table that a table which cannot be placed yet references waits for it: Citus
-    -- would turn the referrer into a Citus-managed local table, recreating its views (and
-    -- leaving dangling OIDs in retention_tables).
-    if v_plan.placement = 'reference' then
+    -- A table that a table which cannot be placed yet references waits for it: Citus would turn
+    -- the referrer into a Citus-managed local table, recreating its views (and leaving dangling
+    -- OIDs in retention_tables). So does a distributed parent whose key its children already
+    -- share (vm_sessions, while pages waits for its triggers).
+    if v_plan.placement in ('reference', 'distributed') then
       v_result.blockers := v_result.blockers
         || coalesce((select array_agg(format('referenced by %s (%s), which cannot be placed yet', c.conrelid::regclass, c.conname)
                                       order by c.conname)
