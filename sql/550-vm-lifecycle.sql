@@ -49,28 +49,40 @@ select memori.retention_register('vm_prefetches', 'memori.vm_prefetches', 'memor
                                  'Pages prefetched by the VM pre-pass and prefetcher (seed 03)', 1, interval '30 days');
 
 -------------------------------------------------------------------------------
--- _vm_recall_signal_check: a recall signal must be a valid regular expression
-create or replace function memori._vm_recall_signal_check() returns trigger
+-- _vm_recall_signal_valid: a recall signal must be a valid regular expression
+-- The CHECK constraint vm_recall_signals_pattern_valid calls it (a trigger did,
+-- but Citus refuses triggers on its tables: vm_recall_signals is a reference
+-- table on a cluster, docs/scale-out.md). Immutable: a pattern's validity never
+-- changes.
+create or replace function memori._vm_recall_signal_valid(p_pattern text) returns boolean
 as $func$
 begin
   begin
-    perform '' ~* new.pattern;
+    perform '' ~* p_pattern;
   exception when invalid_regular_expression then
-    raise exception 'recall signal % is not a valid regular expression: %', quote_literal(new.pattern), sqlerrm
+    raise exception 'recall signal % is not a valid regular expression: %', quote_literal(p_pattern), sqlerrm
       using errcode = 'PM093', hint = 'Use a PostgreSQL regular expression (matched case-insensitively), e.g. ''(as we|earlier)''.';
   end;
-  if btrim(coalesce(new.pattern, '')) = '' then
+  if btrim(coalesce(p_pattern, '')) = '' then
     raise exception 'recall signal pattern is empty'
       using errcode = 'PM093', hint = 'An empty pattern matches every message; disable the pre-pass with paging_mode = model instead.';
   end if;
-  return new;
+  return true;
 end
-$func$ language plpgsql volatile security invoker
+$func$ language plpgsql immutable security invoker
 set search_path = pg_catalog, memori, pg_temp;
-comment on function memori._vm_recall_signal_check() is 'Trigger: refuse a recall signal that is empty or not a valid regular expression (PM093).';
+comment on function memori._vm_recall_signal_valid(text) is 'CHECK of memori.vm_recall_signals.pattern: true, or PM093 when the pattern is empty or not a valid regular expression.';
 
-create or replace trigger vm_recall_signals_check before insert or update on memori.vm_recall_signals
-  for each row execute function memori._vm_recall_signal_check();
+do $check$
+begin
+  drop trigger if exists vm_recall_signals_check on memori.vm_recall_signals;
+  if not exists (select from pg_catalog.pg_constraint
+                  where conrelid = 'memori.vm_recall_signals'::regclass and conname = 'vm_recall_signals_pattern_valid') then
+    alter table memori.vm_recall_signals
+      add constraint vm_recall_signals_pattern_valid check (memori._vm_recall_signal_valid(pattern));
+  end if;
+end
+$check$;
 
 -------------------------------------------------------------------------------
 -- claim_create: a token-cheap, high-importance decision page with provenance

@@ -15,6 +15,27 @@ comment on table memori.vm_region_members is 'The access list of a shared region
 comment on table memori.vm_region_pages is 'What a shared region holds: pages (page_id) or whole sessions (page_id = '''').';
 
 -------------------------------------------------------------------------------
+-- _region_member: is the acting user on the access list of a region of p_owner?
+-- The row-level-security policies member_read of memori.vm_regions and
+-- memori.vm_region_pages call it: on a Citus cluster a policy may not hold a
+-- subquery, but may call a function, and this one reads only
+-- memori.vm_region_members, a reference table (a copy on every node). The
+-- policy runs on the shards, so the read is a query nested in a shard's query,
+-- which Citus refuses unless allowed; it is safe here: a reference table is
+-- read from the node's own copy. The member row's region_owner must be the
+-- owner of the region or the entry: rows a user forges in their own name
+-- grant nothing.
+create or replace function memori._region_member(p_region_id text, p_owner text) returns boolean
+as $func$
+  select exists (select 1 from memori.vm_region_members m
+                  where m.region_id = p_region_id and m.region_owner = p_owner
+                    and m.user_id = current_setting('memori.user_id', true))
+$func$ language sql stable security invoker
+set search_path = pg_catalog, memori, pg_temp
+set citus.allow_nested_distributed_execution = on;
+comment on function memori._region_member(text, text) is 'Whether memori.user_id is on the access list of region p_region_id owned by p_owner (the region policies'' check; reads the reference table vm_region_members only).';
+
+-------------------------------------------------------------------------------
 -- _region_owned: a region of the acting user, locked
 create or replace function memori._region_owned(p_region_id text, p_user_id text) returns memori.vm_regions
 as $func$
