@@ -165,11 +165,12 @@ declare
   v_n     integer := 0;
 begin
   perform memori._check_identifier('session id', p_new_session_id);
-  if exists (select 1 from memori.vm_sessions where session_id = p_new_session_id) then
+  if exists (select 1 from memori.vm_sessions where user_id = v_src.user_id and session_id = p_new_session_id) then
     raise exception 'session % already exists', quote_literal(p_new_session_id)
       using errcode = 'PM094', hint = 'Fork into a new session id.';
   end if;
-  select coalesce(max(depth), 0) + 1 into v_depth from memori.vm_forks where session_id = v_src.session_id;
+  select coalesce(max(depth), 0) + 1 into v_depth from memori.vm_forks
+   where user_id = v_src.user_id and session_id = v_src.session_id;
   if v_depth > v_limit then
     raise exception 'session % is a fork % levels deep; the limit is %', quote_literal(p_source_session_id),
                     v_depth - 1, v_limit
@@ -188,17 +189,22 @@ begin
   returning * into v_new;
 
   -- the chain: the source as of now, then the source's own ancestors with their horizons
-  -- (the source's lock holds back its writers, so no page of it appears meanwhile)
-  select coalesce(max(id), 0) into v_max from memori.pages where session_id = v_src.session_id;
+  -- (the source's lock holds back its writers, so no page of it appears meanwhile). Every
+  -- ancestor is a session of the fork's user: the source is the acting user's own
+  -- (memori._vm_session), and so are its ancestors, read under the same user.
+  select coalesce(max(id), 0) into v_max from memori.pages
+   where user_id = v_src.user_id and session_id = v_src.session_id;
   insert into memori.vm_forks (session_id, ancestor_session_id, user_id, depth, max_page_id, forked_at)
   values (v_new.session_id, v_src.session_id, v_src.user_id, 1, v_max, p_now);
   insert into memori.vm_forks (session_id, ancestor_session_id, user_id, depth, max_page_id, forked_at)
   select v_new.session_id, f.ancestor_session_id, f.user_id, f.depth + 1, f.max_page_id, p_now
-    from memori.vm_forks f where f.session_id = v_src.session_id;
+    from memori.vm_forks f where f.user_id = v_src.user_id and f.session_id = v_src.session_id;
 
   -- the working set: its pages become the fork's own rows (bounded by the L0 budget)
-  for v_w in select * from memori.working_set where session_id = v_src.session_id order by turn_added, page_id loop
-    select * into v_p from memori.pages where session_id = v_src.session_id and page_id = v_w.page_id;
+  for v_w in select * from memori.working_set w where w.user_id = v_src.user_id and w.session_id = v_src.session_id
+              order by w.turn_added, w.page_id loop
+    select * into v_p from memori.pages
+     where user_id = v_src.user_id and session_id = v_src.session_id and page_id = v_w.page_id;
     v_p := memori._page_copy(v_p.id, v_new.session_id);
     insert into memori.working_set (session_id, page_id, user_id, level, tokens, turn_added, last_access_turn,
                                     pinned, pin_reason, added_at)
@@ -214,7 +220,8 @@ begin
                                                                     'source_session_id', v_src.session_id,
                                                                     'depth', v_depth), p_now);
   return row(v_new.session_id, v_src.session_id, v_depth,
-             (select count(*) from memori.vm_visible_pages v where v.viewer_session_id = v_new.session_id and v.depth > 0),
+             (select count(*) from memori.vm_visible_pages v
+               where v.user_id = v_new.user_id and v.viewer_session_id = v_new.session_id and v.depth > 0),
              v_n, p_now)::memori.session_fork_result;
 end
 $func$ language plpgsql volatile security invoker
@@ -225,8 +232,13 @@ comment on function memori.session_fork(text, text, timestamptz) is 'Fork a VM s
 -- session_fork_chain: the ancestors a session sees pages of
 create or replace function memori.session_fork_chain(p_session_id text) returns setof memori.vm_forks
 as $func$
-  select * from memori.vm_forks where session_id = p_session_id order by depth
-$func$ language sql stable security invoker
+declare
+  v_user text := (memori._vm_session_read(p_session_id)).user_id;
+begin
+  return query select * from memori.vm_forks f where f.user_id = v_user and f.session_id = p_session_id
+                order by f.depth;
+end
+$func$ language plpgsql stable security invoker
 set search_path = pg_catalog, memori, pg_temp;
 comment on function memori.session_fork_chain(text) is 'The ancestors of a forked session, parent first, each with the largest page row id the fork sees of it; no rows for an unforked session.';
 
