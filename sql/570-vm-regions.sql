@@ -36,6 +36,26 @@ set citus.allow_nested_distributed_execution = on;
 comment on function memori._region_member(text, text) is 'Whether memori.user_id is on the access list of region p_region_id owned by p_owner (the region policies'' check; reads the reference table vm_region_members only).';
 
 -------------------------------------------------------------------------------
+-- _region_page_shared: is another user's page (or its session) in a region the acting user is on?
+-- The policies region_read of memori.pages and memori.page_representations call
+-- it for rows that are not the acting user's. It reads the page owner's
+-- region entries (memori.vm_region_pages, co-located with the pages: on a
+-- cluster the same shard's node) and the reference table vm_region_members,
+-- a query nested in the shard's, allowed as in _region_member.
+create or replace function memori._region_page_shared(p_owner text, p_session_id text, p_page_id text)
+returns boolean
+as $func$
+  select exists (select 1 from memori.vm_region_pages rp
+                   join memori.vm_region_members m on m.region_id = rp.region_id and m.region_owner = rp.user_id
+                  where rp.user_id = p_owner and rp.session_id = p_session_id
+                    and (rp.page_id = '' or rp.page_id = p_page_id)
+                    and m.user_id = current_setting('memori.user_id', true))
+$func$ language sql stable security invoker
+set search_path = pg_catalog, memori, pg_temp
+set citus.allow_nested_distributed_execution = on;
+comment on function memori._region_page_shared(text, text, text) is 'Whether a page of p_owner (or its whole session) is in a region whose access list holds memori.user_id (the region_read policies'' check).';
+
+-------------------------------------------------------------------------------
 -- _region_owned: a region of the acting user, locked
 create or replace function memori._region_owned(p_region_id text, p_user_id text) returns memori.vm_regions
 as $func$
