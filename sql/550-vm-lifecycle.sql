@@ -226,7 +226,7 @@ create or replace function memori.claim_history(p_session_id text, p_topic text,
 returns setof memori.pages
 as $func$
 declare
-  v_user text := (memori._vm_session_read(p_session_id)).user_id;
+  v_user text := memori._vm_user(p_session_id);  -- a missing session has no rows: no error
 begin
   return query
     select q.* from memori.vm_visible_pages p join memori.pages q on q.user_id = v_user and q.id = p.id
@@ -246,7 +246,7 @@ create or replace function memori.claim_conflicts(p_session_id text, p_now times
 returns setof memori.claim_conflict
 as $func$
 declare
-  v_user text := (memori._vm_session_read(p_session_id)).user_id;
+  v_user text := memori._vm_user(p_session_id);  -- a missing session has no rows: no error
 begin
   return query
     with c as (
@@ -405,7 +405,7 @@ comment on function memori.segment_close(text, text, text, double precision, tex
 create or replace function memori.segment_list(p_session_id text) returns setof memori.vm_segments
 as $func$
 declare
-  v_user text := (memori._vm_session_read(p_session_id)).user_id;
+  v_user text := memori._vm_user(p_session_id);  -- a missing session has no rows: no error
 begin
   return query select * from memori.vm_segments s where s.user_id = v_user and s.session_id = p_session_id
                 order by s.seq;

@@ -233,7 +233,7 @@ comment on function memori.session_fork(text, text, timestamptz) is 'Fork a VM s
 create or replace function memori.session_fork_chain(p_session_id text) returns setof memori.vm_forks
 as $func$
 declare
-  v_user text := (memori._vm_session_read(p_session_id)).user_id;
+  v_user text := memori._vm_user(p_session_id);  -- a missing session has no rows: no error
 begin
   return query select * from memori.vm_forks f where f.user_id = v_user and f.session_id = p_session_id
                 order by f.depth;
