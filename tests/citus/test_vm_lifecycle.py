@@ -150,7 +150,7 @@ def test_vm_lifecycle_search_fork_gc_and_regions_on_the_cluster(vm_dsn: str) -> 
     shared_with_bob = {"vm_regions", "vm_region_pages", "pages", "page_representations"}
     for user in USERS:
         with acting(dsn, user) as conn:
-            for table in DISTRIBUTED + ("vm_regions", "vm_region_members"):
+            for table in (*DISTRIBUTED, "vm_regions", "vm_region_members"):
                 if user == "bob" and table in shared_with_bob:
                     found = conn.execute(f"select distinct user_id from memori.{table} where user_id <> 'bob'")
                     assert found.fetchall() == [{"user_id": "alice"}], table
