@@ -75,7 +75,11 @@ comment on function memori._vm_recall_signal_valid(text) is 'CHECK of memori.vm_
 
 do $check$
 begin
-  drop trigger if exists vm_recall_signals_check on memori.vm_recall_signals;
+  -- (Citus refuses even DROP TRIGGER IF EXISTS on a reference table: only when there is one)
+  if exists (select from pg_catalog.pg_trigger
+              where tgrelid = 'memori.vm_recall_signals'::regclass and tgname = 'vm_recall_signals_check') then
+    drop trigger vm_recall_signals_check on memori.vm_recall_signals;
+  end if;
   if not exists (select from pg_catalog.pg_constraint
                   where conrelid = 'memori.vm_recall_signals'::regclass and conname = 'vm_recall_signals_pattern_valid') then
     alter table memori.vm_recall_signals
