@@ -44,15 +44,20 @@ comment on function memori._claim_current(text, text, text, timestamptz) is 'Fol
 create or replace function memori._vm_segment_open(p_s memori.vm_sessions, p_now timestamptz)
 returns setof memori.pages
 as $func$
+declare
+  -- computed here: on a cluster the query runs on a shard, where memori's functions are not called
+  v_label text := memori._vm_segment_label(p_s.segment_seq);
+begin
   -- labelled with the open segment, or unlabelled and written since it opened;
   -- through vm_visible_pages, so a fork's shared pages are included (sql/160)
-  select q.* from memori.vm_visible_pages p join memori.pages q on q.user_id = p_s.user_id and q.id = p.id
-   where p.user_id = p_s.user_id and p.viewer_session_id = p_s.session_id and p.page_type = 'transcript'
-     and (p.expires_at is null or p.expires_at > p_now)
-     and (p.segment = memori._vm_segment_label(p_s.segment_seq)
-          or (p.segment is null and p.turn >= p_s.segment_first_turn))
-   order by p.id
-$func$ language sql stable security invoker
+  return query
+    select q.* from memori.vm_visible_pages p join memori.pages q on q.user_id = p_s.user_id and q.id = p.id
+     where p.user_id = p_s.user_id and p.viewer_session_id = p_s.session_id and p.page_type = 'transcript'
+       and (p.expires_at is null or p.expires_at > p_now)
+       and (p.segment = v_label or (p.segment is null and p.turn >= p_s.segment_first_turn))
+     order by p.id;
+end
+$func$ language plpgsql stable security invoker
 set search_path = pg_catalog, memori, pg_temp;
 comment on function memori._vm_segment_open(memori.vm_sessions, timestamptz) is 'Transcript pages of the open segment: labelled with it, or unlabelled and written since it opened; in creation order.';
 
@@ -204,11 +209,15 @@ comment on function memori._vm_check_prefetch_args(integer, integer) is 'PM001 u
 -- _vm_resident: a page mapped at a level that still carries its content
 create or replace function memori._vm_resident(p_user_id text, p_session_id text, p_page_id text) returns boolean
 as $func$
+declare
+  v_useful integer := memori._vm_setting_int('vm.prepass_useful_level', 2);
+begin
   -- level 3 is a line of topic tags: mapped, but it answers nothing
-  select exists (select 1 from memori.working_set w
+  return exists (select 1 from memori.working_set w
                   where w.user_id = p_user_id and w.session_id = p_session_id and w.page_id = p_page_id
-                    and w.level <= memori._vm_setting_int('vm.prepass_useful_level', 2))
-$func$ language sql stable security invoker
+                    and w.level <= v_useful);
+end
+$func$ language plpgsql stable security invoker
 set search_path = pg_catalog, memori, pg_temp;
 comment on function memori._vm_resident(text, text, text) is 'True when a page is in L0 at a useful level (vm.prepass_useful_level, default 2): what the pre-pass counts as in context.';
 

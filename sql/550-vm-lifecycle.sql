@@ -346,6 +346,7 @@ declare
   v_source  integer;
   v_sum     memori.pages;
   v_evicted integer := 0;
+  v_first   integer;
   v_seg     memori.vm_segments;
 begin
   select coalesce(array_agg(p order by p.id), '{}') into v_pages
@@ -387,10 +388,10 @@ begin
     end if;
   end loop;
 
+  v_first := least(v_s.segment_first_turn, (select min(x.turn) from unnest(v_pages) x));  -- Citus: no subquery in VALUES
   insert into memori.vm_segments (session_id, seq, user_id, segment, first_turn, last_turn, summary_page_id, pages,
                                   evicted, source_tokens, summary_tokens, closed_at)
-  values (v_s.session_id, v_s.segment_seq, v_s.user_id, v_label,
-          least(v_s.segment_first_turn, (select min(x.turn) from unnest(v_pages) x)), v_s.turn, v_sum.page_id,
+  values (v_s.session_id, v_s.segment_seq, v_s.user_id, v_label, v_first, v_s.turn, v_sum.page_id,
           cardinality(v_pages), v_evicted, v_source, v_sum.tokens, p_now)
   returning * into v_seg;
   update memori.vm_sessions set segment_seq = segment_seq + 1, segment_first_turn = turn + 1, updated_at = p_now

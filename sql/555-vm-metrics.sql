@@ -10,20 +10,27 @@
 -- _vm_page_topic: the topic a page belongs to, for the thrash index
 create or replace function memori._vm_page_topic(p_user_id text, p_session_id text, p_page_id text) returns text
 as $func$
+declare
+  v_p record;
+begin
   -- a claim's topic; else the topic of the newest claim citing the page (its
-  -- decision's discussion); else its hint; else its first topic tag
-  select coalesce(case when p.page_type = 'claim' then p.hint end,
-                  (select c.hint from memori.vm_visible_pages c
-                    where c.user_id = p_user_id and c.viewer_session_id = p.viewer_session_id and c.page_type = 'claim'
-                      and c.hint is not null
-                      and c.provenance @> array[p.page_id]
-                    order by c.id desc limit 1),
-                  p.hint,
-                  nullif(split_part(coalesce(memori._page_topics(p.content, 1), ''), ',', 1), ''),
-                  p.page_id)
+  -- decision's discussion); else its hint; else its first topic tag (computed
+  -- here, not in the query: on a cluster that runs on a shard)
+  select p.page_type, p.hint, p.content, p.page_id,
+         (select c.hint from memori.vm_visible_pages c
+           where c.user_id = p_user_id and c.viewer_session_id = p.viewer_session_id and c.page_type = 'claim'
+             and c.hint is not null and c.provenance @> array[p.page_id]
+           order by c.id desc limit 1) as claim_hint
+    into v_p
     from memori.vm_visible_pages p   -- a fork's shared pages too (sql/160)
-   where p.user_id = p_user_id and p.viewer_session_id = p_session_id and p.page_id = p_page_id
-$func$ language sql stable security invoker
+   where p.user_id = p_user_id and p.viewer_session_id = p_session_id and p.page_id = p_page_id;
+  if not found then
+    return null;
+  end if;
+  return coalesce(case when v_p.page_type = 'claim' then v_p.hint end, v_p.claim_hint, v_p.hint,
+                  nullif(split_part(coalesce(memori._page_topics(v_p.content, 1), ''), ',', 1), ''), v_p.page_id);
+end
+$func$ language plpgsql stable security invoker
 set search_path = pg_catalog, memori, pg_temp;
 comment on function memori._vm_page_topic(text, text, text) is 'Topic of a page for the thrash index: a claim''s topic, else that of the newest claim citing it, else its hint, else its first topic tag, else its id.';
 
@@ -38,6 +45,7 @@ declare
   v_r      memori.vm_metrics_result := p_r;
   v_thrash record;
   v_topics jsonb;
+  v_faulted text[];
 begin
   v_r.paging_mode := p_s.paging_mode;
   v_r.tokens_available := greatest(p_s.max_l0_tokens - v_r.l0_tokens, 0);
@@ -49,10 +57,10 @@ begin
            where user_id = p_s.user_id and session_id = p_s.session_id and outcome = 'served' group by turn) t;
   -- the topic of each faulted page, first: a function that reads distributed tables is not called
   -- inside a query of theirs (on a cluster that query runs on a shard)
+  v_faulted := array(select distinct f.page_id from memori.page_faults f
+                      where f.user_id = p_s.user_id and f.session_id = p_s.session_id and f.outcome = 'served');
   select coalesce(jsonb_object_agg(x.page_id, memori._vm_page_topic(p_s.user_id, p_s.session_id, x.page_id)), '{}')
-    into v_topics
-    from unnest(array(select distinct f.page_id from memori.page_faults f
-                       where f.user_id = p_s.user_id and f.session_id = p_s.session_id and f.outcome = 'served')) x(page_id);
+    into v_topics from unnest(v_faulted) x(page_id);
   -- the seed's thrash index: in a window of N turns, every served fault after
   -- the first of its topic counts; divided by N. Now (the window ending at this
   -- turn) and the worst window of the session. Adding a fault to a window never
@@ -87,9 +95,10 @@ begin
             from memori.page_mutations
            where user_id = p_s.user_id and session_id = p_s.session_id and mutation_type = 'evict') e;
   -- the seed's "average reduction from L0 to L2": transcript tokens of closed segments per summary token
-  select count(*), memori._vm_segment_label(p_s.segment_seq), coalesce(sum(source_tokens), 0),
+  v_r.segment_open := memori._vm_segment_label(p_s.segment_seq);
+  select count(*), coalesce(sum(source_tokens), 0),
          coalesce(sum(summary_tokens), 0), round(sum(source_tokens)::numeric / nullif(sum(summary_tokens), 0), 2)
-    into v_r.segments_closed, v_r.segment_open, v_r.segment_source_tokens, v_r.segment_summary_tokens,
+    into v_r.segments_closed, v_r.segment_source_tokens, v_r.segment_summary_tokens,
          v_r.compression_ratio
     from memori.vm_segments where user_id = p_s.user_id and session_id = p_s.session_id;
   select count(*), count(*) filter (where p.tier = 'L0')
