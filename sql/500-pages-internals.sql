@@ -49,6 +49,32 @@ set search_path = pg_catalog, memori, pg_temp;
 comment on function memori._vm_check_choice(text, text, text) is 'PM004 "unknown <what>" unless the value is one of memori._vm_choices(<what>); NULL passes when p_null_means says what it means.';
 
 -------------------------------------------------------------------------------
+-- _vm_user: the user whose session a VM call acts on
+-- Session ids are unique per user (issue 20), so every statement of a VM call
+-- names its user. That is the acting user (memori._acting_user); a call with no
+-- user at all (a table owner's, which row-level security does not filter) acts
+-- for the one user who has that session id (PM001 when several have it).
+create or replace function memori._vm_user(p_session_id text, p_user_id text default null) returns text
+as $func$
+declare
+  v_user text;
+  v_n    bigint;
+begin
+  if p_user_id is not null or nullif(current_setting('memori.user_id', true), '') is not null then
+    return memori._acting_user(p_user_id);
+  end if;
+  select min(user_id), count(*) into v_user, v_n from memori.vm_sessions where session_id = p_session_id;
+  if v_n > 1 then
+    perform memori._invalid(format('VM session %s exists for %s users: say which', quote_literal(p_session_id), v_n),
+                            'Set memori.user_id in the transaction (SET LOCAL memori.user_id = ''<user>''), or pass the user id.');
+  end if;
+  return v_user;
+end
+$func$ language plpgsql stable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._vm_user(text, text) is 'The user a VM call acts for: memori._acting_user when a user is given or set, else (an owner''s call) the one user with that session id (NULL when none, PM001 when several).';
+
+-------------------------------------------------------------------------------
 -- _vm_session: a session's row, locked; created with the defaults when asked
 create or replace function memori._vm_session(
   p_session_id text, p_user_id text, p_create boolean, p_now timestamptz
@@ -62,64 +88,58 @@ begin
   if p_now is null then
     perform memori._invalid('p_now must not be NULL', 'Omit p_now to use the current time.');
   end if;
+  v_user := memori._vm_user(p_session_id, p_user_id);
   -- the lock serialises the workers of one session: budgets hold under concurrency
-  select * into v_s from memori.vm_sessions where session_id = p_session_id for update;
+  select * into v_s from memori.vm_sessions where user_id = v_user and session_id = p_session_id for update;
   if found then
-    -- the one acting-user rule (PM040 when p_user_id is not memori.user_id); no user at all: an owner's call
-    v_user := case when p_user_id is null then nullif(current_setting('memori.user_id', true), '')
-                   else memori._acting_user(p_user_id) end;
-    if v_user is null or v_user = v_s.user_id then
-      return v_s;
-    end if;
-    -- else another user's session: PM041 below
+    return v_s;
   elsif not p_create then
     raise exception 'no VM session %', quote_literal(p_session_id)
       using errcode = 'PM005', hint = 'Start it with memori.turn_begin or memori.page_create.';
-  else
-    v_user := memori._acting_user(p_user_id);
-    -- one session namespace: a VM session is a session of memori.sessions
-    -- (created on first use, PM041 when the id is another user's)
-    perform memori._context_session(p_session_id, v_user, null, p_now);
-    begin
-      insert into memori.vm_sessions (session_id, user_id, max_l0_tokens, max_l1_pages, eviction_policy,
-                                      eviction_threshold, pinned_last_turns, fault_protection_turns,
-                                      eviction_cooldown_turns, faults_allowed, max_faults_per_turn,
-                                      max_fault_tokens_per_turn, fault_confidence_threshold, created_at, updated_at)
-      select p_session_id, v_user,
-             coalesce(max(value #>> '{}') filter (where key = 'vm.max_l0_tokens'), '128000')::integer,
-             coalesce(max(value #>> '{}') filter (where key = 'vm.max_l1_pages'), '100')::integer,
-             coalesce(max(value #>> '{}') filter (where key = 'vm.eviction_policy'), 'importance_weighted_lru'),
-             coalesce(max(value #>> '{}') filter (where key = 'vm.eviction_threshold'), '0.85')::numeric,
-             coalesce(max(value #>> '{}') filter (where key = 'vm.pinned_last_turns'), '3')::integer,
-             coalesce(max(value #>> '{}') filter (where key = 'vm.fault_protection_turns'), '2')::integer,
-             coalesce(max(value #>> '{}') filter (where key = 'vm.eviction_cooldown_turns'), '3')::integer,
-             coalesce(max(value #>> '{}') filter (where key = 'vm.faults_allowed'), 'true')::boolean,
-             coalesce(max(value #>> '{}') filter (where key = 'vm.max_faults_per_turn'), '3')::integer,
-             coalesce(max(value #>> '{}') filter (where key = 'vm.max_fault_tokens_per_turn'), '8192')::integer,
-             coalesce(max(value #>> '{}') filter (where key = 'vm.fault_confidence_threshold'), 'referenced'),
-             p_now, p_now
-        from memori.settings where key like 'vm.%'
-      returning * into v_s;
-      return v_s;
-    exception when unique_violation then
-      null;  -- invisible under row-level security: another user's session, PM041 below
-    end;
   end if;
-  raise exception 'session % belongs to another user', quote_literal(p_session_id)
-    using errcode = 'PM041', hint = 'Use a session id of your own; session ids are unique across users.';
+  v_user := memori._acting_user(p_user_id);
+  -- one session namespace: a VM session is a session of memori.sessions
+  -- (created on first use, PM041 when the id is another user's there)
+  perform memori._context_session(p_session_id, v_user, null, p_now);
+  begin
+    insert into memori.vm_sessions (session_id, user_id, max_l0_tokens, max_l1_pages, eviction_policy,
+                                    eviction_threshold, pinned_last_turns, fault_protection_turns,
+                                    eviction_cooldown_turns, faults_allowed, max_faults_per_turn,
+                                    max_fault_tokens_per_turn, fault_confidence_threshold, created_at, updated_at)
+    select p_session_id, v_user,
+           coalesce(max(value #>> '{}') filter (where key = 'vm.max_l0_tokens'), '128000')::integer,
+           coalesce(max(value #>> '{}') filter (where key = 'vm.max_l1_pages'), '100')::integer,
+           coalesce(max(value #>> '{}') filter (where key = 'vm.eviction_policy'), 'importance_weighted_lru'),
+           coalesce(max(value #>> '{}') filter (where key = 'vm.eviction_threshold'), '0.85')::numeric,
+           coalesce(max(value #>> '{}') filter (where key = 'vm.pinned_last_turns'), '3')::integer,
+           coalesce(max(value #>> '{}') filter (where key = 'vm.fault_protection_turns'), '2')::integer,
+           coalesce(max(value #>> '{}') filter (where key = 'vm.eviction_cooldown_turns'), '3')::integer,
+           coalesce(max(value #>> '{}') filter (where key = 'vm.faults_allowed'), 'true')::boolean,
+           coalesce(max(value #>> '{}') filter (where key = 'vm.max_faults_per_turn'), '3')::integer,
+           coalesce(max(value #>> '{}') filter (where key = 'vm.max_fault_tokens_per_turn'), '8192')::integer,
+           coalesce(max(value #>> '{}') filter (where key = 'vm.fault_confidence_threshold'), 'referenced'),
+           p_now, p_now
+      from memori.settings where key like 'vm.%'
+    returning * into v_s;
+  exception when unique_violation then
+    -- another worker of the same user created it first
+    select * into v_s from memori.vm_sessions where user_id = v_user and session_id = p_session_id for update;
+  end;
+  return v_s;
 end
 $func$ language plpgsql volatile security invoker
 set search_path = pg_catalog, memori, pg_temp;
-comment on function memori._vm_session(text, text, boolean, timestamptz) is 'A VM session row locked for update, created from the vm.* settings when p_create (for memori._acting_user); PM005 when missing, PM040 when p_user_id is not memori.user_id, PM041 when another user''s.';
+comment on function memori._vm_session(text, text, boolean, timestamptz) is 'A VM session row of the acting user (memori._vm_user) locked for update, created from the vm.* settings when p_create; PM005 when missing, PM040 when p_user_id is not memori.user_id, PM041 when the session id is another user''s in memori.sessions.';
 
 -------------------------------------------------------------------------------
 -- _vm_session_read: a session's row for readers (no lock)
 create or replace function memori._vm_session_read(p_session_id text) returns memori.vm_sessions
 as $func$
 declare
-  v_s memori.vm_sessions;
+  v_user text := memori._vm_user(p_session_id);
+  v_s    memori.vm_sessions;
 begin
-  select * into v_s from memori.vm_sessions where session_id = p_session_id;
+  select * into v_s from memori.vm_sessions where user_id = v_user and session_id = p_session_id;
   if not found then
     raise exception 'no VM session %', coalesce(quote_literal(p_session_id), 'NULL')
       using errcode = 'PM005', hint = 'Start it with memori.turn_begin or memori.page_create.';
@@ -128,7 +148,7 @@ begin
 end
 $func$ language plpgsql stable security invoker
 set search_path = pg_catalog, memori, pg_temp;
-comment on function memori._vm_session_read(text) is 'A VM session row without locking it (readers); PM005 when missing.';
+comment on function memori._vm_session_read(text) is 'The acting user''s VM session row without locking it (readers); PM005 when missing.';
 
 -------------------------------------------------------------------------------
 -- _page_topics: the topic tags of a text (its most frequent long words)
@@ -172,7 +192,7 @@ declare
 begin
   insert into memori.page_representations (session_id, page_id, user_id, level, content, tokens, version, created_at)
   values (p_page.session_id, p_page.page_id, p_page.user_id, 3, v_ref, memori.token_estimate(v_ref, 'page'), p_page.version, p_now)
-  on conflict (session_id, page_id, level) do update
+  on conflict (user_id, session_id, page_id, level) do update
      set content = excluded.content, data = null, tokens = excluded.tokens, version = excluded.version,
          created_at = excluded.created_at;
 end
@@ -198,11 +218,71 @@ begin
   values (p_s.session_id, p_s.user_id, p_page_id, p_now, p_s.turn, p_type, p_tier_before, p_tier_after,
           p_level_before, p_level_after, p_tokens_after, p_actor, p_cause, memori._vm_retention('page_mutations', p_now));
   -- any change to the working set or a page makes cached packs stale
-  delete from memori.vm_pack_cache where session_id = p_s.session_id;
+  delete from memori.vm_pack_cache where user_id = p_s.user_id and session_id = p_s.session_id;
 end
 $func$ language plpgsql volatile security invoker
 set search_path = pg_catalog, memori, pg_temp;
 comment on function memori._page_mutation(memori.vm_sessions, text, text, text, text, integer, integer, integer, text, text, timestamptz) is 'Append a page mutation (at the session''s turn) and drop the session''s cached packs.';
+
+-------------------------------------------------------------------------------
+-- _page_row: the row id of a page as a user's session sees it (forks resolved)
+create or replace function memori._page_row(p_user_id text, p_session_id text, p_page_id text) returns bigint
+as $func$
+declare
+  v_id bigint;
+begin
+  -- memori.vm_visible_pages written out as two probes of the user's rows: each is one
+  -- shard on Citus (the UNION ALL of the view is planned over every shard there).
+  -- The session's own row wins; else the nearest ancestor's row as of the fork.
+  select p.id into v_id from memori.pages p
+   where p.user_id = p_user_id and p.session_id = p_session_id and p.page_id = p_page_id;
+  if found then
+    return v_id;
+  end if;
+  select p.id into v_id
+    from memori.vm_forks f
+    join memori.pages p on p.user_id = f.user_id and p.session_id = f.ancestor_session_id
+                       and p.page_id = p_page_id and p.id <= f.max_page_id
+   where f.user_id = p_user_id and f.session_id = p_session_id
+   order by f.depth
+   limit 1;
+  return v_id;
+end
+$func$ language plpgsql stable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._page_row(text, text, text) is 'Row id (memori.pages.id) of the page a user''s session sees under an id: its own row, else the nearest ancestor''s as of the fork; NULL when none.';
+
+-------------------------------------------------------------------------------
+-- _page_write: what must happen before a page row of a session changes
+-- Called by every VM function before it updates page rows (or their
+-- representations); Citus refuses the triggers that did it (issue 20). Two
+-- rules: copy-on-write (a fork that still shares the row gets its own copy
+-- first, memori._page_cow_push) and the page-table cache notice (pg_notify
+-- memori_pages with an opaque tag of the page, delivered at commit: a LISTEN
+-- is not subject to row-level security, so it carries no ids).
+create or replace function memori._page_write(p_user_id text, p_session_id text, p_page_ids text[]) returns void
+as $func$
+declare
+  v_p record;
+begin
+  if exists (select 1 from memori.vm_forks f where f.user_id = p_user_id and f.ancestor_session_id = p_session_id) then
+    -- a loop, not a function call in the query: on Citus that would run on the shard
+    for v_p in
+      select p.id, p.page_id from memori.pages p
+       where p.user_id = p_user_id and p.session_id = p_session_id and p.page_id = any (p_page_ids)
+         and exists (select 1 from memori.vm_forks f
+                      where f.user_id = p_user_id and f.ancestor_session_id = p_session_id and f.max_page_id >= p.id)
+       order by p.id
+    loop
+      perform memori._page_cow_push(v_p.id, p_session_id, v_p.page_id);
+    end loop;
+  end if;
+  perform pg_notify('memori_pages', json_build_object('tag', md5(p_session_id || chr(1) || x))::text)
+     from unnest(p_page_ids) x;
+end
+$func$ language plpgsql volatile security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._page_write(text, text, text[]) is 'Before a session''s page rows change: copy rows a fork still shares into it (copy-on-write) and pg_notify memori_pages {tag: md5(session_id, page_id)} for page-table caches.';
 
 -------------------------------------------------------------------------------
 -- _page_get: a page of a session (PM005 when missing or expired)
@@ -210,11 +290,13 @@ create or replace function memori._page_get(p_session_id text, p_page_id text, p
 returns memori.pages
 as $func$
 declare
-  v_p memori.pages;
+  v_user text := memori._vm_user(p_session_id);
+  v_id   bigint := memori._page_row(v_user, p_session_id, p_page_id);
+  v_p    memori.pages;
 begin
   -- resolved through the session's forks; a writer (p_lock) gets its own copy of a shared page
   select * into v_p from memori.pages
-   where id = memori._page_resolve(p_session_id, p_page_id) and (expires_at is null or expires_at > p_now);
+   where user_id = v_user and id = v_id and (expires_at is null or expires_at > p_now);
   if not found then
     raise exception 'no page % in session %', coalesce(quote_literal(p_page_id), 'NULL'), quote_literal(p_session_id)
       using errcode = 'PM005',
@@ -224,7 +306,7 @@ begin
     if v_p.session_id <> p_session_id then
       v_p := memori._page_copy(v_p.id, p_session_id);
     end if;
-    select * into v_p from memori.pages where id = v_p.id for update;
+    select * into v_p from memori.pages where user_id = v_user and id = v_p.id for update;
   end if;
   return v_p;
 end

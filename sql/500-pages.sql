@@ -41,7 +41,8 @@ comment on table memori.vm_pack_cache is 'Packed VM:CONTEXT blocks keyed by sess
 -- A session sees its own rows (depth 0) and, when it is a fork, each
 -- ancestor's rows with id <= the ancestor's max page id at the fork that no
 -- closer session (itself or a nearer ancestor) has a row for. A plain view, so
--- the planner inlines it: "where viewer_session_id = $1" is an index scan of
+-- the planner inlines it: "where user_id = $1 and viewer_session_id = $2" (every
+-- reader names the user: session ids are unique per user) is an index scan of
 -- the session's own pages plus an empty probe of memori.vm_forks for an
 -- unforked session. Every page reader goes through it (or _page_resolve /
 -- _page_get); every writer of a page another session may see goes through
@@ -53,15 +54,16 @@ select p.session_id as viewer_session_id, 0 as depth, p.*
 union all
 select f.session_id, f.depth, p.*
   from memori.vm_forks f
-  join memori.pages p on p.session_id = f.ancestor_session_id and p.id <= f.max_page_id
+  join memori.pages p on p.user_id = f.user_id and p.session_id = f.ancestor_session_id and p.id <= f.max_page_id
  -- both checks stay correlated subplans (an index probe per shared row): OFFSET 0 keeps the
  -- planner from turning the first into an anti join, which it plans with a linear inner scan
  -- when the fork's statistics are stale (a fork's own rows grow with every write)
- where not exists (select 1 from memori.pages o where o.session_id = f.session_id and o.page_id = p.page_id offset 0)
+ where not exists (select 1 from memori.pages o
+                    where o.user_id = f.user_id and o.session_id = f.session_id and o.page_id = p.page_id offset 0)
    and not exists (select 1 from memori.vm_forks c
-                     join memori.pages q on q.session_id = c.ancestor_session_id and q.page_id = p.page_id
-                                        and q.id <= c.max_page_id
-                    where c.session_id = f.session_id and c.depth < f.depth);
+                     join memori.pages q on q.user_id = c.user_id and q.session_id = c.ancestor_session_id
+                                        and q.page_id = p.page_id and q.id <= c.max_page_id
+                    where c.user_id = f.user_id and c.session_id = f.session_id and c.depth < f.depth);
 comment on view memori.vm_visible_pages is 'Every page row each session sees (viewer_session_id): its own (depth 0) and, for a fork, its ancestors'' rows as of the fork that nothing closer overrides (depth = ancestor distance).';
 
 -------------------------------------------------------------------------------
@@ -99,23 +101,6 @@ select memori.retention_register('vm_sessions', 'memori.vm_sessions', 'memori._r
                                  'AI virtual memory sessions (seed 03)', 4, null, false);
 
 -------------------------------------------------------------------------------
--- _pages_notify: tell page-table caches (client TLBs) that a page changed
-create or replace function memori._pages_notify() returns trigger
-as $func$
-begin
-  -- LISTEN is not subject to row-level security: every listener gets every
-  -- notice, so it carries an opaque tag of the page, not its ids
-  perform pg_notify('memori_pages', json_build_object('tag', md5(old.session_id || chr(1) || old.page_id))::text);
-  return null;
-end
-$func$ language plpgsql volatile security invoker
-set search_path = pg_catalog, memori, pg_temp;
-comment on function memori._pages_notify() is 'Trigger: pg_notify memori_pages {tag: md5(session_id, page_id)} when a page row changes or goes (TLB invalidation without revealing ids).';
-
-create or replace trigger pages_notify after update or delete on memori.pages
-  for each row execute function memori._pages_notify();
-
--------------------------------------------------------------------------------
 -- turn_begin: start the session's next turn
 create or replace function memori.turn_begin(
   p_session_id text,
@@ -128,13 +113,13 @@ declare
   v_old record;
 begin
   update memori.vm_sessions set turn = turn + 1, updated_at = p_now
-   where session_id = v_s.session_id returning * into v_s;
+   where user_id = v_s.user_id and session_id = v_s.session_id returning * into v_s;
   -- pages pinned as "one of the last N turns" are unpinned once they are older
   for v_old in
     update memori.working_set w set pinned = false, pin_reason = null
       from memori.pages p
-     where w.session_id = v_s.session_id and w.pinned and w.pin_reason = 'recent_turn'
-       and p.session_id = w.session_id and p.page_id = w.page_id
+     where w.user_id = v_s.user_id and w.session_id = v_s.session_id and w.pinned and w.pin_reason = 'recent_turn'
+       and p.user_id = w.user_id and p.session_id = w.session_id and p.page_id = w.page_id
        and p.turn <= v_s.turn - greatest(v_s.pinned_last_turns, 1)
     returning w.page_id, w.level, w.tokens
   loop
@@ -197,16 +182,16 @@ begin
       fault_confidence_threshold = coalesce(p_config->>'fault_confidence_threshold', fault_confidence_threshold),
       paging_mode = coalesce(p_config->>'paging_mode', paging_mode),
       updated_at = p_now
-     where session_id = v_s.session_id
+     where user_id = v_s.user_id and session_id = v_s.session_id
     returning * into v_s;
   exception when check_violation or invalid_text_representation then
     perform memori._invalid('a VM setting is out of range: ' || sqlerrm,
                             'Budgets and counts are >= 0 (max_l0_tokens > 0), eviction_threshold is in (0, 1].');
   end;
-  if (select coalesce(sum(tokens), 0) from memori.working_set where session_id = v_s.session_id) > v_s.max_l0_tokens then
+  if (select coalesce(sum(tokens), 0) from memori.working_set where user_id = v_s.user_id and session_id = v_s.session_id) > v_s.max_l0_tokens then
     perform memori._vm_make_room(v_s, 0, null, 'system', 'budget_lowered', p_now);
   end if;
-  delete from memori.vm_pack_cache where session_id = v_s.session_id;
+  delete from memori.vm_pack_cache where user_id = v_s.user_id and session_id = v_s.session_id;
   return v_s;
 end
 $func$ language plpgsql volatile security invoker
@@ -217,10 +202,16 @@ comment on function memori.vm_session_configure(text, jsonb, text, timestamptz) 
 -- vm_session_get: a session's row
 create or replace function memori.vm_session_get(p_session_id text) returns memori.vm_sessions
 as $func$
-  select * from memori.vm_sessions where session_id = p_session_id
-$func$ language sql stable security invoker
+declare
+  v_user text := memori._vm_user(p_session_id);
+  v_s    memori.vm_sessions;
+begin
+  select * into v_s from memori.vm_sessions where user_id = v_user and session_id = p_session_id;
+  return case when found then v_s end;
+end
+$func$ language plpgsql stable security invoker
 set search_path = pg_catalog, memori, pg_temp;
-comment on function memori.vm_session_get(text) is 'A VM session''s row (turn, budget, policies, pack cache counters); no row when missing.';
+comment on function memori.vm_session_get(text) is 'The acting user''s VM session row (turn, budget, policies, pack cache counters); no row when missing.';
 
 -------------------------------------------------------------------------------
 -- page_create: register a page, optionally mapping it into the working set
@@ -275,7 +266,7 @@ begin
                             'Pass p_content (text, caption, transcript), p_data (structured) or p_artifact_ref.');
   end if;
   v_bytes := memori._page_check_content(p_content, p_data);
-  if exists (select 1 from memori.vm_visible_pages where viewer_session_id = p_session_id and page_id = p_page_id) then
+  if memori._page_row(v_s.user_id, p_session_id, p_page_id) is not null then
     raise exception 'page % already exists in session %', quote_literal(p_page_id), quote_literal(p_session_id)
       using errcode = 'PM063', hint = 'Change its content with memori.page_update, or use a new page id.';
   end if;
@@ -284,7 +275,9 @@ begin
                             mime_type, size_bytes, tokens, importance, provenance, represents, segment, turn, hint,
                             dimensions, duration_seconds, created_at, updated_at, last_accessed, dirty, expires_at)
   values (p_session_id, v_s.user_id, p_page_id, p_page_type, p_modality, p_role, p_content, p_data, p_artifact_ref,
-          coalesce(p_mime_type, case p_modality when 'text' then 'text/plain' when 'structured' then 'application/json' end),
+          -- a searched CASE: Citus evaluates a simple CASE over a parameter into "CASE 'text' WHEN NULL::boolean"
+          coalesce(p_mime_type, case when p_modality = 'text' then 'text/plain'
+                                     when p_modality = 'structured' then 'application/json' end),
           coalesce(p_size_bytes, v_bytes),
           coalesce(p_tokens, memori.token_estimate(coalesce(p_content, p_data::text, p_artifact_ref), 'page')),
           case when p_importance < 1e-6 then 0 else p_importance end, coalesce(p_provenance, '{}'), p_represents, p_segment, v_s.turn, p_hint,
@@ -296,7 +289,7 @@ begin
                                   'page_create', p_now);
   else
     perform memori._vm_map(v_s, v_p, 0, p_pin, 'create', p_actor, 'page_create', p_now);
-    select * into v_p from memori.pages where id = v_p.id;
+    select * into v_p from memori.pages where user_id = v_s.user_id and id = v_p.id;
   end if;
   return v_p;
 end
@@ -323,6 +316,7 @@ declare
   v_p   memori.pages := memori._page_get(p_session_id, p_page_id, p_now, true);
   v_ws  memori.working_set;
   v_new integer;
+  v_bytes integer;
 begin
   if p_content is null and p_data is null then
     perform memori._invalid('nothing to update: pass p_content or p_data', 'Pass the page''s new content.');
@@ -334,28 +328,31 @@ begin
   if p_tokens is not null and p_tokens < 0 then
     perform memori._invalid(format('tokens must be >= 0, got %s', p_tokens), 'Omit p_tokens to estimate them from the content.');
   end if;
-  perform memori._page_check_content(coalesce(p_content, v_p.content), coalesce(p_data, v_p.data));
+  v_bytes := memori._page_check_content(coalesce(p_content, v_p.content), coalesce(p_data, v_p.data));
   insert into memori.page_versions (session_id, page_id, user_id, version, content, data, tokens, created_at)
   values (v_p.session_id, v_p.page_id, v_p.user_id, v_p.version, v_p.content, v_p.data, v_p.tokens, v_p.updated_at);
   v_new := coalesce(p_tokens, memori.token_estimate(coalesce(p_content, v_p.content, coalesce(p_data, v_p.data)::text), 'page'));
+  perform memori._page_write(v_s.user_id, v_p.session_id, array[v_p.page_id]);
   update memori.pages
      set content = coalesce(p_content, content), data = coalesce(p_data, data), tokens = v_new,
          provenance = case when p_provenance is null then provenance
                            else array(select u.x from unnest(p_provenance) with ordinality u(x, o)
                                        group by u.x order by min(u.o)) end,
-         size_bytes = memori._page_check_content(coalesce(p_content, content), coalesce(p_data, data)),
+         size_bytes = v_bytes,  -- v_p is the locked row: its content is the row's
          version = version + 1, dirty = true, updated_at = p_now
-   where id = v_p.id
+   where user_id = v_s.user_id and id = v_p.id
   returning * into v_p;
   -- reduced and abstract forms describe the old content: the Compressor rewrites them
-  delete from memori.page_representations where session_id = v_p.session_id and page_id = v_p.page_id and level in (1, 2);
+  delete from memori.page_representations
+   where user_id = v_s.user_id and session_id = v_p.session_id and page_id = v_p.page_id and level in (1, 2);
   perform memori._page_write_reference(v_p, p_now);
-  select * into v_ws from memori.working_set where session_id = v_p.session_id and page_id = v_p.page_id;
+  select * into v_ws from memori.working_set
+   where user_id = v_s.user_id and session_id = v_p.session_id and page_id = v_p.page_id;
   if found then
     -- a mapped page is re-mapped from its new content at level 0 (its levels 1 and 2 are gone); logged there
     perform memori._vm_map(v_s, v_p, case when v_ws.level = 3 then 3 else 0 end, null, 'update', p_actor,
                            format('version %s', v_p.version), p_now);
-    select * into v_p from memori.pages where id = v_p.id;
+    select * into v_p from memori.pages where user_id = v_s.user_id and id = v_p.id;
   else
     perform memori._page_mutation(v_s, v_p.page_id, 'update', v_p.tier, v_p.tier, null, null, null, p_actor,
                                   format('version %s', v_p.version), p_now);
@@ -377,16 +374,24 @@ create or replace function memori.page_flush(
 ) returns integer
 as $func$
 declare
-  v_n integer;
+  v_s  memori.vm_sessions := memori._vm_session(p_session_id, null, false, p_now);
+  v_n  integer;
+  v_id bigint;
 begin
-  perform memori._vm_session(p_session_id, null, false, p_now);
   -- dirty pages shared with an ancestor are copied first (flushing is a write)
-  perform memori._page_copy(v.id, p_session_id)
-     from memori.vm_visible_pages v
-    where v.viewer_session_id = p_session_id and v.depth > 0 and v.dirty
-      and (p_page_ids is null or v.page_id = any (p_page_ids));
+  for v_id in
+    select v.id from memori.vm_visible_pages v
+     where v.user_id = v_s.user_id and v.viewer_session_id = p_session_id and v.depth > 0 and v.dirty
+       and (p_page_ids is null or v.page_id = any (p_page_ids))
+  loop
+    perform memori._page_copy(v_id, p_session_id);
+  end loop;
+  perform memori._page_write(v_s.user_id, p_session_id,
+                             array(select page_id from memori.pages
+                                    where user_id = v_s.user_id and session_id = p_session_id and dirty
+                                      and (p_page_ids is null or page_id = any (p_page_ids))));
   update memori.pages set dirty = false, last_flushed = p_now
-   where session_id = p_session_id and dirty and (p_page_ids is null or page_id = any (p_page_ids));
+   where user_id = v_s.user_id and session_id = p_session_id and dirty and (p_page_ids is null or page_id = any (p_page_ids));
   get diagnostics v_n = row_count;
   return v_n;
 end
@@ -399,13 +404,20 @@ comment on function memori.page_flush(text, text[], timestamptz) is 'Clear the d
 create or replace function memori.page_lookup(p_session_id text, p_page_id text, p_now timestamptz default now())
 returns memori.page_table_entry
 as $func$
-  select row(p.page_id, p.tier, p.compression_level, p.version, p.dirty, p.last_flushed, p.last_accessed,
-             p.access_count, w.page_id is not null, w.level, coalesce(w.pinned, false),
-             p.expires_at)::memori.page_table_entry
-    from memori.vm_visible_pages p
-    left join memori.working_set w on w.session_id = p.viewer_session_id and w.page_id = p.page_id
-   where p.viewer_session_id = p_session_id and p.page_id = p_page_id and (p.expires_at is null or p.expires_at > p_now)
-$func$ language sql stable security invoker
+declare
+  v_user text := memori._vm_user(p_session_id);
+begin
+  return (
+    select row(p.page_id, p.tier, p.compression_level, p.version, p.dirty, p.last_flushed, p.last_accessed,
+                 p.access_count, w.page_id is not null, w.level, coalesce(w.pinned, false),
+                 p.expires_at)::memori.page_table_entry
+        from memori.vm_visible_pages p
+        left join memori.working_set w
+          on w.user_id = p.user_id and w.session_id = p.viewer_session_id and w.page_id = p.page_id
+       where p.user_id = v_user and p.viewer_session_id = p_session_id and p.page_id = p_page_id
+         and (p.expires_at is null or p.expires_at > p_now));
+end
+$func$ language plpgsql stable security invoker
 set search_path = pg_catalog, memori, pg_temp;
 comment on function memori.page_lookup(text, text, timestamptz) is 'The page-table entry of a page (tier, level, version, dirty, access, mapping, expires_at for a cache to honour); NULL when missing or expired.';
 
@@ -441,18 +453,19 @@ begin
       using errcode = 'PM064', hint = 'Compress the current content again (memori.page_compress_todo lists it).';
   end if;
   perform memori._page_check_content(p_content, p_data);
+  perform memori._page_write(v_s.user_id, p_session_id, array[p_page_id]);
   insert into memori.page_representations (session_id, page_id, user_id, level, content, data, tokens, version,
                                            created_at)
   values (p_session_id, p_page_id, v_p.user_id, p_level, p_content, p_data,
           coalesce(p_tokens, memori.token_estimate(coalesce(p_content, p_data::text), 'page')), v_p.version, p_now)
-  on conflict (session_id, page_id, level) do update
+  on conflict (user_id, session_id, page_id, level) do update
      set content = excluded.content, data = excluded.data, tokens = excluded.tokens, version = excluded.version,
          created_at = excluded.created_at
   returning * into v_r;
-  delete from memori.vm_pack_cache where session_id = p_session_id;
+  delete from memori.vm_pack_cache where user_id = v_s.user_id and session_id = p_session_id;
   -- a page mapped at this level now costs the new representation's tokens
   if exists (select 1 from memori.working_set w
-              where w.session_id = p_session_id and w.page_id = p_page_id and w.level = p_level
+              where w.user_id = v_s.user_id and w.session_id = p_session_id and w.page_id = p_page_id and w.level = p_level
                 and w.tokens <> v_r.tokens) then
     perform memori._vm_map(v_s, v_p, p_level, null, 'compress', 'system', 'representation_rewritten', p_now);
   end if;
@@ -470,18 +483,23 @@ create or replace function memori.page_compress_todo(
   p_now        timestamptz default now()
 ) returns setof memori.page_compress_item
 as $func$
-  select p.page_id, p.modality, p.page_type, l.level, p.content, p.data, p.tokens, p.version
-    from memori.vm_visible_pages p
-   cross join (values (1), (2)) l(level)
-   where p.viewer_session_id = p_session_id
-     and (p.expires_at is null or p.expires_at > p_now)
-     and p.page_type not in ('index', 'claim', 'procedure')  -- never or rarely compressed (seed 1.1)
-     and p.tokens > 8
-     and not exists (select 1 from memori.page_representations r
-                      where r.session_id = p.session_id and r.page_id = p.page_id and r.level = l.level)
-   order by (p.tier = 'L0') desc, p.last_accessed desc, p.page_id, l.level
-   limit greatest(coalesce(p_limit, 100), 0)
-$func$ language sql stable security invoker
+declare
+  v_user text := memori._vm_user(p_session_id);
+begin
+  return query
+    select p.page_id, p.modality, p.page_type, l.level, p.content, p.data, p.tokens, p.version
+      from memori.vm_visible_pages p
+     cross join (values (1), (2)) l(level)
+     where p.user_id = v_user and p.viewer_session_id = p_session_id
+       and (p.expires_at is null or p.expires_at > p_now)
+       and p.page_type not in ('index', 'claim', 'procedure')  -- never or rarely compressed (seed 1.1)
+       and p.tokens > 8
+       and not exists (select 1 from memori.page_representations r
+                        where r.user_id = p.user_id and r.session_id = p.session_id and r.page_id = p.page_id and r.level = l.level)
+     order by (p.tier = 'L0') desc, p.last_accessed desc, p.page_id, l.level
+     limit greatest(coalesce(p_limit, 100), 0);
+end
+$func$ language plpgsql stable security invoker
 set search_path = pg_catalog, memori, pg_temp;
 comment on function memori.page_compress_todo(text, integer, timestamptz) is 'Missing level 1 and 2 representations of compressible pages (mapped pages first) for a Compressor to write.';
 
@@ -504,7 +522,8 @@ begin
   if p_pinned is null then
     perform memori._invalid('p_pinned must be true or false', 'Pass true to pin, false to unpin.');
   end if;
-  select * into v_w from memori.working_set where session_id = p_session_id and page_id = p_page_id for update;
+  select * into v_w from memori.working_set
+   where user_id = v_s.user_id and session_id = p_session_id and page_id = p_page_id for update;
   if not found then
     if not p_pinned then
       return false;
@@ -522,13 +541,13 @@ begin
       return false;
     end if;
     update memori.working_set set pinned = true, pin_reason = 'explicit'
-     where session_id = p_session_id and page_id = p_page_id;
+     where user_id = v_s.user_id and session_id = p_session_id and page_id = p_page_id;
   else
     if not v_w.pinned or (v_w.pin_reason = 'recent_turn' and v_recent) then
       return false;
     end if;
     update memori.working_set set pinned = v_recent, pin_reason = case when v_recent then 'recent_turn' end
-     where session_id = p_session_id and page_id = p_page_id;
+     where user_id = v_s.user_id and session_id = p_session_id and page_id = p_page_id;
   end if;
   perform memori._page_mutation(v_s, p_page_id, case when p_pinned then 'pin' else 'unpin' end, 'L0', 'L0',
                                 v_w.level, v_w.level, v_w.tokens, p_actor, 'explicit', p_now);

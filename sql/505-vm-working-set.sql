@@ -11,15 +11,16 @@
 
 -------------------------------------------------------------------------------
 -- _vm_level_tokens: tokens of a page at a level (NULL when that level is missing)
-create or replace function memori._vm_level_tokens(p_session_id text, p_page_id text, p_tokens integer, p_level integer)
+create or replace function memori._vm_level_tokens(p_page memori.pages, p_level integer)
 returns integer
 as $func$
-  select case when p_level = 0 then p_tokens
+  select case when p_level = 0 then p_page.tokens
               else (select r.tokens from memori.page_representations r
-                     where r.session_id = p_session_id and r.page_id = p_page_id and r.level = p_level) end
+                     where r.user_id = p_page.user_id and r.session_id = p_page.session_id
+                       and r.page_id = p_page.page_id and r.level = p_level) end
 $func$ language sql stable security invoker
 set search_path = pg_catalog, memori, pg_temp;
-comment on function memori._vm_level_tokens(text, text, integer, integer) is 'Tokens of a page at a level: level 0 from the page, others from page_representations (NULL when not written).';
+comment on function memori._vm_level_tokens(memori.pages, integer) is 'Tokens of a page at a level: level 0 from the page, others from page_representations (NULL when not written).';
 
 -------------------------------------------------------------------------------
 -- _vm_candidates: the evictable pages of a session, in eviction order
@@ -48,8 +49,8 @@ as $func$
                         then 0.5 / (1 + greatest(p_s.turn - w.last_access_turn, 0)) + 0.5 * p.importance
                         else 1.0 / (1 + greatest(p_s.turn - w.last_access_turn, 0)) end as keep_score
             from memori.working_set w
-            join memori.pages p on p.session_id = w.session_id and p.page_id = w.page_id
-           where w.session_id = p_s.session_id
+            join memori.pages p on p.user_id = w.user_id and p.session_id = w.session_id and p.page_id = w.page_id
+           where w.user_id = p_s.user_id and w.session_id = p_s.session_id
              and not w.pinned
              and w.page_id is distinct from p_keep
              -- the compress pass only wants pages that can go down a level (checked before the join and sort)
@@ -111,15 +112,16 @@ begin
     exit when v_freed >= p_required;
     select r.level, r.tokens into v_next
       from memori.page_representations r
-     where r.session_id = p_s.session_id and r.page_id = v_c.page_id and r.level > v_c.level
+     where r.user_id = p_s.user_id and r.session_id = p_s.session_id and r.page_id = v_c.page_id and r.level > v_c.level
        and r.tokens < v_c.tokens
      order by r.level
      limit 1;
     continue when not found;
+    perform memori._page_write(p_s.user_id, p_s.session_id, array[v_c.page_id]);
     update memori.working_set set level = v_next.level, tokens = v_next.tokens
-     where session_id = p_s.session_id and page_id = v_c.page_id;
+     where user_id = p_s.user_id and session_id = p_s.session_id and page_id = v_c.page_id;
     update memori.pages set compression_level = v_next.level
-     where session_id = p_s.session_id and page_id = v_c.page_id;
+     where user_id = p_s.user_id and session_id = p_s.session_id and page_id = v_c.page_id;
     perform memori._page_mutation(p_s, v_c.page_id, 'compress', 'L0', 'L0', v_c.level, v_next.level, v_next.tokens,
                                   p_actor, p_cause, p_now);
     v_freed := v_freed + v_c.tokens - v_next.tokens;
@@ -131,9 +133,10 @@ begin
   end if;
   for v_c in select * from memori._vm_candidates(p_s, v_policy, p_keep, false) loop
     exit when v_freed >= p_required;
-    delete from memori.working_set where session_id = p_s.session_id and page_id = v_c.page_id;
+    perform memori._page_write(p_s.user_id, p_s.session_id, array[v_c.page_id]);
+    delete from memori.working_set where user_id = p_s.user_id and session_id = p_s.session_id and page_id = v_c.page_id;
     update memori.pages set tier = 'L1', compression_level = 0, last_evict_turn = p_s.turn
-     where session_id = p_s.session_id and page_id = v_c.page_id;
+     where user_id = p_s.user_id and session_id = p_s.session_id and page_id = v_c.page_id;
     perform memori._page_mutation(p_s, v_c.page_id, 'evict', 'L0', 'L1', v_c.level, null, null, p_actor, p_cause, p_now);
     v_freed := v_freed + v_c.tokens;
     return next row(v_c.page_id, 'evict', null, 'L1', v_c.tokens)::memori.vm_eviction;
@@ -150,16 +153,22 @@ create or replace function memori._vm_l1_overflow(p_s memori.vm_sessions, p_acto
 returns void
 as $func$
 declare
-  v_id text;
+  v_id  text;
+  v_ids text[];
 begin
+  select array_agg(o.page_id) into v_ids
+    from (select page_id from memori.pages
+           where user_id = p_s.user_id and session_id = p_s.session_id and tier = 'L1'
+           order by last_accessed desc, page_id desc
+          offset p_s.max_l1_pages) o;
+  if v_ids is null then
+    return;
+  end if;
+  perform memori._page_write(p_s.user_id, p_s.session_id, v_ids);
   for v_id in
     with demoted as (
       update memori.pages p set tier = 'L2'
-        from (select page_id from memori.pages
-               where session_id = p_s.session_id and tier = 'L1'
-               order by last_accessed desc, page_id desc
-              offset p_s.max_l1_pages) o
-       where p.session_id = p_s.session_id and p.page_id = o.page_id
+       where p.user_id = p_s.user_id and p.session_id = p_s.session_id and p.page_id = any (v_ids)
       returning p.page_id)
     select page_id from demoted order by page_id
   loop
@@ -184,7 +193,8 @@ declare
   v_blocked integer;
 begin
   select coalesce(sum(tokens), 0) into v_used
-    from memori.working_set where session_id = p_s.session_id and page_id is distinct from p_keep;
+    from memori.working_set
+     where user_id = p_s.user_id and session_id = p_s.session_id and page_id is distinct from p_keep;
   if v_used + p_incoming <= v_target then
     return '{}';
   end if;
@@ -194,7 +204,8 @@ begin
   select coalesce(sum(e.tokens_freed), 0) into v_freed from unnest(v_done) e;
   if v_used + p_incoming - v_freed > p_s.max_l0_tokens then
     select coalesce(sum(tokens), 0) into v_blocked
-      from memori.working_set where session_id = p_s.session_id and page_id is distinct from p_keep;
+      from memori.working_set
+     where user_id = p_s.user_id and session_id = p_s.session_id and page_id is distinct from p_keep;
     raise exception 'the working set cannot take % tokens: % of % are pinned or protected', p_incoming, v_blocked,
                     p_s.max_l0_tokens
       using errcode = 'PM060',
@@ -226,12 +237,13 @@ begin
   if p_page.session_id <> p_s.session_id then
     p_page := memori._page_copy(p_page.id, p_s.session_id);
   end if;
-  v_tokens := memori._vm_level_tokens(p_page.session_id, p_page.page_id, p_page.tokens, p_level);
+  v_tokens := memori._vm_level_tokens(p_page, p_level);
   if v_tokens is null then
     raise exception 'page % has no level % representation', quote_literal(p_page.page_id), p_level
       using errcode = 'PM005', hint = 'Map it at level 0 or 3, or write the level with a Compressor first.';
   end if;
-  select * into v_old from memori.working_set where session_id = p_s.session_id and page_id = p_page.page_id;
+  select * into v_old from memori.working_set
+   where user_id = p_s.user_id and session_id = p_s.session_id and page_id = p_page.page_id;
   -- the seed's default pinned set: system prompt, goals/plans, preferences, tool schemas, the last N turns
   v_reason := case when p_pin then 'explicit'
                    when p_pin is null and (p_page.role = 'system'
@@ -242,17 +254,18 @@ begin
                      then 'recent_turn' end;
   v_pin := coalesce(v_old.pinned, false) or v_reason is not null;
   v_evicted := memori._vm_make_room(p_s, v_tokens, p_page.page_id, p_actor, p_cause, p_now);
+  perform memori._page_write(p_s.user_id, p_s.session_id, array[p_page.page_id]);
   insert into memori.working_set (session_id, page_id, user_id, level, tokens, turn_added, last_access_turn, pinned,
                                   pin_reason, added_at)
   values (p_s.session_id, p_page.page_id, p_s.user_id, p_level, v_tokens, p_s.turn, p_s.turn, v_pin, v_reason, p_now)
-  on conflict (session_id, page_id) do update
+  on conflict (user_id, session_id, page_id) do update
      set level = excluded.level, tokens = excluded.tokens, last_access_turn = excluded.last_access_turn,
          pinned = excluded.pinned,
          -- an explicit pin replaces a recent-turn or default-set reason (it must outlive turn aging)
          pin_reason = case when excluded.pin_reason = 'explicit' then 'explicit'
                            else coalesce(memori.working_set.pin_reason, excluded.pin_reason) end;
   update memori.pages set tier = 'L0', compression_level = p_level
-   where session_id = p_s.session_id and page_id = p_page.page_id
+   where user_id = p_s.user_id and session_id = p_s.session_id and page_id = p_page.page_id
      and (tier, compression_level) is distinct from ('L0', p_level);  -- page_fault wrote it already
   if v_old.page_id is null or v_old.level <> p_level or v_old.tokens <> v_tokens or p_type <> 'fault_in' then
     perform memori._page_mutation(p_s, p_page.page_id, p_type, case when p_type = 'create' then null else p_page.tier end,
@@ -288,7 +301,9 @@ begin
     perform memori._invalid(format('level must be between 0 and 3, got %s', coalesce(p_level::text, 'NULL')),
                             'Levels: 0 full, 1 reduced, 2 abstract, 3 reference.');
   end if;
-  update memori.pages set last_accessed = p_now, access_count = access_count + 1 where id = v_p.id;
+  perform memori._page_write(v_s.user_id, v_p.session_id, array[v_p.page_id]);
+  update memori.pages set last_accessed = p_now, access_count = access_count + 1
+   where user_id = v_s.user_id and id = v_p.id;
   return memori._vm_map(v_s, v_p, p_level, p_pin, 'fault_in', p_actor, 'vm_add_page', p_now);
 end
 $func$ language plpgsql volatile security invoker
@@ -334,10 +349,15 @@ comment on function memori.vm_evict(text, integer, text, text, timestamptz) is '
 create or replace function memori.working_set_list(p_session_id text)
 returns setof memori.working_set
 as $func$
-  select w.* from memori.working_set w
-    join memori.pages p on p.session_id = w.session_id and p.page_id = w.page_id
-   where w.session_id = p_session_id
-   order by p.id
-$func$ language sql stable security invoker
+declare
+  v_user text := memori._vm_user(p_session_id);
+begin
+  return query
+    select w.* from memori.working_set w
+      join memori.pages p on p.user_id = w.user_id and p.session_id = w.session_id and p.page_id = w.page_id
+     where w.user_id = v_user and w.session_id = p_session_id
+     order by p.id;
+end
+$func$ language plpgsql stable security invoker
 set search_path = pg_catalog, memori, pg_temp;
 comment on function memori.working_set_list(text) is 'The working set (L0) of a session in page creation order: level, tokens, turns, pinning.';

@@ -36,7 +36,8 @@ as $func$
   select p_page.content, p_page.data, p_page.tokens where p_level = 0
   union all
   select r.content, r.data, r.tokens from memori.page_representations r
-   where p_level > 0 and r.session_id = p_page.session_id and r.page_id = p_page.page_id and r.level = p_level
+   where p_level > 0 and r.user_id = p_page.user_id and r.session_id = p_page.session_id
+     and r.page_id = p_page.page_id and r.level = p_level
 $func$ language sql stable security invoker
 set search_path = pg_catalog, memori, pg_temp;
 comment on function memori._page_at_level(memori.pages, integer) is 'Content, data and tokens of a page at a level (no row when the level is not written).';
@@ -83,6 +84,7 @@ create or replace function memori.page_fault(
 as $func$
 declare
   v_s        memori.vm_sessions := memori._vm_session(p_session_id, null, false, p_now);
+  v_id       bigint;
   v_p        memori.pages;
   v_w        memori.working_set;
   v_level    integer;
@@ -106,8 +108,9 @@ begin
   end;
   if v_refusal is null then
     -- resolved through the session's forks (a shared page is copied below, before it changes)
+    v_id := memori._page_row(v_s.user_id, v_s.session_id, p_page_id);
     select * into v_p from memori.pages
-     where id = memori._page_resolve(v_s.session_id, p_page_id) and (expires_at is null or expires_at > p_now)
+     where user_id = v_s.user_id and id = v_id and (expires_at is null or expires_at > p_now)
        for update;
     if not found then
       v_refusal := memori._fault_refusal(p_page_id, 'unknown_page', format('no page %s in this session', coalesce(quote_literal(p_page_id), 'null')),
@@ -122,7 +125,7 @@ begin
   -- the fault policy (seed 3.3)
   select count(*) filter (where outcome = 'served'), coalesce(sum(tokens) filter (where outcome = 'served'), 0)
     into v_served, v_used
-    from memori.page_faults where session_id = v_s.session_id and turn = v_s.turn;
+    from memori.page_faults where user_id = v_s.user_id and session_id = v_s.session_id and turn = v_s.turn;
   v_refusal := case
     when not v_s.faults_allowed then
       memori._fault_refusal(p_page_id, 'faults_disabled', 'page faults are disabled for this session',
@@ -150,12 +153,16 @@ begin
   if v_p.session_id <> v_s.session_id then
     v_p := memori._page_copy(v_p.id, v_s.session_id);
   end if;
-  select * into v_w from memori.working_set where session_id = v_s.session_id and page_id = p_page_id;
+  perform memori._page_write(v_s.user_id, v_s.session_id, array[p_page_id]);
+  select * into v_w from memori.working_set
+   where user_id = v_s.user_id and session_id = v_s.session_id and page_id = p_page_id;
   if found and v_w.level <= p_target_level then
     -- already mapped with at least the detail asked for: nothing to load
-    update memori.pages set last_accessed = p_now, access_count = access_count + 1 where id = v_p.id
+    update memori.pages set last_accessed = p_now, access_count = access_count + 1
+     where user_id = v_s.user_id and id = v_p.id
     returning * into v_p;
-    update memori.working_set set last_access_turn = v_s.turn where session_id = v_s.session_id and page_id = p_page_id;
+    update memori.working_set set last_access_turn = v_s.turn
+     where user_id = v_s.user_id and session_id = v_s.session_id and page_id = p_page_id;
     select * into v_at from memori._page_at_level(v_p, v_w.level);
     perform memori._fault_record(v_s, p_page_id, p_reason, p_target_level, v_w.level, 'already_mapped', 0, v_source,
                                  null, p_now);
@@ -167,14 +174,15 @@ begin
     from (select 0 as level, v_p.tokens as tokens
           union all
           select r.level, r.tokens from memori.page_representations r
-           where r.session_id = v_p.session_id and r.page_id = v_p.page_id) l
+           where r.user_id = v_s.user_id and r.session_id = v_p.session_id and r.page_id = v_p.page_id) l
    where l.level <= p_target_level
    order by l.level desc
    limit 1;
   select * into v_at from memori._page_at_level(v_p, v_level);
   if v_used + v_at.tokens > v_s.max_fault_tokens_per_turn then
     select r.level, r.tokens into v_cheaper from memori.page_representations r
-     where r.session_id = v_p.session_id and r.page_id = v_p.page_id and v_used + r.tokens <= v_s.max_fault_tokens_per_turn
+     where r.user_id = v_s.user_id and r.session_id = v_p.session_id and r.page_id = v_p.page_id
+       and v_used + r.tokens <= v_s.max_fault_tokens_per_turn
      order by r.level limit 1;
     perform memori._fault_record(v_s, p_page_id, p_reason, p_target_level, null, 'refused', 0, v_source, null, p_now);
     return memori._fault_refusal(p_page_id, 'max_fault_tokens_per_turn',
@@ -192,7 +200,7 @@ begin
     -- _vm_map logs the move from the tier the page had, and skips its own update.
     update memori.pages set last_accessed = p_now, access_count = access_count + 1, last_fault_turn = v_s.turn,
                             tier = 'L0', compression_level = v_level
-     where id = v_p.id
+     where user_id = v_s.user_id and id = v_p.id
     returning * into v_p;
     v_p.tier := v_source;
     v_evicted := memori._vm_map(v_s, v_p, v_level, null, 'fault_in', p_actor, 'page_fault:' || p_reason, p_now);
@@ -204,7 +212,7 @@ begin
   end;
   perform memori._fault_record(v_s, p_page_id, p_reason, p_target_level, v_level, 'served', v_at.tokens, v_source,
                                v_evicted, p_now);
-  select * into v_p from memori.pages where id = v_p.id;
+  select * into v_p from memori.pages where user_id = v_s.user_id and id = v_p.id;
   return memori._page_envelope(v_p, v_level, v_at.content, v_at.data, v_source, true, v_at.tokens,
                                nullif(v_evicted, '{}'));
 end
@@ -254,10 +262,15 @@ create or replace function memori.page_fault_list(
   p_limit      integer default 100
 ) returns setof memori.page_faults
 as $func$
-  select * from memori.page_faults
-   where session_id = p_session_id and (p_turn is null or turn = p_turn)
-   order by id desc
-   limit greatest(coalesce(p_limit, 100), 0)
-$func$ language sql stable security invoker
+declare
+  v_user text := memori._vm_user(p_session_id);
+begin
+  return query
+    select * from memori.page_faults
+     where user_id = v_user and session_id = p_session_id and (p_turn is null or turn = p_turn)
+     order by id desc
+     limit greatest(coalesce(p_limit, 100), 0);
+end
+$func$ language plpgsql stable security invoker
 set search_path = pg_catalog, memori, pg_temp;
 comment on function memori.page_fault_list(text, integer, integer) is 'Recorded page faults of a session (optionally one turn), newest first, with reason and outcome.';

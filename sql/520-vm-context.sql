@@ -31,8 +31,8 @@ begin
                                           'tokens_est', w.tokens, 'importance', p.importance, 'pinned', w.pinned)
                        order by p.id)
         from memori.working_set w
-        join memori.pages p on p.session_id = w.session_id and p.page_id = w.page_id
-       where w.session_id = v_s.session_id), '[]'::jsonb),
+        join memori.pages p on p.user_id = w.user_id and p.session_id = w.session_id and p.page_id = w.page_id
+       where w.user_id = v_s.user_id and w.session_id = v_s.session_id), '[]'::jsonb),
     'available_pages', coalesce((
       -- the seed's manifest schema has tier L2 | L3 | L4 for available pages: L1 (the
       -- cache of recently evicted pages) is session storage to the model, so L2
@@ -45,23 +45,25 @@ begin
                         from (select 0 as l
                               union all
                               select r.level from memori.page_representations r
-                               where r.session_id = t.session_id and r.page_id = t.page_id and r.level < 3) x) as levels,
+                               where r.user_id = v_s.user_id and r.session_id = t.session_id and r.page_id = t.page_id
+                                 and r.level < 3) x) as levels,
                      case when t.superseded then format('superseded by %s: ', t.superseded_by) else '' end
                      || coalesce(t.hint, (select r.content from memori.page_representations r
-                                           where r.session_id = t.session_id and r.page_id = t.page_id and r.level = 3),
+                                           where r.user_id = v_s.user_id and r.session_id = t.session_id
+                                             and r.page_id = t.page_id and r.level = 3),
                                  '') as hint
                 -- the limit first, then levels and hints for those pages only (a fork's
                 -- shared pages come from no ordered index: the subqueries would run for each)
                 from (select p.session_id, p.page_id, p.modality, p.tier, p.importance, p.last_accessed, p.hint,
                              p.superseded_by, p.superseded_by is not null as superseded
                         from memori.vm_visible_pages p
-                       where p.viewer_session_id = v_s.session_id and p.tier <> 'L0'
+                       where p.user_id = v_s.user_id and p.viewer_session_id = v_s.session_id and p.tier <> 'L0'
                          and (p.expires_at is null or p.expires_at > p_now)
                        -- a superseded claim is history: listed after every current page
                        order by p.superseded_by is not null, p.importance desc, p.last_accessed desc, p.page_id
                        limit p_available_limit) t) a), '[]'::jsonb),
     'total_available', (select count(*) from memori.vm_visible_pages p
-                         where p.viewer_session_id = v_s.session_id and p.tier <> 'L0'
+                         where p.user_id = v_s.user_id and p.viewer_session_id = v_s.session_id and p.tier <> 'L0'
                            and (p.expires_at is null or p.expires_at > p_now)),
     'policies', jsonb_build_object(
       'faults_allowed', coalesce(p_faults_allowed, v_s.faults_allowed) and v_s.faults_allowed,
@@ -146,12 +148,13 @@ begin
   select md5(v_s.turn || '|' || v_s.pinned_last_turns || '|'
              || coalesce(string_agg(w.page_id || ':' || w.level || ':' || w.tokens || ':' || w.pinned, ',' order by w.page_id), ''))
     into v_hash
-    from memori.working_set w where w.session_id = v_s.session_id;
+    from memori.working_set w where w.user_id = v_s.user_id and w.session_id = v_s.session_id;
   update memori.vm_pack_cache set hits = hits + 1
-   where session_id = v_s.session_id and model = p_model and budget = v_budget and ws_hash = v_hash
+   where user_id = v_s.user_id and session_id = v_s.session_id and model = p_model and budget = v_budget and ws_hash = v_hash
   returning packed into v_packed;
   if found then
-    update memori.vm_sessions set pack_hits = pack_hits + 1 where session_id = v_s.session_id;
+    update memori.vm_sessions set pack_hits = pack_hits + 1
+     where user_id = v_s.user_id and session_id = v_s.session_id;
     return v_packed;
   end if;
 
@@ -160,17 +163,25 @@ begin
   -- transcript pages of a segment that has a summary page show as that summary
   for v_item in
     with mapped as (
+      -- each page at its mapped level (memori._page_at_level written out: on Citus a function of
+      -- a row of the table would run on the shard, where the row has the shard's type)
       select p.id, p.page_id, p.page_type, p.modality, p.role, p.segment, p.turn, p.dimensions,
-             p.duration_seconds, p.hint, w.level, w.pinned, w.turn_added, l.content, l.data
+             p.duration_seconds, p.hint, w.level, w.pinned, w.turn_added,
+             case when w.level = 0 then p.content else r.content end as content,
+             case when w.level = 0 then p.data else r.data end as data
         from memori.working_set w
-        join memori.pages p on p.session_id = w.session_id and p.page_id = w.page_id
-       cross join lateral memori._page_at_level(p, w.level) l
-       where w.session_id = v_s.session_id
+        join memori.pages p on p.user_id = w.user_id and p.session_id = w.session_id and p.page_id = w.page_id
+        left join memori.page_representations r
+               on w.level > 0 and r.user_id = w.user_id and r.session_id = w.session_id and r.page_id = w.page_id
+                  and r.level = w.level
+       where w.user_id = v_s.user_id and w.session_id = v_s.session_id
+         and (w.level = 0 or r.level is not null)
     ), summaries as (
       -- the newest summary page of each segment, looked up once
       select distinct on (sp.segment) sp.segment, sp.id
         from memori.vm_visible_pages sp
-       where sp.viewer_session_id = v_s.session_id and sp.page_type = 'summary' and sp.segment is not null
+       where sp.user_id = v_s.user_id and sp.viewer_session_id = v_s.session_id
+         and sp.page_type = 'summary' and sp.segment is not null
          and (sp.expires_at is null or sp.expires_at > p_now)
        order by sp.segment, sp.id desc
     ), folded as (
@@ -193,9 +204,9 @@ begin
              memori._vm_line(sp.page_id, sp.page_type, sp.modality, sp.role, coalesce(r.content, sp.content),
                              coalesce(r.data, sp.data), sp.dimensions, sp.duration_seconds, sp.hint)
         from (select distinct summary_id from folded where summary_id is not null) x
-        join memori.pages sp on sp.id = x.summary_id
+        join memori.pages sp on sp.user_id = v_s.user_id and sp.id = x.summary_id
         left join memori.page_representations r
-               on r.session_id = sp.session_id and r.page_id = sp.page_id and r.level = 2
+               on r.user_id = sp.user_id and r.session_id = sp.session_id and r.page_id = sp.page_id and r.level = 2
        where not exists (select 1 from mapped m where m.id = sp.id)
     )
     select s.id, s.line, ceil(octet_length(s.line || E'\n') / 4.0)::integer as tokens
@@ -218,11 +229,13 @@ begin
   on conflict do nothing;
   -- the seed's cache keeps 32 packs per session
   delete from memori.vm_pack_cache c
-   where c.session_id = v_s.session_id
-     and (c.model, c.budget, c.ws_hash) not in (select k.model, k.budget, k.ws_hash from memori.vm_pack_cache k
-                                                 where k.session_id = v_s.session_id
-                                                 order by k.created_at desc, k.hits desc limit 32);
-  update memori.vm_sessions set pack_misses = pack_misses + 1 where session_id = v_s.session_id;
+   using (select k.model, k.budget, k.ws_hash from memori.vm_pack_cache k
+           where k.user_id = v_s.user_id and k.session_id = v_s.session_id
+           order by k.created_at desc, k.hits desc offset 32) o
+   where c.user_id = v_s.user_id and c.session_id = v_s.session_id
+     and c.model = o.model and c.budget = o.budget and c.ws_hash = o.ws_hash;
+  update memori.vm_sessions set pack_misses = pack_misses + 1
+   where user_id = v_s.user_id and session_id = v_s.session_id;
   return v_packed;
 end
 $func$ language plpgsql volatile security invoker
@@ -342,28 +355,31 @@ begin
   v_r.max_l0_tokens := v_s.max_l0_tokens;
   select coalesce(sum(tokens), 0), count(*), count(*) filter (where pinned)
     into v_r.l0_tokens, v_r.working_set_pages, v_r.pinned_pages
-    from memori.working_set where session_id = v_s.session_id;
+    from memori.working_set where user_id = v_s.user_id and session_id = v_s.session_id;
   -- the seed's TokenBudget: L0 use by modality
   v_r.l0_tokens_by_modality := coalesce((select jsonb_object_agg(modality, n) from (
                                            select p.modality, sum(w.tokens) as n
                                              from memori.working_set w
-                                             join memori.pages p on p.session_id = w.session_id and p.page_id = w.page_id
-                                            where w.session_id = v_s.session_id group by p.modality) t), '{}'::jsonb);
+                                             join memori.pages p on p.user_id = w.user_id and p.session_id = w.session_id and p.page_id = w.page_id
+                                            where w.user_id = v_s.user_id and w.session_id = v_s.session_id
+                                            group by p.modality) t), '{}'::jsonb);
   select coalesce(jsonb_object_agg(tier, n), '{}'::jsonb), coalesce(sum(d), 0)
     into v_r.pages_by_tier, v_r.dirty_pages
     from (select tier, count(*) as n, count(*) filter (where dirty) as d from memori.vm_visible_pages
-           where viewer_session_id = v_s.session_id group by tier) t;
+           where user_id = v_s.user_id and viewer_session_id = v_s.session_id group by tier) t;
   select count(*), count(*) filter (where outcome = 'served'), count(*) filter (where outcome = 'already_mapped'),
          count(*) filter (where outcome = 'refused'), count(*) filter (where outcome = 'error'), coalesce(sum(tokens), 0)
     into v_r.faults, v_r.faults_served, v_r.faults_already_mapped, v_r.faults_refused, v_r.faults_errors,
          v_r.fault_tokens
-    from memori.page_faults where session_id = v_s.session_id;
+    from memori.page_faults where user_id = v_s.user_id and session_id = v_s.session_id;
   v_r.faults_by_reason := coalesce((select jsonb_object_agg(reason, n) from (
                                       select reason, count(*) as n from memori.page_faults
-                                       where session_id = v_s.session_id group by reason) r), '{}'::jsonb);
+                                       where user_id = v_s.user_id and session_id = v_s.session_id
+                                       group by reason) r), '{}'::jsonb);
   v_r.mutations := coalesce((select jsonb_object_agg(mutation_type, n) from (
                                select mutation_type, count(*) as n from memori.page_mutations
-                                where session_id = v_s.session_id group by mutation_type) m), '{}'::jsonb);
+                                where user_id = v_s.user_id and session_id = v_s.session_id
+                                group by mutation_type) m), '{}'::jsonb);
   v_r.pack_hits := v_s.pack_hits;
   v_r.pack_misses := v_s.pack_misses;
   v_r.pack_hit_rate := round(v_s.pack_hits::numeric / nullif(v_s.pack_hits + v_s.pack_misses, 0), 3);

@@ -127,8 +127,8 @@ def test_budget_invariants_hold(conn: psycopg.Connection) -> None:
         @invariant()
         def tokens_are_those_of_the_level(self) -> None:
             wrong = rows(conn, """
-                select w.page_id from memori.working_set w join memori.pages p using (session_id, page_id)
-                 where w.tokens is distinct from memori._vm_level_tokens(p.session_id, p.page_id, p.tokens, w.level)
+                select w.page_id from memori.working_set w join memori.pages p using (user_id, session_id, page_id)
+                 where w.tokens is distinct from memori._vm_level_tokens(p, w.level)
                     or p.tier <> 'L0' or p.compression_level <> w.level""")
             assert wrong == []
 
