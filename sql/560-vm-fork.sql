@@ -33,8 +33,8 @@ comment on table memori.vm_forks is 'Copy-on-write forks: for each forked sessio
 -- _page_resolve: the row id of a page as a session sees it (NULL when it does not)
 create or replace function memori._page_resolve(p_session_id text, p_page_id text) returns bigint
 as $func$
-  select v.id from memori.vm_visible_pages v
-   where v.viewer_session_id = p_session_id and v.page_id = p_page_id
+  -- the session's user's rows only (memori._page_row: two probes, one shard on a cluster)
+  select memori._page_row(memori._vm_user(p_session_id), p_session_id, p_page_id)
 $func$ language sql stable security invoker
 set search_path = pg_catalog, memori, pg_temp;
 comment on function memori._page_resolve(text, text) is 'Row id (memori.pages.id) of the page a session sees under an id: its own row, else the nearest ancestor''s as of the fork; NULL when none.';
@@ -44,6 +44,7 @@ comment on function memori._page_resolve(text, text) is 'Row id (memori.pages.id
 create or replace function memori._page_copy(p_id bigint, p_session_id text) returns memori.pages
 as $func$
 declare
+  v_user text := memori._vm_user(p_session_id);  -- a fork and its ancestors are one user's
   v_cols text;
   v_p    memori.pages;
 begin
@@ -55,9 +56,9 @@ begin
      and a.attgenerated = '' and a.attidentity = ''
      and a.attname not in ('session_id', 'expires_at', 'gc_marked_at');
   execute format('insert into memori.pages (session_id, expires_at, %s) '
-                 'select $2, case when gc_marked_at is null then expires_at end, %s from memori.pages where id = $1 '
-                 'returning *', v_cols, v_cols)
-     into v_p using p_id, p_session_id;
+                 'select $2, case when gc_marked_at is null then expires_at end, %s from memori.pages '
+                 'where user_id = $3 and id = $1 returning *', v_cols, v_cols)
+     into v_p using p_id, p_session_id, v_user;
   if v_p.id is null then
     raise exception 'no page row %', p_id
       using errcode = 'PM005', hint = 'The page was deleted meanwhile; read it again.';
@@ -66,8 +67,8 @@ begin
                                            created_at)
   select p_session_id, r.page_id, r.user_id, r.level, r.content, r.data, r.tokens, r.version, r.created_at
     from memori.page_representations r
-    join memori.pages s on s.session_id = r.session_id and s.page_id = r.page_id
-   where s.id = p_id;
+    join memori.pages s on s.user_id = r.user_id and s.session_id = r.session_id and s.page_id = r.page_id
+   where r.user_id = v_user and s.user_id = v_user and s.id = p_id;
   return v_p;
 end
 $func$ language plpgsql volatile security invoker
@@ -76,20 +77,22 @@ comment on function memori._page_copy(bigint, text) is 'Copy a page row and its 
 
 -------------------------------------------------------------------------------
 -- _page_cow_push: before a shared row changes, give every fork that sees it its own copy
-create or replace function memori._page_cow_push(p_id bigint, p_session_id text, p_page_id text) returns integer
+create or replace function memori._page_cow_push(p_user_id text, p_id bigint, p_session_id text, p_page_id text)
+returns integer
 as $func$
 declare
+  v_user text := p_user_id;
   v_fork text;
   v_n    integer := 0;
 begin
   for v_fork in
     select f.session_id from memori.vm_forks f
-     where f.ancestor_session_id = p_session_id and f.max_page_id >= p_id
+     where f.user_id = v_user and f.ancestor_session_id = p_session_id and f.max_page_id >= p_id
        -- a fork deleted in the same statement (its session and its parent's together) gets nothing
-       and exists (select 1 from memori.vm_sessions s where s.session_id = f.session_id)
+       and exists (select 1 from memori.vm_sessions s where s.user_id = v_user and s.session_id = f.session_id)
      order by f.depth, f.session_id
   loop
-    if memori._page_resolve(v_fork, p_page_id) = p_id then
+    if memori._page_row(v_user, v_fork, p_page_id) = p_id then
       perform memori._page_copy(p_id, v_fork);
       v_n := v_n + 1;
     end if;
@@ -98,7 +101,7 @@ begin
 end
 $func$ language plpgsql volatile security invoker
 set search_path = pg_catalog, memori, pg_temp;
-comment on function memori._page_cow_push(bigint, text, text) is 'Copy a page row, as it is now, into every fork that resolves to it; returns how many copies.';
+comment on function memori._page_cow_push(text, bigint, text, text) is 'Copy a page row, as it is now, into every fork that resolves to it; returns how many copies.';
 
 -------------------------------------------------------------------------------
 -- _pages_cow: trigger on memori.pages (before update or delete)
@@ -110,8 +113,8 @@ begin
   if not (tg_op = 'UPDATE' and new.gc_marked_at is distinct from old.gc_marked_at)
      and not (tg_op = 'DELETE' and coalesce(old.expires_at <= now(), false))
      and exists (select 1 from memori.vm_forks f
-                  where f.ancestor_session_id = old.session_id and f.max_page_id >= old.id) then
-    perform memori._page_cow_push(old.id, old.session_id, old.page_id);
+                  where f.user_id = old.user_id and f.ancestor_session_id = old.session_id and f.max_page_id >= old.id) then
+    perform memori._page_cow_push(old.user_id, old.id, old.session_id, old.page_id);
   end if;
   return case when tg_op = 'DELETE' then old else new end;
 end
@@ -130,11 +133,11 @@ declare
   v_r  record := case when tg_op = 'DELETE' then old else new end;
   v_id bigint;
 begin
-  if exists (select 1 from memori.vm_forks f where f.ancestor_session_id = v_r.session_id) then
+  if exists (select 1 from memori.vm_forks f where f.user_id = v_r.user_id and f.ancestor_session_id = v_r.session_id) then
     select p.id into v_id from memori.pages p
-     where p.session_id = v_r.session_id and p.page_id = v_r.page_id;
+     where p.user_id = v_r.user_id and p.session_id = v_r.session_id and p.page_id = v_r.page_id;
     if v_id is not null then
-      perform memori._page_cow_push(v_id, v_r.session_id, v_r.page_id);
+      perform memori._page_cow_push(v_r.user_id, v_id, v_r.session_id, v_r.page_id);
     end if;
   end if;
   return v_r;
