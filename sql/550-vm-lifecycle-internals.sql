@@ -26,16 +26,29 @@ create or replace function memori._claim_current(p_user_id text, p_session_id te
                                                   p_now timestamptz)
 returns text
 as $func$
-  with recursive chain(page_id, next, depth) as (
-    select p.page_id, p.superseded_by, 0 from memori.vm_visible_pages p
-     where p.user_id = p_user_id and p.viewer_session_id = p_session_id and p.page_id = p_claim_id
-    union all
-    select p.page_id, p.superseded_by, c.depth + 1
-      from chain c join memori.vm_visible_pages p on p.user_id = p_user_id and p.viewer_session_id = p_session_id
-                                                 and p.page_id = c.next
-     where c.depth < 100 and (p.expires_at is null or p.expires_at > p_now))
-  select page_id from chain order by depth desc limit 1
-$func$ language sql stable security invoker
+declare
+  v_cur  text;
+  v_next text;
+  v_id   bigint;
+  v_p    record;
+  v_n    integer := 0;
+begin
+  -- a loop of one-row reads of the user's rows, not a recursive query over memori.vm_visible_pages:
+  -- Citus plans the view's UNION ALL over every shard and refuses recursion there
+  v_id := memori._page_row(p_user_id, p_session_id, p_claim_id);
+  select p.page_id, p.superseded_by into v_cur, v_next from memori.pages p where p.user_id = p_user_id and p.id = v_id;
+  while v_next is not null and v_n < 100 loop
+    v_id := memori._page_row(p_user_id, p_session_id, v_next);
+    select p.page_id, p.superseded_by into v_p from memori.pages p
+     where p.user_id = p_user_id and p.id = v_id and (p.expires_at is null or p.expires_at > p_now);
+    exit when not found;
+    v_cur := v_p.page_id;
+    v_next := v_p.superseded_by;
+    v_n := v_n + 1;
+  end loop;
+  return v_cur;
+end
+$func$ language plpgsql stable security invoker
 set search_path = pg_catalog, memori, pg_temp;
 comment on function memori._claim_current(text, text, text, timestamptz) is 'Follow superseded_by from a claim to the current claim of its topic (the claim itself when current).';
 

@@ -32,34 +32,50 @@ on conflict (key) do nothing;
 create or replace function memori._vm_gc_reachable(p_user_id text, p_now timestamptz)
 returns table (id bigint, session_id text, page_id text, via text)
 as $func$
-  with recursive live as (
+declare
+  v_live text[];
+  v_seen jsonb;
+  v_ws   jsonb;
+begin
+  v_live := array(
     select s.session_id from memori.vm_sessions s
      where s.user_id = p_user_id and (s.expires_at is null or s.expires_at > p_now)
        and not exists (select 1 from memori.sessions c
-                        where c.user_id = p_user_id and c.session_id = s.session_id and c.expires_at <= p_now)
-  ), seen as materialized (
-    select v.viewer_session_id as viewer, v.id, v.session_id, v.page_id, v.provenance,
-           (v.expires_at is null or v.expires_at > p_now or v.gc_marked_at is not null) as alive
-      from memori.vm_visible_pages v
-      join live l on l.session_id = v.viewer_session_id
-     where v.user_id = p_user_id
-  ), reach (viewer, page_id, via) as (
-    select s.viewer, s.page_id, 'live_session'::text from seen s where s.alive
-    union
-    select w.session_id, w.page_id, 'working_set'::text
-      from memori.working_set w join live l on l.session_id = w.session_id
-     where w.user_id = p_user_id
-    union
-    select s.viewer, src.page_id, 'provenance'::text
+                        where c.user_id = p_user_id and c.session_id = s.session_id and c.expires_at <= p_now));
+  -- the rows the live sessions see, and their mapped pages, read first: the walk below is a
+  -- recursive query, which Citus refuses over memori.vm_visible_pages (a UNION ALL)
+  select coalesce(jsonb_agg(jsonb_build_object(
+           'viewer', v.viewer_session_id, 'id', v.id, 'session_id', v.session_id, 'page_id', v.page_id,
+           'provenance', v.provenance,
+           'alive', v.expires_at is null or v.expires_at > p_now or v.gc_marked_at is not null)), '[]')
+    into v_seen
+    from memori.vm_visible_pages v
+   where v.user_id = p_user_id and v.viewer_session_id = any (v_live);
+  select coalesce(jsonb_agg(jsonb_build_object('session_id', w.session_id, 'page_id', w.page_id)), '[]')
+    into v_ws
+    from memori.working_set w
+   where w.user_id = p_user_id and w.session_id = any (v_live);
+  return query
+    with recursive seen as materialized (
+      select * from jsonb_to_recordset(v_seen)
+               as x(viewer text, id bigint, session_id text, page_id text, provenance text[], alive boolean)
+    ), reach (viewer, page_id, via) as (
+      select s.viewer, s.page_id, 'live_session'::text from seen s where s.alive
+      union
+      select w.session_id, w.page_id, 'working_set'::text
+        from jsonb_to_recordset(v_ws) as w(session_id text, page_id text)
+      union
+      select s.viewer, src.page_id, 'provenance'::text
+        from reach r
+        join seen s on s.viewer = r.viewer and s.page_id = r.page_id
+       cross join lateral unnest(s.provenance) as src(page_id)
+    )
+    select distinct on (s.id) s.id, s.session_id, s.page_id, r.via
       from reach r
       join seen s on s.viewer = r.viewer and s.page_id = r.page_id
-     cross join lateral unnest(s.provenance) as src(page_id)
-  )
-  select distinct on (s.id) s.id, s.session_id, s.page_id, r.via
-    from reach r
-    join seen s on s.viewer = r.viewer and s.page_id = r.page_id
-   order by s.id, case r.via when 'live_session' then 0 when 'working_set' then 1 else 2 end
-$func$ language sql stable security invoker
+     order by s.id, case r.via when 'live_session' then 0 when 'working_set' then 1 else 2 end;
+end
+$func$ language plpgsql stable security invoker
 set search_path = pg_catalog, memori, pg_temp;
 comment on function memori._vm_gc_reachable(text, timestamptz) is 'vm_gc_reachable for one user: their page rows reachable from a live session of theirs.';
 
