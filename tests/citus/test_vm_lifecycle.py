@@ -60,11 +60,15 @@ def task_count(conn: psycopg.Connection[dict[str, Any]], statement: str) -> int:
 
 
 @pytest.fixture
-def vm_dsn(distributed_dsn: str) -> str:
-    with psycopg.connect(distributed_dsn, autocommit=True) as conn:
+def vm_dsn(citus_dsn: str) -> str:
+    """Installed and distributed, without the forks' copy-on-write triggers, which Citus refuses (not moved yet)."""
+    with psycopg.connect(citus_dsn, autocommit=True) as conn:
+        conn.execute("drop trigger if exists pages_cow on memori.pages")
+        conn.execute("drop trigger if exists page_representations_cow on memori.page_representations")
+        conn.execute("select * from memori.distribute()").fetchall()
         if conn.execute("select 1 from pg_roles where rolname = %s", (APP_ROLE,)).fetchone() is None:
             conn.execute(f"create role {APP_ROLE} login in role memori_app")
-    return distributed_dsn
+    return citus_dsn
 
 
 def write_a_session(dsn: str, user: str) -> None:
@@ -109,7 +113,7 @@ def test_vm_lifecycle_search_fork_gc_and_regions_on_the_cluster(vm_dsn: str) -> 
             assert [g["segment"] for g in conn.execute("select * from memori.segment_list(%s)", (s,))] == ["seg_0001"]
             assert conn.execute("select memori.segment_current(%s) as c", (s,)).fetchone() == {"c": "seg_0002"}
             assert len(conn.execute("select * from memori.claim_history(%s, 'database')", (s,)).fetchall()) == 1
-            items = conn.execute("select * from memori.vm_prepass(%s, 'what did we decide about the database?')",
+            items = conn.execute("select * from memori.vm_prepass(%s, 'the database for the kestrel rollout')",
                                  (s,)).fetchall()
             assert items
             metrics = conn.execute("select * from memori.vm_metrics(%s)", (s,)).fetchone()
