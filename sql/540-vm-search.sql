@@ -242,6 +242,7 @@ declare
 begin
   perform memori._vm_check_embedding(p_embedding);
   v_p := memori._page_get(p_session_id, p_page_id, p_now, true);
+  perform memori._page_write(v_p.user_id, v_p.session_id, array[v_p.page_id]);
   -- not a content change: version, dirty and updated_at stay
   update memori.pages set embedding = p_embedding where user_id = v_p.user_id and id = v_p.id;
   return true;

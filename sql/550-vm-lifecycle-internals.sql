@@ -91,6 +91,7 @@ begin
   delete from memori.working_set
    where user_id = p_s.user_id and session_id = p_s.session_id and page_id = p_page.page_id
   returning level into v_level;
+  perform memori._page_write(p_s.user_id, p_s.session_id, array[p_page.page_id]);  -- forks sharing it, the notice
   update memori.pages set tier = p_tier, compression_level = 0,
                           last_evict_turn = case when p_page.tier = 'L0' then p_s.turn else last_evict_turn end
    where user_id = p_s.user_id and id = p_page.id;

@@ -208,6 +208,7 @@ begin
   if v_old.tier in ('L0', 'L1') then
     perform memori._vm_swap_out(v_s, v_old, 'L2', p_actor, 'superseded', p_now);
   end if;
+  perform memori._page_write(v_s.user_id, v_s.session_id, array[v_old.page_id]);
   update memori.pages set superseded_by = v_new.page_id, superseded_at = p_now, supersede_reason = p_reason
    where user_id = v_s.user_id and id = v_old.id
   returning * into v_old;
