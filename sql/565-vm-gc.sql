@@ -26,6 +26,25 @@ insert into memori.settings (key, value, description) values
 on conflict (key) do nothing;
 
 -------------------------------------------------------------------------------
+-- _vm_gc_live: a user's live sessions, GC's roots
+create or replace function memori._vm_gc_live(p_user_id text, p_now timestamptz) returns text[]
+as $func$
+declare
+  -- the user's expired memori.sessions first, in a statement of their own: that table may be
+  -- placed differently (Citus joins no distributed table with a local one)
+  v_dead text[] := array(select c.session_id from memori.sessions c
+                          where c.user_id = p_user_id and c.expires_at <= p_now);
+begin
+  return array(select s.session_id from memori.vm_sessions s
+                where s.user_id = p_user_id and (s.expires_at is null or s.expires_at > p_now)
+                  and s.session_id <> all (v_dead)
+                order by s.session_id);
+end
+$func$ language plpgsql stable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._vm_gc_live(text, timestamptz) is 'The live VM sessions of a user (unexpired, and not expired in memori.sessions): the roots of vm_gc.';
+
+-------------------------------------------------------------------------------
 -- _vm_gc_reachable: the page rows of one user reachable from a live session of theirs, and why
 -- Every statement names the user: on a cluster the walk runs on that user's shard
 -- (forks never cross users, so reachability never does either).
@@ -37,11 +56,7 @@ declare
   v_seen jsonb;
   v_ws   jsonb;
 begin
-  v_live := array(
-    select s.session_id from memori.vm_sessions s
-     where s.user_id = p_user_id and (s.expires_at is null or s.expires_at > p_now)
-       and not exists (select 1 from memori.sessions c
-                        where c.user_id = p_user_id and c.session_id = s.session_id and c.expires_at <= p_now));
+  v_live := memori._vm_gc_live(p_user_id, p_now);
   -- the rows the live sessions see, and their mapped pages, read first: the walk below is a
   -- recursive query, which Citus refuses over memori.vm_visible_pages (a UNION ALL)
   select coalesce(jsonb_agg(jsonb_build_object(
@@ -132,10 +147,7 @@ begin
   end if;
   -- user by user: each statement touches one user's rows (one shard on a cluster)
   foreach v_user in array memori._vm_gc_users() loop
-    select v_live + count(*) into v_live from memori.vm_sessions s
-     where s.user_id = v_user and (s.expires_at is null or s.expires_at > p_now)
-       and not exists (select 1 from memori.sessions c
-                        where c.user_id = v_user and c.session_id = s.session_id and c.expires_at <= p_now);
+    v_live := v_live + cardinality(memori._vm_gc_live(v_user, p_now));
     select coalesce(array_agg(r.id order by r.id), '{}') into v_reachable from memori._vm_gc_reachable(v_user, p_now) r;
     v_reach_all := v_reach_all + cardinality(v_reachable);
 
