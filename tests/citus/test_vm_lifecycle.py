@@ -59,7 +59,7 @@ def task_count(conn: psycopg.Connection[dict[str, Any]], statement: str) -> int:
     return max(counts)
 
 
-def others(table: str) -> str:
+def not_mine(table: str) -> str:
     """Rows that are not the user's: an access list's rows are also its owner's (region_owner)."""
     return "user_id <> %(u)s" + (" and region_owner <> %(u)s" if table == "vm_region_members" else "")
 
@@ -68,7 +68,7 @@ def deleted(conn: psycopg.Connection[dict[str, Any]], table: str, user: str) -> 
     """Rows of other users a DELETE removed (none; refused outright counts as none: page_mutations is append-only)."""
     try:
         with conn.transaction():
-            return conn.execute(f"delete from memori.{table} where {others(table)}", {"u": user}).rowcount
+            return conn.execute(f"delete from memori.{table} where {not_mine(table)}", {"u": user}).rowcount
     except psycopg.errors.InsufficientPrivilege:
         return 0
 
@@ -174,7 +174,8 @@ def test_vm_lifecycle_search_fork_gc_and_regions_on_the_cluster(vm_dsn: str) -> 
                     found = conn.execute(f"select distinct user_id from memori.{table} where user_id <> 'bob'")
                     assert found.fetchall() == [{"user_id": "alice"}], table
                 else:
-                    seen = conn.execute(f"select count(*) as n from memori.{table} where {others(table)}", {"u": user})
+                    seen = conn.execute(f"select count(*) as n from memori.{table} where {not_mine(table)}",
+                                        {"u": user})
                     assert seen.fetchone() == {"n": 0}, (user, table)
                 assert deleted(conn, table, user) == 0, (user, table)
     with acting(dsn, "bob") as conn:
