@@ -34,7 +34,7 @@ comment on table memori.vm_forks is 'Copy-on-write forks: for each forked sessio
 create or replace function memori._page_resolve(p_session_id text, p_page_id text) returns bigint
 as $func$
   -- the session's user's rows only (memori._page_row: two probes, one shard on a cluster)
-  select memori._page_row(memori._vm_user(p_session_id), p_session_id, p_page_id)
+  select memori._page_row(memori._vm_user(p_session_id, null), p_session_id, p_page_id)
 $func$ language sql stable security invoker
 set search_path = pg_catalog, memori, pg_temp;
 comment on function memori._page_resolve(text, text) is 'Row id (memori.pages.id) of the page a session sees under an id: its own row, else the nearest ancestor''s as of the fork; NULL when none.';
