@@ -276,7 +276,7 @@ begin
                       where f.user_id = p_user_id and f.ancestor_session_id = p_session_id and f.max_page_id >= p.id)
        order by p.id
     loop
-      perform memori._page_cow_push(v_p.id, p_session_id, v_p.page_id);
+      perform memori._page_cow_push(p_user_id, v_p.id, p_session_id, v_p.page_id);
     end loop;
   end if;
   perform pg_notify('memori_pages', json_build_object('tag', md5(p_session_id || chr(1) || x))::text)

@@ -19,25 +19,16 @@ on conflict (key) do nothing;
 
 -------------------------------------------------------------------------------
 -- _page_levels: the levels page_fault can map a page at (0 and the written compressed ones)
-create or replace function memori._page_levels(p_session_id text, p_page_id text) returns integer[]
+create or replace function memori._page_levels(p_user_id text, p_session_id text, p_page_id text) returns integer[]
 as $func$
   select array[0] || coalesce((select array_agg(r.level order by r.level)
                                  from memori.page_representations r
-                                where r.session_id = p_session_id and r.page_id = p_page_id and r.level < 3),
+                                where r.user_id = p_user_id and r.session_id = p_session_id and r.page_id = p_page_id
+                                  and r.level < 3),
                               '{}')
 $func$ language sql stable security invoker
 set search_path = pg_catalog, memori, pg_temp;
-comment on function memori._page_levels(text, text) is 'Levels a page can be faulted in at: 0 plus the levels 1 and 2 written by a Compressor, ascending.';
-
--------------------------------------------------------------------------------
--- _page_hint: what the model is told about a page (its hint, else its level-3 reference)
-create or replace function memori._page_hint(p_session_id text, p_page_id text, p_hint text) returns text
-as $func$
-  select coalesce(p_hint, (select r.content from memori.page_representations r
-                            where r.session_id = p_session_id and r.page_id = p_page_id and r.level = 3), '')
-$func$ language sql stable security invoker
-set search_path = pg_catalog, memori, pg_temp;
-comment on function memori._page_hint(text, text, text) is 'The hint of a page as the manifest shows it: its hint, else its level-3 reference, else empty.';
+comment on function memori._page_levels(text, text, text) is 'Levels a page can be faulted in at: 0 plus the levels 1 and 2 written by a Compressor, ascending.';
 
 -------------------------------------------------------------------------------
 -- _vm_search_scope: the acting user and the checked session of a page-index read
@@ -246,11 +237,14 @@ create or replace function memori.page_embedding_set(
   p_session_id text, p_page_id text, p_embedding public.vector, p_now timestamptz default now()
 ) returns boolean
 as $func$
+declare
+  v_p memori.pages;
 begin
   perform memori._vm_check_embedding(p_embedding);
-  perform memori._page_get(p_session_id, p_page_id, p_now, true);
+  v_p := memori._page_get(p_session_id, p_page_id, p_now, true);
+  perform memori._page_write(v_p.user_id, v_p.session_id, array[v_p.page_id]);
   -- not a content change: version, dirty and updated_at stay
-  update memori.pages set embedding = p_embedding where session_id = p_session_id and page_id = p_page_id;
+  update memori.pages set embedding = p_embedding where user_id = v_p.user_id and id = v_p.id;
   return true;
 end
 $func$ language plpgsql volatile security invoker
@@ -314,7 +308,7 @@ begin
              case when p_query_embedding is not null
                   then p.embedding operator(public.<=>) p_query_embedding end as d
         from memori.vm_visible_pages p   -- a fork sees its source's pages (sql/160)
-       where p.viewer_session_id = p_session_id
+       where p.user_id = v_user and p.viewer_session_id = p_session_id
          and (p.expires_at is null or p.expires_at > p_now)
          and (p_modality is null or p.modality = p_modality)
          and (p_page_types is null or p.page_type = any (p_page_types)))
@@ -401,11 +395,11 @@ begin
       -- scores the newer page first (last write wins, seed 03 8.3)
       select r.id, sum(1.0 / (60 + r.rnk)) as score, min(r.rnk) as best,
              bool_or(q.superseded_by is not null) as superseded
-        from ranked r join memori.pages q on q.id = r.id group by r.id
+        from ranked r join memori.pages q on q.user_id = v_user and q.id = r.id group by r.id
        order by superseded, score desc, best, r.id desc
        limit p_limit)
     -- a fork's shared page is reported in the fork (page_fault takes it there).
-    -- Levels and hint as _page_levels and _page_hint give them, written out: a
+    -- Levels as _page_levels gives them, and the hint (else the level-3 reference), written out: a
     -- function with SET cannot be inlined, and two calls per row were half of a
     -- user-scope search once the count was bounded (issue 21).
     select p.page_id, case when p_scope = 'session' then p_session_id else p.session_id end, p.modality, p.tier,
@@ -413,12 +407,12 @@ begin
            coalesce(p.hint, r.reference, ''),
            round((f.score / (greatest(v_lists, 1) / 61.0))::numeric, 4)::double precision,
            v_total, v_mode, v_total_exact
-      from fused f join memori.pages p on p.id = f.id
+      from fused f join memori.pages p on p.user_id = v_user and p.id = f.id
      cross join lateral (
        select array_agg(x.level order by x.level) filter (where x.level < 3) as levels,
               min(x.content) filter (where x.level = 3) as reference
          from memori.page_representations x
-        where x.session_id = p.session_id and x.page_id = p.page_id) r
+        where x.user_id = v_user and x.session_id = p.session_id and x.page_id = p.page_id) r
      order by f.superseded, f.score desc, f.best, f.id desc;
 end
 $func$ language plpgsql stable security invoker
@@ -432,8 +426,9 @@ create or replace function memori.pages_by_type(
   p_session_id text, p_page_type text, p_limit integer default 100, p_now timestamptz default now()
 ) returns setof memori.page_index_entry
 as $func$
+declare
+  v_user text := (memori._vm_session_read(p_session_id)).user_id;
 begin
-  perform memori._vm_session_read(p_session_id);
   perform memori._vm_check_filters(null, array[p_page_type], 1);
   if p_limit is null or p_limit < 1 or p_limit > 10000 then
     perform memori._invalid(format('limit %s is outside 1..10000', coalesce(p_limit::text, 'NULL')),
@@ -441,9 +436,11 @@ begin
   end if;
   return query
     select p.viewer_session_id, p.page_id, p.page_type, p.modality, p.tier, p.importance, p.tokens, p.access_count,
-           p.last_accessed, memori._page_hint(p.session_id, p.page_id, p.hint), p.provenance, null::integer
+           p.last_accessed, coalesce(p.hint, ref.content, ''), p.provenance, null::integer
       from memori.vm_visible_pages p
-     where p.viewer_session_id = p_session_id and p.page_type = p_page_type
+      left join memori.page_representations ref  -- the hint, else the level-3 reference
+        on ref.user_id = v_user and ref.session_id = p.session_id and ref.page_id = p.page_id and ref.level = 3
+     where p.user_id = v_user and p.viewer_session_id = p_session_id and p.page_type = p_page_type
        and (p.expires_at is null or p.expires_at > p_now)
      order by p.id
      limit p_limit;
@@ -459,6 +456,8 @@ create or replace function memori.page_provenance_chain(
   p_now timestamptz default now()
 ) returns setof memori.page_index_entry
 as $func$
+declare
+  v_user text;
 begin
   if p_direction is null or p_direction not in ('up', 'down') then
     perform memori._invalid(format('unknown direction %s', coalesce(quote_literal(p_direction), 'NULL')),
@@ -467,7 +466,7 @@ begin
   if p_max_depth is null or p_max_depth < 1 or p_max_depth > 1000 then
     perform memori._invalid('p_max_depth is outside 1..1000', 'Walk 1 to 1000 steps.');
   end if;
-  perform memori._vm_session_read(p_session_id);
+  v_user := (memori._vm_session_read(p_session_id)).user_id;
   perform memori._page_get(p_session_id, p_page_id, p_now, false);
   -- breadth first; a page is reported once, at its smallest depth (cycles end there)
   return query
@@ -479,17 +478,22 @@ begin
         cross join lateral (
           select unnest(src.provenance) as page_id
             from memori.vm_visible_pages src
-           where p_direction = 'up' and src.viewer_session_id = p_session_id and src.page_id = w.page_id
+           where p_direction = 'up' and src.user_id = v_user and src.viewer_session_id = p_session_id
+             and src.page_id = w.page_id
           union
           select d.page_id
             from memori.vm_visible_pages d
-           where p_direction = 'down' and d.viewer_session_id = p_session_id and d.provenance @> array[w.page_id]) nxt
+           where p_direction = 'down' and d.user_id = v_user and d.viewer_session_id = p_session_id
+             and d.provenance @> array[w.page_id]) nxt
        where w.depth < p_max_depth and not nxt.page_id = any (w.seen)),
     firsts as (select w.page_id, min(w.depth) as depth from walk w where w.depth > 0 group by w.page_id)
     select p.viewer_session_id, p.page_id, p.page_type, p.modality, p.tier, p.importance, p.tokens, p.access_count,
-           p.last_accessed, memori._page_hint(p.session_id, p.page_id, p.hint), p.provenance, f.depth
+           p.last_accessed, coalesce(p.hint, ref.content, ''), p.provenance, f.depth
       from firsts f
-      join memori.vm_visible_pages p on p.viewer_session_id = p_session_id and p.page_id = f.page_id
+      join memori.vm_visible_pages p on p.user_id = v_user and p.viewer_session_id = p_session_id
+                                     and p.page_id = f.page_id
+      left join memori.page_representations ref
+        on ref.user_id = v_user and ref.session_id = p.session_id and ref.page_id = p.page_id and ref.level = 3
      where p.expires_at is null or p.expires_at > p_now
      order by f.depth, p.page_id;
 end
@@ -503,14 +507,17 @@ create or replace function memori.pages_top_importance(
   p_session_id text, p_n integer default 5, p_type text default null, p_now timestamptz default now()
 ) returns setof memori.page_index_entry
 as $func$
+declare
+  v_user text := (memori._vm_session_read(p_session_id)).user_id;
 begin
-  perform memori._vm_session_read(p_session_id);
   perform memori._vm_check_filters(null, case when p_type is null then null else array[p_type] end, p_n);
   return query
     select p.viewer_session_id, p.page_id, p.page_type, p.modality, p.tier, p.importance, p.tokens, p.access_count,
-           p.last_accessed, memori._page_hint(p.session_id, p.page_id, p.hint), p.provenance, null::integer
+           p.last_accessed, coalesce(p.hint, ref.content, ''), p.provenance, null::integer
       from memori.vm_visible_pages p
-     where p.viewer_session_id = p_session_id
+      left join memori.page_representations ref
+        on ref.user_id = v_user and ref.session_id = p.session_id and ref.page_id = p.page_id and ref.level = 3
+     where p.user_id = v_user and p.viewer_session_id = p_session_id
        and (p_type is null or p.page_type = p_type)
        and (p.expires_at is null or p.expires_at > p_now)
      order by p.superseded_by is not null, p.importance desc, p.access_count desc, p.last_accessed desc, p.page_id

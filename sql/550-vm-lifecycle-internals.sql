@@ -22,35 +22,55 @@ comment on function memori._vm_setting_int(text, integer) is 'An integer memori.
 
 -------------------------------------------------------------------------------
 -- _claim_current: the current claim a (possibly superseded) claim leads to
-create or replace function memori._claim_current(p_session_id text, p_claim_id text, p_now timestamptz)
+create or replace function memori._claim_current(p_user_id text, p_session_id text, p_claim_id text,
+                                                  p_now timestamptz)
 returns text
 as $func$
-  with recursive chain(page_id, next, depth) as (
-    select p.page_id, p.superseded_by, 0 from memori.vm_visible_pages p
-     where p.viewer_session_id = p_session_id and p.page_id = p_claim_id
-    union all
-    select p.page_id, p.superseded_by, c.depth + 1
-      from chain c join memori.vm_visible_pages p on p.viewer_session_id = p_session_id and p.page_id = c.next
-     where c.depth < 100 and (p.expires_at is null or p.expires_at > p_now))
-  select page_id from chain order by depth desc limit 1
-$func$ language sql stable security invoker
+declare
+  v_cur  text;
+  v_next text;
+  v_id   bigint;
+  v_p    record;
+  v_n    integer := 0;
+begin
+  -- a loop of one-row reads of the user's rows, not a recursive query over memori.vm_visible_pages:
+  -- Citus plans the view's UNION ALL over every shard and refuses recursion there
+  v_id := memori._page_row(p_user_id, p_session_id, p_claim_id);
+  select p.page_id, p.superseded_by into v_cur, v_next from memori.pages p where p.user_id = p_user_id and p.id = v_id;
+  while v_next is not null and v_n < 100 loop
+    v_id := memori._page_row(p_user_id, p_session_id, v_next);
+    select p.page_id, p.superseded_by into v_p from memori.pages p
+     where p.user_id = p_user_id and p.id = v_id and (p.expires_at is null or p.expires_at > p_now);
+    exit when not found;
+    v_cur := v_p.page_id;
+    v_next := v_p.superseded_by;
+    v_n := v_n + 1;
+  end loop;
+  return v_cur;
+end
+$func$ language plpgsql stable security invoker
 set search_path = pg_catalog, memori, pg_temp;
-comment on function memori._claim_current(text, text, timestamptz) is 'Follow superseded_by from a claim to the current claim of its topic (the claim itself when current).';
+comment on function memori._claim_current(text, text, text, timestamptz) is 'Follow superseded_by from a claim to the current claim of its topic (the claim itself when current).';
 
 -------------------------------------------------------------------------------
 -- _vm_segment_open: the transcript pages of a session's open segment
 create or replace function memori._vm_segment_open(p_s memori.vm_sessions, p_now timestamptz)
 returns setof memori.pages
 as $func$
+declare
+  -- computed here: on a cluster the query runs on a shard, where memori's functions are not called
+  v_label text := memori._vm_segment_label(p_s.segment_seq);
+begin
   -- labelled with the open segment, or unlabelled and written since it opened;
   -- through vm_visible_pages, so a fork's shared pages are included (sql/160)
-  select q.* from memori.vm_visible_pages p join memori.pages q on q.id = p.id
-   where p.viewer_session_id = p_s.session_id and p.page_type = 'transcript'
-     and (p.expires_at is null or p.expires_at > p_now)
-     and (p.segment = memori._vm_segment_label(p_s.segment_seq)
-          or (p.segment is null and p.turn >= p_s.segment_first_turn))
-   order by p.id
-$func$ language sql stable security invoker
+  return query
+    select q.* from memori.vm_visible_pages p join memori.pages q on q.user_id = p_s.user_id and q.id = p.id
+     where p.user_id = p_s.user_id and p.viewer_session_id = p_s.session_id and p.page_type = 'transcript'
+       and (p.expires_at is null or p.expires_at > p_now)
+       and (p.segment = v_label or (p.segment is null and p.turn >= p_s.segment_first_turn))
+     order by p.id;
+end
+$func$ language plpgsql stable security invoker
 set search_path = pg_catalog, memori, pg_temp;
 comment on function memori._vm_segment_open(memori.vm_sessions, timestamptz) is 'Transcript pages of the open segment: labelled with it, or unlabelled and written since it opened; in creation order.';
 
@@ -68,11 +88,13 @@ begin
   if p_page.tier >= p_tier or p_page.session_id <> p_s.session_id then
     return false;
   end if;
-  delete from memori.working_set where session_id = p_s.session_id and page_id = p_page.page_id
+  delete from memori.working_set
+   where user_id = p_s.user_id and session_id = p_s.session_id and page_id = p_page.page_id
   returning level into v_level;
+  perform memori._page_write(p_s.user_id, p_s.session_id, array[p_page.page_id]);  -- forks sharing it, the notice
   update memori.pages set tier = p_tier, compression_level = 0,
                           last_evict_turn = case when p_page.tier = 'L0' then p_s.turn else last_evict_turn end
-   where id = p_page.id;
+   where user_id = p_s.user_id and id = p_page.id;
   perform memori._page_mutation(p_s, p_page.page_id, 'evict', p_page.tier, p_tier, v_level, null, null, p_actor,
                                 p_cause, p_now);
   return true;
@@ -83,18 +105,19 @@ comment on function memori._vm_swap_out(memori.vm_sessions, memori.pages, text, 
 
 -------------------------------------------------------------------------------
 -- _vm_last_summary: the summary page of a session's last closed segment
-create or replace function memori._vm_last_summary(p_session_id text, p_now timestamptz) returns memori.pages
+create or replace function memori._vm_last_summary(p_s memori.vm_sessions, p_now timestamptz) returns memori.pages
 as $func$
 declare
   v_id text;
   v_p  memori.pages;
 begin
-  select summary_page_id into v_id from memori.vm_segments where session_id = p_session_id order by seq desc limit 1;
+  select summary_page_id into v_id from memori.vm_segments
+   where user_id = p_s.user_id and session_id = p_s.session_id order by seq desc limit 1;
   if v_id is null then
     return null;
   end if;
   begin
-    v_p := memori._page_get(p_session_id, v_id, p_now, false);
+    v_p := memori._page_get(p_s.session_id, v_id, p_now, false);
   exception when sqlstate 'PM005' then
     return null;  -- expired or removed since
   end;
@@ -102,7 +125,7 @@ begin
 end
 $func$ language plpgsql stable security invoker
 set search_path = pg_catalog, memori, pg_temp;
-comment on function memori._vm_last_summary(text, timestamptz) is 'The summary page of the last closed segment of a session (NULL when none, or gone).';
+comment on function memori._vm_last_summary(memori.vm_sessions, timestamptz) is 'The summary page of the last closed segment of a session (NULL when none, or gone).';
 
 -------------------------------------------------------------------------------
 -- _vm_prefetch_item: one proposed page
@@ -134,14 +157,14 @@ declare
   v_env    jsonb;
 begin
   select count(*) into v_served from memori.page_faults
-   where session_id = p_s.session_id and turn = p_s.turn and outcome = 'served';
+   where user_id = p_s.user_id and session_id = p_s.session_id and turn = p_s.turn and outcome = 'served';
   v_budget := least(coalesce(p_max_faults, memori._vm_setting_int('vm.prepass_max_faults', 2)),
                     p_s.max_faults_per_turn - v_served);
   foreach v_item in array p_items loop
     v_group := case when v_item.why like 'topic:%' then v_item.why else v_item.page_id end;
     -- the topic the thrash index counts the page under (its claim's topic for a claim's discussion)
-    v_topic := 'page_topic:' || coalesce(memori._vm_page_topic(p_s.session_id, v_item.page_id), v_item.page_id);
-    if memori._vm_resident(p_s.session_id, v_item.page_id) then
+    v_topic := 'page_topic:' || coalesce(memori._vm_page_topic(p_s.user_id, p_s.session_id, v_item.page_id), v_item.page_id);
+    if memori._vm_resident(p_s.user_id, p_s.session_id, v_item.page_id) then
       -- in L0 at a useful level; a page mapped as a line of topic tags (level 3) is faulted up
       v_item.outcome := 'in_context';
     elsif not p_s.faults_allowed then
@@ -198,29 +221,34 @@ comment on function memori._vm_check_prefetch_args(integer, integer) is 'PM001 u
 
 -------------------------------------------------------------------------------
 -- _vm_resident: a page mapped at a level that still carries its content
-create or replace function memori._vm_resident(p_session_id text, p_page_id text) returns boolean
+create or replace function memori._vm_resident(p_user_id text, p_session_id text, p_page_id text) returns boolean
 as $func$
+declare
+  v_useful integer := memori._vm_setting_int('vm.prepass_useful_level', 2);
+begin
   -- level 3 is a line of topic tags: mapped, but it answers nothing
-  select exists (select 1 from memori.working_set w
-                  where w.session_id = p_session_id and w.page_id = p_page_id
-                    and w.level <= memori._vm_setting_int('vm.prepass_useful_level', 2))
-$func$ language sql stable security invoker
+  return exists (select 1 from memori.working_set w
+                  where w.user_id = p_user_id and w.session_id = p_session_id and w.page_id = p_page_id
+                    and w.level <= v_useful);
+end
+$func$ language plpgsql stable security invoker
 set search_path = pg_catalog, memori, pg_temp;
-comment on function memori._vm_resident(text, text) is 'True when a page is in L0 at a useful level (vm.prepass_useful_level, default 2): what the pre-pass counts as in context.';
+comment on function memori._vm_resident(text, text, text) is 'True when a page is in L0 at a useful level (vm.prepass_useful_level, default 2): what the pre-pass counts as in context.';
 
 -------------------------------------------------------------------------------
 -- _vm_old_discussion: a page cited only by superseded claims (a decision that changed)
-create or replace function memori._vm_old_discussion(p_session_id text, p_page_id text) returns boolean
+create or replace function memori._vm_old_discussion(p_user_id text, p_session_id text, p_page_id text)
+returns boolean
 as $func$
   select exists (select 1 from memori.vm_visible_pages c
-                  where c.viewer_session_id = p_session_id and c.page_type = 'claim'
+                  where c.user_id = p_user_id and c.viewer_session_id = p_session_id and c.page_type = 'claim'
                     and c.superseded_by is not null and c.provenance @> array[p_page_id])
      and not exists (select 1 from memori.vm_visible_pages c
-                      where c.viewer_session_id = p_session_id and c.page_type = 'claim'
+                      where c.user_id = p_user_id and c.viewer_session_id = p_session_id and c.page_type = 'claim'
                         and c.superseded_by is null and c.provenance @> array[p_page_id])
 $func$ language sql stable security invoker
 set search_path = pg_catalog, memori, pg_temp;
-comment on function memori._vm_old_discussion(text, text) is 'True when a page is the source of superseded claims only: the discussion of a decision that was replaced.';
+comment on function memori._vm_old_discussion(text, text, text) is 'True when a page is the source of superseded claims only: the discussion of a decision that was replaced.';
 
 -------------------------------------------------------------------------------
 -- _vm_prefetch_result: what the pre-pass and the prefetcher return: applied, or proposed only
@@ -235,7 +263,7 @@ begin
   end if;
   -- proposals only: pages in L0 at a useful level are marked in_context
   return array(select (i.page_id, i.page_type, i.tier, i.reason, i.why, i.applied,
-                       case when memori._vm_resident(p_s.session_id, i.page_id) then 'in_context' end,
+                       case when memori._vm_resident(p_s.user_id, p_s.session_id, i.page_id) then 'in_context' end,
                        i.tokens)::memori.vm_prefetch_item
                  from unnest(p_items) with ordinality
                       as i(page_id, page_type, tier, reason, why, applied, outcome, tokens, n)

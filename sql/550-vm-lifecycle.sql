@@ -49,28 +49,44 @@ select memori.retention_register('vm_prefetches', 'memori.vm_prefetches', 'memor
                                  'Pages prefetched by the VM pre-pass and prefetcher (seed 03)', 1, interval '30 days');
 
 -------------------------------------------------------------------------------
--- _vm_recall_signal_check: a recall signal must be a valid regular expression
-create or replace function memori._vm_recall_signal_check() returns trigger
+-- _vm_recall_signal_valid: a recall signal must be a valid regular expression
+-- The CHECK constraint vm_recall_signals_pattern_valid calls it (a trigger did,
+-- but Citus refuses triggers on its tables: vm_recall_signals is a reference
+-- table on a cluster, docs/scale-out.md). Immutable: a pattern's validity never
+-- changes.
+create or replace function memori._vm_recall_signal_valid(p_pattern text) returns boolean
 as $func$
 begin
   begin
-    perform '' ~* new.pattern;
+    perform '' ~* p_pattern;
   exception when invalid_regular_expression then
-    raise exception 'recall signal % is not a valid regular expression: %', quote_literal(new.pattern), sqlerrm
+    raise exception 'recall signal % is not a valid regular expression: %', quote_literal(p_pattern), sqlerrm
       using errcode = 'PM093', hint = 'Use a PostgreSQL regular expression (matched case-insensitively), e.g. ''(as we|earlier)''.';
   end;
-  if btrim(coalesce(new.pattern, '')) = '' then
+  if btrim(coalesce(p_pattern, '')) = '' then
     raise exception 'recall signal pattern is empty'
       using errcode = 'PM093', hint = 'An empty pattern matches every message; disable the pre-pass with paging_mode = model instead.';
   end if;
-  return new;
+  return true;
 end
-$func$ language plpgsql volatile security invoker
+$func$ language plpgsql immutable security invoker
 set search_path = pg_catalog, memori, pg_temp;
-comment on function memori._vm_recall_signal_check() is 'Trigger: refuse a recall signal that is empty or not a valid regular expression (PM093).';
+comment on function memori._vm_recall_signal_valid(text) is 'CHECK of memori.vm_recall_signals.pattern: true, or PM093 when the pattern is empty or not a valid regular expression.';
 
-create or replace trigger vm_recall_signals_check before insert or update on memori.vm_recall_signals
-  for each row execute function memori._vm_recall_signal_check();
+do $check$
+begin
+  -- (Citus refuses even DROP TRIGGER IF EXISTS on a reference table: only when there is one)
+  if exists (select from pg_catalog.pg_trigger
+              where tgrelid = 'memori.vm_recall_signals'::regclass and tgname = 'vm_recall_signals_check') then
+    drop trigger vm_recall_signals_check on memori.vm_recall_signals;
+  end if;
+  if not exists (select from pg_catalog.pg_constraint
+                  where conrelid = 'memori.vm_recall_signals'::regclass and conname = 'vm_recall_signals_pattern_valid') then
+    alter table memori.vm_recall_signals
+      add constraint vm_recall_signals_pattern_valid check (memori._vm_recall_signal_valid(pattern));
+  end if;
+end
+$check$;
 
 -------------------------------------------------------------------------------
 -- claim_create: a token-cheap, high-importance decision page with provenance
@@ -173,7 +189,7 @@ begin
     raise exception 'claim % was already superseded by %', quote_literal(p_claim_id), quote_literal(v_old.superseded_by)
       using errcode = 'PM100', detail = format('superseded at %s: %s', v_old.superseded_at, v_old.supersede_reason),
             hint = format('Supersede the current claim of the topic instead (%s).',
-                          memori._claim_current(p_session_id, p_claim_id, p_now));
+                          memori._claim_current(v_s.user_id, p_session_id, p_claim_id, p_now));
   end if;
   if nullif(btrim(coalesce(p_reason, '')), '') is null then
     perform memori._invalid('a supersession needs a reason',
@@ -187,14 +203,17 @@ begin
   if v_old.session_id <> v_s.session_id then
     v_old := memori._page_copy(v_old.id, v_s.session_id);
   end if;
-  select * into v_old from memori.pages where id = v_old.id;  -- its tier now (mapping the new claim may have moved it)
+  -- its tier now (mapping the new claim may have moved it)
+  select * into v_old from memori.pages where user_id = v_s.user_id and id = v_old.id;
   if v_old.tier in ('L0', 'L1') then
     perform memori._vm_swap_out(v_s, v_old, 'L2', p_actor, 'superseded', p_now);
   end if;
+  perform memori._page_write(v_s.user_id, v_s.session_id, array[v_old.page_id]);
   update memori.pages set superseded_by = v_new.page_id, superseded_at = p_now, supersede_reason = p_reason
-   where id = v_old.id
+   where user_id = v_s.user_id and id = v_old.id
   returning * into v_old;
-  select level into v_lvl from memori.working_set where session_id = v_s.session_id and page_id = v_old.page_id;
+  select level into v_lvl from memori.working_set
+   where user_id = v_s.user_id and session_id = v_s.session_id and page_id = v_old.page_id;
   perform memori._page_mutation(v_s, v_old.page_id, 'supersede', v_old.tier, v_old.tier, v_lvl, v_lvl, null, p_actor,
                                 left(format('superseded_by %s: %s', v_new.page_id, p_reason), 500), p_now);
   perform memori._event_emit('claim.superseded', jsonb_build_object('session_id', p_session_id, 'page_id', v_old.page_id,
@@ -211,11 +230,16 @@ comment on function memori.claim_supersede(text, text, text, text[], text, doubl
 create or replace function memori.claim_history(p_session_id text, p_topic text, p_now timestamptz default now())
 returns setof memori.pages
 as $func$
-  select q.* from memori.vm_visible_pages p join memori.pages q on q.id = p.id
-   where p.viewer_session_id = p_session_id and p.page_type = 'claim'
-     and lower(p.hint) = lower(p_topic) and (p.expires_at is null or p.expires_at > p_now)
-   order by p.superseded_by is not null, p.id desc
-$func$ language sql stable security invoker
+declare
+  v_user text := memori._vm_user(p_session_id);  -- a missing session has no rows: no error
+begin
+  return query
+    select q.* from memori.vm_visible_pages p join memori.pages q on q.user_id = v_user and q.id = p.id
+     where p.user_id = v_user and p.viewer_session_id = p_session_id and p.page_type = 'claim'
+       and lower(p.hint) = lower(p_topic) and (p.expires_at is null or p.expires_at > p_now)
+     order by p.superseded_by is not null, p.id desc;
+end
+$func$ language plpgsql stable security invoker
 set search_path = pg_catalog, memori, pg_temp;
 comment on function memori.claim_history(text, text, timestamptz) is 'The claims of a topic: current ones first, then superseded ones newest first, each with its provenance and superseded_by/at/reason.';
 
@@ -226,16 +250,21 @@ comment on function memori.claim_history(text, text, timestamptz) is 'The claims
 create or replace function memori.claim_conflicts(p_session_id text, p_now timestamptz default now())
 returns setof memori.claim_conflict
 as $func$
-  with c as (
-    select p.page_id, lower(p.hint) as topic, p.content, p.created_at, p.id,
-           lower(regexp_replace(btrim(coalesce(p.content, '')), '\s+', ' ', 'g')) as said
-      from memori.vm_visible_pages p
-     where p.viewer_session_id = p_session_id and p.page_type = 'claim' and p.hint is not null
-       and p.superseded_by is null and (p.expires_at is null or p.expires_at > p_now))
-  select p_session_id, a.topic, a.page_id, a.content, a.created_at, b.page_id, b.content, b.created_at
-    from c a join c b on b.topic = a.topic and b.id > a.id and b.said <> a.said
-   order by a.topic, a.id, b.id
-$func$ language sql stable security invoker
+declare
+  v_user text := memori._vm_user(p_session_id);  -- a missing session has no rows: no error
+begin
+  return query
+    with c as (
+      select p.page_id, lower(p.hint) as topic, p.content, p.created_at, p.id,
+             lower(regexp_replace(btrim(coalesce(p.content, '')), '\s+', ' ', 'g')) as said
+        from memori.vm_visible_pages p
+       where p.user_id = v_user and p.viewer_session_id = p_session_id and p.page_type = 'claim'
+         and p.hint is not null and p.superseded_by is null and (p.expires_at is null or p.expires_at > p_now))
+    select p_session_id, a.topic, a.page_id, a.content, a.created_at, b.page_id, b.content, b.created_at
+      from c a join c b on b.topic = a.topic and b.id > a.id and b.said <> a.said
+     order by a.topic, a.id, b.id;
+end
+$func$ language plpgsql stable security invoker
 set search_path = pg_catalog, memori, pg_temp;
 comment on function memori.claim_conflicts(text, timestamptz) is 'Pairs of current (not superseded) claims on the same topic whose content differs, older first: conflicts for the user to resolve with claim_supersede.';
 
@@ -253,11 +282,20 @@ comment on function memori.segment_current(text) is 'The label of the open segme
 create or replace function memori.segment_pages(p_session_id text, p_now timestamptz default now())
 returns table (page_id text, role text, turn integer, tokens integer, tier text, pinned boolean, content text)
 as $func$
-  select p.page_id, p.role, p.turn, p.tokens, p.tier, coalesce(w.pinned, false), coalesce(p.content, p.data::text, p.artifact_ref)
-    from memori._vm_segment_open(memori._vm_session_read(p_session_id), p_now) p
-    left join memori.working_set w on w.session_id = p.session_id and w.page_id = p.page_id
-   order by p.id
-$func$ language sql stable security invoker
+declare
+  v_s     memori.vm_sessions := memori._vm_session_read(p_session_id);
+  -- the open segment first: a function over distributed tables is not called inside their query
+  v_pages memori.pages[] := array(select p from memori._vm_segment_open(v_s, p_now) p);
+begin
+  return query
+    select p.page_id, p.role, p.turn, p.tokens, p.tier, coalesce(w.pinned, false),
+           coalesce(p.content, p.data::text, p.artifact_ref)
+      from unnest(v_pages) p
+      left join memori.working_set w on w.user_id = v_s.user_id and w.session_id = p.session_id
+                                    and w.page_id = p.page_id
+     order by p.id;
+end
+$func$ language plpgsql stable security invoker
 set search_path = pg_catalog, memori, pg_temp;
 comment on function memori.segment_pages(text, timestamptz) is 'The transcript pages of the open segment (role, turn, tokens, tier, pinned, content) in order: the source a Summarizer summarizes before segment_close.';
 
@@ -309,6 +347,7 @@ declare
   v_source  integer;
   v_sum     memori.pages;
   v_evicted integer := 0;
+  v_first   integer;
   v_seg     memori.vm_segments;
 begin
   select coalesce(array_agg(p order by p.id), '{}') into v_pages
@@ -341,21 +380,23 @@ begin
   -- the swap file: every unpinned transcript page of the segment goes to L2
   foreach v_p in array v_pages loop
     continue when exists (select 1 from memori.working_set w
-                           where w.session_id = v_s.session_id and w.page_id = v_p.page_id and w.pinned);
-    select * into v_p from memori.pages where id = v_p.id;  -- its tier now (mapping the summary may have evicted it)
+                           where w.user_id = v_s.user_id and w.session_id = v_s.session_id
+                             and w.page_id = v_p.page_id and w.pinned);
+    -- its tier now (mapping the summary may have evicted it)
+    select * into v_p from memori.pages where user_id = v_s.user_id and id = v_p.id;
     if memori._vm_swap_out(v_s, v_p, 'L2', p_actor, 'segment_close', p_now) then
       v_evicted := v_evicted + 1;
     end if;
   end loop;
 
+  v_first := least(v_s.segment_first_turn, (select min(x.turn) from unnest(v_pages) x));  -- Citus: no subquery in VALUES
   insert into memori.vm_segments (session_id, seq, user_id, segment, first_turn, last_turn, summary_page_id, pages,
                                   evicted, source_tokens, summary_tokens, closed_at)
-  values (v_s.session_id, v_s.segment_seq, v_s.user_id, v_label,
-          least(v_s.segment_first_turn, (select min(x.turn) from unnest(v_pages) x)), v_s.turn, v_sum.page_id,
+  values (v_s.session_id, v_s.segment_seq, v_s.user_id, v_label, v_first, v_s.turn, v_sum.page_id,
           cardinality(v_pages), v_evicted, v_source, v_sum.tokens, p_now)
   returning * into v_seg;
   update memori.vm_sessions set segment_seq = segment_seq + 1, segment_first_turn = turn + 1, updated_at = p_now
-   where session_id = v_s.session_id;
+   where user_id = v_s.user_id and session_id = v_s.session_id;
   perform memori._event_emit('segment.closed', jsonb_build_object('session_id', p_session_id, 'segment', v_label,
                                                                    'summary_page_id', v_sum.page_id, 'pages', v_seg.pages,
                                                                    'evicted', v_evicted), p_now);
@@ -369,8 +410,13 @@ comment on function memori.segment_close(text, text, text, double precision, tex
 -- segment_list: the closed segments of a session, oldest first
 create or replace function memori.segment_list(p_session_id text) returns setof memori.vm_segments
 as $func$
-  select * from memori.vm_segments where session_id = p_session_id order by seq
-$func$ language sql stable security invoker
+declare
+  v_user text := memori._vm_user(p_session_id);  -- a missing session has no rows: no error
+begin
+  return query select * from memori.vm_segments s where s.user_id = v_user and s.session_id = p_session_id
+                order by s.seq;
+end
+$func$ language plpgsql stable security invoker
 set search_path = pg_catalog, memori, pg_temp;
 comment on function memori.segment_list(text) is 'Closed segments of a VM session, oldest first: turns, pages, summary page, source and summary tokens.';
 
@@ -451,9 +497,9 @@ begin
     -- the topic's current claim: search ranks current claims first, and a
     -- superseded match leads to the claim that replaced it
     v_best := null;
-    select memori._claim_current(p_session_id, c.page_id, p_now) into v_best
+    select memori._claim_current(v_s.user_id, p_session_id, c.page_id, p_now) into v_best
       from memori.search_pages(p_session_id, v_topic, p_page_types => array['claim'], p_limit => 1, p_now => p_now) c;
-    if v_best is not null and memori._vm_resident(p_session_id, v_best) then
+    if v_best is not null and memori._vm_resident(v_s.user_id, p_session_id, v_best) then
       -- the decision is in context, readable: the topic needs no fault
       if not v_best = any (v_seen) then
         v_items := v_items || memori._vm_prefetch_item(memori._page_get(p_session_id, v_best, p_now, false), v_reason,
@@ -465,7 +511,7 @@ begin
     -- a summary of the topic in context at a useful level stands in for its transcript
     v_summary := exists (select 1 from memori.search_pages(p_session_id, v_topic, p_page_types => array['summary'],
                                                            p_limit => 3, p_now => p_now) m
-                          where memori._vm_resident(p_session_id, m.page_id));
+                          where memori._vm_resident(v_s.user_id, p_session_id, m.page_id));
     -- on a recall signal: the claim itself (token-cheap, it is the answer), then
     -- where it was decided, newest first
     if v_signal and v_best is not null then
@@ -496,7 +542,7 @@ begin
       continue when v_r.page_id = any (v_seen);
       v_p := memori._page_get(p_session_id, v_r.page_id, p_now, false);
       continue when v_p.page_type = 'transcript' and v_p.turn = v_s.turn;
-      continue when v_p.superseded_by is not null or memori._vm_old_discussion(p_session_id, v_p.page_id);
+      continue when v_p.superseded_by is not null or memori._vm_old_discussion(v_s.user_id, p_session_id, v_p.page_id);
       continue when v_summary and v_p.page_type not in ('claim', 'summary');
       v_items := v_items || memori._vm_prefetch_item(v_p, v_reason, 'topic:' || v_topic);
       v_seen := v_seen || v_p.page_id;
@@ -514,7 +560,7 @@ begin
     end loop;
   end if;
   -- 3. always the last segment summary
-  v_p := memori._vm_last_summary(p_session_id, p_now);
+  v_p := memori._vm_last_summary(v_s, p_now);
   if v_p.page_id is not null and not v_p.page_id = any (v_seen) then
     v_items := v_items || memori._vm_prefetch_item(v_p, v_reason, 'last_segment_summary');
   end if;
@@ -561,17 +607,16 @@ begin
               else memori._vm_session_read(p_session_id) end;
 
   -- 1. the last segment summary ("what did we discuss")
-  v_p := memori._vm_last_summary(p_session_id, p_now);
+  v_p := memori._vm_last_summary(v_s, p_now);
   if v_p.page_id is not null then
     v_items := v_items || memori._vm_prefetch_item(v_p, 'speculative', 'last_segment_summary');
     v_seen := v_seen || v_p.page_id;
   end if;
   -- 2. the most referenced claims
-  for v_r in select c.page_id from memori.pages_by_type(p_session_id, 'claim', 10000, p_now) c
-              -- current claims only: a superseded one is history
-              where not exists (select 1 from memori.vm_visible_pages v
-                                 where v.viewer_session_id = p_session_id and v.page_id = c.page_id
-                                   and v.superseded_by is not null)
+  for v_r in select c.page_id from memori.vm_visible_pages c
+              where c.user_id = v_s.user_id and c.viewer_session_id = p_session_id and c.page_type = 'claim'
+                and c.superseded_by is null  -- current claims only: a superseded one is history
+                and (c.expires_at is null or c.expires_at > p_now)
               order by c.access_count desc, c.importance desc, c.last_accessed desc, c.page_id
               limit p_claims loop
     v_p := memori._page_get(p_session_id, v_r.page_id, p_now, false);
@@ -581,7 +626,7 @@ begin
   -- 3. prerequisite pages of likely tools: the tools named, else those used in the last turns
   v_tools := coalesce(p_tools, array(
     select distinct coalesce(p.data->>'tool', p.hint) from memori.vm_visible_pages p
-     where p.viewer_session_id = p_session_id and p.role = 'tool' and p.turn > v_s.turn - p_recent_turns
+     where p.user_id = v_s.user_id and p.viewer_session_id = p_session_id and p.role = 'tool' and p.turn > v_s.turn - p_recent_turns
        and coalesce(p.data->>'tool', p.hint) is not null and (p.expires_at is null or p.expires_at > p_now)));
   for v_r in select c.page_id from memori.pages_by_type(p_session_id, 'procedure', 10000, p_now) c loop
     v_proc := memori._page_get(p_session_id, v_r.page_id, p_now, false);
@@ -594,7 +639,7 @@ begin
                    select case when jsonb_typeof(v_proc.data->'typical_pages_read') = 'array'
                                then v_proc.data->'typical_pages_read' else '[]' end) t(x) loop
       for v_m in select p.page_id from memori.vm_visible_pages p
-                  where p.viewer_session_id = p_session_id and (p.expires_at is null or p.expires_at > p_now)
+                  where p.user_id = v_s.user_id and p.viewer_session_id = p_session_id and (p.expires_at is null or p.expires_at > p_now)
                     and p.page_id like replace(replace(replace(v_pat, '\', '\\'), '%', '\%'), '*', '%')
                   order by p.importance desc, p.page_id limit 5 loop
         continue when v_m.page_id = any (v_seen);
@@ -656,7 +701,7 @@ begin
     perform memori._invalid('no page ids', 'Pass the page ids the answer cited, e.g. ARRAY[''claim_db_choice_001''].');
   end if;
   update memori.vm_prefetches set used_turn = v_s.turn
-   where session_id = v_s.session_id and page_id = any (p_page_ids) and used_turn is null and turn <= v_s.turn
+   where user_id = v_s.user_id and session_id = v_s.session_id and page_id = any (p_page_ids) and used_turn is null and turn <= v_s.turn
      and (expires_at is null or expires_at > p_now);
   get diagnostics v_n = row_count;
   return v_n;

@@ -8,23 +8,31 @@
 
 -------------------------------------------------------------------------------
 -- _vm_page_topic: the topic a page belongs to, for the thrash index
-create or replace function memori._vm_page_topic(p_session_id text, p_page_id text) returns text
+create or replace function memori._vm_page_topic(p_user_id text, p_session_id text, p_page_id text) returns text
 as $func$
+declare
+  v_p record;
+begin
   -- a claim's topic; else the topic of the newest claim citing the page (its
-  -- decision's discussion); else its hint; else its first topic tag
-  select coalesce(case when p.page_type = 'claim' then p.hint end,
-                  (select c.hint from memori.vm_visible_pages c
-                    where c.viewer_session_id = p.viewer_session_id and c.page_type = 'claim' and c.hint is not null
-                      and c.provenance @> array[p.page_id]
-                    order by c.id desc limit 1),
-                  p.hint,
-                  nullif(split_part(coalesce(memori._page_topics(p.content, 1), ''), ',', 1), ''),
-                  p.page_id)
+  -- decision's discussion); else its hint; else its first topic tag (computed
+  -- here, not in the query: on a cluster that runs on a shard)
+  select p.page_type, p.hint, p.content, p.page_id,
+         (select c.hint from memori.vm_visible_pages c
+           where c.user_id = p_user_id and c.viewer_session_id = p.viewer_session_id and c.page_type = 'claim'
+             and c.hint is not null and c.provenance @> array[p.page_id]
+           order by c.id desc limit 1) as claim_hint
+    into v_p
     from memori.vm_visible_pages p   -- a fork's shared pages too (sql/160)
-   where p.viewer_session_id = p_session_id and p.page_id = p_page_id
-$func$ language sql stable security invoker
+   where p.user_id = p_user_id and p.viewer_session_id = p_session_id and p.page_id = p_page_id;
+  if not found then
+    return null;
+  end if;
+  return coalesce(case when v_p.page_type = 'claim' then v_p.hint end, v_p.claim_hint, v_p.hint,
+                  nullif(split_part(coalesce(memori._page_topics(v_p.content, 1), ''), ',', 1), ''), v_p.page_id);
+end
+$func$ language plpgsql stable security invoker
 set search_path = pg_catalog, memori, pg_temp;
-comment on function memori._vm_page_topic(text, text) is 'Topic of a page for the thrash index: a claim''s topic, else that of the newest claim citing it, else its hint, else its first topic tag, else its id.';
+comment on function memori._vm_page_topic(text, text, text) is 'Topic of a page for the thrash index: a claim''s topic, else that of the newest claim citing it, else its hint, else its first topic tag, else its id.';
 
 -------------------------------------------------------------------------------
 -- _vm_metrics_lifecycle: the lifecycle part of vm_metrics
@@ -36,6 +44,8 @@ declare
   v_window integer := greatest(memori._vm_setting_int('vm.thrash_window_turns', 5), 1);
   v_r      memori.vm_metrics_result := p_r;
   v_thrash record;
+  v_topics jsonb;
+  v_faulted text[];
 begin
   v_r.paging_mode := p_s.paging_mode;
   v_r.tokens_available := greatest(p_s.max_l0_tokens - v_r.l0_tokens, 0);
@@ -44,7 +54,13 @@ begin
          coalesce(max(n) filter (where turn = p_s.turn), 0)
     into v_r.faults_per_turn, v_r.faults_max_per_turn, v_r.faults_this_turn
     from (select turn, count(*) as n from memori.page_faults
-           where session_id = p_s.session_id and outcome = 'served' group by turn) t;
+           where user_id = p_s.user_id and session_id = p_s.session_id and outcome = 'served' group by turn) t;
+  -- the topic of each faulted page, first: a function that reads distributed tables is not called
+  -- inside a query of theirs (on a cluster that query runs on a shard)
+  v_faulted := array(select distinct f.page_id from memori.page_faults f
+                      where f.user_id = p_s.user_id and f.session_id = p_s.session_id and f.outcome = 'served');
+  select coalesce(jsonb_object_agg(x.page_id, memori._vm_page_topic(p_s.user_id, p_s.session_id, x.page_id)), '{}')
+    into v_topics from unnest(v_faulted) x(page_id);
   -- the seed's thrash index: in a window of N turns, every served fault after
   -- the first of its topic counts; divided by N. Now (the window ending at this
   -- turn) and the worst window of the session. Adding a fault to a window never
@@ -52,16 +68,16 @@ begin
   -- those windows are counted (each fault falls in at most N of them).
   with ends as (
     select distinct pf.turn as t from memori.page_faults pf
-     where pf.session_id = p_s.session_id and pf.outcome = 'served'
+     where pf.user_id = p_s.user_id and pf.session_id = p_s.session_id and pf.outcome = 'served'
     union
     select greatest(p_s.turn, 1)
   ), w as (
     select e.t, x.thrash
       from ends e
      cross join lateral (
-       select count(*) - count(distinct memori._vm_page_topic(f.session_id, f.page_id)) as thrash
+       select count(*) - count(distinct v_topics ->> f.page_id) as thrash
          from memori.page_faults f
-        where f.session_id = p_s.session_id and f.outcome = 'served'
+        where f.user_id = p_s.user_id and f.session_id = p_s.session_id and f.outcome = 'served'
           and f.turn > e.t - v_window and f.turn <= e.t) x
   )
   select coalesce(max(thrash) filter (where w.t = greatest(p_s.turn, 1)), 0) as now,
@@ -77,17 +93,18 @@ begin
     into v_r.evictions_from_l0, v_r.evictions_to_l2, v_r.evictions_by_cause
     from (select tier_before, tier_after, cause, count(*) over (partition by cause) as n
             from memori.page_mutations
-           where session_id = p_s.session_id and mutation_type = 'evict') e;
+           where user_id = p_s.user_id and session_id = p_s.session_id and mutation_type = 'evict') e;
   -- the seed's "average reduction from L0 to L2": transcript tokens of closed segments per summary token
-  select count(*), memori._vm_segment_label(p_s.segment_seq), coalesce(sum(source_tokens), 0),
+  v_r.segment_open := memori._vm_segment_label(p_s.segment_seq);
+  select count(*), coalesce(sum(source_tokens), 0),
          coalesce(sum(summary_tokens), 0), round(sum(source_tokens)::numeric / nullif(sum(summary_tokens), 0), 2)
-    into v_r.segments_closed, v_r.segment_open, v_r.segment_source_tokens, v_r.segment_summary_tokens,
+    into v_r.segments_closed, v_r.segment_source_tokens, v_r.segment_summary_tokens,
          v_r.compression_ratio
-    from memori.vm_segments where session_id = p_s.session_id;
+    from memori.vm_segments where user_id = p_s.user_id and session_id = p_s.session_id;
   select count(*), count(*) filter (where p.tier = 'L0')
     into v_r.claims, v_r.claims_in_l0
     from memori.vm_visible_pages p
-   where p.viewer_session_id = p_s.session_id and p.page_type = 'claim'
+   where p.user_id = p_s.user_id and p.viewer_session_id = p_s.session_id and p.page_type = 'claim'
      and (p.expires_at is null or p.expires_at > p_now);
   select count(*), count(*) filter (where used_turn is not null),
          coalesce(jsonb_object_agg(source, n) filter (where source is not null), '{}'::jsonb),
@@ -95,7 +112,8 @@ begin
     into v_r.prefetched, v_r.prefetch_used, v_r.prefetch_by_source, v_r.prefetch_hit_rate
     from (select used_turn, source, count(*) over (partition by source) as n
             from memori.vm_prefetches
-           where session_id = p_s.session_id and (expires_at is null or expires_at > p_now)) x;
+           where user_id = p_s.user_id and session_id = p_s.session_id
+             and (expires_at is null or expires_at > p_now)) x;
   return v_r;
 end
 $func$ language plpgsql stable security invoker

@@ -33,8 +33,8 @@ comment on table memori.vm_forks is 'Copy-on-write forks: for each forked sessio
 -- _page_resolve: the row id of a page as a session sees it (NULL when it does not)
 create or replace function memori._page_resolve(p_session_id text, p_page_id text) returns bigint
 as $func$
-  select v.id from memori.vm_visible_pages v
-   where v.viewer_session_id = p_session_id and v.page_id = p_page_id
+  -- the session's user's rows only (memori._page_row: two probes, one shard on a cluster)
+  select memori._page_row(memori._vm_user(p_session_id, null), p_session_id, p_page_id)
 $func$ language sql stable security invoker
 set search_path = pg_catalog, memori, pg_temp;
 comment on function memori._page_resolve(text, text) is 'Row id (memori.pages.id) of the page a session sees under an id: its own row, else the nearest ancestor''s as of the fork; NULL when none.';
@@ -44,6 +44,7 @@ comment on function memori._page_resolve(text, text) is 'Row id (memori.pages.id
 create or replace function memori._page_copy(p_id bigint, p_session_id text) returns memori.pages
 as $func$
 declare
+  v_user text := memori._vm_user(p_session_id);  -- a fork and its ancestors are one user's
   v_cols text;
   v_p    memori.pages;
 begin
@@ -55,9 +56,9 @@ begin
      and a.attgenerated = '' and a.attidentity = ''
      and a.attname not in ('session_id', 'expires_at', 'gc_marked_at');
   execute format('insert into memori.pages (session_id, expires_at, %s) '
-                 'select $2, case when gc_marked_at is null then expires_at end, %s from memori.pages where id = $1 '
-                 'returning *', v_cols, v_cols)
-     into v_p using p_id, p_session_id;
+                 'select $2, case when gc_marked_at is null then expires_at end, %s from memori.pages '
+                 'where user_id = $3 and id = $1 returning *', v_cols, v_cols)
+     into v_p using p_id, p_session_id, v_user;
   if v_p.id is null then
     raise exception 'no page row %', p_id
       using errcode = 'PM005', hint = 'The page was deleted meanwhile; read it again.';
@@ -66,8 +67,8 @@ begin
                                            created_at)
   select p_session_id, r.page_id, r.user_id, r.level, r.content, r.data, r.tokens, r.version, r.created_at
     from memori.page_representations r
-    join memori.pages s on s.session_id = r.session_id and s.page_id = r.page_id
-   where s.id = p_id;
+    join memori.pages s on s.user_id = r.user_id and s.session_id = r.session_id and s.page_id = r.page_id
+   where r.user_id = v_user and s.user_id = v_user and s.id = p_id;
   return v_p;
 end
 $func$ language plpgsql volatile security invoker
@@ -76,20 +77,22 @@ comment on function memori._page_copy(bigint, text) is 'Copy a page row and its 
 
 -------------------------------------------------------------------------------
 -- _page_cow_push: before a shared row changes, give every fork that sees it its own copy
-create or replace function memori._page_cow_push(p_id bigint, p_session_id text, p_page_id text) returns integer
+create or replace function memori._page_cow_push(p_user_id text, p_id bigint, p_session_id text, p_page_id text)
+returns integer
 as $func$
 declare
+  v_user text := p_user_id;
   v_fork text;
   v_n    integer := 0;
 begin
   for v_fork in
     select f.session_id from memori.vm_forks f
-     where f.ancestor_session_id = p_session_id and f.max_page_id >= p_id
+     where f.user_id = v_user and f.ancestor_session_id = p_session_id and f.max_page_id >= p_id
        -- a fork deleted in the same statement (its session and its parent's together) gets nothing
-       and exists (select 1 from memori.vm_sessions s where s.session_id = f.session_id)
+       and exists (select 1 from memori.vm_sessions s where s.user_id = v_user and s.session_id = f.session_id)
      order by f.depth, f.session_id
   loop
-    if memori._page_resolve(v_fork, p_page_id) = p_id then
+    if memori._page_row(v_user, v_fork, p_page_id) = p_id then
       perform memori._page_copy(p_id, v_fork);
       v_n := v_n + 1;
     end if;
@@ -98,7 +101,7 @@ begin
 end
 $func$ language plpgsql volatile security invoker
 set search_path = pg_catalog, memori, pg_temp;
-comment on function memori._page_cow_push(bigint, text, text) is 'Copy a page row, as it is now, into every fork that resolves to it; returns how many copies.';
+comment on function memori._page_cow_push(text, bigint, text, text) is 'Copy a page row, as it is now, into every fork that resolves to it; returns how many copies.';
 
 -------------------------------------------------------------------------------
 -- _pages_cow: trigger on memori.pages (before update or delete)
@@ -110,8 +113,8 @@ begin
   if not (tg_op = 'UPDATE' and new.gc_marked_at is distinct from old.gc_marked_at)
      and not (tg_op = 'DELETE' and coalesce(old.expires_at <= now(), false))
      and exists (select 1 from memori.vm_forks f
-                  where f.ancestor_session_id = old.session_id and f.max_page_id >= old.id) then
-    perform memori._page_cow_push(old.id, old.session_id, old.page_id);
+                  where f.user_id = old.user_id and f.ancestor_session_id = old.session_id and f.max_page_id >= old.id) then
+    perform memori._page_cow_push(old.user_id, old.id, old.session_id, old.page_id);
   end if;
   return case when tg_op = 'DELETE' then old else new end;
 end
@@ -130,11 +133,11 @@ declare
   v_r  record := case when tg_op = 'DELETE' then old else new end;
   v_id bigint;
 begin
-  if exists (select 1 from memori.vm_forks f where f.ancestor_session_id = v_r.session_id) then
+  if exists (select 1 from memori.vm_forks f where f.user_id = v_r.user_id and f.ancestor_session_id = v_r.session_id) then
     select p.id into v_id from memori.pages p
-     where p.session_id = v_r.session_id and p.page_id = v_r.page_id;
+     where p.user_id = v_r.user_id and p.session_id = v_r.session_id and p.page_id = v_r.page_id;
     if v_id is not null then
-      perform memori._page_cow_push(v_id, v_r.session_id, v_r.page_id);
+      perform memori._page_cow_push(v_r.user_id, v_id, v_r.session_id, v_r.page_id);
     end if;
   end if;
   return v_r;
@@ -165,11 +168,12 @@ declare
   v_n     integer := 0;
 begin
   perform memori._check_identifier('session id', p_new_session_id);
-  if exists (select 1 from memori.vm_sessions where session_id = p_new_session_id) then
+  if exists (select 1 from memori.vm_sessions where user_id = v_src.user_id and session_id = p_new_session_id) then
     raise exception 'session % already exists', quote_literal(p_new_session_id)
       using errcode = 'PM094', hint = 'Fork into a new session id.';
   end if;
-  select coalesce(max(depth), 0) + 1 into v_depth from memori.vm_forks where session_id = v_src.session_id;
+  select coalesce(max(depth), 0) + 1 into v_depth from memori.vm_forks
+   where user_id = v_src.user_id and session_id = v_src.session_id;
   if v_depth > v_limit then
     raise exception 'session % is a fork % levels deep; the limit is %', quote_literal(p_source_session_id),
                     v_depth - 1, v_limit
@@ -188,17 +192,22 @@ begin
   returning * into v_new;
 
   -- the chain: the source as of now, then the source's own ancestors with their horizons
-  -- (the source's lock holds back its writers, so no page of it appears meanwhile)
-  select coalesce(max(id), 0) into v_max from memori.pages where session_id = v_src.session_id;
+  -- (the source's lock holds back its writers, so no page of it appears meanwhile). Every
+  -- ancestor is a session of the fork's user: the source is the acting user's own
+  -- (memori._vm_session), and so are its ancestors, read under the same user.
+  select coalesce(max(id), 0) into v_max from memori.pages
+   where user_id = v_src.user_id and session_id = v_src.session_id;
   insert into memori.vm_forks (session_id, ancestor_session_id, user_id, depth, max_page_id, forked_at)
   values (v_new.session_id, v_src.session_id, v_src.user_id, 1, v_max, p_now);
   insert into memori.vm_forks (session_id, ancestor_session_id, user_id, depth, max_page_id, forked_at)
   select v_new.session_id, f.ancestor_session_id, f.user_id, f.depth + 1, f.max_page_id, p_now
-    from memori.vm_forks f where f.session_id = v_src.session_id;
+    from memori.vm_forks f where f.user_id = v_src.user_id and f.session_id = v_src.session_id;
 
   -- the working set: its pages become the fork's own rows (bounded by the L0 budget)
-  for v_w in select * from memori.working_set where session_id = v_src.session_id order by turn_added, page_id loop
-    select * into v_p from memori.pages where session_id = v_src.session_id and page_id = v_w.page_id;
+  for v_w in select * from memori.working_set w where w.user_id = v_src.user_id and w.session_id = v_src.session_id
+              order by w.turn_added, w.page_id loop
+    select * into v_p from memori.pages
+     where user_id = v_src.user_id and session_id = v_src.session_id and page_id = v_w.page_id;
     v_p := memori._page_copy(v_p.id, v_new.session_id);
     insert into memori.working_set (session_id, page_id, user_id, level, tokens, turn_added, last_access_turn,
                                     pinned, pin_reason, added_at)
@@ -214,7 +223,8 @@ begin
                                                                     'source_session_id', v_src.session_id,
                                                                     'depth', v_depth), p_now);
   return row(v_new.session_id, v_src.session_id, v_depth,
-             (select count(*) from memori.vm_visible_pages v where v.viewer_session_id = v_new.session_id and v.depth > 0),
+             (select count(*) from memori.vm_visible_pages v
+               where v.user_id = v_new.user_id and v.viewer_session_id = v_new.session_id and v.depth > 0),
              v_n, p_now)::memori.session_fork_result;
 end
 $func$ language plpgsql volatile security invoker
@@ -225,8 +235,13 @@ comment on function memori.session_fork(text, text, timestamptz) is 'Fork a VM s
 -- session_fork_chain: the ancestors a session sees pages of
 create or replace function memori.session_fork_chain(p_session_id text) returns setof memori.vm_forks
 as $func$
-  select * from memori.vm_forks where session_id = p_session_id order by depth
-$func$ language sql stable security invoker
+declare
+  v_user text := memori._vm_user(p_session_id);  -- a missing session has no rows: no error
+begin
+  return query select * from memori.vm_forks f where f.user_id = v_user and f.session_id = p_session_id
+                order by f.depth;
+end
+$func$ language plpgsql stable security invoker
 set search_path = pg_catalog, memori, pg_temp;
 comment on function memori.session_fork_chain(text) is 'The ancestors of a forked session, parent first, each with the largest page row id the fork sees of it; no rows for an unforked session.';
 

@@ -15,6 +15,47 @@ comment on table memori.vm_region_members is 'The access list of a shared region
 comment on table memori.vm_region_pages is 'What a shared region holds: pages (page_id) or whole sessions (page_id = '''').';
 
 -------------------------------------------------------------------------------
+-- _region_member: is the acting user on the access list of a region of p_owner?
+-- The row-level-security policies member_read of memori.vm_regions and
+-- memori.vm_region_pages call it: on a Citus cluster a policy may not hold a
+-- subquery, but may call a function, and this one reads only
+-- memori.vm_region_members, a reference table (a copy on every node). The
+-- policy runs on the shards, so the read is a query nested in a shard's query,
+-- which Citus refuses unless allowed; it is safe here: a reference table is
+-- read from the node's own copy. The member row's region_owner must be the
+-- owner of the region or the entry: rows a user forges in their own name
+-- grant nothing.
+create or replace function memori._region_member(p_region_id text, p_owner text) returns boolean
+as $func$
+  select exists (select 1 from memori.vm_region_members m
+                  where m.region_id = p_region_id and m.region_owner = p_owner
+                    and m.user_id = current_setting('memori.user_id', true))
+$func$ language sql stable security invoker
+set search_path = pg_catalog, memori, pg_temp
+set citus.allow_nested_distributed_execution = on;
+comment on function memori._region_member(text, text) is 'Whether memori.user_id is on the access list of region p_region_id owned by p_owner (the region policies'' check; reads the reference table vm_region_members only).';
+
+-------------------------------------------------------------------------------
+-- _region_page_shared: is another user's page (or its session) in a region the acting user is on?
+-- The policies region_read of memori.pages and memori.page_representations call
+-- it for rows that are not the acting user's. It reads the page owner's
+-- region entries (memori.vm_region_pages, co-located with the pages: on a
+-- cluster the same shard's node) and the reference table vm_region_members,
+-- a query nested in the shard's, allowed as in _region_member.
+create or replace function memori._region_page_shared(p_owner text, p_session_id text, p_page_id text)
+returns boolean
+as $func$
+  select exists (select 1 from memori.vm_region_pages rp
+                   join memori.vm_region_members m on m.region_id = rp.region_id and m.region_owner = rp.user_id
+                  where rp.user_id = p_owner and rp.session_id = p_session_id
+                    and (rp.page_id = '' or rp.page_id = p_page_id)
+                    and m.user_id = current_setting('memori.user_id', true))
+$func$ language sql stable security invoker
+set search_path = pg_catalog, memori, pg_temp
+set citus.allow_nested_distributed_execution = on;
+comment on function memori._region_page_shared(text, text, text) is 'Whether a page of p_owner (or its whole session) is in a region whose access list holds memori.user_id (the region_read policies'' check).';
+
+-------------------------------------------------------------------------------
 -- _region_owned: a region of the acting user, locked
 create or replace function memori._region_owned(p_region_id text, p_user_id text) returns memori.vm_regions
 as $func$
@@ -181,14 +222,15 @@ create or replace function memori.region_page_remove(
 ) returns boolean
 as $func$
 declare
-  v_r memori.vm_regions := memori._region_owned(p_region_id, p_user_id);
-  v_n integer;
+  v_r    memori.vm_regions := memori._region_owned(p_region_id, p_user_id);
+  v_held text;  -- the session whose row a fork's shared page is (region_page_put names that one)
+  v_n    integer;
 begin
+  select v.session_id into v_held from memori.vm_visible_pages v
+   where v.user_id = v_r.user_id and v.viewer_session_id = p_session_id and v.page_id = p_page_id;
   delete from memori.vm_region_pages
-   where region_id = v_r.region_id and page_id = coalesce(p_page_id, '')
-     and session_id in (p_session_id,
-                        (select v.session_id from memori.vm_visible_pages v
-                          where v.viewer_session_id = p_session_id and v.page_id = p_page_id));
+   where user_id = v_r.user_id and region_id = v_r.region_id and page_id = coalesce(p_page_id, '')
+     and session_id in (p_session_id, v_held);
   get diagnostics v_n = row_count;
   return v_n > 0;
 end
@@ -221,12 +263,15 @@ begin
     raise exception 'no region % shared with %', quote_literal(p_region_id), quote_literal(v_user)
       using errcode = 'PM095', hint = 'Ask the region''s owner to grant you access (memori.region_grant).';
   end if;
+  -- a region's entries and pages are its owner's (forged entries name their writer): one
+  -- user's rows, on a cluster the owner's shard, whoever reads
   return query
     select v_r.region_id, p.user_id, p.session_id, p.page_id, p.page_type, p.modality, p.content, p.data,
            p.tokens, p.importance, p.hint, p.version, p.updated_at
       from memori.vm_region_pages rp
-      join memori.pages p on p.session_id = rp.session_id and (rp.page_id = '' or p.page_id = rp.page_id)
-     where rp.region_id = v_r.region_id
+      join memori.pages p on p.user_id = v_r.user_id and p.session_id = rp.session_id
+                         and (rp.page_id = '' or p.page_id = rp.page_id)
+     where rp.user_id = v_r.user_id and rp.region_id = v_r.region_id
        and (p.expires_at is null or p.expires_at > p_now)
      order by p.session_id, p.id
      limit p_limit;
@@ -242,18 +287,31 @@ returns table (region_id text, owner text, scope text, description text, members
                created_at timestamptz)
 as $func$
 declare
-  v_user text := memori._acting_user(p_user_id);
+  v_user    text := memori._acting_user(p_user_id);
+  v_ids     text[];
+  v_entries jsonb;
 begin
+  v_ids := array(select r.region_id from memori.vm_regions r
+                  where r.user_id = v_user
+                     or exists (select 1 from memori.vm_region_members m
+                                 where m.region_id = r.region_id and m.region_owner = r.user_id and m.user_id = v_user));
+  -- the entries of each region (its owner's rows): regions of several owners, so every shard
+  -- holding one on a cluster (multi-shard by design); counted first, not per region row
+  select coalesce(jsonb_object_agg(c.region_id, c.n), '{}') into v_entries
+    from (select rp.region_id, count(*) as n
+            from memori.vm_region_pages rp
+            join memori.vm_regions r on r.region_id = rp.region_id and r.user_id = rp.user_id
+           where rp.region_id = any (v_ids)
+           group by rp.region_id) c;
   return query
     select r.region_id, r.user_id, r.scope, r.description,
            case when r.user_id = v_user
                 then coalesce((select array_agg(m.user_id order by m.user_id) from memori.vm_region_members m
                                 where m.region_id = r.region_id), '{}') end,
-           (select count(*) from memori.vm_region_pages rp where rp.region_id = r.region_id),
+           coalesce((v_entries ->> r.region_id)::bigint, 0),
            r.created_at
       from memori.vm_regions r
-     where r.user_id = v_user
-        or exists (select 1 from memori.vm_region_members m where m.region_id = r.region_id and m.user_id = v_user)
+     where r.region_id = any (v_ids)
      order by r.region_id;
 end
 $func$ language plpgsql stable security invoker

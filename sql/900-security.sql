@@ -472,25 +472,23 @@ begin
   -- its entries; a listed user reads the region and its pages, never writes.
   -- Every check binds the member row's region_owner to the owner of the
   -- region or the entry, so rows a user forges in their own name (a member
-  -- row naming someone else's region) grant nothing. (No policy here reads
+  -- row naming someone else's region) grant nothing. The checks are
+  -- memori._region_member (sql/570), a function over the reference table
+  -- vm_region_members: Citus refuses subqueries in policies. (No policy reads
   -- memori.vm_regions from vm_region_members: the two would recurse.)
-  execute format('create policy member_read on memori.vm_regions for select to %I using (user_id = %s or exists ('
-                 'select 1 from memori.vm_region_members m where m.region_id = vm_regions.region_id '
-                 'and m.region_owner = vm_regions.user_id and m.user_id = %s))', v_app, v_cur, v_cur);
-  execute format('create policy member_read on memori.vm_region_pages for select to %I using (user_id = %s or exists ('
-                 'select 1 from memori.vm_region_members m where m.region_id = vm_region_pages.region_id '
-                 'and m.region_owner = vm_region_pages.user_id and m.user_id = %s))', v_app, v_cur, v_cur);
+  execute format('create policy member_read on memori.vm_regions for select to %I using (user_id = %s or '
+                 'memori._region_member(region_id, user_id))', v_app, v_cur);
+  execute format('create policy member_read on memori.vm_region_pages for select to %I using (user_id = %s or '
+                 'memori._region_member(region_id, user_id))', v_app, v_cur);
   execute format('create policy owner_write on memori.vm_region_pages for all to %I '
                  'using (user_id = %s) with check (user_id = %s)', v_app, v_cur, v_cur);
-  -- pages (and their representations) of a region: readable by its listed users
-  execute format('create policy region_read on memori.pages for select to %I using (exists ('
-                 'select 1 from memori.vm_region_pages rp join memori.vm_region_members m '
-                 'on m.region_id = rp.region_id and m.region_owner = rp.user_id '
-                 'where rp.session_id = pages.session_id and (rp.page_id = '''' or rp.page_id = pages.page_id) '
-                 'and rp.user_id = pages.user_id and m.user_id = %s))', v_app, v_cur);
-  execute format('create policy region_read on memori.page_representations for select to %I using (exists ('
-                 'select 1 from memori.pages p where p.session_id = page_representations.session_id '
-                 'and p.page_id = page_representations.page_id and p.user_id = page_representations.user_id))', v_app);
+  -- pages (and their representations) of a region: readable by its listed users. Another user's
+  -- rows only (the acting user's own pass user_rows; the check is not run for them), through
+  -- memori._region_page_shared (sql/570): Citus refuses subqueries in policies.
+  execute format('create policy region_read on memori.pages for select to %I using (user_id <> %s and '
+                 'memori._region_page_shared(user_id, session_id, page_id))', v_app, v_cur);
+  execute format('create policy region_read on memori.page_representations for select to %I using (user_id <> %s and '
+                 'memori._region_page_shared(user_id, session_id, page_id))', v_app, v_cur);
 
   -- MCP token verification (sql/820-mcp.sql): memori.mcp_token_verify runs as memori_owner (security
   -- definer) and is the only code that does. It finds a token by its hash across users, stamps its

@@ -86,8 +86,10 @@ def test_forged_rows_grant_nothing(shared: psycopg.Connection) -> None:
     with pytest.raises(psycopg.errors.InsufficientPrivilege):
         conn.execute("insert into memori.vm_region_members (region_id, user_id, region_owner, granted_at) "
                      "values ('r_pages', 'mallory', 'alice', now())")
-    conn.execute("insert into memori.vm_region_pages (region_id, user_id, session_id, page_id, added_at) "
-                 "values ('r_pages', 'mallory', 'a1', '', now())")
+    # an entry naming alice's session in mallory's name names no session at all (the key is (user, session))
+    with pytest.raises(psycopg.errors.ForeignKeyViolation):
+        conn.execute("insert into memori.vm_region_pages (region_id, user_id, session_id, page_id, added_at) "
+                     "values ('r_pages', 'mallory', 'a1', '', now())")
     assert value(conn, "select count(*) from memori.pages") == 0
     assert value(conn, "select count(*) from memori.vm_regions") == 0
     assert_sqlstate(conn, "PM095", "select * from memori.region_pages('r_pages')")

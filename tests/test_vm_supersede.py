@@ -58,9 +58,10 @@ def test_the_prepass_follows_reversed_decisions_and_never_faults_the_old_discuss
         served = [i["page_id"] for i in started["prefetch"] if i["outcome"] == "served"]
         # the topic's current claim is in context after the pre-pass (faulted now, or by an earlier recall's top
         # claims), at most one fault for the topic, and never the old decision or its discussion
-        assert value(conn, "select memori._vm_resident(%s, %s)", (S, ids[topic]["new"])) is True, (topic, served)
+        resident = value(conn, "select memori._vm_resident('alice', %s, %s)", (S, ids[topic]["new"]))
+        assert resident is True, (topic, served)
         assert not set(served) & old_pages, (topic, served)
-        assert len(served) <= 2 and len({value(conn, "select memori._vm_page_topic(%s, %s)", (S, p))
+        assert len(served) <= 2 and len({value(conn, "select memori._vm_page_topic('alice', %s, %s)", (S, p))
                                          for p in served}) == len(served)
     faulted = [r["page_id"] for r in rows(conn, "select page_id from memori.page_faults where outcome = 'served'")]
     assert not set(faulted) & old_pages
