@@ -115,7 +115,7 @@ begin
                              memori._cleanup_delete_range(memori.cleanup_runs, integer, integer),
                              memori.cleanup_schedule(text, text),
                              memori.cleanup_unschedule(text),
-                             memori.retention_register(text, regclass, regclass, name, text, integer, interval, boolean),
+                             memori.retention_register(text, regclass, regclass, name, text, integer, interval, boolean, name),
                              memori._retention_rebuild_rows()
     from memori_app;
 
@@ -136,7 +136,7 @@ begin
   grant execute on procedure memori.cleanup_run(integer, integer, text),
                             memori._cleanup_whole(timestamptz, integer, integer, text, boolean, memori.cleanup_summary)
     to memori_cleaner;
-  revoke execute on function memori.retention_register(text, regclass, regclass, name, text, integer, interval, boolean),
+  revoke execute on function memori.retention_register(text, regclass, regclass, name, text, integer, interval, boolean, name),
                              memori._retention_rebuild_rows(),
                              memori.session_checkpoint_save(text, text, text, jsonb, timestamptz),
                              memori.memory_save(text, text, text, jsonb, interval, text, timestamptz),
