@@ -40,22 +40,25 @@ create or replace function memori._retention_rebuild_rows() returns void
 as $func$
 declare
   v_branches text;
+  v_table    record;
 begin
   -- owner_key: the table's owner column (its distribution column on a cluster), which
-  -- the view exposes under its own name, or as owner when the two are the same
-  select string_agg(
-           format('select %L::text as table_name, v.id::text as row_id, v.owner::text as owner, '
-                  'v.category::text as category, v.kind::text as kind, v.expires_at, v.important, '
-                  'v.%I::text as owner_key '
-                  'from %s v', t.table_name,
-                  case when exists (select 1 from pg_catalog.pg_attribute a
-                                     where a.attrelid = pg_catalog.to_regclass(t.candidate_view)
-                                       and a.attname = t.owner_column and not a.attisdropped)
-                       then t.owner_column else 'owner' end,
-                  t.candidate_view),
-           ' union all ' order by t.table_name)
-    into v_branches
-    from memori.retention_tables t;
+  -- the view exposes under its own name, or as owner when the two are the same.
+  -- (The registry is read alone, the catalog separately: on a cluster it is a reference
+  -- table, which Citus does not join with the coordinator's catalog.)
+  for v_table in select t.table_name, t.candidate_view, t.owner_column
+                   from memori.retention_tables t order by t.table_name loop
+    v_branches := concat_ws(' union all ', v_branches, format(
+      'select %L::text as table_name, v.id::text as row_id, v.owner::text as owner, '
+      'v.category::text as category, v.kind::text as kind, v.expires_at, v.important, '
+      'v.%I::text as owner_key '
+      'from %s v', v_table.table_name,
+      case when exists (select 1 from pg_catalog.pg_attribute a
+                         where a.attrelid = pg_catalog.to_regclass(v_table.candidate_view)
+                           and a.attname = v_table.owner_column and not a.attisdropped)
+           then v_table.owner_column else 'owner' end,
+      v_table.candidate_view));
+  end loop;
 
   if v_branches is null then
     -- no table registered yet: an empty view of the right shape
@@ -162,11 +165,14 @@ select r.table_name,
        -- the one rule of what cleanup may delete once the row has expired
        (coalesce(pk.cleanup_enabled, pd.cleanup_enabled)
         and not (coalesce(r.important, false) and coalesce(pk.preserve_important, pd.preserve_important))
-        and coalesce(memori._setting('cleanup.enabled'), 'true'::jsonb) = 'true'::jsonb) as deletable,
+        and coalesce(ce.value, 'true'::jsonb) = 'true'::jsonb)         as deletable,
        r.owner_key  -- the owning user's column (the distribution column), which the cleaner deletes by
   from memori.retention_rows r
   left join memori.retention_policies pk on pk.table_name = r.table_name and pk.kind = r.kind
-  left join memori.retention_policies pd on pd.table_name = r.table_name and pd.kind = '*';
+  left join memori.retention_policies pd on pd.table_name = r.table_name and pd.kind = '*'
+  -- a join, not memori._setting() per row: on a cluster the view runs on the shards, where a
+  -- function reading the (reference) settings table would be a nested distributed query
+  left join memori.settings ce on ce.key = 'cleanup.enabled';
 comment on view memori.retention_candidates is 'Every retention-managed row with the policy that governs it (kind-specific, else the table default), whether cleanup may delete it once expired, and its owner key (the value of the table''s owner column).';
 
 -------------------------------------------------------------------------------
@@ -179,12 +185,13 @@ select c.table_name,
        c.expires_at,
        case when c.expires_at is not null and c.expires_at <= now() then 'expired'
             when c.expires_at is not null
-             and c.expires_at <= now() + make_interval(days => memori._setting('retention.warning_days')::int)
+             and c.expires_at <= now() + make_interval(days => wd.value::int)
                  then 'expiring_soon'
             else 'active' end                                                  as status,
        round((extract(epoch from c.expires_at - now()) / 86400)::numeric, 3)    as days_until_expiry,
        (c.expires_at is not null and c.expires_at <= now() and c.deletable)    as should_cleanup
-  from memori.retention_candidates c;
+  from memori.retention_candidates c
+  left join memori.settings wd on wd.key = 'retention.warning_days';  -- (a join: see retention_candidates)
 comment on view memori.retention_status is 'Per managed row: status (active | expiring_soon | expired), days_until_expiry (NULL = permanent) and should_cleanup, as of now().';
 
 -------------------------------------------------------------------------------
@@ -557,6 +564,8 @@ create or replace function memori._cleanup_delete_range(
 )
 as $func$
 declare
+  v_batch   record;
+  v_reg     record;
   v_table   record;
   v_match   text;
   v_groups  text := 'select $1::text[] as o, $2::text[] as i';  -- one group: every owner (a local table)
@@ -577,21 +586,27 @@ declare
   v_mergejoin text := current_setting('enable_mergejoin');
 begin
   o_counts := '{}'::jsonb;
-  for v_table in
-    select t.table_name, t.relation, t.candidate_view, t.id_column, t.owner_column, t.event_prefix,
-           format_type(a.atttypid, a.atttypmod) as id_type, format_type(o.atttypid, o.atttypmod) as owner_type,
-           count(*)::integer as checked, bool_or(q.owner is null) as ownerless,
+  -- (the queue, the registry and the catalog are read separately: on a cluster the registry
+  -- is a reference table, which Citus does not join with the coordinator's local tables)
+  for v_batch in
+    select q.table_name, count(*)::integer as checked, bool_or(q.owner is null) as ownerless,
            array_agg(q.seq order by q.seq) as seqs, array_agg(q.owner order by q.seq) as owners,
            array_agg(q.row_id order by q.seq) as ids, array_agg(q.preserve_important order by q.seq) as preserve
       from memori.cleanup_queue q
-      join memori.retention_tables t on t.table_name = q.table_name
-      join pg_catalog.pg_attribute a on a.attrelid = pg_catalog.to_regclass(t.relation) and a.attname = t.id_column
-      join pg_catalog.pg_attribute o on o.attrelid = a.attrelid and o.attname = t.owner_column
      where q.run_id = p_run.id and q.seq between p_lo and p_hi
-     group by t.table_name, t.relation, t.candidate_view, t.id_column, t.owner_column, t.event_prefix,
-              a.atttypid, a.atttypmod, o.atttypid, o.atttypmod
-     order by t.table_name
+     group by q.table_name
+     order by q.table_name
   loop
+    select t.table_name, t.relation, t.candidate_view, t.id_column, t.owner_column, t.event_prefix
+      into v_reg from memori.retention_tables t where t.table_name = v_batch.table_name;
+    select v_reg.table_name, v_reg.relation, v_reg.candidate_view, v_reg.id_column, v_reg.owner_column,
+           v_reg.event_prefix, format_type(a.atttypid, a.atttypmod) as id_type,
+           format_type(o.atttypid, o.atttypmod) as owner_type, v_batch.checked, v_batch.ownerless,
+           v_batch.seqs, v_batch.owners, v_batch.ids, v_batch.preserve
+      into v_table
+      from pg_catalog.pg_attribute a
+      join pg_catalog.pg_attribute o on o.attrelid = a.attrelid and o.attname = v_reg.owner_column
+     where a.attrelid = pg_catalog.to_regclass(v_reg.relation) and a.attname = v_reg.id_column;
     -- the rows ($1 owners, $2 ids) of this table; a NULL owner (a nullable owner column of
     -- a single server) is matched by id and IS NOT DISTINCT FROM
     v_match := format(case when v_table.ownerless then

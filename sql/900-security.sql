@@ -522,10 +522,12 @@ begin
   if not exists (select 1 from pg_catalog.pg_roles where rolname = 'memori_cleaner') then
     return;
   end if;
-  for v_t in select t.relation, t.id_column from memori.retention_tables t
-              where pg_catalog.has_table_privilege('memori_cleaner', t.relation, 'DELETE')
-  loop
-    execute format('grant update (%I) on %s to memori_cleaner', v_t.id_column, v_t.relation);
+  -- (the privilege is checked here, not in the query: on a cluster the registry is a reference
+  -- table read on a worker, where the coordinator's local tables do not exist)
+  for v_t in select t.relation, t.id_column from memori.retention_tables t loop
+    if pg_catalog.has_table_privilege('memori_cleaner', v_t.relation, 'DELETE') then
+      execute format('grant update (%I) on %s to memori_cleaner', v_t.id_column, v_t.relation);
+    end if;
   end loop;
 end
 $cleaner_lock$;
