@@ -302,6 +302,30 @@ set search_path = pg_catalog, memori, pg_temp;
 comment on function memori._cleanup_lock_key() is 'Advisory lock key held by the running cleanup of this database.';
 
 -------------------------------------------------------------------------------
+-- _cleanup_on_coordinator: refuse a cleanup on a Citus worker (PM141)
+-- On a cluster the coordinator drives every cleanup, for every shard: its
+-- advisory lock is the one cluster-wide cleanup lock (a worker's would be
+-- another lock), and the run log and plan are its local tables.
+create or replace function memori._cleanup_on_coordinator() returns void
+as $func$
+declare
+  v_coordinator boolean;
+begin
+  if exists (select 1 from pg_catalog.pg_extension where extname = 'citus') then
+    execute 'select coalesce(pg_catalog.citus_is_coordinator(), false)' into v_coordinator;
+    if not v_coordinator then
+      raise exception 'a cleanup must run on the Citus coordinator'
+        using errcode = 'PM141',
+              detail = 'This node is a worker; one cleanup at a time runs on the coordinator, for every shard.',
+              hint = 'Connect to the coordinator and run the cleanup there (memori-cleanup, memori.cleanup_run).';
+    end if;
+  end if;
+end
+$func$ language plpgsql stable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._cleanup_on_coordinator() is 'Raise PM141 on a Citus worker: cleanups run on the coordinator, whose advisory lock is cluster-wide.';
+
+-------------------------------------------------------------------------------
 -- _cleanup_lock_held: does this backend hold the cleanup lock?
 create or replace function memori._cleanup_lock_held() returns boolean
 as $func$
@@ -377,9 +401,8 @@ create or replace function memori._cleanup_start(
 ) returns memori.cleanup_runs
 as $func$
 declare
-  v_run         memori.cleanup_runs;
-  v_locked      boolean;
-  v_coordinator boolean;
+  v_run    memori.cleanup_runs;
+  v_locked boolean;
 begin
   if p_now is null then
     perform memori._invalid('p_now must not be NULL', 'Omit p_now to use the current time.');
@@ -389,17 +412,7 @@ begin
     perform memori._invalid(format('unknown cleanup trigger %L', p_trigger), 'Use one of: cli, cron, sql.');
   end if;
 
-  -- On a Citus cluster the coordinator drives every cleanup: its advisory lock is then the one
-  -- cluster-wide lock (a worker's lock would be another one), and its run log and plan live there.
-  if exists (select 1 from pg_catalog.pg_extension where extname = 'citus') then
-    execute 'select coalesce(pg_catalog.citus_is_coordinator(), false)' into v_coordinator;
-    if not v_coordinator then
-      raise exception 'a cleanup must run on the Citus coordinator'
-        using errcode = 'PM141',
-              detail = 'This node is a worker; one cleanup at a time runs on the coordinator, for every shard.',
-              hint = 'Connect to the coordinator and run the cleanup there (memori-cleanup, memori.cleanup_run).';
-    end if;
-  end if;
+  perform memori._cleanup_on_coordinator();
 
   -- advisory locks are re-entrant within a session: refuse a second run here too
   if memori._cleanup_lock_held() then
@@ -949,6 +962,7 @@ as $func$
 declare
   v_summary memori.cleanup_summary;
 begin
+  perform memori._cleanup_on_coordinator();  -- before _cleanup_whole, which a worker cannot even compile
   call memori._cleanup_whole(p_now, p_batch_size, p_max_rows, p_trigger, false, v_summary);
   return v_summary;
 end
@@ -971,6 +985,7 @@ declare
 begin
   -- Transaction control needs a top-level CALL: no search_path SET clause
   -- here (it would forbid COMMIT), every name is schema-qualified instead.
+  perform memori._cleanup_on_coordinator();  -- before _cleanup_whole, which a worker cannot even compile
   call memori._cleanup_whole(pg_catalog.now(), p_batch_size, p_max_rows, p_trigger, true, v_summary);
 end
 $proc$ language plpgsql security invoker;
