@@ -185,13 +185,15 @@ select c.table_name,
        c.expires_at,
        case when c.expires_at is not null and c.expires_at <= now() then 'expired'
             when c.expires_at is not null
-             and c.expires_at <= now() + make_interval(days => wd.value::int)
+             and c.expires_at <= now() + make_interval(days => (select s.value::int from memori.settings s
+                                                                  where s.key = 'retention.warning_days'))
                  then 'expiring_soon'
             else 'active' end                                                  as status,
        round((extract(epoch from c.expires_at - now()) / 86400)::numeric, 3)    as days_until_expiry,
        (c.expires_at is not null and c.expires_at <= now() and c.deletable)    as should_cleanup
-  from memori.retention_candidates c
-  left join memori.settings wd on wd.key = 'retention.warning_days';  -- (a join: see retention_candidates)
+  -- (the setting is read once by a subquery, not by _setting() per row: see retention_candidates;
+  -- a second LEFT JOIN of memori.settings here crashes Citus 14.0.1's planner on the cluster)
+  from memori.retention_candidates c;
 comment on view memori.retention_status is 'Per managed row: status (active | expiring_soon | expired), days_until_expiry (NULL = permanent) and should_cleanup, as of now().';
 
 -------------------------------------------------------------------------------
