@@ -35,15 +35,19 @@ def upgrade() -> None:
         """
         drop function if exists memori._cleanup_plan(timestamptz, integer, integer, timestamptz, text, text);
 
-        create function pg_temp.memori_qualified(p_rel regclass) returns text
+        -- (an OID that names no table any more, left by a rebuilt table, gets the conventional
+        -- name: sql/ registers every table again right after)
+        create function pg_temp.memori_qualified(p_rel regclass, p_default text) returns text
         language sql stable as $$
-          select pg_catalog.format('%I.%I', n.nspname, c.relname)
-            from pg_catalog.pg_class c join pg_catalog.pg_namespace n on n.oid = c.relnamespace
-           where c.oid = p_rel
+          select coalesce((select pg_catalog.quote_ident(n.nspname) || '.' || pg_catalog.quote_ident(c.relname)
+                             from pg_catalog.pg_class c join pg_catalog.pg_namespace n on n.oid = c.relnamespace
+                            where c.oid = p_rel), p_default)
         $$;
         alter table memori.retention_tables
-          alter column relation type text using pg_temp.memori_qualified(relation),
-          alter column candidate_view type text using pg_temp.memori_qualified(candidate_view),
+          alter column relation type text
+            using pg_temp.memori_qualified(relation, 'memori.' || pg_catalog.quote_ident(table_name)),
+          alter column candidate_view type text
+            using pg_temp.memori_qualified(candidate_view, 'memori.' || pg_catalog.quote_ident('_retention_' || table_name)),
           add column owner_column name not null default 'user_id';
         -- seed 05: memories.user_id is the namespace; the owning user is owner_id
         update memori.retention_tables set owner_column = 'owner_id' where table_name = 'memories';
@@ -51,7 +55,7 @@ def upgrade() -> None:
         -- a run's plan is rebuilt by the next run: no backfill, the running plans (if any) are dropped
         truncate memori.cleanup_queue;
         alter table memori.cleanup_queue add column owner text;
-        drop function pg_temp.memori_qualified(regclass);
+        drop function pg_temp.memori_qualified(regclass, text);
         """
     )
 
