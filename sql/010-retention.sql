@@ -165,14 +165,17 @@ select r.table_name,
        -- the one rule of what cleanup may delete once the row has expired
        (coalesce(pk.cleanup_enabled, pd.cleanup_enabled)
         and not (coalesce(r.important, false) and coalesce(pk.preserve_important, pd.preserve_important))
-        and coalesce(ce.value, 'true'::jsonb) = 'true'::jsonb)         as deletable,
+        and coalesce((select s.value from memori.settings s where s.key = 'cleanup.enabled'),
+                     'true'::jsonb) = 'true'::jsonb)                    as deletable,
        r.owner_key  -- the owning user's column (the distribution column), which the cleaner deletes by
   from memori.retention_rows r
   left join memori.retention_policies pk on pk.table_name = r.table_name and pk.kind = r.kind
-  left join memori.retention_policies pd on pd.table_name = r.table_name and pd.kind = '*'
-  -- a join, not memori._setting() per row: on a cluster the view runs on the shards, where a
-  -- function reading the (reference) settings table would be a nested distributed query
-  left join memori.settings ce on ce.key = 'cleanup.enabled';
+  left join memori.retention_policies pd on pd.table_name = r.table_name and pd.kind = '*';
+-- (cleanup.enabled is read by a subquery, evaluated once, not by memori._setting() per row:
+-- on a cluster the view runs on the shards, where a function reading the (reference)
+-- settings table would be a nested distributed query. Not a join either: with
+-- _cleanup_plan_chunk's enable_sort = off, PostgreSQL before 17 costs the extra join's
+-- sort at 1e10, and JIT then compiled every plan chunk for a minute.)
 comment on view memori.retention_candidates is 'Every retention-managed row with the policy that governs it (kind-specific, else the table default), whether cleanup may delete it once expired, and its owner key (the value of the table''s owner column).';
 
 -------------------------------------------------------------------------------
@@ -192,7 +195,7 @@ select c.table_name,
        round((extract(epoch from c.expires_at - now()) / 86400)::numeric, 3)    as days_until_expiry,
        (c.expires_at is not null and c.expires_at <= now() and c.deletable)    as should_cleanup
   -- (the setting is read once by a subquery, not by _setting() per row: see retention_candidates;
-  -- a second LEFT JOIN of memori.settings here crashes Citus 14.0.1's planner on the cluster)
+  -- a LEFT JOIN of memori.settings here crashed Citus 14.0.1 with signal 11 on the cluster)
   from memori.retention_candidates c;
 comment on view memori.retention_status is 'Per managed row: status (active | expiring_soon | expired), days_until_expiry (NULL = permanent) and should_cleanup, as of now().';
 
@@ -474,6 +477,7 @@ declare
   v_work_mem text := current_setting('work_mem');
   v_sort     text := current_setting('enable_sort');
   v_cache    text := current_setting('plan_cache_mode');
+  v_jit      text := current_setting('jit');
 begin
   select * into v_run from memori.cleanup_runs where id = p_run_id for update;
   if v_run.plan_done then
@@ -498,6 +502,9 @@ begin
   -- ...and only a plan made for this level's values prunes the other tables:
   -- a generic cached plan (chosen after five calls) would scan them all again.
   perform set_config('plan_cache_mode', 'force_custom_plan', true);
+  -- ...and no JIT: before PostgreSQL 17 a disabled sort costs 1e10, far above jit_above_cost,
+  -- and compiling the plan of the union of every candidate view took over a minute per chunk
+  perform set_config('jit', 'off', true);
 
   while v_wanted > v_planned and v_level is not null loop
     v_got := 0;
@@ -525,6 +532,7 @@ begin
   perform set_config('work_mem', v_work_mem, true);
   perform set_config('enable_sort', v_sort, true);
   perform set_config('plan_cache_mode', v_cache, true);
+  perform set_config('jit', v_jit, true);
 
   update memori.cleanup_runs
      set planned = planned + v_planned,
