@@ -128,8 +128,11 @@ def test_the_batch_statements_are_single_shard(distributed_dsn: str) -> None:
     with psycopg.connect(distributed_dsn, autocommit=True) as conn:
         item = value(conn, "select id from memori.store_items where user_id = 'alice' and key = 'k0'")
         shapes = {
-            # a user's candidate rows (the engine's per-user read)
-            "read": "select * from memori._retention_store_items where owner = 'alice'",
+            # a batch's re-check of rows a writer held: are they still due? (the preview and plan
+            # read every shard by design: one global order)
+            "read": "select t.user_id, t.id from memori.store_items t where t.user_id = any ('{alice}'::text[])"
+                    " and (t.user_id, t.id) in (select * from unnest('{alice}'::text[], %s::bigint[]))"
+                    " and t.expires_at is not null and t.expires_at <= now()",
             # a batch's lock and delete for the owners of one shard (_cleanup_delete_range)
             "lock": "select t.user_id, t.id from memori.store_items t where t.user_id = any ('{alice}'::text[])"
                     " and (t.user_id, t.id) in (select * from unnest('{alice}'::text[], %s::bigint[]))"
