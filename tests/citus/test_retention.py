@@ -17,6 +17,7 @@ import psycopg
 import pytest
 
 from pymemdb.errors import CleanupAlreadyRunning, NotCoordinator, from_psycopg
+from pymemdb.install import install
 from tests.citus.conftest import CitusCluster, placements
 from tests.helpers import rows, value
 
@@ -189,6 +190,9 @@ def test_one_cleanup_at_a_time_cluster_wide_and_none_on_a_worker(
         rows(first, "select * from memori.cleanup_batch(%s)", (run["id"],))
         first.execute("select memori.cleanup_finish(%s)", (run["id"],))
         assert rows(second, "select * from memori.cleanup_execute(now(), 2)")[0]["status"] == "succeeded"
+    # On a worker: PM141 once the functions are there (Citus propagates them with a `pymemdb init`
+    # after distribute()), before that they do not exist there at all.
+    install(distributed_dsn, force=True)
     worker = _on_node(distributed_dsn, citus_cluster.exports()["PYMEMDB_CITUS_WORKER1_DSN"])
     with psycopg.connect(worker, autocommit=True) as conn:
         for statement in ("select memori.cleanup_execute()", "call memori.cleanup_run()"):
