@@ -263,7 +263,7 @@ class CitusMissing(ClusterError, sqlstate="PM140"):
 
 
 class NotCoordinator(ClusterError, sqlstate="PM141"):
-    """PM141: memori.distribute() ran on a node that is not the Citus coordinator."""
+    """PM141: memori.distribute() or a cleanup ran on a node that is not the Citus coordinator."""
 
 
 class CoordinatorHoldsShards(ClusterError, sqlstate="PM142"):

@@ -24,25 +24,47 @@ comment on table memori.cleanup_runs is 'One row per cleanup run: trigger, statu
 comment on table memori.cleanup_queue is 'The plan of running cleanups: rows to delete in deletion order (unlogged, emptied when a run ends).';
 
 -------------------------------------------------------------------------------
+-- _qualified_name: schema.name of a relation, quoted, whatever the search path
+create or replace function memori._qualified_name(p_relation regclass) returns text
+as $func$
+  select format('%I.%I', n.nspname, c.relname)
+    from pg_catalog.pg_class c join pg_catalog.pg_namespace n on n.oid = c.relnamespace
+   where c.oid = p_relation
+$func$ language sql stable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._qualified_name(regclass) is 'The quoted schema-qualified name of a relation (what retention_tables stores instead of node-local OIDs).';
+
+-------------------------------------------------------------------------------
 -- _retention_rebuild_rows: regenerate the union view over registered tables
 create or replace function memori._retention_rebuild_rows() returns void
 as $func$
 declare
   v_branches text;
+  v_table    record;
 begin
-  select string_agg(
-           format('select %L::text as table_name, v.id::text as row_id, v.owner::text as owner, '
-                  'v.category::text as category, v.kind::text as kind, v.expires_at, v.important '
-                  'from %s v', t.table_name, t.candidate_view),
-           ' union all ' order by t.table_name)
-    into v_branches
-    from memori.retention_tables t;
+  -- owner_key: the table's owner column (its distribution column on a cluster), which
+  -- the view exposes under its own name, or as owner when the two are the same.
+  -- (The registry is read alone, the catalog separately: on a cluster it is a reference
+  -- table, which Citus does not join with the coordinator's catalog.)
+  for v_table in select t.table_name, t.candidate_view, t.owner_column
+                   from memori.retention_tables t order by t.table_name loop
+    v_branches := concat_ws(' union all ', v_branches, format(
+      'select %L::text as table_name, v.id::text as row_id, v.owner::text as owner, '
+      'v.category::text as category, v.kind::text as kind, v.expires_at, v.important, '
+      'v.%I::text as owner_key '
+      'from %s v', v_table.table_name,
+      case when exists (select 1 from pg_catalog.pg_attribute a
+                         where a.attrelid = pg_catalog.to_regclass(v_table.candidate_view)
+                           and a.attname = v_table.owner_column and not a.attisdropped)
+           then v_table.owner_column else 'owner' end,
+      v_table.candidate_view));
+  end loop;
 
   if v_branches is null then
     -- no table registered yet: an empty view of the right shape
     v_branches := 'select null::text as table_name, null::text as row_id, null::text as owner, '
                   'null::text as category, null::text as kind, null::timestamptz as expires_at, '
-                  'null::boolean as important where false';
+                  'null::boolean as important, null::text as owner_key where false';
   end if;
 
   execute 'create or replace view memori.retention_rows with (security_invoker = true) as ' || v_branches;
@@ -55,6 +77,12 @@ comment on function memori._retention_rebuild_rows() is 'Regenerate memori.reten
 
 -------------------------------------------------------------------------------
 -- retention_register: put a table under the retention engine
+-- The registry keeps qualified names, not OIDs: on a Citus cluster it is a
+-- reference table, read on workers where the coordinator's OIDs mean nothing.
+-- p_owner_column is the owning user's column (the table's distribution column);
+-- the candidate view exposes it under its own name, or as owner when they are
+-- the same column.
+drop function if exists memori.retention_register(text, regclass, regclass, name, text, integer, interval, boolean);
 create or replace function memori.retention_register(
   p_table_name       text,
   p_relation         regclass,
@@ -63,7 +91,8 @@ create or replace function memori.retention_register(
   p_description      text,
   p_default_priority integer default 5,
   p_default_retention interval default null,
-  p_default_preserve_important boolean default false
+  p_default_preserve_important boolean default false,
+  p_owner_column     name default 'user_id'
 ) returns void
 as $func$
 declare
@@ -82,6 +111,11 @@ begin
     perform memori._invalid(format('%s has no column %s', p_relation, p_id_column),
                             'Pass the primary key column as the id column.');
   end if;
+  if not exists (select 1 from pg_catalog.pg_attribute
+                  where attrelid = p_relation and attname = p_owner_column and not attisdropped) then
+    perform memori._invalid(format('%s has no column %s', p_relation, p_owner_column),
+                            'Pass the owning user''s column (the distribution column) as the owner column.');
+  end if;
   select string_agg(c, ', ') into v_missing
     from unnest(array['id', 'owner', 'category', 'kind', 'expires_at', 'important']) c
    where not exists (select 1 from pg_catalog.pg_attribute
@@ -91,11 +125,13 @@ begin
                             'The view must expose id, owner, category, kind, expires_at and important.');
   end if;
 
-  insert into memori.retention_tables (table_name, relation, candidate_view, id_column, description)
-  values (p_table_name, p_relation, p_candidate_view, p_id_column, p_description)
+  insert into memori.retention_tables (table_name, relation, candidate_view, id_column, description, owner_column)
+  values (p_table_name, memori._qualified_name(p_relation), memori._qualified_name(p_candidate_view),
+          p_id_column, p_description, p_owner_column)
   on conflict (table_name) do update
      set relation = excluded.relation, candidate_view = excluded.candidate_view,
-         id_column = excluded.id_column, description = excluded.description;
+         id_column = excluded.id_column, description = excluded.description,
+         owner_column = excluded.owner_column;
 
   -- every table has a default policy; an existing one (maybe tuned by a DBA) is kept
   insert into memori.retention_policies (table_name, kind, priority, retention, preserve_important, description)
@@ -107,7 +143,7 @@ begin
 end
 $func$ language plpgsql volatile security invoker
 set search_path = pg_catalog, memori, pg_temp;
-comment on function memori.retention_register(text, regclass, regclass, name, text, integer, interval, boolean) is 'Register a table and its candidate view with the retention engine (idempotent).';
+comment on function memori.retention_register(text, regclass, regclass, name, text, integer, interval, boolean, name) is 'Register a table, its candidate view and its owner column with the retention engine (idempotent); the registry keeps qualified names.';
 
 -- The union view must exist before the views below can refer to it.
 select memori._retention_rebuild_rows();
@@ -129,11 +165,18 @@ select r.table_name,
        -- the one rule of what cleanup may delete once the row has expired
        (coalesce(pk.cleanup_enabled, pd.cleanup_enabled)
         and not (coalesce(r.important, false) and coalesce(pk.preserve_important, pd.preserve_important))
-        and coalesce(memori._setting('cleanup.enabled'), 'true'::jsonb) = 'true'::jsonb) as deletable
+        and coalesce((select s.value from memori.settings s where s.key = 'cleanup.enabled'),
+                     'true'::jsonb) = 'true'::jsonb)                    as deletable,
+       r.owner_key  -- the owning user's column (the distribution column), which the cleaner deletes by
   from memori.retention_rows r
   left join memori.retention_policies pk on pk.table_name = r.table_name and pk.kind = r.kind
   left join memori.retention_policies pd on pd.table_name = r.table_name and pd.kind = '*';
-comment on view memori.retention_candidates is 'Every retention-managed row with the policy that governs it (kind-specific, else the table default) and whether cleanup may delete it once expired.';
+-- (cleanup.enabled is read by a subquery, evaluated once, not by memori._setting() per row:
+-- on a cluster the view runs on the shards, where a function reading the (reference)
+-- settings table would be a nested distributed query. Not a join either: with
+-- _cleanup_plan_chunk's enable_sort = off, PostgreSQL before 17 costs the extra join's
+-- sort at 1e10, and JIT then compiled every plan chunk for a minute.)
+comment on view memori.retention_candidates is 'Every retention-managed row with the policy that governs it (kind-specific, else the table default), whether cleanup may delete it once expired, and its owner key (the value of the table''s owner column).';
 
 -------------------------------------------------------------------------------
 -- retention_status: active | expiring_soon | expired per row, as of now()
@@ -145,11 +188,14 @@ select c.table_name,
        c.expires_at,
        case when c.expires_at is not null and c.expires_at <= now() then 'expired'
             when c.expires_at is not null
-             and c.expires_at <= now() + make_interval(days => memori._setting('retention.warning_days')::int)
+             and c.expires_at <= now() + make_interval(days => (select s.value::int from memori.settings s
+                                                                  where s.key = 'retention.warning_days'))
                  then 'expiring_soon'
             else 'active' end                                                  as status,
        round((extract(epoch from c.expires_at - now()) / 86400)::numeric, 3)    as days_until_expiry,
        (c.expires_at is not null and c.expires_at <= now() and c.deletable)    as should_cleanup
+  -- (the setting is read once by a subquery, not by _setting() per row: see retention_candidates;
+  -- a LEFT JOIN of memori.settings here crashed Citus 14.0.1 with signal 11 on the cluster)
   from memori.retention_candidates c;
 comment on view memori.retention_status is 'Per managed row: status (active | expiring_soon | expired), days_until_expiry (NULL = permanent) and should_cleanup, as of now().';
 
@@ -169,10 +215,10 @@ create or replace function memori._cleanup_plan(
   p_after_table      text default null,
   p_after_row_id     text default null
 ) returns table (table_name text, row_id text, owner text, category text, kind text, policy_kind text,
-                 priority integer, expires_at timestamptz, preserve_important boolean)
+                 priority integer, expires_at timestamptz, preserve_important boolean, owner_key text)
 as $func$
   select c.table_name, c.row_id, c.owner, c.category, c.kind, c.policy_kind, c.priority, c.expires_at,
-         c.preserve_important
+         c.preserve_important, c.owner_key
     from memori.retention_candidates c
    where c.expires_at is not null
      and c.expires_at <= p_now
@@ -212,7 +258,7 @@ begin
                   date_trunc('second', p_now - p.expires_at), p.table_name, p.policy_kind, p.priority)
       from memori._cleanup_plan(p_now, p_max_rows)
            with ordinality as p(table_name, row_id, owner, category, kind, policy_kind, priority, expires_at,
-                                preserve_important, n)
+                                preserve_important, owner_key, n)
      order by p.n;
 end
 $func$ language plpgsql stable security invoker
@@ -259,6 +305,30 @@ as $func$
 $func$ language sql immutable security invoker
 set search_path = pg_catalog, memori, pg_temp;
 comment on function memori._cleanup_lock_key() is 'Advisory lock key held by the running cleanup of this database.';
+
+-------------------------------------------------------------------------------
+-- _cleanup_on_coordinator: refuse a cleanup on a Citus worker (PM141)
+-- On a cluster the coordinator drives every cleanup, for every shard: its
+-- advisory lock is the one cluster-wide cleanup lock (a worker's would be
+-- another lock), and the run log and plan are its local tables.
+create or replace function memori._cleanup_on_coordinator() returns void
+as $func$
+declare
+  v_coordinator boolean;
+begin
+  if exists (select 1 from pg_catalog.pg_extension where extname = 'citus') then
+    execute 'select coalesce(pg_catalog.citus_is_coordinator(), false)' into v_coordinator;
+    if not v_coordinator then
+      raise exception 'a cleanup must run on the Citus coordinator'
+        using errcode = 'PM141',
+              detail = 'This node is a worker; one cleanup at a time runs on the coordinator, for every shard.',
+              hint = 'Connect to the coordinator and run the cleanup there (memori-cleanup, memori.cleanup_run).';
+    end if;
+  end if;
+end
+$func$ language plpgsql stable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._cleanup_on_coordinator() is 'Raise PM141 on a Citus worker: cleanups run on the coordinator, whose advisory lock is cluster-wide.';
 
 -------------------------------------------------------------------------------
 -- _cleanup_lock_held: does this backend hold the cleanup lock?
@@ -347,6 +417,8 @@ begin
     perform memori._invalid(format('unknown cleanup trigger %L', p_trigger), 'Use one of: cli, cron, sql.');
   end if;
 
+  perform memori._cleanup_on_coordinator();
+
   -- advisory locks are re-entrant within a session: refuse a second run here too
   if memori._cleanup_lock_held() then
     v_locked := false;
@@ -405,6 +477,7 @@ declare
   v_work_mem text := current_setting('work_mem');
   v_sort     text := current_setting('enable_sort');
   v_cache    text := current_setting('plan_cache_mode');
+  v_jit      text := current_setting('jit');
 begin
   select * into v_run from memori.cleanup_runs where id = p_run_id for update;
   if v_run.plan_done then
@@ -429,6 +502,9 @@ begin
   -- ...and only a plan made for this level's values prunes the other tables:
   -- a generic cached plan (chosen after five calls) would scan them all again.
   perform set_config('plan_cache_mode', 'force_custom_plan', true);
+  -- ...and no JIT: before PostgreSQL 17 a disabled sort costs 1e10, far above jit_above_cost,
+  -- and compiling the plan of the union of every candidate view took over a minute per chunk
+  perform set_config('jit', 'off', true);
 
   while v_wanted > v_planned and v_level is not null loop
     v_got := 0;
@@ -436,10 +512,11 @@ begin
       select p.*
         from memori._cleanup_plan(v_run.as_of, v_wanted - v_planned, v_level, v_expires, v_table, v_row_id)
              with ordinality as p(table_name, row_id, owner, category, kind, policy_kind, priority, expires_at,
-                                  preserve_important, n)
+                                  preserve_important, owner_key, n)
     ), queued as (
-      insert into memori.cleanup_queue (run_id, seq, table_name, row_id, preserve_important)
-      select v_run.id, v_run.planned + v_planned + c.n::integer, c.table_name, c.row_id, c.preserve_important
+      insert into memori.cleanup_queue (run_id, seq, table_name, row_id, preserve_important, owner)
+      select v_run.id, v_run.planned + v_planned + c.n::integer, c.table_name, c.row_id, c.preserve_important,
+             c.owner_key
         from chunk c
     )
     select c.n::integer, c.expires_at, c.table_name, c.row_id
@@ -455,6 +532,7 @@ begin
   perform set_config('work_mem', v_work_mem, true);
   perform set_config('enable_sort', v_sort, true);
   perform set_config('plan_cache_mode', v_cache, true);
+  perform set_config('jit', v_jit, true);
 
   update memori.cleanup_runs
      set planned = planned + v_planned,
@@ -496,6 +574,12 @@ comment on function memori.cleanup_begin(timestamptz, integer, integer, text) is
 -- Only rows still due are reported as skipped: a row a writer extended and
 -- committed is simply no longer due. On an idle database nothing is skipped
 -- and the rows deleted are exactly the preview's.
+-- Every statement names its rows by (owner, id), the owner being the table's
+-- owner column (retention_tables.owner_column), passed as arrays: on a Citus
+-- cluster the owner is the distribution column, so the statements reach only
+-- the shards of the batch's owners (Citus refuses a DELETE joined to the
+-- coordinator's queue), and the row locks are taken one shard at a time
+-- (Citus refuses FOR UPDATE across shards).
 drop function if exists memori._cleanup_delete_range(memori.cleanup_runs, integer, integer);
 create or replace function memori._cleanup_delete_range(
   p_run memori.cleanup_runs, p_lo integer, p_hi integer,
@@ -503,65 +587,146 @@ create or replace function memori._cleanup_delete_range(
 )
 as $func$
 declare
+  v_batch   record;
+  v_reg     record;
   v_table   record;
+  v_match   text;
+  v_groups  text := 'select $1::text[] as o, $2::text[] as i';  -- one group: every owner (a local table)
+  v_group   record;
+  v_owners  text[];
+  v_ids     text[];
+  v_locked_owners text[];
+  v_locked_ids    text[];
+  v_keep    text[];
   v_deleted integer;
-  v_ids     jsonb;
+  v_gone    jsonb;
   v_skipped integer[];
   v_all     integer[] := '{}';
   v_tries   integer := coalesce(memori._setting('cleanup.skip_retries')::int, 3);
+  v_citus   boolean := pg_catalog.to_regclass('pg_catalog.pg_dist_partition') is not null;
+  v_sharded boolean;
+  v_hashjoin  text := current_setting('enable_hashjoin');
+  v_mergejoin text := current_setting('enable_mergejoin');
 begin
   o_counts := '{}'::jsonb;
-  for v_table in
-    select t.table_name, t.relation, t.candidate_view, t.id_column, t.event_prefix,
-           format_type(a.atttypid, a.atttypmod) as id_type, count(*)::integer as checked
+  -- (the queue, the registry and the catalog are read separately: on a cluster the registry
+  -- is a reference table, which Citus does not join with the coordinator's local tables)
+  for v_batch in
+    select q.table_name, count(*)::integer as checked, bool_or(q.owner is null) as ownerless,
+           array_agg(q.seq order by q.seq) as seqs, array_agg(q.owner order by q.seq) as owners,
+           array_agg(q.row_id order by q.seq) as ids, array_agg(q.preserve_important order by q.seq) as preserve
       from memori.cleanup_queue q
-      join memori.retention_tables t on t.table_name = q.table_name
-      join pg_catalog.pg_attribute a on a.attrelid = t.relation and a.attname = t.id_column
      where q.run_id = p_run.id and q.seq between p_lo and p_hi
-     group by t.table_name, t.relation, t.candidate_view, t.id_column, t.event_prefix, a.atttypid, a.atttypmod
-     order by t.table_name
+     group by q.table_name
+     order by q.table_name
   loop
-    -- The expiry and preserve-important conditions are checked again under
-    -- the row lock: a writer that extended a TTL or marked a row important
-    -- after the plan was written wins, and the row stays.
-    -- (the candidate view is consulted only for rows whose policy preserves
-    -- important rows: the common case costs one primary-key probe per row)
+    select t.table_name, t.relation, t.candidate_view, t.id_column, t.owner_column, t.event_prefix
+      into v_reg from memori.retention_tables t where t.table_name = v_batch.table_name;
+    select v_reg.table_name, v_reg.relation, v_reg.candidate_view, v_reg.id_column, v_reg.owner_column,
+           v_reg.event_prefix, format_type(a.atttypid, a.atttypmod) as id_type,
+           format_type(o.atttypid, o.atttypmod) as owner_type, v_batch.checked, v_batch.ownerless,
+           v_batch.seqs, v_batch.owners, v_batch.ids, v_batch.preserve
+      into v_table
+      from pg_catalog.pg_attribute a
+      join pg_catalog.pg_attribute o on o.attrelid = a.attrelid and o.attname = v_reg.owner_column
+     where a.attrelid = pg_catalog.to_regclass(v_reg.relation) and a.attname = v_reg.id_column;
+    -- the rows ($1 owners, $2 ids) of this table; a NULL owner (a nullable owner column of
+    -- a single server) is matched by id and IS NOT DISTINCT FROM
+    v_match := format(case when v_table.ownerless then
+        't.%2$I = any ($2::%4$s[]) and exists (select 1 from unnest($1::%3$s[], $2::%4$s[]) b(o, i)'
+        ' where b.i = t.%2$I and b.o is not distinct from t.%1$I)'
+      else
+        't.%1$I = any ($1::%3$s[]) and (t.%1$I, t.%2$I) in (select * from unnest($1::%3$s[], $2::%4$s[]))'
+      end, v_table.owner_column, v_table.id_column, v_table.owner_type, v_table.id_type);
+    v_sharded := false;
+    if v_citus then
+      execute 'select exists (select 1 from pg_catalog.pg_dist_partition where logicalrelid = $1 and partmethod = ''h'')'
+        into v_sharded using pg_catalog.to_regclass(v_table.relation);
+    end if;
+
+    -- Lock the rows still due, in id order, one shard at a time, skipping rows a writer holds.
+    -- The expiry is checked again under the row lock: a writer that extended a TTL after the
+    -- plan was written wins, and the row stays.
+    v_locked_owners := '{}';
+    v_locked_ids := '{}';
+    for v_group in execute case when v_sharded then format(
+        'select array_agg(x.o order by x.n) as o, array_agg(x.i order by x.n) as i'
+        '  from unnest($1::text[], $2::text[]) with ordinality x(o, i, n)'
+        ' group by pg_catalog.get_shard_id_for_distribution_column(%L, x.o::%s)'
+        ' order by pg_catalog.get_shard_id_for_distribution_column(%1$L, x.o::%2$s)',
+        v_table.relation, v_table.owner_type) else v_groups end
+      using v_table.owners, v_table.ids
+    loop
+      execute format(
+        'select coalesce(array_agg(l.o), ''{}''), coalesce(array_agg(l.i), ''{}'') from ('
+        '  select t.%1$I::text as o, t.%2$I::text as i from %3$s t'
+        '   where %4$s and t.expires_at is not null and t.expires_at <= $3'
+        '   order by t.%2$I for update of t skip locked) l',
+        v_table.owner_column, v_table.id_column, v_table.relation, v_match)
+        into v_owners, v_ids using v_group.o, v_group.i, p_run.as_of;
+      v_locked_owners := v_locked_owners || v_owners;
+      v_locked_ids := v_locked_ids || v_ids;
+    end loop;
+
+    -- The preserve-important condition is checked again under the lock too (a writer may
+    -- have marked a row important), through the candidate view, only for rows whose policy
+    -- preserves important rows: the common case costs no read of the view.
+    select coalesce(array_agg(b.i), '{}') into v_ids
+      from unnest(v_table.owners, v_table.ids, v_table.preserve) b(o, i, p)
+      join unnest(v_locked_owners, v_locked_ids) l(o, i) on l.i = b.i and l.o is not distinct from b.o
+     where b.p;
+    v_keep := '{}';
+    if cardinality(v_ids) > 0 then
+      execute format('select coalesce(array_agg(v.id::text), ''{}'') from %s v where v.id = any ($1::%s[]) and v.important',
+                     v_table.candidate_view, v_table.id_type)
+        into v_keep using v_ids;
+    end if;
+    -- the locked rows in plan order, which the delete follows (on a cluster: within each shard)
+    select coalesce(array_agg(b.o order by b.n), '{}'), coalesce(array_agg(b.i order by b.n), '{}')
+      into v_owners, v_ids
+      from unnest(v_table.owners, v_table.ids) with ordinality b(o, i, n)
+     where b.i <> all (v_keep)
+       and exists (select 1 from unnest(v_locked_owners, v_locked_ids) l(o, i)
+                    where l.i = b.i and l.o is not distinct from b.o);
+
+    -- in plan order: each row found by its key, one after the other (a hash join would
+    -- delete in the table's physical order)
+    perform set_config('enable_hashjoin', 'off', true), set_config('enable_mergejoin', 'off', true);
     execute format(
-      'with batch as materialized ('
-      '  select q.seq, q.row_id::%4$s as id, q.preserve_important from memori.cleanup_queue q'
-      '   where q.run_id = $1 and q.seq between $2 and $3 and q.table_name = $4'
-      '), locked as materialized ('
-      '  select t.%3$I as id from %1$s t'
-      '   where t.%3$I in (select b.id from batch b)'
-      '     and t.expires_at is not null and t.expires_at <= $5'
-      '   order by t.%3$I'
-      '     for update of t skip locked'
-      '), gone as ('
+      'with gone as ('
       '  delete from %1$s t'
-      '   using (select b.id, b.preserve_important from batch b join locked l on l.id = b.id order by b.seq) x'
-      '   where t.%3$I = x.id'
-      -- (an id may be unique per user only, e.g. a session id: another user's live row of that id stays)
-      '     and t.expires_at is not null and t.expires_at <= $5'
-      '     and not (x.preserve_important'
-      '              and exists (select 1 from %2$s v where v.id = t.%3$I and v.important))'
-      '  returning t.%3$I::text as id'
-      '), skipped as ('
-      '  select b.seq from batch b'
-      '   where not exists (select 1 from locked l where l.id = b.id)'
-      '     and exists (select 1 from %1$s t where t.%3$I = b.id'
-      '                    and t.expires_at is not null and t.expires_at <= $5)'
-      ')'
-      ' select (select count(*)::integer from gone),'
-      '        case when $6 then (select coalesce(jsonb_agg(id), ''[]'') from gone) end,'
-      '        (select coalesce(array_agg(seq), ''{}'') from skipped)',
-      v_table.relation, v_table.candidate_view, v_table.id_column, v_table.id_type)
-      using p_run.id, p_lo, p_hi, v_table.table_name, p_run.as_of, v_table.event_prefix is not null
-      into v_deleted, v_ids, v_skipped;
+      '   using (select x.o, x.i from unnest($1::%4$s[], $2::%5$s[]) with ordinality x(o, i, n) order by x.n) x'
+      '   where %6$s t.%3$I = x.i and t.%2$I %7$s x.o'
+      '  returning t.%3$I::text as id)'
+      ' select count(*)::integer, case when $3 then coalesce(jsonb_agg(id), ''[]'') end from gone',
+      v_table.relation, v_table.owner_column, v_table.id_column, v_table.owner_type, v_table.id_type,
+      case when v_table.ownerless then '' else format('t.%I = any ($1::%s[]) and', v_table.owner_column, v_table.owner_type) end,
+      case when v_table.ownerless then 'is not distinct from' else '=' end)
+      into v_deleted, v_gone using v_owners, v_ids, v_table.event_prefix is not null;
+    perform set_config('enable_hashjoin', v_hashjoin, true), set_config('enable_mergejoin', v_mergejoin, true);
+
+    -- rows not locked (a writer held them) and still due are skipped: kept in the plan
+    v_skipped := '{}';
+    select coalesce(array_agg(b.o), '{}'), coalesce(array_agg(b.i), '{}') into v_owners, v_ids
+      from unnest(v_table.owners, v_table.ids) b(o, i)
+     where not exists (select 1 from unnest(v_locked_owners, v_locked_ids) l(o, i)
+                        where l.i = b.i and l.o is not distinct from b.o);
+    if cardinality(v_ids) > 0 then
+      execute format(
+        'select coalesce(array_agg(t.%1$I::text), ''{}''), coalesce(array_agg(t.%2$I::text), ''{}'') from %3$s t'
+        ' where %4$s and t.expires_at is not null and t.expires_at <= $3',
+        v_table.owner_column, v_table.id_column, v_table.relation, v_match)
+        into v_owners, v_ids using v_owners, v_ids, p_run.as_of;
+      select coalesce(array_agg(b.n), '{}') into v_skipped
+        from unnest(v_table.owners, v_table.ids, v_table.seqs) b(o, i, n)
+        join unnest(v_owners, v_ids) d(o, i) on d.i = b.i and d.o is not distinct from b.o;
+    end if;
+
     o_counts := o_counts || jsonb_build_object(v_table.table_name, v_deleted);
     v_all := v_all || v_skipped;
     if v_table.event_prefix is not null then
       perform memori._event_emit(v_table.event_prefix || '.cleaned_up',
-                jsonb_build_object('run_id', p_run.id, 'ids', v_ids, 'count', v_deleted),
+                jsonb_build_object('run_id', p_run.id, 'ids', v_gone, 'count', v_deleted),
                 memori._cleanup_clock(p_run.as_of));
       perform memori._event_emit(v_table.event_prefix || '.cleanup_batch_completed',
                 jsonb_build_object('run_id', p_run.id, 'deleted_count', v_deleted, 'total_checked', v_table.checked),
@@ -586,7 +751,7 @@ begin
 end
 $func$ language plpgsql volatile security invoker
 set search_path = pg_catalog, memori, pg_temp;
-comment on function memori._cleanup_delete_range(memori.cleanup_runs, integer, integer) is 'Delete the planned rows seq lo..hi of a run that are still due, locking them in id order with SKIP LOCKED (never waiting for a writer); returns counts per table, rows skipped (kept in the plan for another attempt) and rows left to the next run.';
+comment on function memori._cleanup_delete_range(memori.cleanup_runs, integer, integer) is 'Delete the planned rows seq lo..hi of a run that are still due, by (owner, id), locking them in id order one shard at a time with SKIP LOCKED (never waiting for a writer); returns counts per table, rows skipped (kept in the plan for another attempt) and rows left to the next run.';
 
 -------------------------------------------------------------------------------
 -- _jsonb_add_counts: {"a": 1} + {"a": 2, "b": 1} = {"a": 3, "b": 1}
@@ -807,6 +972,7 @@ as $func$
 declare
   v_summary memori.cleanup_summary;
 begin
+  perform memori._cleanup_on_coordinator();  -- before _cleanup_whole, which a worker cannot even compile
   call memori._cleanup_whole(p_now, p_batch_size, p_max_rows, p_trigger, false, v_summary);
   return v_summary;
 end
@@ -829,6 +995,7 @@ declare
 begin
   -- Transaction control needs a top-level CALL: no search_path SET clause
   -- here (it would forbid COMMIT), every name is schema-qualified instead.
+  perform memori._cleanup_on_coordinator();  -- before _cleanup_whole, which a worker cannot even compile
   call memori._cleanup_whole(pg_catalog.now(), p_batch_size, p_max_rows, p_trigger, true, v_summary);
 end
 $proc$ language plpgsql security invoker;

@@ -11,9 +11,10 @@ select e.id,
        'event'::text as category,
        e.event_type  as kind,
        e.expires_at,
-       false         as important
+       false         as important,
+       e.user_id     -- the owning user: the cleaner deletes by (user_id, id)
   from memori.events e;
-comment on view memori._retention_events is 'memori.events as retention candidates: event type as kind.';
+comment on view memori._retention_events is 'memori.events as retention candidates: event type as kind; user_id is the owner column.';
 
 -- Events are the least valuable rows: cleaned first, kept 30 days.
 select memori.retention_register('events', 'memori.events', 'memori._retention_events', 'id',

@@ -27,14 +27,16 @@ select m.id,
        m.category,
        coalesce(m.metadata->>'type', '*')            as kind,
        m.expires_at,
-       (m.metadata->'important') = 'true'::jsonb     as important
+       (m.metadata->'important') = 'true'::jsonb     as important,
+       m.owner_id                                    -- the owning user: the cleaner deletes by (owner_id, id)
   from memori.memories m;
-comment on view memori._retention_memories is 'memori.memories as retention candidates: namespace as owner, metadata.type as kind, metadata.important.';
+comment on view memori._retention_memories is 'memori.memories as retention candidates: namespace as owner, metadata.type as kind, metadata.important; owner_id is the owning user (the owner column).';
 
 -- Default policy: priority 5, permanent unless a TTL is given, and
 -- metadata.important = true keeps an expired memory.
 select memori.retention_register('memories', 'memori.memories', 'memori._retention_memories', 'id',
-                                 'Namespaced memories and session checkpoints (seed 05)', 5, null, true);
+                                 'Namespaced memories and session checkpoints (seed 05)', 5, null, true,
+                                 p_owner_column => 'owner_id');
 
 insert into memori.retention_policies (table_name, kind, priority, retention, preserve_important, description) values
   ('memories', 'session_checkpoint', 1, null, false,

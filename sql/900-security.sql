@@ -115,7 +115,7 @@ begin
                              memori._cleanup_delete_range(memori.cleanup_runs, integer, integer),
                              memori.cleanup_schedule(text, text),
                              memori.cleanup_unschedule(text),
-                             memori.retention_register(text, regclass, regclass, name, text, integer, interval, boolean),
+                             memori.retention_register(text, regclass, regclass, name, text, integer, interval, boolean, name),
                              memori._retention_rebuild_rows()
     from memori_app;
 
@@ -136,7 +136,7 @@ begin
   grant execute on procedure memori.cleanup_run(integer, integer, text),
                             memori._cleanup_whole(timestamptz, integer, integer, text, boolean, memori.cleanup_summary)
     to memori_cleaner;
-  revoke execute on function memori.retention_register(text, regclass, regclass, name, text, integer, interval, boolean),
+  revoke execute on function memori.retention_register(text, regclass, regclass, name, text, integer, interval, boolean, name),
                              memori._retention_rebuild_rows(),
                              memori.session_checkpoint_save(text, text, text, jsonb, timestamptz),
                              memori.memory_save(text, text, text, jsonb, interval, text, timestamptz),
@@ -518,10 +518,12 @@ begin
   if not exists (select 1 from pg_catalog.pg_roles where rolname = 'memori_cleaner') then
     return;
   end if;
-  for v_t in select t.relation, t.id_column from memori.retention_tables t
-              where pg_catalog.has_table_privilege('memori_cleaner', t.relation, 'DELETE')
-  loop
-    execute format('grant update (%I) on %s to memori_cleaner', v_t.id_column, v_t.relation);
+  -- (the privilege is checked here, not in the query: on a cluster the registry is a reference
+  -- table read on a worker, where the coordinator's local tables do not exist)
+  for v_t in select t.relation, t.id_column from memori.retention_tables t loop
+    if pg_catalog.has_table_privilege('memori_cleaner', v_t.relation, 'DELETE') then
+      execute format('grant update (%I) on %s to memori_cleaner', v_t.id_column, v_t.relation);
+    end if;
   end loop;
 end
 $cleaner_lock$;

@@ -48,8 +48,8 @@ as $func$
   with recursive plan(table_name, placement, change_needed) as (values
     -- reference: global configuration, read by every per-user call
     ('settings',            'reference', null),
-    ('retention_tables',    'reference', 'relation and candidate_view: regclass -> text (OIDs are node-local)'),
-    ('retention_policies',  'reference', 'follows retention_tables (FK)'),
+    ('retention_tables',    'reference', null),
+    ('retention_policies',  'reference', null),
     ('session_skills',      'reference', null),
     ('chunk_types',         'reference', null),
     ('priority_boosts',     'reference', null),
@@ -65,9 +65,7 @@ as $func$
     ('alembic_version',     'local', null),
     ('installs',            'local', null),
     ('cleanup_runs',        'local', null),
-    ('cleanup_queue',       'local', 'Citus refuses DELETE ... USING this local queue on a distributed table (complex joins): '
-                                     'carry the row owner, distribute by it (PK (owner, run_id, seq)) and join on it, '
-                                     'or pass each batch''s ids as an array'),
+    ('cleanup_queue',       'local', null),
     -- distributed by the owning user
     -- seed 05: memories.user_id is the namespace (shared by every user of a skill and month);
     -- the owning user is owner_id
