@@ -87,4 +87,4 @@ def test_blockers_name_the_keys_without_the_user(conn: psycopg.Connection) -> No
     assert "no column user_id" in found["b"]
     assert any(b.startswith("blocker_probe_pkey PRIMARY KEY") for b in found["b"])
     assert found["ok"] == []
-    assert found["oids"] == []  # qualified names since revision 0024, not node-local OIDs
+    assert found["oids"] == []  # qualified names since revision 0029, not node-local OIDs

@@ -1,6 +1,6 @@
 """The virtual memory's pages on the three-node Citus cluster (marker ``citus``, issue 20).
 
-Revision 0024 gives every VM table a key that starts with user_id. This test
+Revision 0028 gives every VM table a key that starts with user_id. This test
 distributes the schema and shows, for pages, faults, the working set, context
 and snapshots: every VM table is placed (distributed by user_id, or a
 reference table per the plan), the API works for three users acting as an app

@@ -1,7 +1,7 @@
 """Compression keys include the owning user (issue 20): messages, state, plans, checkpoints, snapshots, goals.
 
-Revision ID: 0024
-Revises: 0023
+Revision ID: 0026
+Revises: 0025
 Create Date: 2026-11-25
 
 Run-once DDL only; the API is sql/400-compression-internals.sql .. 430.
@@ -29,8 +29,8 @@ serve them.
 
 from alembic import op
 
-revision = "0024"
-down_revision = "0023"
+revision = "0026"
+down_revision = "0025"
 branch_labels = None
 depends_on = None
 

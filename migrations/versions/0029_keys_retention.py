@@ -1,7 +1,7 @@
 """The retention engine across shards (issue 20 items 2, 4, 6): names instead of OIDs, the owner in the plan.
 
-Revision ID: 0024
-Revises: 0023
+Revision ID: 0029
+Revises: 0028
 Create Date: 2026-11-25
 
 Run-once DDL only; the API is sql/010-retention.sql.
@@ -24,8 +24,8 @@ Run-once DDL only; the API is sql/010-retention.sql.
 
 from alembic import op
 
-revision = "0024"
-down_revision = "0023"
+revision = "0029"
+down_revision = "0028"
 branch_labels = None
 depends_on = None
 

@@ -1,7 +1,7 @@
 """The LangGraph saver's keys carry the user (issue 20): its tables distribute by user_id on Citus.
 
-Revision ID: 0024
-Revises: 0023
+Revision ID: 0027
+Revises: 0026
 Create Date: 2026-11-25
 
 Run-once DDL only; the API is sql/800-langgraph.sql. Every key of lg_threads,
@@ -18,8 +18,8 @@ constraints and indexes are kept.
 
 from alembic import op
 
-revision = "0024"
-down_revision = "0023"
+revision = "0027"
+down_revision = "0026"
 branch_labels = None
 depends_on = None
 

@@ -1,7 +1,7 @@
 """The virtual memory's keys include the user (issue 20): every VM table can be distributed by user_id.
 
-Revision ID: 0024
-Revises: 0023
+Revision ID: 0028
+Revises: 0027
 Create Date: 2026-11-25
 
 Run-once DDL only; the API is sql/500-570. On Citus every primary key, unique
@@ -32,8 +32,8 @@ keys stay.
 
 from alembic import op
 
-revision = "0024"
-down_revision = "0023"
+revision = "0028"
+down_revision = "0027"
 branch_labels = None
 depends_on = None
 

@@ -1,8 +1,8 @@
 """Scoped context and budgets keyed by their user (issue 20): every key of sessions, context entries and windows,
 context chunks and optimisations starts with user_id.
 
-Revision ID: 0024
-Revises: 0023
+Revision ID: 0025
+Revises: 0024
 Create Date: 2026-11-25
 
 Run-once DDL only; the API is sql/200-context*.sql and sql/300-budget*.sql, the
@@ -34,8 +34,8 @@ session's (only a superuser could write one) takes the session's user.
 
 from alembic import op
 
-revision = "0024"
-down_revision = "0023"
+revision = "0025"
+down_revision = "0024"
 branch_labels = None
 depends_on = None
 
