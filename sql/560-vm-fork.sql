@@ -122,8 +122,6 @@ $func$ language plpgsql volatile security invoker
 set search_path = pg_catalog, memori, pg_temp;
 comment on function memori._pages_cow() is 'Trigger: before a page row another session shares (a fork) changes or goes, copy it into those forks.';
 
-create or replace trigger pages_cow before update or delete on memori.pages
-  for each row execute function memori._pages_cow();
 
 -------------------------------------------------------------------------------
 -- _page_representations_cow: trigger on memori.page_representations
@@ -146,8 +144,22 @@ $func$ language plpgsql volatile security invoker
 set search_path = pg_catalog, memori, pg_temp;
 comment on function memori._page_representations_cow() is 'Trigger: before a representation of a page a fork shares is written or removed, copy the page into those forks.';
 
-create or replace trigger page_representations_cow before insert or update or delete on memori.page_representations
-  for each row execute function memori._page_representations_cow();
+
+-- The triggers, on one server. memori.distribute() drops them before placing the tables on a
+-- Citus cluster (which refuses tables with triggers; the page writers copy on write themselves):
+-- a re-install there must not bring them back.
+do $cow$
+begin
+  if pg_catalog.to_regclass('pg_catalog.pg_dist_partition') is not null
+     and exists (select 1 from pg_catalog.pg_dist_partition where logicalrelid = 'memori.pages'::regclass) then
+    return;
+  end if;
+  create or replace trigger pages_cow before update or delete on memori.pages
+    for each row execute function memori._pages_cow();
+  create or replace trigger page_representations_cow before insert or update or delete on memori.page_representations
+    for each row execute function memori._page_representations_cow();
+end
+$cow$;
 
 -------------------------------------------------------------------------------
 -- session_fork: a copy-on-write fork of a VM session

@@ -139,6 +139,20 @@ set search_path = pg_catalog, memori, pg_temp;
 comment on function memori.distribution_plan() is 'The Citus placement of every memori table (distributed by user_id, reference, or coordinator-local), in apply order.';
 
 -------------------------------------------------------------------------------
+-- _cluster_dropped_trigger: the triggers distribute() drops instead of refusing the table
+-- The forks' copy-on-write triggers (sql/560) guard direct DML and the deletion of a forked
+-- session's source on one server. Every page writer of sql/ copies on write itself
+-- (memori._page_write), so on a cluster, where Citus refuses tables with triggers, the
+-- triggers go and only those two guards are lost (docs/scale-out.md).
+create or replace function memori._cluster_dropped_trigger(p_table regclass, p_trigger name) returns boolean
+as $func$
+  select (p_table, p_trigger) in (('memori.pages'::regclass, 'pages_cow'::name),
+                                  ('memori.page_representations'::regclass, 'page_representations_cow'::name))
+$func$ language sql stable
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._cluster_dropped_trigger(regclass, name) is 'True for the triggers memori.distribute() drops before placing their table (the forks'' copy-on-write triggers).';
+
+-------------------------------------------------------------------------------
 -- _distribution_blockers: what in the catalog prevents placing a table today
 create or replace function memori._distribution_blockers(p_table regclass, p_placement text, p_column text)
 returns text[]
@@ -215,9 +229,11 @@ begin
               order by p.polname loop
       v_blockers := v_blockers || format('policy %s has a subquery', r.polname);
     end loop;
-    -- user triggers: Citus runs them only with citus.enable_unsafe_triggers
+    -- user triggers: Citus runs them only with citus.enable_unsafe_triggers (the forks'
+    -- copy-on-write triggers are dropped by distribute(): see memori._cluster_dropped_trigger)
     for r in select t.tgname from pg_catalog.pg_trigger t
-              where t.tgrelid = p_table and not t.tgisinternal order by t.tgname loop
+              where t.tgrelid = p_table and not t.tgisinternal
+                and not memori._cluster_dropped_trigger(p_table, t.tgname) order by t.tgname loop
       v_blockers := v_blockers || format('trigger %s', r.tgname);
     end loop;
   end if;
@@ -384,6 +400,10 @@ begin
                        and not exists (select 1 from pg_dist_partition dp where dp.logicalrelid = c.conrelid) loop
           insert into pg_temp.memori_distribute_fks values (v_fk.conrelid, v_rel, v_fk.conname, v_fk.def);
           execute format('alter table %s drop constraint %I', v_fk.conrelid, v_fk.conname);
+        end loop;
+        for v_t in select t.tgname from pg_catalog.pg_trigger t
+                    where t.tgrelid = v_rel and not t.tgisinternal and memori._cluster_dropped_trigger(v_rel, t.tgname) loop
+          execute format('drop trigger %I on %s', v_t, v_rel);
         end loop;
         if v_plan.placement = 'reference' then
           perform create_reference_table(v_rel);
@@ -726,6 +746,7 @@ begin
       alter type memori.distribute_result owner to memori_owner;
       alter function memori.distribution_plan() owner to memori_owner;
       alter function memori._distribution_blockers(regclass, text, text) owner to memori_owner;
+      alter function memori._cluster_dropped_trigger(regclass, name) owner to memori_owner;
       alter function memori.distribute(boolean) owner to memori_owner;
       alter type memori.delegation_row owner to memori_owner;
       alter function memori.distribute_functions(boolean, boolean) owner to memori_owner;
