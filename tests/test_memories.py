@@ -103,7 +103,7 @@ def test_expired_rows_never_come_back(conn: psycopg.Connection) -> None:
 
 
 def test_only_the_users_own_rows_in_the_current_namespace(conn: psycopg.Connection) -> None:
-    """Rows written without a user belong to their namespace (migration 0024_keys_checkpoints), so no user's load returns them."""
+    """Rows written without a user belong to their namespace (revision 0024), so no user's load returns them."""
     own = save(conn, "api", "alice", "alice's", T0)["id"]
     memory(conn, "session_api_2026_11", None, '{"type": "session_checkpoint"}', created_at=T0 + SEC)
     found = one(conn, LOAD, ("api", "alice", T0 + DAY))

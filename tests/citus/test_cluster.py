@@ -1,8 +1,8 @@
 """pymemdb on the three-node Citus cluster (marker ``citus``): install, smoke, distribute.
 
-What distributes today is what the plan table in docs/scale-out.md says: the
-reference tables without blockers. Every user table is reported blocked with
-the keys, policies and triggers that the next schema migration must change.
+What distributes is what the plan table in docs/scale-out.md says:
+every table as memori.distribution_plan() places it: the user tables distributed
+by their user in one co-location group, the global ones as reference tables.
 """
 
 from __future__ import annotations
@@ -23,12 +23,11 @@ from tests.helpers import T0, rows
 
 pytestmark = pytest.mark.citus
 
-# The reference tables nothing blocks today (docs/scale-out.md).
-REFERENCE_TODAY = {"milestone_criteria", "priority_boosts", "session_skills", "settings", "token_budgets"}
-# The user tables whose keys already lead with the user (issues 17 and 18; memories, events and
-# checkpoints: migration 0024).
-DISTRIBUTED_TODAY = {"mcp_tokens", "store_items", "store_namespaces", "store_vectors",
-                     "memories", "events", "checkpoints", "checkpoint_versions"}
+
+
+def _planned(conn: psycopg.Connection, placement: str) -> set[str]:
+    query = "select table_name from memori.distribution_plan() where placement = %s"
+    return {r["table_name"] for r in rows(conn, query, (placement,))}
 
 
 def _smoke(dsn: str) -> None:
@@ -95,48 +94,53 @@ def test_schema_installs_on_the_coordinator_and_every_concern_works(citus_dsn: s
     assert install(citus_dsn, force=True).changed  # re-applying sql/ on the coordinator works
 
 
-def test_distribute_places_what_it_can_and_reports_every_table(citus_dsn: str) -> None:
+def test_distribute_places_every_table_as_planned(citus_dsn: str) -> None:
     with psycopg.connect(citus_dsn, autocommit=True) as conn:
         settings_before = rows(conn, "select key, value from memori.settings order by key")
         plan = {p["table_name"]: p for p in rows(conn, "select * from memori.distribution_plan()")}
+        reference, distributed = _planned(conn, "reference"), _planned(conn, "distributed")
         dry = {r["table_name"]: r for r in rows(conn, "select * from memori.distribute(p_dry_run => true)")}
         assert set(dry) == set(plan)
-        assert {t for t, r in dry.items() if r["status"] == "ready"} == REFERENCE_TODAY | DISTRIBUTED_TODAY
+        # nothing blocks any table any more (issue 20's key migrations 0024-0029)
+        assert {t: r["blockers"] for t, r in dry.items() if r["blockers"]} == {}
+        assert {t for t, r in dry.items() if r["status"] == "ready"} == reference | distributed
         done = {r["table_name"]: r for r in rows(conn, "select * from memori.distribute()")}
-        assert set(done) == set(plan)
-        placed = {t for t, r in done.items() if r["status"] in ("reference", "distributed")}
-        assert placed == REFERENCE_TODAY | DISTRIBUTED_TODAY
-        for table, r in done.items():
-            if r["status"] == "blocked":
-                assert r["blockers"] or r["error"], f"{table}: blocked without a blocker or Citus's error"
-        # every user table is blocked today by its keys, policies or triggers (the next migration's work)
-        assert all(done[t]["status"] == "blocked" for t, p in plan.items()
-                   if p["placement"] == "distributed" and t not in DISTRIBUTED_TODAY)
-        assert any(b.startswith("lg_threads_pkey PRIMARY KEY (id)") for b in done["lg_threads"]["blockers"])
-        assert "policy member_read has a subquery" in done["projects"]["blockers"]
+        assert {t: r["status"] for t, r in done.items()} == {t: p["placement"] for t, p in plan.items()}
+        assert {p["change_needed"] for p in plan.values() if p["placement"] == "distributed"} <= {None} | {
+            plan["vm_forks"]["change_needed"], plan["mcp_tokens"]["change_needed"]}
         assert done["settings"]["rows_moved"] == len(settings_before) > 0
         # Citus moved the rows: the same rows, now read from the workers' shards
         assert rows(conn, "select key, value from memori.settings order by key") == settings_before
-        kinds = {r["t"]: r["k"] for r in rows(conn, """
-            select logicalrelid::regclass::text as t, repmodel::text as k from pg_dist_partition""")}
-        assert {t: k for t, k in kinds.items() if k == "t"} == {f"memori.{t}": "t" for t in REFERENCE_TODAY}
-        assert {t for t, k in kinds.items() if k != "t"} == {f"memori.{t}" for t in DISTRIBUTED_TODAY}
+        assert placements(citus_dsn) == {t: p["placement"] for t, p in plan.items() if p["placement"] != "local"}
+        # one co-location group: every join and foreign key between one user's rows stays on one node
+        groups = rows(conn, """select count(distinct colocationid) as n from pg_dist_partition
+                                where partmethod = 'h' and logicalrelid::text like 'memori.%'""")
+        assert groups == [{"n": 1}]
+        # the forks' copy-on-write triggers were dropped (Citus refuses triggers); a re-install keeps them away
+        assert rows(conn, """select count(*) as n from pg_trigger where not tgisinternal and tgrelid
+                              in ('memori.pages'::regclass, 'memori.page_representations'::regclass)""") == [{"n": 0}]
         # every memori role exists on every worker (delegated calls run there as the caller)
         on_workers = rows(conn, """select result from run_command_on_workers(
             $$select string_agg(rolname, ',' order by rolname) from pg_roles where rolname like 'memori%'$$)""")
         assert [r["result"] for r in on_workers] == ["memori_admin,memori_app,memori_cleaner,memori_owner"] * 2
         # idempotent
         again = {r["table_name"]: r["status"] for r in rows(conn, "select * from memori.distribute()")}
-        assert {t for t, s in again.items() if s == "already"} == REFERENCE_TODAY | DISTRIBUTED_TODAY
-    # an upgrade after distribute still installs, and everything still works
+        assert {t for t, s in again.items() if s == "already"} == reference | distributed
+    # an upgrade after distribute still installs (and propagates sql/ to the workers), and everything works
     assert install(citus_dsn, force=True).changed
+    with psycopg.connect(citus_dsn, autocommit=True) as conn:
+        assert rows(conn, """select count(*) as n from pg_trigger where not tgisinternal
+                              and tgrelid = 'memori.pages'::regclass""") == [{"n": 0}]
     _smoke(citus_dsn)
 
 
 def test_init_distribute_on_the_cluster(citus_db: str) -> None:
     result = CliRunner().invoke(app, ["init", "--distribute", "--dsn", citus_db])
     assert result.exit_code == 0, result.output
-    assert "7 reference" in result.output and "9 distributed" in result.output and "blocked" in result.output
+    with psycopg.connect(citus_db, autocommit=True) as conn:
+        reference, distributed = _planned(conn, "reference"), _planned(conn, "distributed")
+    assert f"{len(reference)} reference" in result.output and f"{len(distributed)} distributed" in result.output
+    assert "blocked" not in result.output
 
 
 def test_a_coordinator_that_holds_shards_is_pm142(citus_dsn: str, citus_cluster: CitusCluster) -> None:
@@ -187,6 +191,7 @@ def test_the_psql_install_script_works_on_the_coordinator_before_and_after_distr
 
     run(install_script())
     with psycopg.connect(citus_db, autocommit=True) as conn:
-        placed = [r for r in rows(conn, "select * from memori.distribute()") if r["status"] == "reference"]
-        assert len(placed) == len(REFERENCE_TODAY)
+        placed = {r["table_name"] for r in rows(conn, "select * from memori.distribute()")
+                  if r["status"] in ("reference", "distributed")}
+        assert placed == _planned(conn, "reference") | _planned(conn, "distributed")
     run(install_script(head_revision()))  # the upgrade script (sql/ re-applied) after the placement
