@@ -89,8 +89,14 @@ def init(
 
 def _print_distribution(dsn: str, *, delegate: bool = False) -> None:
     """memori.distribute() and one line per table that is not simply where it was; then the functions."""
+    from pymemdb.install import install
+
     with database(dsn) as db:
         results = db.cluster.distribute()
+    # sql/ again, now that tables are placed: the install propagates every function to the workers,
+    # where Citus runs the functions a statement on a shard calls (installed before, they exist only here)
+    install(dsn, force=True)
+    with database(dsn) as db:
         functions = db.cluster.distribute_functions(delegate=delegate)
     table = Table("table", "placement", "status", "blockers / error")
     counts: dict[str, int] = {}
