@@ -96,9 +96,10 @@ as $func$
     ('vm_segments',         'distributed', null),
     ('vm_pack_cache',       'distributed', null),
     ('vm_prefetches',       'distributed', null),
-    ('pages',               'distributed', 'trigger pages_cow (copy-on-write: memori._page_write does it in the functions; a plain DELETE of an ancestor session still relies on the trigger)'),
+    ('pages',               'distributed', 'distribute() drops the fork trigger pages_cow (the functions copy on write through memori._page_write); '
+                                           'on a cluster a plain DELETE or UPDATE of a forked session''s source rows no longer copies them into the forks'),
     ('page_versions',       'distributed', null),
-    ('page_representations','distributed', 'trigger page_representations_cow, as for pages'),
+    ('page_representations','distributed', 'distribute() drops the fork trigger page_representations_cow, as for pages'),
     ('working_set',         'distributed', null),
     ('page_mutations',      'distributed', null),
     ('page_faults',         'distributed', null),
