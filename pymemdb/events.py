@@ -23,7 +23,7 @@ class Event:
     occurred_at: datetime
     payload: dict[str, Any]
     expires_at: datetime | None
-    user_id: str | None  # the acting user; None for system events (cleanup)
+    user_id: str  # the acting user; '' (the reserved system user) for system events (cleanup)
 
 CHANNEL = "memori_events"
 

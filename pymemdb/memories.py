@@ -21,7 +21,7 @@ class Memory:
     metadata: dict[str, Any]
     created_at: datetime
     expires_at: datetime | None
-    owner_id: str | None
+    owner_id: str  # the writing user (the namespace for rows written without one)
 
 
 @dataclass(frozen=True)

@@ -149,10 +149,16 @@ comment on function memori._page_representations_cow() is 'Trigger: before a rep
 -- Citus cluster (which refuses tables with triggers; the page writers copy on write themselves):
 -- a re-install there must not bring them back.
 do $cow$
+declare
+  v_distributed boolean;
 begin
-  if pg_catalog.to_regclass('pg_catalog.pg_dist_partition') is not null
-     and exists (select 1 from pg_catalog.pg_dist_partition where logicalrelid = 'memori.pages'::regclass) then
-    return;
+  if pg_catalog.to_regclass('pg_catalog.pg_dist_partition') is not null then
+    -- (dynamic: without Citus the catalog table does not exist to plan against)
+    execute 'select exists (select 1 from pg_catalog.pg_dist_partition where logicalrelid = ''memori.pages''::regclass)'
+      into v_distributed;
+    if v_distributed then
+      return;
+    end if;
   end if;
   create or replace trigger pages_cow before update or delete on memori.pages
     for each row execute function memori._pages_cow();

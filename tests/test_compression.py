@@ -124,14 +124,16 @@ def test_bad_input_is_refused_with_our_codes(conn: psycopg.Connection) -> None:
     assert_sqlstate(conn, "PM001", "select memori.message_add('s', 'user', 'x')")  # no user for a new session
     assert_sqlstate(conn, "PM001", "select memori.message_add('', 'user', 'x', p_user_id => 'u')")
     add(conn, "s", "user", "hello", 10)
-    assert_sqlstate(conn, "PM041", "select memori.message_add('s', 'user', 'x', p_user_id => 'mallory')")
+    # session ids are per user (revision 0025): mallory's 's' is her own session, u's is untouched
+    conn.execute("select memori.message_add('s', 'user', 'x', p_user_id => 'mallory')")
+    assert value(conn, "select count(distinct user_id) from memori.messages where session_id = 's'") == 2
     conn.execute("set memori.user_id = 'alice'")
     assert_sqlstate(conn, "PM070", "select memori.compression_budget('s', 500, 500)")  # 425 usable < 500
     assert_sqlstate(conn, "PM070", "select memori.compression_plan('s', 1000, 850)")  # exactly full: 850 usable
     assert budget(conn, "s", 1000, 849)["available_tokens"] == 1
     assert_sqlstate(conn, "PM001", "select memori.compression_budget('s', 0, 0)")
     assert_sqlstate(conn, "PM005", "select memori.compression_budget('nope', 8000, 0)")
-    assert value(conn, "select count(*) from memori.messages") == 1, "nothing half-applied"
+    assert value(conn, "select count(*) from memori.messages") == 2, "nothing half-applied (u's and mallory's)"
 
 
 def test_user_from_the_session_setting(conn: psycopg.Connection) -> None:
@@ -163,7 +165,8 @@ def test_acting_user_rule(conn: psycopg.Connection, call: str) -> None:
     assert value(conn, "select user_id from memori.compression_state where session_id = 'c'") == "carol"
     assert value(conn, "select user_id from memori.sessions where session_id = 'c'") == "carol"
     conn.execute("reset memori.user_id")
-    assert_sqlstate(conn, "PM041", sql.format(user=", p_user_id => 'dave'"))  # carol's session
+    conn.execute(sql.format(user=", p_user_id => 'dave'"))  # dave's own 'c' (session ids are per user)
+    assert value(conn, "select count(distinct user_id) from memori.sessions where session_id = 'c'") == 2
 
 def test_plan_never_takes_user_system_or_recent_messages(conn: psycopg.Connection) -> None:
     add(conn, "s", "system", "rules", 100)
@@ -531,7 +534,8 @@ def test_works_under_row_level_security(conn: psycopg.Connection) -> None:
     assert rows(conn, "select * from memori.active_context('s')") == []
     assert value(conn, "select memori.goal_block('s')") is None
     assert_sqlstate(conn, "PM005", "select memori.compression_budget('s')")
-    assert_sqlstate(conn, "PM041", "select memori.message_add('s', 'user', 'x')")
+    conn.execute("select memori.message_add('s', 'user', 'x')")  # bob's own 's' (session ids are per user)
+    assert value(conn, "select count(*) from memori.messages") == 1  # bob sees only his message
     assert_sqlstate(conn, "PM005", "select memori.snapshot_restore(%s)", (snap["id"],))  # type: ignore[index]
 
 
