@@ -65,7 +65,7 @@ def test_create_without_mapping_stays_in_l2(conn: psycopg.Connection) -> None:
     ("PM004", "select memori.page_create('sess_1', 'm2', 'x', p_role => 'robot')"),
     ("PM001", "select memori.page_create('sess_1', 'm2', 'x', p_importance => 2)"),
     ("PM001", "select memori.page_create('sess_2', 'm2', 'x')"),  # no user
-    ("PM041", "select memori.page_create('sess_1', 'm2', 'x', p_user_id => 'bob')"),
+    # (another user's session id is no error since revision 0028: session ids are per user, bob gets his own)
     ("PM003", "select memori.page_create('sess_1', 'm2', repeat('x', 2000000))"),
     ("PM005", "select memori.vm_add_page('sess_1', 'nope')"),
     ("PM001", "select memori.vm_add_page('sess_1', 'msg_001', 4)"),

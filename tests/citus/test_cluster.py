@@ -106,8 +106,6 @@ def test_distribute_places_every_table_as_planned(citus_dsn: str) -> None:
         assert {t for t, r in dry.items() if r["status"] == "ready"} == reference | distributed
         done = {r["table_name"]: r for r in rows(conn, "select * from memori.distribute()")}
         assert {t: r["status"] for t, r in done.items()} == {t: p["placement"] for t, p in plan.items()}
-        assert {p["change_needed"] for p in plan.values() if p["placement"] == "distributed"} <= {None} | {
-            plan["vm_forks"]["change_needed"], plan["mcp_tokens"]["change_needed"]}
         assert done["settings"]["rows_moved"] == len(settings_before) > 0
         # Citus moved the rows: the same rows, now read from the workers' shards
         assert rows(conn, "select key, value from memori.settings order by key") == settings_before
