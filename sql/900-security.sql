@@ -83,6 +83,8 @@ revoke all on all functions in schema memori from public;
 revoke all on all procedures in schema memori from public;
 
 do $grants$
+declare
+  v_prop text;
 begin
   if not exists (select 1 from pg_catalog.pg_roles where rolname = 'memori_app')
      or not exists (select 1 from pg_catalog.pg_roles where rolname = 'memori_cleaner') then
@@ -133,9 +135,19 @@ begin
                   memori._retention_checkpoints, memori.checkpoint_expiry_status
     to memori_cleaner;
   grant execute on all functions in schema memori to memori_cleaner;
+  -- The procedures run on the coordinator only (PM141 elsewhere), and Citus 14.0.1 sends a grant on
+  -- a procedure to the workers as a grant on a function, which they refuse ("... is not a function"):
+  -- granted here without propagation.
+  v_prop := pg_catalog.current_setting('citus.enable_ddl_propagation', true);
+  if v_prop is not null then
+    perform pg_catalog.set_config('citus.enable_ddl_propagation', 'off', true);
+  end if;
   grant execute on procedure memori.cleanup_run(integer, integer, text),
                             memori._cleanup_whole(timestamptz, integer, integer, text, boolean, memori.cleanup_summary)
     to memori_cleaner;
+  if v_prop is not null then
+    perform pg_catalog.set_config('citus.enable_ddl_propagation', v_prop, true);
+  end if;
   revoke execute on function memori.retention_register(text, regclass, regclass, name, text, integer, interval, boolean, name),
                              memori._retention_rebuild_rows(),
                              memori.session_checkpoint_save(text, text, text, jsonb, timestamptz),
