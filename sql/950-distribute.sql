@@ -726,7 +726,7 @@ begin
       into v_revoke
       from pg_dist_object o
       join pg_catalog.pg_proc p on p.oid = o.objid
-     where o.classid = 'pg_catalog.pg_proc'::regclass and p.pronamespace = 'memori'::regnamespace
+     where o.classid = 'pg_catalog.pg_proc'::regclass and p.pronamespace = 'memori'::regnamespace and p.prokind = 'f'
        and p.proacl is not null
        and not exists (select 1 from pg_catalog.aclexplode(p.proacl) a where a.grantee = 0);
     if v_revoke is not null then
