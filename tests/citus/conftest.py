@@ -89,9 +89,11 @@ def citus_dsn(citus_db: str) -> str:
 
 @pytest.fixture
 def distributed_dsn(citus_dsn: str) -> str:
-    """A cluster database with the pymemdb schema installed and memori.distribute() applied."""
+    """A cluster database with the pymemdb schema installed, memori.distribute() applied, and sql/
+    re-applied (so every function reaches the workers), as ``pymemdb init --distribute`` does."""
     with psycopg.connect(citus_dsn, autocommit=True) as conn:
         conn.execute("select * from memori.distribute()").fetchall()
+    install(citus_dsn, force=True)
     return citus_dsn
 
 
