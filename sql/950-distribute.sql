@@ -767,7 +767,7 @@ begin
   foreach v_grantee in array array['public', 'memori_app', 'memori_cleaner'] loop
     if v_grantee = 'public' or exists (select 1 from pg_catalog.pg_roles where rolname = v_grantee) then
       execute format('revoke all on function memori.distribution_plan(), '
-                     'memori._distribution_blockers(regclass, text, text), memori.distribute(boolean), '
+                     'memori._distribution_blockers(regclass, text, text), memori.distribute(boolean), memori._cluster_dropped_trigger(regclass, name), '
                      'memori.distribute_functions(boolean, boolean) from %s',
                      case when v_grantee = 'public' then 'public' else quote_ident(v_grantee) end);
     end if;

@@ -22,7 +22,6 @@ INLINED_STRING = {"memori.lg_checkpoint_stamp(text,text,uuid,text,timestamp with
                   "memori.lg_checkpoint_get(text,text,uuid,text,timestamp with time zone,text,text)",
                   "memori._lg_blob_full(text,bigint,text,text,text[],integer,bytea)"}
 INLINED = INLINED_STRING | {
-           "memori.session_checkpoint_load_latest(text,text,timestamp with time zone)",
            "memori._store_text_spec(jsonb,text[],text)", "memori._store_item_tsv(jsonb,text)"}
 
 
