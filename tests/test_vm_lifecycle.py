@@ -469,7 +469,9 @@ def test_lifecycle_works_as_memori_app_and_stays_per_user(conn: psycopg.Connecti
     assert value(conn, "select count(*) from memori.vm_recall_signals") == 3  # configuration is shared
     assert_sqlstate(conn, "PM005", "select memori.segment_close(%s, 'x')", (S,))
     assert_sqlstate(conn, "PM005", "select * from memori.vm_prepass(%s, 'earlier?')", (S,))
-    assert_sqlstate(conn, "PM041", "select memori.vm_turn_start(%s, 'hi')", (S,))
+    with conn.transaction(force_rollback=True):  # session ids are per user (revision 0028): bob's own S
+        conn.execute("select memori.vm_turn_start(%s, 'hi')", (S,))
+        assert value(conn, "select count(*) from memori.vm_sessions where session_id = %s", (S,)) == 1
     with pytest.raises(psycopg.errors.InsufficientPrivilege):
         conn.execute("insert into memori.vm_recall_signals (pattern) values ('mine')")
     conn.execute("reset role")

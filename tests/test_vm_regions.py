@@ -149,8 +149,10 @@ def test_fork_and_gc_under_row_level_security(conn: psycopg.Connection) -> None:
     act_as(conn, "bob")
     assert_sqlstate(conn, "PM005", "select memori.session_fork('a1', 'b_fork', %s)", (T0,))
     assert value(conn, "select memori.turn_begin('b0', p_now => %s)", (T0,)) == 1
-    # forking into alice's fork id: her session is invisible, the id is taken (one session namespace)
-    assert_sqlstate(conn, "PM041", "select memori.session_fork('b0', 'a1_fork', %s)", (T0,))
+    # forking into alice's fork id: session ids are per user (revision 0028), so it is bob's own fork
+    with conn.transaction(force_rollback=True):
+        conn.execute("select memori.session_fork('b0', 'a1_fork', %s)", (T0,))
+        assert {r["user_id"] for r in rows(conn, "select user_id from memori.vm_forks")} == {"bob"}
     assert rows(conn, "select * from memori.vm_forks") == []
     assert rows(conn, "select * from memori.vm_visible_pages where viewer_session_id = 'a1_fork'") == []
     result = rows(conn, "select * from memori.vm_gc(%s)", (T0,))[0]
