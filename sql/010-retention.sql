@@ -700,7 +700,10 @@ begin
       '  returning t.%3$I::text as id)'
       ' select count(*)::integer, case when $3 then coalesce(jsonb_agg(id), ''[]'') end from gone',
       v_table.relation, v_table.owner_column, v_table.id_column, v_table.owner_type, v_table.id_type,
-      case when v_table.ownerless then '' else format('t.%I = any ($1::%s[]) and', v_table.owner_column, v_table.owner_type) end,
+      -- (the owner list routes the delete to the batch's shards on a cluster; on one server it would let
+      -- the planner drive the delete from a key that leads with the owner, out of plan order)
+      case when v_table.ownerless or not v_sharded then ''
+           else format('t.%I = any ($1::%s[]) and', v_table.owner_column, v_table.owner_type) end,
       case when v_table.ownerless then 'is not distinct from' else '=' end)
       into v_deleted, v_gone using v_owners, v_ids, v_table.event_prefix is not null;
     perform set_config('enable_hashjoin', v_hashjoin, true), set_config('enable_mergejoin', v_mergejoin, true);
