@@ -59,3 +59,18 @@ def test_no_user_means_memori_user_id(conn: psycopg.Connection) -> None:
     conn.execute("reset memori.user_id")
     assert_sqlstate(conn, "PM001", "select memori.page_create(p_session_id => 's_none', p_page_id => 'm1',"
                                    " p_content => 'x', p_now => %(t)s)", {"t": T0})
+
+
+def test_an_owner_without_a_user_names_the_session_or_gets_pm001(conn: psycopg.Connection) -> None:
+    """Session ids are per user (revision 0028): an owner's call with no user finds the one user with that
+    session id, and is PM001 (with a hint) when several users have it."""
+    conn.execute("select memori.turn_begin('dup', p_user_id => 'alice', p_now => %s)", (T0,))
+    conn.execute("reset memori.user_id")
+    assert value(conn, "select memori._vm_user('dup')") == "alice"  # one user: that user
+    assert value(conn, "select memori._vm_user('nobody')") is None  # none: no rows, no error
+    conn.execute("select memori.turn_begin('dup', p_user_id => 'bob', p_now => %s)", (T0,))
+    conn.execute("reset memori.user_id")
+    error = assert_sqlstate(conn, "PM001", "select memori.working_set_list('dup')")
+    assert error.diag.message_hint and "memori.user_id" in error.diag.message_hint
+    act_for(conn, "bob")
+    assert value(conn, "select memori._vm_user('dup')") == "bob"
