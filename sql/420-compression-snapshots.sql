@@ -46,8 +46,11 @@ begin
   select v_parts || jsonb_build_object('goal_artifacts', coalesce(jsonb_agg(to_jsonb(x)), '[]')) into v_parts
     from memori.goal_artifacts x join memori.goals g on g.user_id = x.user_id and g.id = x.goal_id
    where g.user_id = v_user and g.session_id = p_state.session_id;
-  -- the virtual memory's pages and working set (sql/525-vm-snapshot.sql), NULL without one
-  v_vm := memori._vm_snapshot_state(p_state.session_id);
+  -- the virtual memory's pages and working set (sql/525-vm-snapshot.sql), NULL without one: looked
+  -- up here by the user first (one shard on Citus), the VM's reader runs only for a VM session
+  if exists (select from memori.vm_sessions s where s.user_id = v_user and s.session_id = p_state.session_id) then
+    v_vm := memori._vm_snapshot_state(p_state.session_id);
+  end if;
   insert into memori.snapshots (session_id, user_id, kind, created_at, token_count, message_count, checkpoint_count,
                                 metadata, state, expires_at)
   values (p_state.session_id, v_user, p_kind, p_now,

@@ -23,11 +23,6 @@ from tests.helpers import T0
 
 pytestmark = pytest.mark.citus
 
-# Found at the merge of issue 20's key migrations; docs/scale-out.md, "Not done yet"
-MERGE_GAP = ("issue 20, found at the merge: with every concern's tables distributed, the three-user compression "
-             'flow makes 12 multi-shard executions (0 on its own branch, where sessions and events were local); '
-             'not traced yet')
-
 TABLES = ("messages", "compression_state", "compression_plans", "compression_checkpoints", "snapshots", "goals",
           "goal_checkpoints", "goal_decisions", "goal_artifacts")
 USERS = ("alice", "bob", "carol")
@@ -79,11 +74,17 @@ def _work(db: pymemdb.Database, user: str) -> dict[str, Any]:
     assert "Keep PostgreSQL" in (db.goals.block(session) or "")
     export = db.compression.session_export(session)
     assert export is not None and export["sessionId"] == session
+    # the other calls that take only a session or a plan id (each statement names the acting user)
+    marked = db.goals.markers_apply(session, "[CHECKPOINT] keys - COMPLETED", now=T0)
+    assert marked.checkpoints_updated == 1 and "✅ keys" in (db.goals.block(session) or "")
+    assert {s.kind for s in db.snapshots.list(session, now=T0)} >= {"manual", "pre_restore"}
+    assert db.compression.session_reliability(session, 3).compression_count == 1
+    failed = db.compression.abort(db.compression.plan(session, force=True, now=T0).id, "summarizer down", now=T0)
+    assert failed.status == "failed"
     plan = db.compression.plan(session, force=True, now=T0)  # left planned: another user probes it
     return {"session": session, "snapshot": snap.id, "plan": plan.id, "plan_status": plan.status}
 
 
-@pytest.mark.xfail(strict=True, reason=MERGE_GAP)
 def test_compression_is_distributed_per_user_and_single_shard(distributed_dsn: str, app_dsn: str) -> None:
     # (1) every compression table is distributed, co-located with the other user tables
     placed = placements(distributed_dsn)
