@@ -88,12 +88,16 @@ CONTEXT_NOT_SAMPLED_YET: frozenset[str] = frozenset({
 })
 
 COMPRESSION_SAMPLES: dict[str, str] = {
+    "message_add": "select * from memori.message_add(p_session_id => 'cmp-' || %(u)s, p_role => 'assistant', "
+                   "p_content => 'Answer. [DECISION] Keep PostgreSQL - LOCKED', p_user_id => %(u)s, "
+                   "p_context_size => 4000)",
+    "goal_create": "select * from memori.goal_create(p_session_id => 'cmp-' || %(u)s, p_description => 'Ship it', "
+                   "p_priority => 'high', p_user_id => %(u)s)",
+    "goal_markers_apply": "select * from memori.goal_markers_apply(p_session_id => 'cmp-' || %(u)s, p_text => "
+                          "E'[CHECKPOINT] keys - IN PROGRESS\\n[DECISION] Keep PostgreSQL - LOCKED\\n"
+                          "[ARTIFACT] Created keys.py\\n[NEXT] rotate keys', p_user_id => %(u)s)",
 }
-COMPRESSION_NOT_SAMPLED_YET: frozenset[str] = frozenset({
-    "goal_create",
-    "goal_markers_apply",
-    "message_add",
-})
+COMPRESSION_NOT_SAMPLED_YET: frozenset[str] = frozenset()
 
 LANGGRAPH_SAMPLES: dict[str, str] = {
 }
