@@ -33,7 +33,9 @@ APP_ROLE = "compression_app"
 def app_dsn(distributed_dsn: str) -> Iterator[str]:
     """The distributed database as a login role of memori_app (row-level security applies), counters on."""
     with psycopg.connect(distributed_dsn, autocommit=True) as conn:
-        conn.execute(f"create role {APP_ROLE} login in role memori_app")
+        # roles belong to the cluster, not to the test's database: the second test finds it
+        if conn.execute("select from pg_roles where rolname = %s", (APP_ROLE,)).fetchone() is None:
+            conn.execute(f"create role {APP_ROLE} login in role memori_app")
         dbname = conninfo_to_dict(distributed_dsn)["dbname"]
         conn.execute(f"alter database {dbname} set citus.enable_stat_counters = on")
     yield make_conninfo(distributed_dsn, user=APP_ROLE)
