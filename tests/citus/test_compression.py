@@ -9,6 +9,7 @@ statements only (Citus's own counters).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -26,6 +27,7 @@ pytestmark = pytest.mark.citus
 TABLES = ("messages", "compression_state", "compression_plans", "compression_checkpoints", "snapshots", "goals",
           "goal_checkpoints", "goal_decisions", "goal_artifacts")
 USERS = ("alice", "bob", "carol")
+SHARD_NAME = re.compile(r"\bmemori\.[a-z_]+?_(\d{6,})\b")
 APP_ROLE = "compression_app"
 
 
@@ -47,6 +49,22 @@ def _counters(admin: psycopg.Connection) -> tuple[int, int]:
                         " where name = current_database()").fetchone()
     assert row is not None
     return row[0], row[1]
+
+
+def _log_remote_commands(db: pymemdb.Database) -> list[str]:
+    """The commands the coordinator sends the workers for this client's calls (its one pooled connection)."""
+    commands: list[str] = []
+
+    def notice(diag: psycopg.errors.Diagnostic) -> None:
+        if (diag.message_primary or "").startswith("issuing "):
+            commands.append(diag.message_primary or "")
+
+    with db.connection() as conn:
+        conn.add_notice_handler(notice)
+        conn.execute("set citus.log_remote_commands = on")
+        conn.execute("set client_min_messages = log")
+        conn.commit()
+    return commands
 
 
 def _work(db: pymemdb.Database, user: str) -> dict[str, Any]:
@@ -98,10 +116,16 @@ def test_compression_is_distributed_per_user_and_single_shard(distributed_dsn: s
 
         # (2) three users through the client, as the app role; (4) single-shard statements only
         admin.execute("select citus_stat_counters_reset(oid) from pg_database where datname = current_database()")
+        ranges = dict(admin.execute("select s.shardid, s.shardminvalue from pg_dist_shard s join pg_dist_partition p"
+                                    " using (logicalrelid) where p.partmethod = 'h'").fetchall())
         work = {}
         for user in USERS:
-            with pymemdb.connect(app_dsn, user_id=user) as db:
+            with pymemdb.connect(app_dsn, user_id=user, max_size=1) as db:
+                commands = _log_remote_commands(db)
                 work[user] = _work(db, user)
+            # every command for the user's calls (the session, the emitted events too) on the user's hash range
+            reached = {ranges[int(s)] for c in commands for s in SHARD_NAME.findall(c) if int(s) in ranges}
+            assert len(reached) == 1, (user, reached)
         single, multi = _counters(admin)
         assert multi == 0 and single > 100, (single, multi)
         by_user = admin.execute("select user_id, count(*) from memori.messages group by 1 order by 1").fetchall()
