@@ -4,7 +4,9 @@ The nine compression tables are distributed by ``user_id`` and co-located;
 three users work through the client as an app role (messages, compress with
 plan / prompt / apply and aging, snapshots, goals), none of them sees or
 changes another's rows, and every call of the flow runs single-shard
-statements only (Citus's own counters).
+statements only (Citus's own counters), each on its user's hash range (the
+coordinator's remote-command log). A snapshot of a session with virtual memory
+is not single-shard yet (a strict xfail).
 """
 
 from __future__ import annotations
