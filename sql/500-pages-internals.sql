@@ -294,6 +294,23 @@ set search_path = pg_catalog, memori, pg_temp;
 comment on function memori._page_row(text, text, text) is 'Row id (memori.pages.id) of the page a user''s session sees under an id: its own row, else the nearest ancestor''s as of the fork; NULL when none.';
 
 -------------------------------------------------------------------------------
+-- _page_live: does a user's session see an unexpired page under an id? (forks resolved)
+create or replace function memori._page_live(p_user_id text, p_session_id text, p_page_id text, p_now timestamptz)
+returns boolean
+as $func$
+declare
+  v_id bigint := memori._page_row(p_user_id, p_session_id, p_page_id);
+begin
+  -- what page_lookup answers (not NULL) through vm_visible_pages, in probes of the user's rows
+  return v_id is not null
+         and exists (select 1 from memori.pages p
+                      where p.user_id = p_user_id and p.id = v_id and (p.expires_at is null or p.expires_at > p_now));
+end
+$func$ language plpgsql stable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._page_live(text, text, text, timestamptz) is 'Whether a user''s session sees an unexpired page under an id (its own row or an ancestor''s as of the fork).';
+
+-------------------------------------------------------------------------------
 -- _page_write: what must happen before a page row of a session changes
 -- Called by every VM function before it updates page rows (or their
 -- representations); Citus refuses the triggers that did it (issue 20). Two
@@ -380,6 +397,7 @@ create or replace function memori._page_check_provenance(p_session_id text, p_pr
 returns void
 as $func$
 declare
+  v_user    text := memori._vm_user(p_session_id);
   v_missing text[];
 begin
   if p_provenance is null or cardinality(p_provenance) = 0 then
@@ -388,7 +406,7 @@ begin
   end if;
   select array_agg(x order by o) into v_missing
     from unnest(p_provenance) with ordinality as u(x, o)
-   where x is null or (memori.page_lookup(p_session_id, x, p_now)).page_id is null;
+   where x is null or not memori._page_live(v_user, p_session_id, x, p_now);  -- a query of unnest, not of a table
   if v_missing is not null then
     raise exception 'provenance page(s) % not in session %', array_to_string(v_missing, ', ', 'NULL'), quote_literal(p_session_id)
       using errcode = 'PM090', detail = format('missing: %s', array_to_string(v_missing, ', ', 'NULL')),
