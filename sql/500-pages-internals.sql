@@ -4,12 +4,51 @@
 
 -------------------------------------------------------------------------------
 -- _vm_retention: when a new row of a retained VM table expires
-create or replace function memori._vm_retention(p_table text, p_now timestamptz) returns timestamptz
+create or replace function memori._vm_retention(p_user_id text, p_session_id text, p_table text, p_now timestamptz)
+returns timestamptz
 as $func$
-  select p_now + retention from memori.retention_policies where table_name = p_table and kind = '*'
-$func$ language sql stable security invoker
+declare
+  v_expires timestamptz;
+begin
+  -- The policy is read joined to the session's row: on Citus this is one router query on the
+  -- user's shard. The reference table read alone goes to its first placement, which is another
+  -- worker for half the users (a second node in a call that is otherwise on one).
+  select p_now + rp.retention into v_expires
+    from memori.vm_sessions s
+    left join memori.retention_policies rp on rp.table_name = p_table and rp.kind = '*'
+   where s.user_id = p_user_id and s.session_id = p_session_id;
+  if not found then
+    -- no such session (callers have one): the policy alone
+    select p_now + rp.retention into v_expires
+      from memori.retention_policies rp where rp.table_name = p_table and rp.kind = '*';
+  end if;
+  return v_expires;
+end
+$func$ language plpgsql stable security invoker
 set search_path = pg_catalog, memori, pg_temp;
-comment on function memori._vm_retention(text, timestamptz) is 'Expiry of a new row of a VM table from its default retention policy (NULL: kept).';
+comment on function memori._vm_retention(text, text, text, timestamptz) is 'Expiry of a new row of a user''s VM session table from its default retention policy (NULL: kept); read on the session''s shard.';
+
+-------------------------------------------------------------------------------
+-- _vm_setting: a memori.settings value read beside a user's VM session
+create or replace function memori._vm_setting(p_user_id text, p_session_id text, p_key text) returns jsonb
+as $func$
+declare
+  v_value jsonb;
+begin
+  -- as in _vm_retention: joined to the session's row, the settings read is one router
+  -- query on the user's shard, not a second node for the reference table alone
+  select st.value into v_value
+    from memori.vm_sessions s
+    left join memori.settings st on st.key = p_key
+   where s.user_id = p_user_id and s.session_id = p_session_id;
+  if not found then
+    v_value := memori._setting(p_key);  -- no such session (callers have one)
+  end if;
+  return v_value;
+end
+$func$ language plpgsql stable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._vm_setting(text, text, text) is 'Value of one memori.settings row (NULL when absent) for a call on a user''s VM session; read on the session''s shard.';
 
 -------------------------------------------------------------------------------
 -- _vm_choices: the values of each VM enumeration, in one place
@@ -209,7 +248,7 @@ create or replace function memori._page_mutation(
 ) returns void
 as $func$
 declare
-  v_expires timestamptz := memori._vm_retention('page_mutations', p_now);  -- here, not on a shard
+  v_expires timestamptz := memori._vm_retention(p_s.user_id, p_s.session_id, 'page_mutations', p_now);  -- here, not on a shard
 begin
   if p_actor is null or p_actor not in ('user', 'model', 'tool', 'system') then
     raise exception 'unknown actor %', coalesce(quote_literal(p_actor), 'NULL')
@@ -253,6 +292,23 @@ end
 $func$ language plpgsql stable security invoker
 set search_path = pg_catalog, memori, pg_temp;
 comment on function memori._page_row(text, text, text) is 'Row id (memori.pages.id) of the page a user''s session sees under an id: its own row, else the nearest ancestor''s as of the fork; NULL when none.';
+
+-------------------------------------------------------------------------------
+-- _page_live: does a user's session see an unexpired page under an id? (forks resolved)
+create or replace function memori._page_live(p_user_id text, p_session_id text, p_page_id text, p_now timestamptz)
+returns boolean
+as $func$
+declare
+  v_id bigint := memori._page_row(p_user_id, p_session_id, p_page_id);
+begin
+  -- what page_lookup answers (not NULL) through vm_visible_pages, in probes of the user's rows
+  return v_id is not null
+         and exists (select 1 from memori.pages p
+                      where p.user_id = p_user_id and p.id = v_id and (p.expires_at is null or p.expires_at > p_now));
+end
+$func$ language plpgsql stable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._page_live(text, text, text, timestamptz) is 'Whether a user''s session sees an unexpired page under an id (its own row or an ancestor''s as of the fork).';
 
 -------------------------------------------------------------------------------
 -- _page_write: what must happen before a page row of a session changes
@@ -341,6 +397,7 @@ create or replace function memori._page_check_provenance(p_session_id text, p_pr
 returns void
 as $func$
 declare
+  v_user    text := memori._vm_user(p_session_id);
   v_missing text[];
 begin
   if p_provenance is null or cardinality(p_provenance) = 0 then
@@ -349,7 +406,7 @@ begin
   end if;
   select array_agg(x order by o) into v_missing
     from unnest(p_provenance) with ordinality as u(x, o)
-   where x is null or (memori.page_lookup(p_session_id, x, p_now)).page_id is null;
+   where x is null or not memori._page_live(v_user, p_session_id, x, p_now);  -- a query of unnest, not of a table
   if v_missing is not null then
     raise exception 'provenance page(s) % not in session %', array_to_string(v_missing, ', ', 'NULL'), quote_literal(p_session_id)
       using errcode = 'PM090', detail = format('missing: %s', array_to_string(v_missing, ', ', 'NULL')),

@@ -247,7 +247,8 @@ begin
   -- the seed's default pinned set: system prompt, goals/plans, preferences, tool schemas, the last N turns
   v_reason := case when p_pin then 'explicit'
                    when p_pin is null and (p_page.role = 'system'
-                                           or p_page.page_id ~ coalesce(memori._setting('vm.autopin_pattern') #>> '{}', '^$'))
+                                           or p_page.page_id ~ coalesce(memori._vm_setting(p_s.user_id, p_s.session_id, 'vm.autopin_pattern')
+                                                                      #>> '{}', '^$'))
                      then 'default_set'
                    when p_pin is null and p_page.page_type = 'transcript' and p_s.pinned_last_turns > 0
                         and p_page.turn > p_s.turn - p_s.pinned_last_turns

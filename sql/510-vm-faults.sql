@@ -67,7 +67,7 @@ declare
   v_session text := p_s.session_id;
   v_user    text := p_s.user_id;
   v_turn    integer := p_s.turn;
-  v_expires timestamptz := memori._vm_retention('page_faults', p_now);
+  v_expires timestamptz := memori._vm_retention(p_s.user_id, p_s.session_id, 'page_faults', p_now);
 begin
   insert into memori.page_faults (session_id, user_id, page_id, turn, reason, target_level, served_level, outcome,
                                   tokens, source_tier, evictions, at, expires_at)

@@ -155,6 +155,7 @@ declare
   v_group  text;
   v_topic  text;
   v_env    jsonb;
+  v_expires timestamptz;
 begin
   select count(*) into v_served from memori.page_faults
    where user_id = p_s.user_id and session_id = p_s.session_id and turn = p_s.turn and outcome = 'served';
@@ -187,9 +188,10 @@ begin
         v_item.tokens := coalesce((v_env->'effects'->>'tokens_est')::integer, 0);
         v_budget := v_budget - 1;
         v_groups := v_groups || v_group || v_topic;
+        v_expires := memori._vm_retention(p_s.user_id, p_s.session_id, 'vm_prefetches', p_now);  -- not on a shard
         insert into memori.vm_prefetches (session_id, user_id, page_id, turn, source, reason, why, tokens, at, expires_at)
         values (p_s.session_id, p_s.user_id, v_item.page_id, p_s.turn, p_source, v_item.reason, v_item.why,
-                v_item.tokens, p_now, memori._vm_retention('vm_prefetches', p_now));
+                v_item.tokens, p_now, v_expires);
       else
         v_item.outcome := 'already_mapped';
       end if;

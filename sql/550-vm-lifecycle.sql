@@ -136,7 +136,7 @@ begin
     loop
       v_n := v_n + 1;
       v_id := v_stem || lpad(v_n::text, 3, '0');
-      exit when (memori.page_lookup(p_session_id, v_id, p_now)).page_id is null;
+      exit when not memori._page_live(v_s.user_id, p_session_id, v_id, p_now);
     end loop;
   end if;
   v_p := memori.page_create(p_session_id => p_session_id, p_page_id => v_id, p_content => p_content,

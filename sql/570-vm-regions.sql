@@ -56,8 +56,14 @@ set citus.allow_nested_distributed_execution = on;
 comment on function memori._region_page_shared(text, text, text) is 'Whether a page of p_owner (or its whole session) is in a region whose access list holds memori.user_id (the region_read policies'' check).';
 
 -------------------------------------------------------------------------------
--- _region_owned: a region of the acting user, locked
-create or replace function memori._region_owned(p_region_id text, p_user_id text) returns memori.vm_regions
+-- _region_owned: a region of the acting user, locked unless asked not to
+-- The lock serialises changes of the region row and its access list (grant, revoke, drop).
+-- Putting and removing entries does not take it: an entry's foreign key to the region
+-- holds the region for the entry's insert, and a drop cascades to the entries. On a
+-- cluster the lock is a write-lock of a reference table (on its first placement):
+-- without it the entry functions run on the owner's shard alone, delegated too.
+create or replace function memori._region_owned(p_region_id text, p_user_id text, p_lock boolean default true)
+returns memori.vm_regions
 as $func$
 declare
   v_user text := memori._acting_user(p_user_id);
@@ -74,12 +80,14 @@ begin
     raise exception 'region % belongs to another user', quote_literal(p_region_id)
       using errcode = 'PM095', hint = 'Only the owner of a region changes it; ask them to share with you.';
   end if;
-  perform 1 from memori.vm_regions where region_id = p_region_id for update;
+  if p_lock then
+    perform 1 from memori.vm_regions where region_id = p_region_id for update;
+  end if;
   return v_r;
 end
 $func$ language plpgsql volatile security invoker
 set search_path = pg_catalog, memori, pg_temp;
-comment on function memori._region_owned(text, text) is 'A region of the acting user, locked; PM005 when missing (or invisible), PM095 when another user''s.';
+comment on function memori._region_owned(text, text, boolean) is 'A region of the acting user, locked FOR UPDATE unless p_lock is false; PM005 when missing (or invisible), PM095 when another user''s.';
 
 -------------------------------------------------------------------------------
 -- region_create: a new shared region
@@ -184,7 +192,7 @@ create or replace function memori.region_page_put(
 ) returns boolean
 as $func$
 declare
-  v_r memori.vm_regions := memori._region_owned(p_region_id, p_user_id);
+  v_r memori.vm_regions := memori._region_owned(p_region_id, p_user_id, false);
   v_s memori.vm_sessions := memori._vm_session_read(p_session_id);
   v_p memori.pages;
   v_n integer;
@@ -222,12 +230,14 @@ create or replace function memori.region_page_remove(
 ) returns boolean
 as $func$
 declare
-  v_r    memori.vm_regions := memori._region_owned(p_region_id, p_user_id);
+  v_r    memori.vm_regions := memori._region_owned(p_region_id, p_user_id, false);
   v_held text;  -- the session whose row a fork's shared page is (region_page_put names that one)
+  v_id   bigint;
   v_n    integer;
 begin
-  select v.session_id into v_held from memori.vm_visible_pages v
-   where v.user_id = v_r.user_id and v.viewer_session_id = p_session_id and v.page_id = p_page_id;
+  -- the row the session sees under the id, in probes of the owner's rows (one shard on Citus)
+  v_id := memori._page_row(v_r.user_id, p_session_id, p_page_id);
+  select p.session_id into v_held from memori.pages p where p.user_id = v_r.user_id and p.id = v_id;
   delete from memori.vm_region_pages
    where user_id = v_r.user_id and region_id = v_r.region_id and page_id = coalesce(p_page_id, '')
      and session_id in (p_session_id, v_held);
@@ -289,20 +299,26 @@ as $func$
 declare
   v_user    text := memori._acting_user(p_user_id);
   v_ids     text[];
-  v_entries jsonb;
+  v_entries jsonb := '{}';
+  v_owner   record;
 begin
   v_ids := array(select r.region_id from memori.vm_regions r
                   where r.user_id = v_user
                      or exists (select 1 from memori.vm_region_members m
                                  where m.region_id = r.region_id and m.region_owner = r.user_id and m.user_id = v_user));
-  -- the entries of each region (its owner's rows): regions of several owners, so every shard
-  -- holding one on a cluster (multi-shard by design); counted first, not per region row
-  select coalesce(jsonb_object_agg(c.region_id, c.n), '{}') into v_entries
-    from (select rp.region_id, count(*) as n
-            from memori.vm_region_pages rp
-            join memori.vm_regions r on r.region_id = rp.region_id and r.user_id = rp.user_id
-           where rp.region_id = any (v_ids)
-           group by rp.region_id) c;
+  -- the entries of each region are its owner's rows (forged entries name their writer), counted
+  -- owner by owner: on a cluster one statement on each owner's shard, so a user who reads only
+  -- their own regions stays on one shard; regions shared by others are multi-shard by design
+  for v_owner in
+    select r.user_id, array_agg(r.region_id) as ids from memori.vm_regions r
+     where r.region_id = any (v_ids) group by r.user_id
+  loop
+    select v_entries || coalesce(jsonb_object_agg(c.region_id, c.n), '{}') into v_entries
+      from (select rp.region_id, count(*) as n
+              from memori.vm_region_pages rp
+             where rp.user_id = v_owner.user_id and rp.region_id = any (v_owner.ids)
+             group by rp.region_id) c;
+  end loop;
   return query
     select r.region_id, r.user_id, r.scope, r.description,
            case when r.user_id = v_user

@@ -655,6 +655,7 @@ begin
         ('context_resolve', 'resolves project and global entries written by other users'),
         ('context_search',  'searches project and global entries written by other users'),
         ('region_pages',    'reads the pages of a shared region, which live with their owners'),
+        ('region_list',     'counts the entries of regions other users shared, which live with their owners'),
         ('search_pages',    'searches shared regions, whose pages live with their owners'),
         ('mcp_token_list',  'a NULL user lists every user''s tokens (an admin''s listing)'),
         ('mcp_token_revoke', 'a NULL user revokes a token by id across users (an admin''s call)')

@@ -26,10 +26,6 @@ from tests.citus.conftest import placements
 
 pytestmark = pytest.mark.citus
 
-# Found at the merge of issue 20's key migrations; docs/scale-out.md, "Not done yet"
-MERGE_GAP = ("issue 20, found at the merge: with every concern's tables distributed, page_fault sends statements "
-             'to two workers (one on its own branch); not traced yet')
-
 DISTRIBUTED = {"vm_sessions", "pages", "page_versions", "page_representations", "working_set", "page_mutations",
                "page_faults", "vm_forks", "vm_segments", "vm_pack_cache", "vm_prefetches", "vm_region_pages"}
 REFERENCE = {"vm_regions", "vm_region_members", "vm_recall_signals"}
@@ -127,8 +123,9 @@ def _rls_matrix(conn: psycopg.Connection) -> None:
             assert info.value.sqlstate == "PM005"
 
 
-def _remote_commands(conn: psycopg.Connection, query: str, params: tuple[object, ...]) -> list[tuple[str, str]]:
-    """(command, server and connection) of every command Citus sends for one transaction."""
+def _remote_commands(conn: psycopg.Connection, query: str, params: tuple[object, ...],
+                     user: str = "alice") -> list[tuple[str, str]]:
+    """(command, server and connection) of every command Citus sends for one transaction of a user."""
     seen: list[tuple[str, str]] = []
 
     def keep(diag: psycopg.errors.Diagnostic) -> None:
@@ -138,7 +135,7 @@ def _remote_commands(conn: psycopg.Connection, query: str, params: tuple[object,
     conn.add_notice_handler(keep)
     try:
         with conn.transaction():
-            _as(conn, "alice")
+            _as(conn, user)
             conn.execute("set local citus.log_remote_commands = on")
             conn.execute(query, params)
     finally:
@@ -146,7 +143,6 @@ def _remote_commands(conn: psycopg.Connection, query: str, params: tuple[object,
     return seen
 
 
-@pytest.mark.xfail(strict=True, reason=MERGE_GAP)
 def test_vm_pages_on_the_cluster(vm_cluster: tuple[str, str]) -> None:
     dsn, app = vm_cluster
     placed = placements(dsn)
@@ -175,6 +171,23 @@ def test_vm_pages_on_the_cluster(vm_cluster: tuple[str, str]) -> None:
         assert not any("PREPARE TRANSACTION" in c for c, _ in sent), sent
         shards = {tok.split("_")[-1] for c in statements for tok in c.split() if tok.startswith("memori.pages_")}
         assert len(shards) == 1, statements
+        # a served fault (the page is loaded, mapped and logged), for every user (their shards are on
+        # both workers, and a reference table read alone goes to one fixed worker): the policy and
+        # setting reads it makes (retention, vm.autopin_pattern) are joined to the session's row,
+        # so they stay on the session's node too
+        nodes = set()
+        for user in USERS:
+            with conn.transaction():
+                _as(conn, user)
+                conn.execute("select memori.page_create(%s, 'doc_2', 'more notes', p_add_to_working_set => false)",
+                             (f"s-{user}",))
+            sent = _remote_commands(conn, "select memori.page_fault(%s, 'doc_2', 0, 'user_requested_recall')",
+                                    (f"s-{user}",), user)
+            assert any("INSERT INTO memori.working_set_" in c for c, _ in sent), sent
+            assert len({where for _, where in sent}) == 1, (user, sent)
+            assert not any("PREPARE TRANSACTION" in c for c, _ in sent), sent
+            nodes |= {where.split(" connectionId")[0] for _, where in sent}
+        assert len(nodes) == 2, nodes  # the three users cover both workers
 
         # and EXPLAIN of its page read: Task Count 1
         with conn.transaction():
