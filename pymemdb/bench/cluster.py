@@ -131,7 +131,7 @@ def citus_databases(progress: Progress | None, names: tuple[str, ...]) -> Iterat
 
 
 def _prepare(target: Target, distribute: bool, delegate: bool = False) -> dict[str, Any]:
-    """Install, distribute (a cluster), register the functions (delegate), create the app role, count Citus statements."""
+    """Install; on a cluster distribute, register the functions (delegate) and count Citus statements; the app role."""
     pymemdb.install.install(target.dsn)
     placed: dict[str, Any] = {}
     with psycopg.connect(target.dsn, autocommit=True) as conn:
@@ -346,7 +346,8 @@ def render(result: dict[str, Any]) -> list[Table]:
                           f"(load {result['load_average'][0]:.1f} -> {result['load_average_end'][0]:.1f})")
     for col in ("call", "kind", "single p50/p95 µs", "cluster p50/p95 µs", "ratio p50",
                 "delegated p50/p95 µs", f"ratio p50 (goal ≤ {result['goal_ratio_p50']})",
-                "remote cmds/call (cluster/delegated)", "single/multi-shard (cluster)", "single/multi-shard (delegated)"):
+                "remote cmds/call (cluster/delegated)", "single/multi-shard (cluster)",
+                "single/multi-shard (delegated)"):
         latency.add_column(col)
     for call in CALLS:
         s, c, d = (result["latency"][t][call] for t in TARGETS)
