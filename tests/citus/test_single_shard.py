@@ -404,3 +404,16 @@ def test_client_calls_are_delegated_with_their_user(distributed_dsn: str, login:
         assert issued and not [m for m in issued if "memori.memory_save(" in m], issued
     with psycopg.connect(distributed_dsn, autocommit=True) as conn:  # the coordinator never restarted
         assert conn.execute("select pg_postmaster_start_time()").fetchone() == started
+
+
+def test_registration_right_after_distribute(citus_dsn: str) -> None:
+    """distribute(), then registration without re-applying sql/: helpers reach the workers callees first
+    (a worker checks a SQL function's body on creation: _age_ms before _epoch_us failed and aborted it)."""
+    with psycopg.connect(citus_dsn, autocommit=True) as conn:
+        conn.execute("select * from memori.distribute()").fetchall()
+        rows = conn.execute("select kind, status from memori.distribute_functions(p_delegate => true)").fetchall()
+        on_workers = conn.execute("select result from run_command_on_workers("
+                                  "$$select to_regprocedure('memori._age_ms(timestamptz, timestamptz)') is not null$$)")
+        assert on_workers.fetchall() == [("t",), ("t",)]
+    statuses = {status for kind, status in rows if kind == "delegate"}
+    assert statuses == {"registered"}, [r for r in rows if r[1] != "registered"]
