@@ -231,8 +231,9 @@ BENCH_SUITES = (
                "Checkpoint create throughput (one per transaction vs. create_many) and latest-per-session query."),
     BenchSuite("context", 1_000_000, "context_get across four scopes vs. a primary-key get (superuser and RLS); "
                "context_resolve of 200 keys."),
-    BenchSuite("cluster", 1_000_000, "The same per-user calls on one server and on a three-node Citus cluster: p50 "
-               "ratio, single-shard share, cleanup time and WAL.", rows_help="Expired rows the cleanup step deletes."),
+    BenchSuite("cluster", 1_000_000, "The same per-user calls on one server and on a three-node Citus cluster, "
+               "coordinator-run and delegated: p50 ratio, commands per call, single-shard share, cleanup time and WAL.",
+               rows_help="Expired rows the cleanup step deletes."),
     BenchSuite("compression", 10_000,
                "message_add throughput (one per transaction vs. batched) and compression_plan p95 on a long session."),
     BenchSuite("langgraph", 20_000,

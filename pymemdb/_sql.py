@@ -28,6 +28,16 @@ SESSION_ID = ("p_session_id", "text")
 
 REGISTRY: list[SqlFunction[Any]] = []
 
+# The user argument of a per-user function: the one Citus delegates a call by (p_owner_id for
+# memory_save, else p_user_id). memori.distribute_functions() picks it by the same rule.
+USER_PARAMS = ("p_owner_id", "p_user_id")
+
+# What the client sends for the user argument when it knows no acting user: the value a NULL
+# means (memori.user_id), as an expression. Citus 14.0.1 crashes the coordinator when a registered
+# function gets a NULL constant as its distribution argument, a default NULL included; it delegates
+# only a constant, so a call with this expression runs on the coordinator (docs/scale-out.md).
+NO_USER = sql.SQL("nullif(pg_catalog.current_setting('memori.user_id', true), '')")
+
 
 @dataclass(frozen=True)
 class SqlFunction(Generic[T]):
@@ -37,15 +47,26 @@ class SqlFunction(Generic[T]):
     params: tuple[tuple[str, str], ...]  # (parameter name, SQL type for the cast)
     result: type[T] | None  # dataclass for rows; for a scalar its Python type (static only) or None
     returns: Literal["one", "many", "scalar"]
+    # False where a NULL user means something else than the acting user (mcp_token_list and
+    # mcp_token_revoke: every user, an admin's call); the client then leaves the argument out
+    fill_user: bool = True
 
     def __post_init__(self) -> None:
         REGISTRY.append(self)
+
+    @property
+    def user_param(self) -> str | None:
+        """The user argument (``p_owner_id``, else ``p_user_id``) the client always passes, or None."""
+        names = {p for p, _ in self.params}
+        return next((p for p in USER_PARAMS if p in names), None) if self.fill_user else None
 
     def query(self, args: dict[str, Any], *, binary: bool = False) -> sql.Composed:
         """``select ... from memori.name(p_x => %(p_x)s::type, ...)`` for the args given.
 
         Arguments that are not given are left out so the SQL defaults apply
-        (``p_now default now()``, ...). ``binary``: the parameters travel in
+        (``p_now default now()``, ...), except the user argument (``user_param``): never
+        left out nor NULL (``Database.call`` passes the acting user; without one it is the
+        expression ``NO_USER``, what its NULL default means). ``binary``: the parameters travel in
         PostgreSQL's binary format (``%(p_x)b``; bytea and arrays of it are not
         escaped byte by byte).
         """
@@ -60,6 +81,8 @@ class SqlFunction(Generic[T]):
         unknown = set(values) - {p for p, _ in self.params}
         if unknown:
             raise TypeError(f"memori.{self.name} has no parameter(s) {sorted(unknown)}")
+        if self.user_param is not None and self.user_param not in values:
+            values = {**values, self.user_param: NO_USER}
         named = sql.SQL(", ").join(
             sql.SQL("{} => {}::{}").format(sql.Identifier(p), values[p], sql.SQL(cast))
             for p, cast in self.params
@@ -87,21 +110,21 @@ class Scalar(SqlFunction[T]):
     """A function returning one value: ``call`` returns ``T`` (not checked at run time: the SQL is)."""
 
 
-def one(name: str, *params: tuple[str, str], result: type[T]) -> OneRow[T]:
-    return OneRow(name, tuple(params), result, "one")
+def one(name: str, *params: tuple[str, str], result: type[T], fill_user: bool = True) -> OneRow[T]:
+    return OneRow(name, tuple(params), result, "one", fill_user)
 
 
-def maybe(name: str, *params: tuple[str, str], result: type[T]) -> MaybeRow[T]:
-    return MaybeRow(name, tuple(params), result, "one")
+def maybe(name: str, *params: tuple[str, str], result: type[T], fill_user: bool = True) -> MaybeRow[T]:
+    return MaybeRow(name, tuple(params), result, "one", fill_user)
 
 
-def rows(name: str, *params: tuple[str, str], result: type[T]) -> Rows[T]:
-    return Rows(name, tuple(params), result, "many")
+def rows(name: str, *params: tuple[str, str], result: type[T], fill_user: bool = True) -> Rows[T]:
+    return Rows(name, tuple(params), result, "many", fill_user)
 
 
-def scalar(name: str, *params: tuple[str, str], result: type[T]) -> Scalar[T]:
+def scalar(name: str, *params: tuple[str, str], result: type[T], fill_user: bool = True) -> Scalar[T]:
     """``result`` is the Python type of the value (``int``, ``bool``, ``dict``), for the type checker."""
-    return Scalar(name, tuple(params), result, "scalar")
+    return Scalar(name, tuple(params), result, "scalar", fill_user)
 
 
 def given(**kwargs: Any) -> dict[str, Any]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import os
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, LiteralString, TypeVar, overload
@@ -35,6 +36,11 @@ def _configure(conn: psycopg.Connection) -> None:
     except psycopg.ProgrammingError:
         pass
     conn.rollback()
+
+
+# The acting user of each cursor Database.transaction() opened (its SET LOCAL memori.user_id):
+# Database.call passes it as the user argument of a call made on that cursor.
+_ACTING: weakref.WeakKeyDictionary[psycopg.Cursor[Any], str] = weakref.WeakKeyDictionary()
 
 
 def _set_user(user_id: str) -> sql.Composed:
@@ -171,6 +177,7 @@ class Database:
         with self.connection() as conn, conn.transaction(), conn.cursor() as cur:
             if acting is not None:
                 cur.execute(_set_user(acting))
+                _ACTING[cur] = acting
             yield cur
 
     def rows(self, query: LiteralString, result: type[T], params: dict[str, Any] | None = None) -> list[T]:
@@ -206,11 +213,21 @@ class Database:
         The declaration's kind types the result: ``OneRow[T]`` gives ``T`` (a function that
         returned no row is a bug in the SQL, raised as RuntimeError), ``MaybeRow[T]`` gives
         ``T | None``, ``Rows[T]`` ``list[T]`` and ``Scalar[T]`` the value.
+
+        The user argument of a per-user function (``SqlFunction.user_param``) is always
+        passed: the acting user when not given (the transaction's ``memori.user_id``, what
+        the SQL default NULL means), so Citus can delegate the call to that user's node and
+        never sees a NULL user (Citus 14.0.1 crashes on one, docs/scale-out.md).
         """
         if cur is None:
             acting = args.get("p_user_id")
             with self.transaction(acting if isinstance(acting, str) else None) as own:
                 return self.call(function, own, **args)
+        user_param = function.user_param
+        if user_param is not None and args.get(user_param) is None:
+            args = {k: v for k, v in args.items() if k != user_param}
+            if (user := _ACTING.get(cur)) is not None:
+                args[user_param] = user
         query = function.query(args)
         with wrap_exceptions():
             if function.returns == "scalar":

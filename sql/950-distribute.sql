@@ -611,6 +611,14 @@ begin
     calls(caller, callee) as (   -- a body that names another memori function followed by (
       select distinct w.oid, b.oid from words w join fns b on b.proname = w.word and b.oid <> w.oid where w.called
     ),
+    below(fn, callee, depth) as (   -- the functions each function calls, directly or not, and how deep
+      select c.caller, c.callee, 1 from calls c
+      union
+      select b.fn, c.callee, b.depth + 1 from below b join calls c on c.caller = b.callee where b.depth < 12
+    ),
+    heights as (  -- the longest call chain under a function: a callee's height is below its caller's
+      select b.fn, max(b.depth) as height from below b group by b.fn
+    ),
     roots as (  -- the public per-user functions
       select p.oid, a.arg
         from pg_catalog.pg_proc p
@@ -633,8 +641,12 @@ begin
        group by reach.root, rels.relname, rels.placed
     )
     select r.oid::regprocedure as fn, r.arg,
-           (select array_agg(reach.fn::regprocedure order by reach.fn::regprocedure::text)
-              from reach where reach.root = r.oid and reach.fn <> r.oid) as helpers,
+           -- callees first: a worker checks a SQL function's body when it is created, so a
+           -- helper must not reach a worker before the helpers it calls (_age_ms calls _epoch_us)
+           (select array_agg(reach.fn::regprocedure
+                             order by coalesce(h.height, 0), reach.fn::regprocedure::text)
+              from reach left join heights h on h.fn = reach.fn
+             where reach.root = r.oid and reach.fn <> r.oid) as helpers,
            (select string_agg(t.relname, ', ' order by t.relname) from touches t
              where t.root = r.oid and t.placed = 'local') as unplaced,
            (select string_agg(t.relname, ', ' order by t.relname) from touches t

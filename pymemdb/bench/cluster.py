@@ -1,19 +1,28 @@
 """``pymemdb bench cluster``: one server against the three-node Citus cluster, in the same run (issue 20).
 
-1. Two targets: the single server (the scratch database of ``--dsn``) and a
-   Citus cluster, a database created on every node of the test cluster in
-   ``$PYMEMDB_CITUS_DIR`` (``scripts/citus/cluster.sh start DIR``), or of one
-   this benchmark starts in a temporary directory and stops at the end. On
-   both: the schema installed; on the cluster ``memori.distribute()``.
-2. The same per-user workload on both, through the Python client as an app
-   role (``memori_app``; row-level security on, the user set with ``SET
-   LOCAL``): seed 05's checkpoint save and latest load, ``context_resolve``
-   of a session, ``page_fault`` into a small working set (faults evict), and
+1. Three targets: the single server (the scratch database of ``--dsn``) and
+   two databases of one Citus cluster (created on every node of the test
+   cluster in ``$PYMEMDB_CITUS_DIR``, ``scripts/citus/cluster.sh start DIR``,
+   or of one this benchmark starts in a temporary directory and stops at the
+   end): ``cluster``, where ``memori.distribute()`` placed the tables and the
+   coordinator runs every function (each statement routed to a shard), and
+   ``delegated``, the same plus ``memori.distribute_functions(p_delegate =>
+   true)``: Citus sends a whole call of a ``delegate`` function to the worker
+   of its user (one round trip), the client passing the user.
+2. The same per-user workload on all three, through the Python client as an
+   app role (``memori_app``; row-level security on, the user set with ``SET
+   LOCAL``): seed 05's checkpoint save and latest load, ``memory_save``,
+   ``checkpoint_create``, the Store's put and get, ``context_resolve`` of a
+   session, ``page_fault`` into a small working set (faults evict), and
    ``search_pages`` in the session. Calls alternate between the targets call
-   by call (the order flips every round), so drift and the machine's load hit
-   both alike; p50/p95 per call and the cluster/single ratio.
-3. The share of single-shard statements per call on the cluster, from
-   Citus's own counters (``citus_stat_counters``, enabled for the database).
+   by call (the order rotates every round), so drift and the machine's load
+   hit all alike; p50/p95 per call and the ratio to the single server.
+3. Per call on each cluster target: the commands the coordinator sends to the
+   workers (``citus.log_remote_commands``; 1 for a delegated call) and the
+   single- and multi-shard executions Citus counts on every node
+   (``citus_stat_counters``); the single-shard share of the per-user calls,
+   the calls multi-shard by design (``context_resolve``, ``search_pages``:
+   other users' rows) counted apart.
 4. The retention engine on ``rows`` expired memories spread over the users:
    ``cleanup_execute``'s time and the WAL it wrote (on the cluster, summed
    over the coordinator and the workers).
@@ -26,13 +35,14 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +65,21 @@ COUNTED = 20  # calls per call type whose Citus statements are counted
 APP_ROLE = "pymemdb_bench_app"
 GOAL_RATIO = 2.0  # delegated calls: cluster p50 at most twice the single server's
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "citus" / "cluster.sh"
-CALLS = ("checkpoint_save", "checkpoint_load", "context_resolve", "page_fault", "page_search")
+CALLS = ("checkpoint_save", "checkpoint_load", "memory_save", "checkpoint_create", "store_put", "store_get",
+         "context_resolve", "page_fault", "page_search")
+# the memori function behind each call (its delegation kind comes from memori.distribute_functions())
+FUNCTIONS = {"checkpoint_save": "session_checkpoint_save", "checkpoint_load": "session_checkpoint_load_latest",
+             "memory_save": "memory_save", "checkpoint_create": "checkpoint_create", "store_put": "store_put",
+             "store_get": "store_get", "context_resolve": "context_resolve", "page_fault": "page_fault",
+             "page_search": "search_pages"}
+# read other users' rows on purpose (docs/scale-out.md): outside the single-shard share
+MULTI_SHARD_BY_DESIGN = {"context_resolve": "project and global entries of other writers",
+                         "page_search": "shared regions' pages, with their owners (vm_visible_pages today)"}
+TARGETS = ("single", "cluster", "delegated")
+STORE_KEYS = 10
+CONTROL = re.compile(r"^(BEGIN|COMMIT|ROLLBACK|PREPARE TRANSACTION|COMMIT PREPARED|ROLLBACK PREPARED|SAVEPOINT|"
+                     r"RELEASE SAVEPOINT|ROLLBACK TO SAVEPOINT|SELECT assign_distributed_transaction_id|SET LOCAL)",
+                     re.I)
 
 
 @dataclass(frozen=True)
@@ -64,8 +88,8 @@ class Target:
     dsn: str  # superuser
     node_dsns: tuple[str, ...]  # every node whose WAL counts (the cluster: coordinator and workers)
 
-    def app_dsn(self) -> str:
-        return make_conninfo(self.dsn, user=APP_ROLE, password="")
+    def app_dsn(self, **options: str) -> str:
+        return make_conninfo(self.dsn, user=APP_ROLE, password="", **options)
 
 
 def _cluster_script(*args: str) -> str:
@@ -82,8 +106,8 @@ def _cluster_script(*args: str) -> str:
 
 
 @contextmanager
-def citus_database(progress: Progress | None) -> Iterator[Target]:
-    """A new database on every node of the test cluster (``$PYMEMDB_CITUS_DIR``, else one started here)."""
+def citus_databases(progress: Progress | None, names: tuple[str, ...]) -> Iterator[dict[str, Target]]:
+    """A new database per name on every node of the test cluster (``$PYMEMDB_CITUS_DIR``, else one started here)."""
     with ExitStack() as stack:
         directory = os.environ.get("PYMEMDB_CITUS_DIR")
         if not directory:
@@ -93,18 +117,21 @@ def citus_database(progress: Progress | None) -> Iterator[Target]:
                 progress("starting a three-node Citus cluster")
             _cluster_script("start", directory)
             stack.callback(_cluster_script, "stop", directory)
-        name = f"pymemdb_bench_cluster_{os.getpid()}"
-        dsn = _cluster_script("createdb", name, directory).splitlines()[-1]
-        stack.callback(_cluster_script, "dropdb", name, directory)
         exports = dict(line.removeprefix("export ").partition("=")[::2]
                        for line in _cluster_script("env", directory).splitlines())
-        workers = tuple(make_conninfo(value.strip("'"), dbname=name) for key, value in sorted(exports.items())
-                        if key.startswith("PYMEMDB_CITUS_WORKER") and key.endswith("_DSN"))
-        yield Target("cluster", dsn, (dsn, *workers))
+        targets = {}
+        for target in names:
+            name = f"pymemdb_bench_{target}_{os.getpid()}"
+            dsn = _cluster_script("createdb", name, directory).splitlines()[-1]
+            stack.callback(_cluster_script, "dropdb", name, directory)
+            workers = tuple(make_conninfo(value.strip("'"), dbname=name) for key, value in sorted(exports.items())
+                            if key.startswith("PYMEMDB_CITUS_WORKER") and key.endswith("_DSN"))
+            targets[target] = Target(target, dsn, (dsn, *workers))
+        yield targets
 
 
-def _prepare(target: Target, distribute: bool) -> dict[str, Any]:
-    """Install, distribute (the cluster), create the app login role, and count Citus statements."""
+def _prepare(target: Target, distribute: bool, delegate: bool = False) -> dict[str, Any]:
+    """Install; on a cluster distribute, register the functions (delegate) and count Citus statements; the app role."""
     pymemdb.install.install(target.dsn)
     placed: dict[str, Any] = {}
     with psycopg.connect(target.dsn, autocommit=True) as conn:
@@ -113,6 +140,17 @@ def _prepare(target: Target, distribute: bool) -> dict[str, Any]:
             placed = {"distributed": sorted(t for t, s in rows if s in ("distributed", "already")
                                             and t not in _reference(conn)),
                       "not_distributed": sorted(t for t, s in rows if s in ("blocked", "unplanned"))}
+            # sql/ again once the tables are placed, as `pymemdb init --distribute` does: the install
+            # propagates the functions to the workers (registration fails without it)
+            pymemdb.install.install(target.dsn, force=True)
+            functions = conn.execute("select function_name, kind, status from memori.distribute_functions("
+                                     "p_delegate => %s)", (delegate,)).fetchall()
+            placed["kinds"] = {name.split("(")[0]: kind for name, kind, _ in functions}
+            placed["registered"] = sorted(name.split("(")[0] for name, _, status in functions
+                                          if status in ("registered", "already"))
+            placed["failed"] = sorted(f"{name}: {status}" for name, _, status in functions
+                                      if status.startswith(("failed", "not attempted")))
+            # Citus propagates it to the workers, where a delegated call's statements run
             conn.execute(sql.SQL("alter database {} set citus.enable_stat_counters = on").format(
                 sql.Identifier(str(conninfo_to_dict(target.dsn)["dbname"]))))
         if not one(conn, "select count(*) from pg_roles where rolname = %s", (APP_ROLE,)):
@@ -148,6 +186,8 @@ def _seed(db: Database) -> None:
             content = f"Page {p} of the paging model: tiers, faults and evictions. " * 6
             acting.pages.create(f"vm-{user}", f"doc_{p}", content, page_type="artifact", add_to_working_set=False,
                                 now=NOW)
+        for k in range(STORE_KEYS):
+            acting.store.put(["bench", "docs"], f"k{k}", {"text": f"document {k} of {user}"}, now=NOW)
 
 
 def _call(db: Database, name: str, user: str, rng: random.Random) -> Callable[[], Any]:
@@ -156,6 +196,16 @@ def _call(db: Database, name: str, user: str, rng: random.Random) -> Callable[[]
         return lambda: acting.memories.save_session_checkpoint("skill:api-builder", user, "state", now=NOW)
     if name == "checkpoint_load":
         return lambda: acting.memories.load_latest_checkpoint("api", user, now=NOW)
+    if name == "memory_save":  # no owner given: the client passes the acting user
+        return lambda: acting.memories.save("bench:notes", "a note", ttl=timedelta(days=7), now=NOW)
+    if name == "checkpoint_create":
+        return lambda: acting.checkpoints.create(f"s-{user}", user, "manual", "step", {"step": 1}, now=NOW)
+    if name == "store_put":
+        key = f"k{rng.randrange(STORE_KEYS)}"
+        return lambda: acting.store.put(["bench", "docs"], key, {"text": f"document {key} of {user}"}, now=NOW)
+    if name == "store_get":
+        key = f"k{rng.randrange(STORE_KEYS)}"
+        return lambda: acting.store.get(["bench", "docs"], key, now=NOW)
     if name == "context_resolve":
         return lambda: acting.context.resolve(Scope(session_id=f"s-{user}"), now=NOW)
     if name == "page_fault":
@@ -171,7 +221,7 @@ def _workload(dbs: dict[str, Database], seed: int) -> dict[str, dict[str, Any]]:
     samples: dict[str, dict[str, list[int]]] = {t: {c: [] for c in CALLS} for t in dbs}
     order = list(dbs)
     for r in range(WARMUP + ROUNDS):
-        order.reverse()
+        order = order[1:] + order[:1]  # each target goes first, second and last in turn
         for name in CALLS:
             user = _user(rng.randrange(USERS))
             state = rng.getstate()
@@ -185,24 +235,54 @@ def _workload(dbs: dict[str, Database], seed: int) -> dict[str, dict[str, Any]]:
     return {t: {c: latency_summary(xs) for c, xs in by_call.items()} for t, by_call in samples.items()}
 
 
-def _shard_counts(target: Target, db: Database, seed: int) -> dict[str, dict[str, int]]:
-    """Citus's single- and multi-shard statement counts of COUNTED calls of each type."""
+def _shard_counts(target: Target, db: Database, seed: int) -> dict[str, dict[str, float]]:
+    """Per call type over COUNTED calls: Citus's single- and multi-shard executions on every node, and the
+    commands the coordinator sent to the workers per call (transaction control and SET LOCAL aside)."""
     rng = random.Random(seed)
-    counts: dict[str, dict[str, int]] = {}
-    with psycopg.connect(target.dsn, autocommit=True) as conn:
-        def read() -> tuple[int, int]:
+    counts: dict[str, dict[str, float]] = {}
+    sent: list[str] = []
+
+    def notice(diag: psycopg.errors.Diagnostic) -> None:
+        message = diag.message_primary or ""
+        if message.startswith("issuing "):
+            sent.extend(p for p in (p.strip() for p in message.removeprefix("issuing ").split(";"))
+                        if p and not CONTROL.match(p))
+
+    def read(conns: list[psycopg.Connection[Any]]) -> tuple[int, int]:
+        single = multi = 0
+        for conn in conns:
             row = conn.execute("select query_execution_single_shard, query_execution_multi_shard"
                                " from citus_stat_counters where name = current_database()").fetchone()
             assert row is not None
-            return int(row[0]), int(row[1])
+            single, multi = single + int(row[0]), multi + int(row[1])
+        return single, multi
 
-        for name in CALLS:
-            before = read()
-            for _ in range(COUNTED):
-                _call(db, name, _user(rng.randrange(USERS)), rng)()
-            after = read()
-            counts[name] = {"single_shard": after[0] - before[0], "multi_shard": after[1] - before[1]}
+    traced = make_conninfo(db.dsn, options="-c citus.log_remote_commands=on -c client_min_messages=log")
+    conns = [psycopg.connect(d, autocommit=True) for d in target.node_dsns]
+    try:
+        with pymemdb.connect(traced, min_size=1, max_size=1) as tracing:
+            with tracing.pool.connection() as conn:  # the pool's one connection
+                conn.add_notice_handler(notice)
+            for name in CALLS:
+                before = read(conns)
+                sent.clear()
+                for _ in range(COUNTED):
+                    _call(tracing, name, _user(rng.randrange(USERS)), rng)()
+                after = read(conns)
+                counts[name] = {"single_shard": after[0] - before[0], "multi_shard": after[1] - before[1],
+                                "remote_commands": round(len(sent) / COUNTED, 1)}
+    finally:
+        for c in conns:
+            c.close()
     return counts
+
+
+def _share(counts: dict[str, dict[str, float]]) -> float | None:
+    """Single-shard executions of the per-user calls (the multi-shard-by-design ones apart) over all theirs."""
+    per_user = [c for name, c in counts.items() if name not in MULTI_SHARD_BY_DESIGN]
+    single = sum(c["single_shard"] for c in per_user)
+    total = single + sum(c["multi_shard"] for c in per_user)
+    return round(single / total, 4) if total else None
 
 
 def _cleanup(target: Target, rows: int) -> dict[str, Any]:
@@ -231,25 +311,30 @@ def run(dsn: str, rows: int, *, seed: int = 1, progress: Progress | None = None)
     require_rows(rows, 1000, "The cleanup step needs at least 1,000 expired rows.")
     result: dict[str, Any] = {"users": USERS, "rounds": ROUNDS, "load_average": list(os.getloadavg())}
     single = Target("single", dsn, (dsn,))
-    with citus_database(progress) as cluster, ExitStack() as stack:
+    with citus_databases(progress, ("cluster", "delegated")) as clusters, ExitStack() as stack:
+        cluster, delegated = clusters["cluster"], clusters["delegated"]
+        targets = (single, cluster, delegated)
         if progress:
-            progress("installing on both targets; distributing the cluster's tables")
+            progress("installing on the three targets; distributing the clusters' tables, delegating one's functions")
         _prepare(single, distribute=False)
         result["placement"] = _prepare(cluster, distribute=True)
-        dbs = {t.name: stack.enter_context(pymemdb.connect(t.app_dsn())) for t in (single, cluster)}
+        result["delegation"] = _prepare(delegated, distribute=True, delegate=True)
+        kinds = result["delegation"]["kinds"]
+        result["kind"] = {c: ("by design" if c in MULTI_SHARD_BY_DESIGN else
+                              "delegated" if FUNCTIONS[c] in result["delegation"]["registered"] else
+                              kinds.get(FUNCTIONS[c], "per session")) for c in CALLS}
+        dbs = {t.name: stack.enter_context(pymemdb.connect(t.app_dsn())) for t in targets}
         for db in dbs.values():
             _seed(db)
         if progress:
             progress(f"workload: {ROUNDS} timed calls of each type on each target, alternating")
         result["latency"] = _workload(dbs, seed)
-        result["ratio_p50"] = {c: ratio(result["latency"]["cluster"][c]["p50_us"],
-                                        result["latency"]["single"][c]["p50_us"]) for c in CALLS}
-        result["shards"] = _shard_counts(cluster, dbs["cluster"], seed)
-        single_total = sum(c["single_shard"] for c in result["shards"].values())
-        all_total = single_total + sum(c["multi_shard"] for c in result["shards"].values())
-        result["single_shard_share"] = round(single_total / all_total, 4) if all_total else None
+        result["ratio_p50"] = {t: {c: ratio(result["latency"][t][c]["p50_us"], result["latency"]["single"][c]["p50_us"])
+                                   for c in CALLS} for t in ("cluster", "delegated")}
+        result["shards"] = {t.name: _shard_counts(t, dbs[t.name], seed) for t in (cluster, delegated)}
+        result["single_shard_share"] = {t: _share(result["shards"][t]) for t in ("cluster", "delegated")}
         if progress:
-            progress(f"cleanup of {rows:,} expired rows on each target")
+            progress(f"cleanup of {rows:,} expired rows on one server and the cluster")
         result["cleanup"] = {t.name: _cleanup(t, rows) for t in (single, cluster)}
     result["load_average_end"] = list(os.getloadavg())
     result["goal_ratio_p50"] = GOAL_RATIO
@@ -259,16 +344,24 @@ def run(dsn: str, rows: int, *, seed: int = 1, progress: Progress | None = None)
 def render(result: dict[str, Any]) -> list[Table]:
     latency = Table(title=f"Per-user calls, {result['users']} users, {result['rounds']} calls each "
                           f"(load {result['load_average'][0]:.1f} -> {result['load_average_end'][0]:.1f})")
-    for col in ("call", "single p50 µs", "single p95 µs", "cluster p50 µs", "cluster p95 µs",
-                f"ratio p50 (goal ≤ {result['goal_ratio_p50']})", "single-shard stmts", "multi-shard stmts"):
+    for col in ("call", "kind", "single p50/p95 µs", "cluster p50/p95 µs", "ratio p50",
+                "delegated p50/p95 µs", f"ratio p50 (goal ≤ {result['goal_ratio_p50']})",
+                "remote cmds/call (cluster/delegated)", "single/multi-shard (cluster)",
+                "single/multi-shard (delegated)"):
         latency.add_column(col)
     for call in CALLS:
-        s, c, n = result["latency"]["single"][call], result["latency"]["cluster"][call], result["shards"][call]
-        latency.add_row(call, fmt(s["p50_us"]), fmt(s["p95_us"]), fmt(c["p50_us"]),
-                        fmt(c["p95_us"]), fmt(result["ratio_p50"][call]),
-                        fmt(n["single_shard"]), fmt(n["multi_shard"]))
-    cleanup = Table(title=f"cleanup_execute of expired memories (single-shard share of the calls' statements: "
-                          f"{fmt(result['single_shard_share'])})")
+        s, c, d = (result["latency"][t][call] for t in TARGETS)
+        nc, nd = result["shards"]["cluster"][call], result["shards"]["delegated"][call]
+        latency.add_row(call, result["kind"][call], f"{fmt(s['p50_us'])} / {fmt(s['p95_us'])}",
+                        f"{fmt(c['p50_us'])} / {fmt(c['p95_us'])}", fmt(result["ratio_p50"]["cluster"][call]),
+                        f"{fmt(d['p50_us'])} / {fmt(d['p95_us'])}", fmt(result["ratio_p50"]["delegated"][call]),
+                        f"{fmt(nc['remote_commands'])} / {fmt(nd['remote_commands'])}",
+                        f"{fmt(nc['single_shard'])} / {fmt(nc['multi_shard'])}",
+                        f"{fmt(nd['single_shard'])} / {fmt(nd['multi_shard'])}")
+    share = result["single_shard_share"]
+    cleanup = Table(title=f"cleanup_execute of expired memories (single-shard share of the per-user calls' "
+                          f"executions, by-design multi-shard calls apart: cluster {fmt(share['cluster'])}, "
+                          f"delegated {fmt(share['delegated'])})")
     for col in ("target", "rows", "deleted", "left", "seconds", "rows/s", "WAL MB"):
         cleanup.add_column(col)
     for name, c in result["cleanup"].items():

@@ -53,8 +53,12 @@ class McpPrincipal:
 MCP_TOKEN_CREATE = one(
     "mcp_token_create", USER_ID, ("p_name", "text"), ("p_ttl", "interval"), NOW, result=McpTokenSecret,
 )
-MCP_TOKEN_LIST = rows("mcp_token_list", USER_ID, ("p_include_inactive", "boolean"), NOW, result=McpTokenInfo)
-MCP_TOKEN_REVOKE = scalar("mcp_token_revoke", USER_ID, ("p_name", "text"), ("p_token_id", "bigint"), NOW, result=int)
+# a NULL user is every user here (an admin's listing or revoke by id): the client leaves it out
+# when not given, and memori.distribute_functions() keeps both on the coordinator for that reason
+MCP_TOKEN_LIST = rows("mcp_token_list", USER_ID, ("p_include_inactive", "boolean"), NOW, result=McpTokenInfo,
+                      fill_user=False)
+MCP_TOKEN_REVOKE = scalar("mcp_token_revoke", USER_ID, ("p_name", "text"), ("p_token_id", "bigint"), NOW, result=int,
+                          fill_user=False)
 MCP_TOKEN_VERIFY = maybe("mcp_token_verify", ("p_token", "text"), ("p_client", "text"), NOW, result=McpPrincipal)
 
 

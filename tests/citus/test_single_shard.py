@@ -373,3 +373,68 @@ def test_nothing_is_delegated_before_distribute(citus_dsn: str) -> None:
     with pymemdb.connect(citus_dsn) as db:
         rows = db.cluster.distribute_functions(delegate=True)
     assert rows and {r.kind for r in rows} == {"waiting"} and {r.status for r in rows} == {"not registered"}
+
+
+# Client calls that leave the user out (the connection's user acts): the client passes it, so each
+# is delegated with that user, and a registered function never sees a NULL user (issue 20).
+CLIENT_CALLS: dict[str, Callable[[pymemdb.Database], object]] = {
+    "memory_save": lambda db: db.memories.save("ns-shared", "a memory without owner"),
+    "checkpoint_create": lambda db: db.checkpoints.create("s1", str(db.user_id), "manual", "t", {"k": 1}),
+    "checkpoint_query": lambda db: db.checkpoints.query(session_id="s1"),
+    "business_context_get": lambda db: db.business.get(),
+    "context_set": lambda db: db.context.set("theme", {"v": 1}, type="user_preferences", scope="user"),
+    "session_checkpoint_load_latest": lambda db: db.memories.load_latest_checkpoint("api", str(db.user_id)),
+    "store_put": lambda db: db.store.put(["docs"], "k", {"text": "one"}),
+    "store_get": lambda db: db.store.get(["docs"], "k"),
+    "store_search": lambda db: db.store.search(["docs"], query=None),
+}
+
+
+def test_client_calls_are_delegated_with_their_user(distributed_dsn: str, login: Callable[[str], str]) -> None:
+    with psycopg.connect(distributed_dsn, autocommit=True) as conn:
+        rows = conn.execute("select function_name, kind from memori.distribute_functions(p_delegate => true)")
+        kinds = {name.split("(")[0]: kind for name, kind in rows.fetchall()}
+        started = conn.execute("select pg_postmaster_start_time()").fetchone()
+    assert {kinds[name] for name in CLIENT_CALLS} == {"delegate"}, kinds
+    issued: list[str] = []
+
+    def notice(diag: psycopg.errors.Diagnostic) -> None:
+        if (diag.message_primary or "").startswith("issuing "):
+            issued.append(diag.message_primary or "")
+
+    def traced(dsn: str, user: str | None) -> pymemdb.Database:
+        db = pymemdb.connect(psycopg.conninfo.make_conninfo(
+            dsn, options="-c citus.log_remote_commands=on -c client_min_messages=log"),
+            min_size=1, max_size=1, user_id=user)
+        with db.pool.connection() as conn:  # the pool's one connection: trace it
+            conn.add_notice_handler(notice)
+        return db
+
+    app_dsn = login("memori_app")
+    for user in USERS:
+        with traced(app_dsn, user) as db:
+            for name, call in CLIENT_CALLS.items():
+                issued.clear()
+                call(db)
+                delegated = [m for m in issued if f"memori.{name}(" in m]
+                assert len(delegated) == 1 and f"'{user}'::text" in delegated[0], (name, user, issued)
+    # no acting user at all (an owner's call): what NULL means, not delegated, run on the coordinator
+    with traced(distributed_dsn, None) as db:
+        issued.clear()
+        assert db.memories.save("ns-owner", "nobody's").owner_id == "ns-owner"
+        assert issued and not [m for m in issued if "memori.memory_save(" in m], issued
+    with psycopg.connect(distributed_dsn, autocommit=True) as conn:  # the coordinator never restarted
+        assert conn.execute("select pg_postmaster_start_time()").fetchone() == started
+
+
+def test_registration_right_after_distribute(citus_dsn: str) -> None:
+    """distribute(), then registration without re-applying sql/: helpers reach the workers callees first
+    (a worker checks a SQL function's body on creation: _age_ms before _epoch_us failed and aborted it)."""
+    with psycopg.connect(citus_dsn, autocommit=True) as conn:
+        conn.execute("select * from memori.distribute()").fetchall()
+        rows = conn.execute("select kind, status from memori.distribute_functions(p_delegate => true)").fetchall()
+        on_workers = conn.execute("select result from run_command_on_workers("
+                                  "$$select to_regprocedure('memori._age_ms(timestamptz, timestamptz)') is not null$$)")
+        assert on_workers.fetchall() == [("t",), ("t",)]
+    statuses = {status for kind, status in rows if kind == "delegate"}
+    assert statuses == {"registered"}, [r for r in rows if r[1] != "registered"]
