@@ -268,6 +268,7 @@ declare
   v_chain      text[];
   v_blob_expires timestamptz;
   v_kept_chain text[];
+  v_chains     jsonb;
   v_newer      boolean;
   v_missing    text;
   v_revive     boolean := false;
@@ -293,28 +294,30 @@ begin
                             'Pass one entry per blob in each array (bases and items: both or neither).');
   end if;
   v_delta := p_metadata ? 'counters_since_delta_snapshot' or p_metadata ? 'delta_writes_versioned';
-  -- One statement for what this runs on every step of every graph: the saver's
-  -- policy, the live thread (and whether _lg_thread would renew it: the same
-  -- test), and whether a newer checkpoint exists. A thread that is missing or
-  -- due for renewal goes through _lg_thread.
-  -- (key probes joined, no aggregate: (table_name, kind) is retention_policies' key)
-  select pc.retention, pt.retention, (pc.kind is not null)::integer + (pt.kind is not null)::integer, t.id,
-         t.uses_delta,
-         t.updated_at <= p_now - interval '1 minute' or t.updated_at > p_now
-           or t.policy <> p_policy or (v_delta and not t.uses_delta)
-           or t.expires_at is distinct from t.updated_at + pt.retention,
-         exists (select 1 from memori.lg_checkpoints c
-                  where c.user_id = v_user and c.thread = t.id and c.checkpoint_ns = v_ns
-                    and c.checkpoint_id > p_checkpoint_id)
-    into v_superseded, v_idle, v_policies, v_thread, v_uses_delta, v_renew, v_newer
+  -- What this runs on every step of every graph: the saver's policy (key probes
+  -- joined, no aggregate: (table_name, kind) is retention_policies' key), then the
+  -- live thread (and whether _lg_thread would renew it: the same test) and whether
+  -- a newer checkpoint exists. A thread that is missing or due for renewal goes
+  -- through _lg_thread. (Two statements: a delegated call on a Citus worker refuses
+  -- one that joins a reference table to the user's tables.)
+  select pc.retention, pt.retention, (pc.kind is not null)::integer + (pt.kind is not null)::integer
+    into v_superseded, v_idle, v_policies
     from (select 1) one
     left join memori.retention_policies pc on pc.table_name = 'lg_checkpoints' and pc.kind = p_policy and pc.kind <> '*'
-    left join memori.retention_policies pt on pt.table_name = 'lg_threads' and pt.kind = p_policy and pt.kind <> '*'
-    left join memori.lg_threads t
-      on t.user_id = v_user and t.thread_id = p_thread_id and (t.expires_at is null or t.expires_at > p_now);
+    left join memori.retention_policies pt on pt.table_name = 'lg_threads' and pt.kind = p_policy and pt.kind <> '*';
   if v_policies < 2 then
     perform memori._lg_policy(p_policy);  -- raises PM004 with the known policies
   end if;
+  select t.id, t.uses_delta,
+         t.updated_at <= p_now - interval '1 minute' or t.updated_at > p_now
+           or t.policy <> p_policy or (v_delta and not t.uses_delta)
+           or t.expires_at is distinct from t.updated_at + v_idle,
+         exists (select 1 from memori.lg_checkpoints c
+                  where c.user_id = v_user and c.thread = t.id and c.checkpoint_ns = v_ns
+                    and c.checkpoint_id > p_checkpoint_id)
+    into v_thread, v_uses_delta, v_renew, v_newer
+    from memori.lg_threads t
+   where t.user_id = v_user and t.thread_id = p_thread_id and (t.expires_at is null or t.expires_at > p_now);
   if v_thread is null or v_renew then
     v_row := memori._lg_thread(v_user, p_thread_id, p_policy, v_idle, v_delta, p_now);
     if v_thread is null then  -- created (or replaced): probe its checkpoints again
@@ -331,7 +334,7 @@ begin
   -- blobs: full values, or deltas (the items appended to a base version of the
   -- same channel and type, which must exist unexpired: PM081 otherwise, and the
   -- saver sends the full value). Plain statements, no CTEs: the bases are
-  -- checked first, then the insert probes them again for the chain.
+  -- checked, and their chains read, first; then the insert.
   if p_blob_bases is null then
     insert into memori.lg_blobs (thread, checkpoint_ns, channel, version, user_id, policy, type, blob)
     select v_thread, v_ns, u.channel, u.version, v_user, p_policy, u.type, u.value
@@ -339,33 +342,31 @@ begin
     on conflict (user_id, thread, checkpoint_ns, channel, version) do nothing;
     get diagnostics v_count = row_count;
   else
-    select string_agg(u.channel || '@' || u.base, ', ') filter (where x.id is null),
-           coalesce(bool_or(x.expires_at is not null), false)
-      into v_missing, v_revive
-      from unnest(p_blob_channels, p_blob_types, p_blob_bases) as u(channel, type, base)
-      left join lateral (select x.id, x.expires_at from memori.lg_blobs x
+    select string_agg(u.channel || '@' || u.base, ', ') filter (where u.base is not null and x.chain is null),
+           coalesce(bool_or(x.expires_at is not null), false),
+           jsonb_agg(to_jsonb(x.chain) order by u.ord)
+      into v_missing, v_revive, v_chains
+      from unnest(p_blob_channels, p_blob_types, p_blob_bases) with ordinality as u(channel, type, base, ord)
+      left join lateral (select coalesce(x.base, '{}') || x.version as chain, x.expires_at
+                           from memori.lg_blobs x
                           where x.user_id = v_user and x.thread = v_thread and x.checkpoint_ns = v_ns
                             and x.channel = u.channel and x.version = u.base and x.type = u.type
                             and (x.expires_at is null or x.expires_at > p_now)
-                          limit 1) x on true
-     where u.base is not null;
+                          limit 1) x on true;
     if v_missing is not null then
       raise exception 'delta blob without its base version: %', v_missing
         using errcode = 'PM081',
               detail = 'A delta blob extends a base version of its channel that this thread does not have unexpired.',
               hint = 'Send the full value (MemoriSaver does so by itself when it gets this error).';
     end if;
+    -- the chains found above, by position: the INSERT reads no table (Citus plans an
+    -- INSERT ... SELECT apart from a router query, and refuses a lateral join in it)
     insert into memori.lg_blobs (thread, checkpoint_ns, channel, version, user_id, policy, type, blob, base, items)
-    select v_thread, v_ns, u.channel, u.version, v_user, p_policy, u.type, u.value, x.chain,
+    select v_thread, v_ns, u.channel, u.version, v_user, p_policy, u.type, u.value,
+           case when u.base is not null then array(select jsonb_array_elements_text(v_chains -> (u.ord::integer - 1))) end,
            case when u.base is not null then coalesce(u.items, 0) end
       from unnest(p_blob_channels, p_blob_versions, p_blob_types, p_blob_values, p_blob_bases, p_blob_items)
-             as u(channel, version, type, value, base, items)
-      left join lateral (select coalesce(x.base, '{}') || x.version as chain
-                           from memori.lg_blobs x
-                          where x.user_id = v_user and x.thread = v_thread and x.checkpoint_ns = v_ns
-                            and x.channel = u.channel and x.version = u.base and x.type = u.type
-                            and (x.expires_at is null or x.expires_at > p_now)
-                          limit 1) x on u.base is not null
+             with ordinality as u(channel, version, type, value, base, items, ord)
     on conflict (user_id, thread, checkpoint_ns, channel, version) do nothing;
     get diagnostics v_count = row_count;
   end if;
@@ -509,25 +510,27 @@ begin
     perform memori._invalid('write indexes, channels, types and values differ in length',
                             'Pass one entry per write in each of the four arrays.');
   end if;
-  -- One statement (this runs after every step's put): the policy's idle time,
-  -- the live thread (and whether _lg_thread would renew it: the same test), and
-  -- the checkpoint's expiry: writes of a superseded checkpoint expire with it
-  -- (NULL: the latest, or not saved yet).
-  select pt.retention, (pc.kind is not null)::integer + (pt.kind is not null)::integer, t.id,
-         t.updated_at <= p_now - interval '1 minute' or t.updated_at > p_now
-           or t.policy <> p_policy or t.expires_at is distinct from t.updated_at + pt.retention,
-         (select c.expires_at from memori.lg_checkpoints c
-           where c.user_id = v_user and c.thread = t.id and c.checkpoint_ns = v_ns
-             and c.checkpoint_id = p_checkpoint_id)
-    into v_idle, v_found, v_thread, v_renew, v_expires
+  -- This runs after every step's put: the policy's idle time, then the live
+  -- thread (and whether _lg_thread would renew it: the same test) and the
+  -- checkpoint's expiry: writes of a superseded checkpoint expire with it (NULL:
+  -- the latest, or not saved yet). (Two statements, as in lg_checkpoint_put.)
+  select pt.retention, (pc.kind is not null)::integer + (pt.kind is not null)::integer
+    into v_idle, v_found
     from (select 1) one
     left join memori.retention_policies pc on pc.table_name = 'lg_checkpoints' and pc.kind = p_policy and pc.kind <> '*'
-    left join memori.retention_policies pt on pt.table_name = 'lg_threads' and pt.kind = p_policy and pt.kind <> '*'
-    left join memori.lg_threads t
-      on t.user_id = v_user and t.thread_id = p_thread_id and (t.expires_at is null or t.expires_at > p_now);
+    left join memori.retention_policies pt on pt.table_name = 'lg_threads' and pt.kind = p_policy and pt.kind <> '*';
   if v_found < 2 then
     perform memori._lg_policy(p_policy);  -- raises PM004 with the known policies
   end if;
+  select t.id,
+         t.updated_at <= p_now - interval '1 minute' or t.updated_at > p_now
+           or t.policy <> p_policy or t.expires_at is distinct from t.updated_at + v_idle,
+         (select c.expires_at from memori.lg_checkpoints c
+           where c.user_id = v_user and c.thread = t.id and c.checkpoint_ns = v_ns
+             and c.checkpoint_id = p_checkpoint_id)
+    into v_thread, v_renew, v_expires
+    from memori.lg_threads t
+   where t.user_id = v_user and t.thread_id = p_thread_id and (t.expires_at is null or t.expires_at > p_now);
   if v_thread is null or v_renew then
     -- writes may arrive before their checkpoint: they create the thread too
     v_thread := (memori._lg_thread(v_user, p_thread_id, p_policy, v_idle, false, p_now)).id;
@@ -886,6 +889,7 @@ declare
   v_source memori.lg_threads;
   v_target bigint;
   v_count  integer;
+  v_rows   jsonb;
 begin
   select * into v_source from memori.lg_threads t
    where t.user_id = v_user and t.thread_id = p_source_thread_id and (t.expires_at is null or t.expires_at > p_now);
@@ -897,28 +901,34 @@ begin
   if v_target = v_source.id then
     return 0;
   end if;
+  -- each table's rows read first (one statement on the user's shard), then inserted from
+  -- that value: Citus plans an INSERT ... SELECT over a distributed table apart, and with
+  -- the call's values as parameters it read every shard
+  select jsonb_agg(to_jsonb(b)) into v_rows from memori.lg_blobs b
+   where b.user_id = v_user and b.thread = v_source.id and (b.expires_at is null or b.expires_at > p_now);
   insert into memori.lg_blobs (thread, checkpoint_ns, channel, version, user_id, policy, type, blob, expires_at,
                                base, items)
   select v_target, b.checkpoint_ns, b.channel, b.version, v_user, p_policy, b.type, b.blob, b.expires_at,
          b.base, b.items
-    from memori.lg_blobs b
-   where b.user_id = v_user and b.thread = v_source.id and (b.expires_at is null or b.expires_at > p_now)
+    from jsonb_populate_recordset(null::memori.lg_blobs, v_rows) b
   on conflict (user_id, thread, checkpoint_ns, channel, version) do nothing;
+  select jsonb_agg(to_jsonb(c) order by c.checkpoint_ns, c.checkpoint_id) into v_rows from memori.lg_checkpoints c
+   where c.user_id = v_user and c.thread = v_source.id and (c.expires_at is null or c.expires_at > p_now);
   insert into memori.lg_checkpoints (thread, checkpoint_ns, checkpoint_id, parent_id, user_id, policy, checkpoint,
                                      metadata, expires_at)
   select v_target, c.checkpoint_ns, c.checkpoint_id, c.parent_id, v_user, p_policy, c.checkpoint, c.metadata,
          c.expires_at
-    from memori.lg_checkpoints c
-   where c.user_id = v_user and c.thread = v_source.id and (c.expires_at is null or c.expires_at > p_now)
+    from jsonb_populate_recordset(null::memori.lg_checkpoints, v_rows) c
    order by c.checkpoint_ns, c.checkpoint_id
   on conflict (user_id, thread, checkpoint_ns, checkpoint_id) do nothing;
   get diagnostics v_count = row_count;
+  select jsonb_agg(to_jsonb(w)) into v_rows from memori.lg_writes w
+   where w.user_id = v_user and w.thread = v_source.id and (w.expires_at is null or w.expires_at > p_now);
   insert into memori.lg_writes (thread, checkpoint_ns, checkpoint_id, task_id, idx, task_path, user_id, policy, channel,
                                 type, blob, expires_at)
   select v_target, w.checkpoint_ns, w.checkpoint_id, w.task_id, w.idx, w.task_path, v_user, p_policy, w.channel, w.type,
          w.blob, w.expires_at
-    from memori.lg_writes w
-   where w.user_id = v_user and w.thread = v_source.id and (w.expires_at is null or w.expires_at > p_now)
+    from jsonb_populate_recordset(null::memori.lg_writes, v_rows) w
   on conflict (user_id, thread, checkpoint_ns, checkpoint_id, task_id, idx) do nothing;
   perform memori._event_emit('langgraph.thread_copied',
             jsonb_build_object('user_id', v_user, 'source', p_source_thread_id, 'target', p_target_thread_id,
