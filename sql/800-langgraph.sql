@@ -633,7 +633,7 @@ comment on function memori.lg_checkpoint_stamp(text, text, uuid, text, timestamp
 -------------------------------------------------------------------------------
 -- lg_checkpoint_get: one checkpoint (the latest of the namespace without an id)
 -- The hot read of every graph step: one statement (see lg_checkpoint_stamp).
--- A delta blob's full value (as in lg_blob_value: keep the two in step) is its chain's items (root first) and its own
+-- A delta blob's full value (as in lg_blob_value and lg_checkpoint_list: keep them in step) is its chain's items (root first) and its own
 -- tail under one msgpack array header: a delta stores only the items appended
 -- to its base version; the msgpack array of the whole list is a header for
 -- the total count, then the root's items, then every delta's items in chain
@@ -815,7 +815,6 @@ create or replace function memori.lg_checkpoint_list(
 as $func$
 declare
   v_user text := memori._lg_user(p_user_id);
-  v_c    record;
 begin
   if p_limit is not null and p_limit < 0 then
     perform memori._invalid(format('limit must be NULL or >= 0, got %s', p_limit), 'Pass limit=None for all.');
@@ -826,29 +825,75 @@ begin
   -- "p is null or ...": PL/pgSQL plans the statement for the values of each call
   -- (a custom plan: the generic one would be far costlier), so only the filters
   -- given reach the plan, and the (thread, namespace, id) index serves them.
-  -- Each checkpoint is then read as lg_checkpoint_get reads it (one tuple, one
-  -- statement routed to the user's shard; a stable function: the same snapshot).
-  for v_c in
-    select t.thread_id, c.checkpoint_ns, c.checkpoint_id
-      from memori.lg_threads t
-      join memori.lg_checkpoints c on c.user_id = t.user_id and c.thread = t.id
-     where t.user_id = v_user and c.user_id = v_user
-       and (p_thread_id is null or t.thread_id = p_thread_id)
-       and (t.expires_at is null or t.expires_at > p_now)
-       and (p_checkpoint_ns is null or c.checkpoint_ns = p_checkpoint_ns)
-       and (p_checkpoint_id is null or c.checkpoint_id = p_checkpoint_id)
-       and (p_before is null or c.checkpoint_id < p_before)
-       and (p_filter is null or c.metadata @> p_filter)
-       and (c.expires_at is null or c.expires_at > p_now)
-     order by c.checkpoint_id desc
-     limit p_limit
-  loop
-    return query
-      select g.thread_id, g.checkpoint_ns, g.checkpoint_id, g.parent_id, g.checkpoint, g.metadata, g.blob_channels,
-             g.blob_types, g.blob_values, g.write_task_ids, g.write_channels, g.write_types, g.write_values,
-             g.write_task_paths, g.write_idx, null::text, null::text
-        from memori.lg_checkpoint_get(v_c.thread_id, v_c.checkpoint_ns, v_c.checkpoint_id, v_user, p_now) g;
-  end loop;
+  -- Each checkpoint's blobs and writes as lg_checkpoint_get reads them (keep the
+  -- two in step); one statement, every table filtered by the user (Citus routes it).
+  return query
+  select c.thread_id, c.checkpoint_ns, c.checkpoint_id, c.parent_id, c.checkpoint, c.metadata,
+         b.channels, b.types, b.vals, w.task_ids, w.channels, w.types, w.vals, w.paths, w.idx, null::text, null::text
+    from (select t.thread_id, c.thread, c.checkpoint_ns, c.checkpoint_id, c.parent_id, c.checkpoint, c.metadata
+            from memori.lg_threads t
+            join memori.lg_checkpoints c on c.user_id = t.user_id and c.thread = t.id
+           where t.user_id = v_user and c.user_id = v_user
+             and (p_thread_id is null or t.thread_id = p_thread_id)
+             and (t.expires_at is null or t.expires_at > p_now)
+             and (p_checkpoint_ns is null or c.checkpoint_ns = p_checkpoint_ns)
+             and (p_checkpoint_id is null or c.checkpoint_id = p_checkpoint_id)
+             and (p_before is null or c.checkpoint_id < p_before)
+             and (p_filter is null or c.metadata @> p_filter)
+             and (c.expires_at is null or c.expires_at > p_now)
+           order by c.checkpoint_id desc
+           limit p_limit) c
+   cross join lateral (
+     -- one primary-key probe per channel (LATERAL ... LIMIT 1): a join would be
+     -- planned for the namespace's whole blob history, which grows with every step
+     select array_agg(v.key) as channels, array_agg(bl.type) as types, array_agg(bl.blob) as vals
+       from jsonb_each_text(c.checkpoint -> 'channel_versions') v
+      cross join lateral (
+        select x.type,
+               case when x.base is null then x.blob else (
+                 -- a delta: one index scan for the whole chain (= ANY), put in chain order by
+                 -- array_position; the root's array header parsed inline
+                 select case when j.n < 16 then set_byte('\x00'::bytea, 0, 144 + j.n)
+                             when j.n < 65536 then '\xdc'::bytea || substring(int4send(j.n) from 3 for 2)
+                             else '\xdd'::bytea || int4send(j.n) end
+                        || j.body || x.blob
+                   from (select (sum(coalesce(y.items, r.items)) + x.items)::integer as n,
+                                string_agg(case when y.items is null then substring(y.blob from r.header + 1)
+                                                else y.blob end, ''::bytea order by array_position(x.base, y.version))
+                                  as body
+                           -- the root is TOASTed (a whole list): detoasted once here (|| and OFFSET 0),
+                           -- not by every get_byte and substring below (they read its chunks again each)
+                           from (select y.version, y.items, y.blob || ''::bytea as blob
+                                   from memori.lg_blobs y
+                                  where y.user_id = v_user and y.thread = x.thread and y.checkpoint_ns = x.checkpoint_ns
+                                    and y.channel = x.channel and y.version = any (x.base)
+                                 offset 0) y
+                           left join lateral (
+                             select case when h.b between 144 and 159 then h.b - 144
+                                         when h.b = 220 then (get_byte(y.blob, 1) << 8) | get_byte(y.blob, 2)
+                                         when h.b = 221 then (get_byte(y.blob, 1)::bigint << 24)
+                                                             | (get_byte(y.blob, 2) << 16)
+                                                             | (get_byte(y.blob, 3) << 8) | get_byte(y.blob, 4) end
+                                      as items,
+                                    case when h.b between 144 and 159 then 1 when h.b = 220 then 3 else 5 end as header
+                               from (select case when y.items is null then get_byte(y.blob, 0) end as b) h) r
+                             on y.items is null) j) end as blob
+          from memori.lg_blobs x
+         where x.user_id = v_user and x.thread = c.thread and x.checkpoint_ns = c.checkpoint_ns
+           and x.channel = v.key and x.version = v.value
+           and (x.expires_at is null or x.expires_at > p_now)
+         limit 1) bl) b
+   cross join lateral (
+     select array_agg(wr.task_id order by wr.task_path, wr.task_id, wr.idx) as task_ids,
+            array_agg(wr.channel order by wr.task_path, wr.task_id, wr.idx) as channels,
+            array_agg(wr.type order by wr.task_path, wr.task_id, wr.idx) as types,
+            array_agg(wr.blob order by wr.task_path, wr.task_id, wr.idx) as vals,
+            array_agg(wr.task_path order by wr.task_path, wr.task_id, wr.idx) as paths,
+            array_agg(wr.idx order by wr.task_path, wr.task_id, wr.idx) as idx
+       from memori.lg_writes wr
+      where wr.user_id = v_user and wr.thread = c.thread and wr.checkpoint_ns = c.checkpoint_ns
+        and wr.checkpoint_id = c.checkpoint_id and (wr.expires_at is null or wr.expires_at > p_now)) w
+   order by c.checkpoint_id desc;
 end
 $func$ language plpgsql stable security invoker
 set search_path = pg_catalog, memori, pg_temp;
