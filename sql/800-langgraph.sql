@@ -155,80 +155,19 @@ set search_path = pg_catalog, memori, pg_temp;
 comment on function memori._lg_thread(text, text, text, interval, boolean, timestamptz) is 'Create a LangGraph thread or renew its idle expiry (at most once a minute); an expired one is replaced. Returns its row.';
 
 -------------------------------------------------------------------------------
--- _lg_live_thread: the key of a user's unexpired thread (NULL when none)
-create or replace function memori._lg_live_thread(p_user_id text, p_thread_id text, p_now timestamptz)
-returns bigint
-as $func$
-  select t.id from memori.lg_threads t
-   where t.user_id = p_user_id and t.thread_id = p_thread_id and (t.expires_at is null or t.expires_at > p_now)
-$func$ language sql stable security invoker
-set search_path = pg_catalog, memori, pg_temp;
-comment on function memori._lg_live_thread(text, text, timestamptz) is 'Key of a user''s unexpired LangGraph thread, NULL when there is none.';
-
--------------------------------------------------------------------------------
--- _lg_blob_full: a blob's full value (a delta blob joined to its chain, root first)
--- A delta stores only the items appended to its base version; the msgpack
--- array of the whole list is a header for the total count, then the root's
--- items, then every delta's items in chain order (msgpack arrays are their
--- items back to back). A full value (p_base NULL) is itself.
---
--- A row (FROM ... CROSS JOIN LATERAL) so that PostgreSQL inlines it into the
--- read that calls it: as a function call (its own plan, a search_path switch)
--- it cost ~120 µs of a cold read's ~300. Hence no SET clause, and a string body
--- with every memori name qualified, as lg_checkpoint_stamp's.
-create or replace function memori._lg_blob_full(
-  p_user text, p_thread bigint, p_ns text, p_channel text, p_base text[], p_items integer, p_blob bytea
-) returns table (blob bytea)
-as $func$
-  select p_blob where p_base is null
-  union all
-  -- one index scan for the whole chain (= ANY), put in chain order by array_position;
-  -- the root's array header parsed inline (a nested function call costs more than the scan)
-  select case when j.n < 16 then pg_catalog.set_byte('\x00'::bytea, 0, 144 + j.n)
-              when j.n < 65536 then '\xdc'::bytea || substring(pg_catalog.int4send(j.n) from 3 for 2)
-              else '\xdd'::bytea || pg_catalog.int4send(j.n) end
-         || j.body || p_blob
-    from (select (pg_catalog.sum(coalesce(x.items, r.items)) + p_items)::integer as n,
-                 pg_catalog.string_agg(case when x.items is null then substring(x.blob from r.header + 1) else x.blob end,
-                            ''::bytea order by pg_catalog.array_position(p_base, x.version)) as body
-            -- the root is TOASTed (a whole list): detoasted once here (|| and OFFSET 0), not
-            -- by every get_byte and substring below (they read its TOAST chunks again each)
-            from (select x.version, x.items, x.blob || ''::bytea as blob
-                    from memori.lg_blobs x
-                   where x.user_id = p_user and x.thread = p_thread and x.checkpoint_ns = p_ns
-                     and x.channel = p_channel and x.version = any (p_base)
-                  offset 0) x
-            left join lateral (
-              select case when b.b between 144 and 159 then b.b - 144
-                          when b.b = 220 then (pg_catalog.get_byte(x.blob, 1) << 8) | pg_catalog.get_byte(x.blob, 2)
-                          when b.b = 221 then (pg_catalog.get_byte(x.blob, 1)::bigint << 24) | (pg_catalog.get_byte(x.blob, 2) << 16)
-                                              | (pg_catalog.get_byte(x.blob, 3) << 8) | pg_catalog.get_byte(x.blob, 4) end as items,
-                     case when b.b between 144 and 159 then 1 when b.b = 220 then 3 else 5 end as header
-                from (select case when x.items is null then pg_catalog.get_byte(x.blob, 0) end as b) b) r on x.items is null) j
-   where p_base is not null
-$func$ language sql stable security invoker;
-comment on function memori._lg_blob_full(text, bigint, text, text, text[], integer, bytea) is 'The full value of a LangGraph blob as one row: itself, or for a delta blob its chain''s items (root first) and its own tail under one msgpack array header. Inlined into its callers.';
-
--------------------------------------------------------------------------------
--- _lg_versions_closure: channel versions and every version their blobs are built on
-create or replace function memori._lg_versions_closure(p_user text, p_thread bigint, p_ns text, p_versions jsonb)
-returns table (channel text, version text)
-as $func$
-  select v.key, v.value from jsonb_each_text(p_versions) v
-  union
-  select v.key, a.version
-    from jsonb_each_text(p_versions) v
-   cross join lateral (select x.base from memori.lg_blobs x
-                        where x.user_id = p_user and x.thread = p_thread and x.checkpoint_ns = p_ns and x.channel = v.key
-                          and x.version = v.value and x.base is not null
-                        limit 1) x
-   cross join unnest(x.base) a(version)
-$func$ language sql stable security invoker
-set search_path = pg_catalog, memori, pg_temp;
-comment on function memori._lg_versions_closure(text, bigint, text, jsonb) is 'The (channel, version) pairs a checkpoint''s channel_versions need: each version and, for delta blobs, the versions their chain is built on.';
+-- Retired helpers: the saver's statements read no table through a function
+-- (Citus ships a routed statement's function calls to the shard, where a
+-- function reading a distributed table fails, and it refuses inlined SQL
+-- functions over distributed tables): their bodies are now in their callers.
+drop function if exists memori._lg_live_thread(text, text, timestamptz);
+drop function if exists memori._lg_tuple(text, memori.lg_checkpoints, timestamptz);
+drop function if exists memori._lg_blob_full(text, bigint, text, text, text[], integer, bytea);
+drop function if exists memori._lg_versions_closure(text, bigint, text, jsonb);
 
 -------------------------------------------------------------------------------
 -- _lg_namespace_settle: after deletions, the latest checkpoint is kept and unused blobs go
+-- (a version in use is each (channel, version) of a checkpoint's channel_versions
+-- and, for a delta blob, every version of its chain, base: root first)
 create or replace function memori._lg_namespace_settle(p_user text, p_thread bigint, p_ns text, p_now timestamptz)
 returns integer
 as $func$
@@ -247,7 +186,13 @@ begin
   if v_versions is not null then
     -- its blobs and the chains of its delta blobs are in use again
     update memori.lg_blobs b set expires_at = null
-      from memori._lg_versions_closure(p_user, p_thread, p_ns, v_versions) v
+      from (select v.key as channel, a.version
+              from pg_catalog.jsonb_each_text(v_versions) v
+              left join lateral (select x.base from memori.lg_blobs x
+                                  where x.user_id = p_user and x.thread = p_thread and x.checkpoint_ns = p_ns
+                                    and x.channel = v.key and x.version = v.value and x.base is not null
+                                  limit 1) x on true
+             cross join lateral unnest(coalesce(x.base, '{}') || v.value) a(version)) v
      where b.user_id = p_user and b.thread = p_thread and b.checkpoint_ns = p_ns and b.channel = v.channel and b.version = v.version
        and b.expires_at is not null;
   end if;
@@ -259,9 +204,14 @@ begin
 
   -- the versions still in use (with the chains they are built on), gathered once
   with used as materialized (
-    select distinct v.channel, v.version
+    select distinct v.key as channel, a.version
       from memori.lg_checkpoints c
-     cross join lateral memori._lg_versions_closure(p_user, p_thread, p_ns, c.checkpoint -> 'channel_versions') v
+     cross join lateral pg_catalog.jsonb_each_text(c.checkpoint -> 'channel_versions') v
+      left join lateral (select x.base from memori.lg_blobs x
+                          where x.user_id = p_user and x.thread = p_thread and x.checkpoint_ns = p_ns
+                            and x.channel = v.key and x.version = v.value and x.base is not null
+                          limit 1) x on true
+     cross join lateral unnest(coalesce(x.base, '{}') || v.value) a(version)
      where c.user_id = p_user and c.thread = p_thread and c.checkpoint_ns = p_ns
   )
   delete from memori.lg_blobs b
@@ -318,6 +268,7 @@ declare
   v_chain      text[];
   v_blob_expires timestamptz;
   v_kept_chain text[];
+  v_chains     jsonb;
   v_newer      boolean;
   v_missing    text;
   v_revive     boolean := false;
@@ -343,28 +294,30 @@ begin
                             'Pass one entry per blob in each array (bases and items: both or neither).');
   end if;
   v_delta := p_metadata ? 'counters_since_delta_snapshot' or p_metadata ? 'delta_writes_versioned';
-  -- One statement for what this runs on every step of every graph: the saver's
-  -- policy, the live thread (and whether _lg_thread would renew it: the same
-  -- test), and whether a newer checkpoint exists. A thread that is missing or
-  -- due for renewal goes through _lg_thread.
-  -- (key probes joined, no aggregate: (table_name, kind) is retention_policies' key)
-  select pc.retention, pt.retention, (pc.kind is not null)::integer + (pt.kind is not null)::integer, t.id,
-         t.uses_delta,
-         t.updated_at <= p_now - interval '1 minute' or t.updated_at > p_now
-           or t.policy <> p_policy or (v_delta and not t.uses_delta)
-           or t.expires_at is distinct from t.updated_at + pt.retention,
-         exists (select 1 from memori.lg_checkpoints c
-                  where c.user_id = v_user and c.thread = t.id and c.checkpoint_ns = v_ns
-                    and c.checkpoint_id > p_checkpoint_id)
-    into v_superseded, v_idle, v_policies, v_thread, v_uses_delta, v_renew, v_newer
+  -- What this runs on every step of every graph: the saver's policy (key probes
+  -- joined, no aggregate: (table_name, kind) is retention_policies' key), then the
+  -- live thread (and whether _lg_thread would renew it: the same test) and whether
+  -- a newer checkpoint exists. A thread that is missing or due for renewal goes
+  -- through _lg_thread. (Two statements: a delegated call on a Citus worker refuses
+  -- one that joins a reference table to the user's tables.)
+  select pc.retention, pt.retention, (pc.kind is not null)::integer + (pt.kind is not null)::integer
+    into v_superseded, v_idle, v_policies
     from (select 1) one
     left join memori.retention_policies pc on pc.table_name = 'lg_checkpoints' and pc.kind = p_policy and pc.kind <> '*'
-    left join memori.retention_policies pt on pt.table_name = 'lg_threads' and pt.kind = p_policy and pt.kind <> '*'
-    left join memori.lg_threads t
-      on t.user_id = v_user and t.thread_id = p_thread_id and (t.expires_at is null or t.expires_at > p_now);
+    left join memori.retention_policies pt on pt.table_name = 'lg_threads' and pt.kind = p_policy and pt.kind <> '*';
   if v_policies < 2 then
     perform memori._lg_policy(p_policy);  -- raises PM004 with the known policies
   end if;
+  select t.id, t.uses_delta,
+         t.updated_at <= p_now - interval '1 minute' or t.updated_at > p_now
+           or t.policy <> p_policy or (v_delta and not t.uses_delta)
+           or t.expires_at is distinct from t.updated_at + v_idle,
+         exists (select 1 from memori.lg_checkpoints c
+                  where c.user_id = v_user and c.thread = t.id and c.checkpoint_ns = v_ns
+                    and c.checkpoint_id > p_checkpoint_id)
+    into v_thread, v_uses_delta, v_renew, v_newer
+    from memori.lg_threads t
+   where t.user_id = v_user and t.thread_id = p_thread_id and (t.expires_at is null or t.expires_at > p_now);
   if v_thread is null or v_renew then
     v_row := memori._lg_thread(v_user, p_thread_id, p_policy, v_idle, v_delta, p_now);
     if v_thread is null then  -- created (or replaced): probe its checkpoints again
@@ -381,7 +334,7 @@ begin
   -- blobs: full values, or deltas (the items appended to a base version of the
   -- same channel and type, which must exist unexpired: PM081 otherwise, and the
   -- saver sends the full value). Plain statements, no CTEs: the bases are
-  -- checked first, then the insert probes them again for the chain.
+  -- checked, and their chains read, first; then the insert.
   if p_blob_bases is null then
     insert into memori.lg_blobs (thread, checkpoint_ns, channel, version, user_id, policy, type, blob)
     select v_thread, v_ns, u.channel, u.version, v_user, p_policy, u.type, u.value
@@ -389,33 +342,31 @@ begin
     on conflict (user_id, thread, checkpoint_ns, channel, version) do nothing;
     get diagnostics v_count = row_count;
   else
-    select string_agg(u.channel || '@' || u.base, ', ') filter (where x.id is null),
-           coalesce(bool_or(x.expires_at is not null), false)
-      into v_missing, v_revive
-      from unnest(p_blob_channels, p_blob_types, p_blob_bases) as u(channel, type, base)
-      left join lateral (select x.id, x.expires_at from memori.lg_blobs x
+    select string_agg(u.channel || '@' || u.base, ', ') filter (where u.base is not null and x.chain is null),
+           coalesce(bool_or(x.expires_at is not null), false),
+           jsonb_agg(to_jsonb(x.chain) order by u.ord)
+      into v_missing, v_revive, v_chains
+      from unnest(p_blob_channels, p_blob_types, p_blob_bases) with ordinality as u(channel, type, base, ord)
+      left join lateral (select coalesce(x.base, '{}') || x.version as chain, x.expires_at
+                           from memori.lg_blobs x
                           where x.user_id = v_user and x.thread = v_thread and x.checkpoint_ns = v_ns
                             and x.channel = u.channel and x.version = u.base and x.type = u.type
                             and (x.expires_at is null or x.expires_at > p_now)
-                          limit 1) x on true
-     where u.base is not null;
+                          limit 1) x on true;
     if v_missing is not null then
       raise exception 'delta blob without its base version: %', v_missing
         using errcode = 'PM081',
               detail = 'A delta blob extends a base version of its channel that this thread does not have unexpired.',
               hint = 'Send the full value (MemoriSaver does so by itself when it gets this error).';
     end if;
+    -- the chains found above, by position: the INSERT reads no table (Citus plans an
+    -- INSERT ... SELECT apart from a router query, and refuses a lateral join in it)
     insert into memori.lg_blobs (thread, checkpoint_ns, channel, version, user_id, policy, type, blob, base, items)
-    select v_thread, v_ns, u.channel, u.version, v_user, p_policy, u.type, u.value, x.chain,
+    select v_thread, v_ns, u.channel, u.version, v_user, p_policy, u.type, u.value,
+           case when u.base is not null then array(select jsonb_array_elements_text(v_chains -> (u.ord::integer - 1))) end,
            case when u.base is not null then coalesce(u.items, 0) end
       from unnest(p_blob_channels, p_blob_versions, p_blob_types, p_blob_values, p_blob_bases, p_blob_items)
-             as u(channel, version, type, value, base, items)
-      left join lateral (select coalesce(x.base, '{}') || x.version as chain
-                           from memori.lg_blobs x
-                          where x.user_id = v_user and x.thread = v_thread and x.checkpoint_ns = v_ns
-                            and x.channel = u.channel and x.version = u.base and x.type = u.type
-                            and (x.expires_at is null or x.expires_at > p_now)
-                          limit 1) x on u.base is not null
+             with ordinality as u(channel, version, type, value, base, items, ord)
     on conflict (user_id, thread, checkpoint_ns, channel, version) do nothing;
     get diagnostics v_count = row_count;
   end if;
@@ -493,8 +444,14 @@ begin
   if (p_parent_id is not null and p_parent_id is distinct from v_previous) or v_revive then
     update memori.lg_blobs b set expires_at = null
      where b.user_id = v_user
-       and b.id in (select x.id from memori._lg_versions_closure(v_user, v_thread, v_ns,
-                                                                 p_checkpoint -> 'channel_versions') v
+       and b.id in (select x.id
+                      from jsonb_each_text(p_checkpoint -> 'channel_versions') c
+                      left join lateral (select x.base from memori.lg_blobs x
+                                          where x.user_id = v_user and x.thread = v_thread and x.checkpoint_ns = v_ns
+                                            and x.channel = c.key and x.version = c.value and x.base is not null
+                                          limit 1) d on true
+                     cross join lateral (select c.key as channel, a.version
+                                           from unnest(coalesce(d.base, '{}') || c.value) a(version)) v
                      cross join lateral (select x.id from memori.lg_blobs x
                                           where x.user_id = v_user and x.thread = v_thread and x.checkpoint_ns = v_ns
                                             and x.channel = v.channel and x.version = v.version
@@ -553,25 +510,27 @@ begin
     perform memori._invalid('write indexes, channels, types and values differ in length',
                             'Pass one entry per write in each of the four arrays.');
   end if;
-  -- One statement (this runs after every step's put): the policy's idle time,
-  -- the live thread (and whether _lg_thread would renew it: the same test), and
-  -- the checkpoint's expiry: writes of a superseded checkpoint expire with it
-  -- (NULL: the latest, or not saved yet).
-  select pt.retention, (pc.kind is not null)::integer + (pt.kind is not null)::integer, t.id,
-         t.updated_at <= p_now - interval '1 minute' or t.updated_at > p_now
-           or t.policy <> p_policy or t.expires_at is distinct from t.updated_at + pt.retention,
-         (select c.expires_at from memori.lg_checkpoints c
-           where c.user_id = v_user and c.thread = t.id and c.checkpoint_ns = v_ns
-             and c.checkpoint_id = p_checkpoint_id)
-    into v_idle, v_found, v_thread, v_renew, v_expires
+  -- This runs after every step's put: the policy's idle time, then the live
+  -- thread (and whether _lg_thread would renew it: the same test) and the
+  -- checkpoint's expiry: writes of a superseded checkpoint expire with it (NULL:
+  -- the latest, or not saved yet). (Two statements, as in lg_checkpoint_put.)
+  select pt.retention, (pc.kind is not null)::integer + (pt.kind is not null)::integer
+    into v_idle, v_found
     from (select 1) one
     left join memori.retention_policies pc on pc.table_name = 'lg_checkpoints' and pc.kind = p_policy and pc.kind <> '*'
-    left join memori.retention_policies pt on pt.table_name = 'lg_threads' and pt.kind = p_policy and pt.kind <> '*'
-    left join memori.lg_threads t
-      on t.user_id = v_user and t.thread_id = p_thread_id and (t.expires_at is null or t.expires_at > p_now);
+    left join memori.retention_policies pt on pt.table_name = 'lg_threads' and pt.kind = p_policy and pt.kind <> '*';
   if v_found < 2 then
     perform memori._lg_policy(p_policy);  -- raises PM004 with the known policies
   end if;
+  select t.id,
+         t.updated_at <= p_now - interval '1 minute' or t.updated_at > p_now
+           or t.policy <> p_policy or t.expires_at is distinct from t.updated_at + v_idle,
+         (select c.expires_at from memori.lg_checkpoints c
+           where c.user_id = v_user and c.thread = t.id and c.checkpoint_ns = v_ns
+             and c.checkpoint_id = p_checkpoint_id)
+    into v_thread, v_renew, v_expires
+    from memori.lg_threads t
+   where t.user_id = v_user and t.thread_id = p_thread_id and (t.expires_at is null or t.expires_at > p_now);
   if v_thread is null or v_renew then
     -- writes may arrive before their checkpoint: they create the thread too
     v_thread := (memori._lg_thread(v_user, p_thread_id, p_policy, v_idle, false, p_now)).id;
@@ -626,16 +585,11 @@ comment on function memori.lg_writes_put(text, text, uuid, text, text, integer[]
 -- that holds a copy under both reads only these (three key probes);
 -- lg_checkpoint_get returns the whole tuple.
 --
--- The one function without a pinned search_path, on purpose: it is on every
--- read a saver answers from its copy, and PostgreSQL inlines it into the
--- caller's query only without a SET clause (a call costs ~15-20 µs more than
--- the probes themselves). Its body is a string, not SQL-standard (BEGIN ATOMIC):
--- such a body depends on the tables it reads, and Citus then refuses both the
--- tables (a circular dependency) and the function (docs/scale-out.md). It is
--- parsed at call time: every table and function name in it is qualified
--- (memori., pg_catalog.), and it runs with the caller's rights (security
--- invoker): a caller's search_path reaches only operators and type names, in
--- its own reads.
+-- The saver's reads are PL/pgSQL of one statement each, every table in it
+-- filtered by the user (so that Citus routes the statement to the user's
+-- shard), with no function in it that reads a table (Citus ships a routed
+-- statement's calls to the shard, and refuses SQL functions over distributed
+-- tables, inlined or not: docs/scale-out.md, "LangGraph saver").
 create or replace function memori.lg_checkpoint_stamp(
   p_thread_id     text,
   p_checkpoint_ns text default '',
@@ -644,73 +598,46 @@ create or replace function memori.lg_checkpoint_stamp(
   p_now           timestamptz default now()
 ) returns table (checkpoint_id uuid, stamp text, writes_stamp text)
 as $func$
+declare
+  v_user text := coalesce(p_user_id, nullif(current_setting('memori.user_id', true), ''));
+begin
+  if v_user is null then
+    perform memori._lg_user(null);  -- raises PM001 with its hint
+  end if;
+  return query
   select c.checkpoint_id, t.id::text || '.' || c.xmin::text || '.' || c.checkpoint_id::text,
-         (select coalesce(pg_catalog.string_agg(w.xmin::text, '.' order by w.task_id, w.idx), '')
+         (select coalesce(string_agg(w.xmin::text, '.' order by w.task_id, w.idx), '')
             from memori.lg_writes w
-           where w.user_id = t.user_id and w.thread = t.id and w.checkpoint_ns = c.checkpoint_ns
+           where w.user_id = v_user and w.thread = t.id and w.checkpoint_ns = c.checkpoint_ns
              and w.checkpoint_id = c.checkpoint_id
              and (w.expires_at is null or w.expires_at > p_now))
     from memori.lg_threads t
    cross join lateral (
      -- the latest of the namespace, or the given id: only one branch runs (one-time filters)
      (select c.xmin, c.checkpoint_ns, c.checkpoint_id from memori.lg_checkpoints c
-       where p_checkpoint_id is null and c.user_id = t.user_id and c.thread = t.id
+       where p_checkpoint_id is null and c.user_id = v_user and c.thread = t.id
          and c.checkpoint_ns = coalesce(p_checkpoint_ns, '')
          and (c.expires_at is null or c.expires_at > p_now)
        order by c.checkpoint_id desc limit 1)
      union all
      (select c.xmin, c.checkpoint_ns, c.checkpoint_id from memori.lg_checkpoints c
-       where p_checkpoint_id is not null and c.user_id = t.user_id and c.thread = t.id
+       where p_checkpoint_id is not null and c.user_id = v_user and c.thread = t.id
          and c.checkpoint_ns = coalesce(p_checkpoint_ns, '')
          and c.checkpoint_id = p_checkpoint_id and (c.expires_at is null or c.expires_at > p_now))) c
-   where t.user_id = coalesce(p_user_id, nullif(pg_catalog.current_setting('memori.user_id', true), ''),
-                              memori._lg_user(p_user_id))  -- PM001 without a user
-     and t.thread_id = p_thread_id and (t.expires_at is null or t.expires_at > p_now)
-$func$ language sql stable security invoker;
+   where t.user_id = v_user and t.thread_id = p_thread_id and (t.expires_at is null or t.expires_at > p_now);
+end
+$func$ language plpgsql stable security invoker
+set search_path = pg_catalog, memori, pg_temp;
 comment on function memori.lg_checkpoint_stamp(text, text, uuid, text, timestamptz) is 'The read stamps of a LangGraph checkpoint (the given id, else the latest of the namespace): of the checkpoint and of its pending writes, what a cached copy is checked against. No row when absent or expired.';
 
 -------------------------------------------------------------------------------
--- _lg_tuple: a checkpoint with its blobs and ordered pending writes
-create or replace function memori._lg_tuple(p_thread_id text, p_c memori.lg_checkpoints, p_now timestamptz)
-returns memori.lg_tuple
-as $func$
-  select p_thread_id, (p_c).checkpoint_ns, (p_c).checkpoint_id, (p_c).parent_id, (p_c).checkpoint, (p_c).metadata,
-         b.channels, b.types, b.vals,
-         w.task_ids, w.channels, w.types, w.vals, w.paths, w.idx, null::text, null::text
-    -- one primary-key probe per channel (LATERAL ... LIMIT 1): a join would be
-    -- planned for the namespace's whole blob history, which grows with every step
-    from (select array_agg(v.key) as channels, array_agg(bl.type) as types, array_agg(bl.blob) as vals
-            from jsonb_each_text((p_c).checkpoint -> 'channel_versions') v
-           cross join lateral (
-             select x.type, f.blob
-               from memori.lg_blobs x
-              cross join lateral memori._lg_blob_full(x.user_id, x.thread, x.checkpoint_ns, x.channel, x.base, x.items, x.blob) f
-              where x.user_id = (p_c).user_id and x.thread = (p_c).thread and x.checkpoint_ns = (p_c).checkpoint_ns
-                and x.channel = v.key and x.version = v.value
-                and (x.expires_at is null or x.expires_at > p_now)
-              limit 1) bl) b,
-         (select array_agg(wr.task_id order by wr.task_path, wr.task_id, wr.idx) as task_ids,
-                 array_agg(wr.channel order by wr.task_path, wr.task_id, wr.idx) as channels,
-                 array_agg(wr.type order by wr.task_path, wr.task_id, wr.idx) as types,
-                 array_agg(wr.blob order by wr.task_path, wr.task_id, wr.idx) as vals,
-                 array_agg(wr.task_path order by wr.task_path, wr.task_id, wr.idx) as paths,
-                 array_agg(wr.idx order by wr.task_path, wr.task_id, wr.idx) as idx
-            from memori.lg_writes wr
-           where wr.user_id = (p_c).user_id and wr.thread = (p_c).thread and wr.checkpoint_ns = (p_c).checkpoint_ns
-             and wr.checkpoint_id = (p_c).checkpoint_id and (wr.expires_at is null or wr.expires_at > p_now)) w
-$func$ language sql stable security invoker
-set search_path = pg_catalog, memori, pg_temp;
-comment on function memori._lg_tuple(text, memori.lg_checkpoints, timestamptz) is 'A LangGraph checkpoint as a tuple: its unexpired blobs (delta blobs joined to full values) and its pending writes in (task_path, task_id, idx) order.';
-
--------------------------------------------------------------------------------
 -- lg_checkpoint_get: one checkpoint (the latest of the namespace without an id)
--- The hot read of every graph step: one statement that PostgreSQL inlines into
--- the caller's (a set-returning SQL function without a SET clause, like
--- lg_checkpoint_stamp, and _lg_blob_full inlined into it), so the read is one
--- plan with no nested calls: as a plpgsql function calling _lg_blob_join it
--- spent ~750 µs of server time where this spends ~290 (issue 21). A string
--- body with qualified names, as lg_checkpoint_stamp's (Citus refuses
--- SQL-standard bodies that read distributed tables).
+-- The hot read of every graph step: one statement (see lg_checkpoint_stamp).
+-- A delta blob's full value (as in lg_blob_value and lg_checkpoint_list: keep them in step) is its chain's items (root first) and its own
+-- tail under one msgpack array header: a delta stores only the items appended
+-- to its base version; the msgpack array of the whole list is a header for
+-- the total count, then the root's items, then every delta's items in chain
+-- order (msgpack arrays are their items back to back). A full value is itself.
 -- p_known_stamp: the stamp of a copy the caller holds; when it is still the
 -- stamp of that checkpoint, the row carries the stamp and the pending writes
 -- only (checkpoint, metadata and blobs NULL): the caller's copy is current.
@@ -726,6 +653,13 @@ create or replace function memori.lg_checkpoint_get(
   p_known_writes  text default null
 ) returns setof memori.lg_tuple
 as $func$
+declare
+  v_user text := coalesce(p_user_id, nullif(current_setting('memori.user_id', true), ''));
+begin
+  if v_user is null then
+    perform memori._lg_user(null);  -- raises PM001 with its hint
+  end if;
+  return query
   select t.thread_id, c.checkpoint_ns, c.checkpoint_id, c.parent_id,
          case when c.changed then c.checkpoint end, case when c.changed then c.metadata end,
          b.channels, b.types, b.vals,
@@ -735,56 +669,85 @@ as $func$
          case when w.sent then w.paths end, case when w.sent then w.idx end, c.stamp, w.stamp
     from memori.lg_threads t
    cross join lateral (select s.*, s.stamp is distinct from p_known_stamp as changed
-                         from (select c.user_id, c.thread, c.checkpoint_ns, c.checkpoint_id, c.parent_id, c.checkpoint,
+                         from (select c.thread, c.checkpoint_ns, c.checkpoint_id, c.parent_id, c.checkpoint,
                                       c.metadata, t.id::text || '.' || c.xmin::text || '.' || c.checkpoint_id::text
                                         as stamp
                                  from (
                                    -- the given id, else the latest: each branch keeps its own index
                                    -- plan, and only one runs (one-time filters on p_checkpoint_id)
                                    (select c.xmin, c.* from memori.lg_checkpoints c
-                                     where p_checkpoint_id is null and c.user_id = t.user_id and c.thread = t.id
+                                     where p_checkpoint_id is null and c.user_id = v_user and c.thread = t.id
                                        and c.checkpoint_ns = coalesce(p_checkpoint_ns, '')
                                        and (c.expires_at is null or c.expires_at > p_now)
                                      order by c.checkpoint_id desc limit 1)
                                    union all
                                    (select c.xmin, c.* from memori.lg_checkpoints c
-                                     where p_checkpoint_id is not null and c.user_id = t.user_id
-                                       and c.thread = t.id
+                                     where p_checkpoint_id is not null and c.user_id = v_user and c.thread = t.id
                                        and c.checkpoint_ns = coalesce(p_checkpoint_ns, '')
                                        and c.checkpoint_id = p_checkpoint_id
                                        and (c.expires_at is null or c.expires_at > p_now))) c) s) c
    cross join lateral (
-     select pg_catalog.array_agg(v.key) as channels, pg_catalog.array_agg(bl.type) as types, pg_catalog.array_agg(bl.blob) as vals
-       from pg_catalog.jsonb_each_text(case when c.changed then c.checkpoint -> 'channel_versions' end) v
-      cross join lateral (select x.type, f.blob
-                            from memori.lg_blobs x
-                           cross join lateral memori._lg_blob_full(x.user_id, x.thread, x.checkpoint_ns,
-                                                                   x.channel, x.base, x.items, x.blob) f
-                           where x.user_id = c.user_id and x.thread = c.thread and x.checkpoint_ns = c.checkpoint_ns
-                             and x.channel = v.key and x.version = v.value
-                             and (x.expires_at is null or x.expires_at > p_now)
-                           limit 1) bl) b
+     -- one primary-key probe per channel (LATERAL ... LIMIT 1): a join would be
+     -- planned for the namespace's whole blob history, which grows with every step
+     select array_agg(v.key) as channels, array_agg(bl.type) as types, array_agg(bl.blob) as vals
+       from jsonb_each_text(case when c.changed then c.checkpoint -> 'channel_versions' end) v
+      cross join lateral (
+        select x.type,
+               case when x.base is null then x.blob else (
+                 -- a delta: one index scan for the whole chain (= ANY), put in chain order by
+                 -- array_position; the root's array header parsed inline
+                 select case when j.n < 16 then set_byte('\x00'::bytea, 0, 144 + j.n)
+                             when j.n < 65536 then '\xdc'::bytea || substring(int4send(j.n) from 3 for 2)
+                             else '\xdd'::bytea || int4send(j.n) end
+                        || j.body || x.blob
+                   from (select (sum(coalesce(y.items, r.items)) + x.items)::integer as n,
+                                string_agg(case when y.items is null then substring(y.blob from r.header + 1)
+                                                else y.blob end, ''::bytea order by array_position(x.base, y.version))
+                                  as body
+                           -- the root is TOASTed (a whole list): detoasted once here (|| and OFFSET 0),
+                           -- not by every get_byte and substring below (they read its chunks again each)
+                           from (select y.version, y.items, y.blob || ''::bytea as blob
+                                   from memori.lg_blobs y
+                                  where y.user_id = v_user and y.thread = x.thread and y.checkpoint_ns = x.checkpoint_ns
+                                    and y.channel = x.channel and y.version = any (x.base)
+                                 offset 0) y
+                           left join lateral (
+                             select case when h.b between 144 and 159 then h.b - 144
+                                         when h.b = 220 then (get_byte(y.blob, 1) << 8) | get_byte(y.blob, 2)
+                                         when h.b = 221 then (get_byte(y.blob, 1)::bigint << 24)
+                                                             | (get_byte(y.blob, 2) << 16)
+                                                             | (get_byte(y.blob, 3) << 8) | get_byte(y.blob, 4) end
+                                      as items,
+                                    case when h.b between 144 and 159 then 1 when h.b = 220 then 3 else 5 end as header
+                               from (select case when y.items is null then get_byte(y.blob, 0) end as b) h) r
+                             on y.items is null) j) end as blob
+          from memori.lg_blobs x
+         where x.user_id = v_user and x.thread = c.thread and x.checkpoint_ns = c.checkpoint_ns
+           and x.channel = v.key and x.version = v.value
+           and (x.expires_at is null or x.expires_at > p_now)
+         limit 1) bl) b
    cross join lateral (
      -- one scan of the pending writes: their row versions in key order (what a cached copy of
      -- them is checked against) and the writes in (task_path, task_id, idx) order
      select s.*, c.changed or s.stamp is distinct from p_known_writes as sent
-       from (select coalesce(pg_catalog.string_agg(wr.xmin::text, '.' order by wr.task_id, wr.idx), '') as stamp,
-                    pg_catalog.array_agg(wr.task_id) as task_ids, pg_catalog.array_agg(wr.channel) as channels,
-                    pg_catalog.array_agg(wr.type) as types, pg_catalog.array_agg(wr.blob) as vals, pg_catalog.array_agg(wr.task_path) as paths,
-                    pg_catalog.array_agg(wr.idx) as idx
+       from (select coalesce(string_agg(wr.xmin::text, '.' order by wr.task_id, wr.idx), '') as stamp,
+                    array_agg(wr.task_id) as task_ids, array_agg(wr.channel) as channels,
+                    array_agg(wr.type) as types, array_agg(wr.blob) as vals, array_agg(wr.task_path) as paths,
+                    array_agg(wr.idx) as idx
                from (select wr.xmin, wr.task_id, wr.channel, wr.type, wr.blob, wr.task_path, wr.idx
                        from memori.lg_writes wr
-                      where wr.user_id = c.user_id and wr.thread = c.thread and wr.checkpoint_ns = c.checkpoint_ns
+                      where wr.user_id = v_user and wr.thread = c.thread and wr.checkpoint_ns = c.checkpoint_ns
                         and wr.checkpoint_id = c.checkpoint_id and (wr.expires_at is null or wr.expires_at > p_now)
                       order by wr.task_path, wr.task_id, wr.idx) wr) s) w
-   where t.user_id = coalesce(p_user_id, nullif(pg_catalog.current_setting('memori.user_id', true), ''),
-                              memori._lg_user(p_user_id))  -- PM001 without a user
-     and t.thread_id = p_thread_id and (t.expires_at is null or t.expires_at > p_now)
-$func$ language sql stable security invoker;
+   where t.user_id = v_user and t.thread_id = p_thread_id and (t.expires_at is null or t.expires_at > p_now);
+end
+$func$ language plpgsql stable security invoker
+set search_path = pg_catalog, memori, pg_temp;
 comment on function memori.lg_checkpoint_get(text, text, uuid, text, timestamptz, text, text) is 'A LangGraph checkpoint tuple (checkpoint, blobs, pending writes, stamps): the given id, else the latest of the namespace; no row when absent or expired; the parts whose known stamp is current come back NULL.';
 
 -------------------------------------------------------------------------------
 -- lg_blob_value: the full serialised value of a channel version, as LangGraph's serde wrote it
+-- (a delta blob joined to its chain as in lg_checkpoint_get: keep the two in step)
 create or replace function memori.lg_blob_value(
   p_thread_id     text,
   p_channel       text,
@@ -797,11 +760,39 @@ as $func$
 declare
   v_user text := memori._lg_user(p_user_id);
 begin
-  return (select f.blob
+  return (select
+               case when x.base is null then x.blob else (
+                 -- a delta: one index scan for the whole chain (= ANY), put in chain order by
+                 -- array_position; the root's array header parsed inline
+                 select case when j.n < 16 then set_byte('\x00'::bytea, 0, 144 + j.n)
+                             when j.n < 65536 then '\xdc'::bytea || substring(int4send(j.n) from 3 for 2)
+                             else '\xdd'::bytea || int4send(j.n) end
+                        || j.body || x.blob
+                   from (select (sum(coalesce(y.items, r.items)) + x.items)::integer as n,
+                                string_agg(case when y.items is null then substring(y.blob from r.header + 1)
+                                                else y.blob end, ''::bytea order by array_position(x.base, y.version))
+                                  as body
+                           -- the root is TOASTed (a whole list): detoasted once here (|| and OFFSET 0),
+                           -- not by every get_byte and substring below (they read its chunks again each)
+                           from (select y.version, y.items, y.blob || ''::bytea as blob
+                                   from memori.lg_blobs y
+                                  where y.user_id = v_user and y.thread = x.thread and y.checkpoint_ns = x.checkpoint_ns
+                                    and y.channel = x.channel and y.version = any (x.base)
+                                 offset 0) y
+                           left join lateral (
+                             select case when h.b between 144 and 159 then h.b - 144
+                                         when h.b = 220 then (get_byte(y.blob, 1) << 8) | get_byte(y.blob, 2)
+                                         when h.b = 221 then (get_byte(y.blob, 1)::bigint << 24)
+                                                             | (get_byte(y.blob, 2) << 16)
+                                                             | (get_byte(y.blob, 3) << 8) | get_byte(y.blob, 4) end
+                                      as items,
+                                    case when h.b between 144 and 159 then 1 when h.b = 220 then 3 else 5 end as header
+                               from (select case when y.items is null then get_byte(y.blob, 0) end as b) h) r
+                             on y.items is null) j) end as blob
             from memori.lg_threads t
             join memori.lg_blobs x on x.user_id = t.user_id and x.thread = t.id
-           cross join lateral memori._lg_blob_full(x.user_id, x.thread, x.checkpoint_ns, x.channel, x.base, x.items, x.blob) f
-           where t.user_id = v_user and t.thread_id = p_thread_id and (t.expires_at is null or t.expires_at > p_now)
+           where t.user_id = v_user and x.user_id = v_user and t.thread_id = p_thread_id
+             and (t.expires_at is null or t.expires_at > p_now)
              and x.checkpoint_ns = coalesce(p_checkpoint_ns, '') and x.channel = p_channel and x.version = p_version
              and (x.expires_at is null or x.expires_at > p_now));
 end
@@ -833,24 +824,76 @@ begin
   end if;
   -- "p is null or ...": PL/pgSQL plans the statement for the values of each call
   -- (a custom plan: the generic one would be far costlier), so only the filters
-  -- given reach the plan, and the (thread, namespace, id) index serves them
+  -- given reach the plan, and the (thread, namespace, id) index serves them.
+  -- Each checkpoint's blobs and writes as lg_checkpoint_get reads them (keep the
+  -- two in step); one statement, every table filtered by the user (Citus routes it).
   return query
-    select x.*
-      from (select t.thread_id, c
-              from memori.lg_threads t
-              join memori.lg_checkpoints c on c.user_id = t.user_id and c.thread = t.id
-             where t.user_id = v_user and c.user_id = v_user
-               and (p_thread_id is null or t.thread_id = p_thread_id)
-               and (t.expires_at is null or t.expires_at > p_now)
-               and (p_checkpoint_ns is null or c.checkpoint_ns = p_checkpoint_ns)
-               and (p_checkpoint_id is null or c.checkpoint_id = p_checkpoint_id)
-               and (p_before is null or c.checkpoint_id < p_before)
-               and (p_filter is null or c.metadata @> p_filter)
-               and (c.expires_at is null or c.expires_at > p_now)
-             order by c.checkpoint_id desc
-             limit p_limit) s
-     cross join lateral memori._lg_tuple(s.thread_id, s.c, p_now) x
-     order by x.checkpoint_id desc;
+  select c.thread_id, c.checkpoint_ns, c.checkpoint_id, c.parent_id, c.checkpoint, c.metadata,
+         b.channels, b.types, b.vals, w.task_ids, w.channels, w.types, w.vals, w.paths, w.idx, null::text, null::text
+    from (select t.thread_id, c.thread, c.checkpoint_ns, c.checkpoint_id, c.parent_id, c.checkpoint, c.metadata
+            from memori.lg_threads t
+            join memori.lg_checkpoints c on c.user_id = t.user_id and c.thread = t.id
+           where t.user_id = v_user and c.user_id = v_user
+             and (p_thread_id is null or t.thread_id = p_thread_id)
+             and (t.expires_at is null or t.expires_at > p_now)
+             and (p_checkpoint_ns is null or c.checkpoint_ns = p_checkpoint_ns)
+             and (p_checkpoint_id is null or c.checkpoint_id = p_checkpoint_id)
+             and (p_before is null or c.checkpoint_id < p_before)
+             and (p_filter is null or c.metadata @> p_filter)
+             and (c.expires_at is null or c.expires_at > p_now)
+           order by c.checkpoint_id desc
+           limit p_limit) c
+   cross join lateral (
+     -- one primary-key probe per channel (LATERAL ... LIMIT 1): a join would be
+     -- planned for the namespace's whole blob history, which grows with every step
+     select array_agg(v.key) as channels, array_agg(bl.type) as types, array_agg(bl.blob) as vals
+       from jsonb_each_text(c.checkpoint -> 'channel_versions') v
+      cross join lateral (
+        select x.type,
+               case when x.base is null then x.blob else (
+                 -- a delta: one index scan for the whole chain (= ANY), put in chain order by
+                 -- array_position; the root's array header parsed inline
+                 select case when j.n < 16 then set_byte('\x00'::bytea, 0, 144 + j.n)
+                             when j.n < 65536 then '\xdc'::bytea || substring(int4send(j.n) from 3 for 2)
+                             else '\xdd'::bytea || int4send(j.n) end
+                        || j.body || x.blob
+                   from (select (sum(coalesce(y.items, r.items)) + x.items)::integer as n,
+                                string_agg(case when y.items is null then substring(y.blob from r.header + 1)
+                                                else y.blob end, ''::bytea order by array_position(x.base, y.version))
+                                  as body
+                           -- the root is TOASTed (a whole list): detoasted once here (|| and OFFSET 0),
+                           -- not by every get_byte and substring below (they read its chunks again each)
+                           from (select y.version, y.items, y.blob || ''::bytea as blob
+                                   from memori.lg_blobs y
+                                  where y.user_id = v_user and y.thread = x.thread and y.checkpoint_ns = x.checkpoint_ns
+                                    and y.channel = x.channel and y.version = any (x.base)
+                                 offset 0) y
+                           left join lateral (
+                             select case when h.b between 144 and 159 then h.b - 144
+                                         when h.b = 220 then (get_byte(y.blob, 1) << 8) | get_byte(y.blob, 2)
+                                         when h.b = 221 then (get_byte(y.blob, 1)::bigint << 24)
+                                                             | (get_byte(y.blob, 2) << 16)
+                                                             | (get_byte(y.blob, 3) << 8) | get_byte(y.blob, 4) end
+                                      as items,
+                                    case when h.b between 144 and 159 then 1 when h.b = 220 then 3 else 5 end as header
+                               from (select case when y.items is null then get_byte(y.blob, 0) end as b) h) r
+                             on y.items is null) j) end as blob
+          from memori.lg_blobs x
+         where x.user_id = v_user and x.thread = c.thread and x.checkpoint_ns = c.checkpoint_ns
+           and x.channel = v.key and x.version = v.value
+           and (x.expires_at is null or x.expires_at > p_now)
+         limit 1) bl) b
+   cross join lateral (
+     select array_agg(wr.task_id order by wr.task_path, wr.task_id, wr.idx) as task_ids,
+            array_agg(wr.channel order by wr.task_path, wr.task_id, wr.idx) as channels,
+            array_agg(wr.type order by wr.task_path, wr.task_id, wr.idx) as types,
+            array_agg(wr.blob order by wr.task_path, wr.task_id, wr.idx) as vals,
+            array_agg(wr.task_path order by wr.task_path, wr.task_id, wr.idx) as paths,
+            array_agg(wr.idx order by wr.task_path, wr.task_id, wr.idx) as idx
+       from memori.lg_writes wr
+      where wr.user_id = v_user and wr.thread = c.thread and wr.checkpoint_ns = c.checkpoint_ns
+        and wr.checkpoint_id = c.checkpoint_id and (wr.expires_at is null or wr.expires_at > p_now)) w
+   order by c.checkpoint_id desc;
 end
 $func$ language plpgsql stable security invoker
 set search_path = pg_catalog, memori, pg_temp;
@@ -891,9 +934,10 @@ declare
   v_source memori.lg_threads;
   v_target bigint;
   v_count  integer;
+  v_rows   jsonb;
 begin
   select * into v_source from memori.lg_threads t
-   where t.user_id = v_user and t.id = memori._lg_live_thread(v_user, p_source_thread_id, p_now);
+   where t.user_id = v_user and t.thread_id = p_source_thread_id and (t.expires_at is null or t.expires_at > p_now);
   if not found then
     return 0;  -- LangGraph: copying a thread that does not exist copies nothing
   end if;
@@ -902,28 +946,34 @@ begin
   if v_target = v_source.id then
     return 0;
   end if;
+  -- each table's rows read first (one statement on the user's shard), then inserted from
+  -- that value: Citus plans an INSERT ... SELECT over a distributed table apart, and with
+  -- the call's values as parameters it read every shard
+  select jsonb_agg(to_jsonb(b)) into v_rows from memori.lg_blobs b
+   where b.user_id = v_user and b.thread = v_source.id and (b.expires_at is null or b.expires_at > p_now);
   insert into memori.lg_blobs (thread, checkpoint_ns, channel, version, user_id, policy, type, blob, expires_at,
                                base, items)
   select v_target, b.checkpoint_ns, b.channel, b.version, v_user, p_policy, b.type, b.blob, b.expires_at,
          b.base, b.items
-    from memori.lg_blobs b
-   where b.user_id = v_user and b.thread = v_source.id and (b.expires_at is null or b.expires_at > p_now)
+    from jsonb_populate_recordset(null::memori.lg_blobs, v_rows) b
   on conflict (user_id, thread, checkpoint_ns, channel, version) do nothing;
+  select jsonb_agg(to_jsonb(c) order by c.checkpoint_ns, c.checkpoint_id) into v_rows from memori.lg_checkpoints c
+   where c.user_id = v_user and c.thread = v_source.id and (c.expires_at is null or c.expires_at > p_now);
   insert into memori.lg_checkpoints (thread, checkpoint_ns, checkpoint_id, parent_id, user_id, policy, checkpoint,
                                      metadata, expires_at)
   select v_target, c.checkpoint_ns, c.checkpoint_id, c.parent_id, v_user, p_policy, c.checkpoint, c.metadata,
          c.expires_at
-    from memori.lg_checkpoints c
-   where c.user_id = v_user and c.thread = v_source.id and (c.expires_at is null or c.expires_at > p_now)
+    from jsonb_populate_recordset(null::memori.lg_checkpoints, v_rows) c
    order by c.checkpoint_ns, c.checkpoint_id
   on conflict (user_id, thread, checkpoint_ns, checkpoint_id) do nothing;
   get diagnostics v_count = row_count;
+  select jsonb_agg(to_jsonb(w)) into v_rows from memori.lg_writes w
+   where w.user_id = v_user and w.thread = v_source.id and (w.expires_at is null or w.expires_at > p_now);
   insert into memori.lg_writes (thread, checkpoint_ns, checkpoint_id, task_id, idx, task_path, user_id, policy, channel,
                                 type, blob, expires_at)
   select v_target, w.checkpoint_ns, w.checkpoint_id, w.task_id, w.idx, w.task_path, v_user, p_policy, w.channel, w.type,
          w.blob, w.expires_at
-    from memori.lg_writes w
-   where w.user_id = v_user and w.thread = v_source.id and (w.expires_at is null or w.expires_at > p_now)
+    from jsonb_populate_recordset(null::memori.lg_writes, v_rows) w
   on conflict (user_id, thread, checkpoint_ns, checkpoint_id, task_id, idx) do nothing;
   perform memori._event_emit('langgraph.thread_copied',
             jsonb_build_object('user_id', v_user, 'source', p_source_thread_id, 'target', p_target_thread_id,
@@ -1086,3 +1136,30 @@ end
 $func$ language plpgsql volatile security invoker
 set search_path = pg_catalog, memori, pg_temp;
 comment on function memori.lg_policy_set(text, interval, interval, integer) is 'Create or change a LangGraph saver retention policy: superseded checkpoints kept p_superseded_after, threads kept p_idle_after idle (NULL: kept). Applies to rows written afterwards.';
+
+-------------------------------------------------------------------------------
+-- On a Citus server: custom plans for every saver function's statements
+-- One server plans the saver's key probes once (generic plans: the saver's
+-- connections, lg_checkpoint_put and lg_writes_put force them; replanning cost
+-- more than running them). Citus routes a statement to the user's shard only
+-- when it sees the user's value (a custom plan): a generic plan fails ("could
+-- not create distributed plan"). Under plan_cache_mode auto Citus makes its
+-- generic plans look dear, so PostgreSQL keeps planning each call. Set here,
+-- by the catalog, so that no saver function (and no caller's setting) is left
+-- out; sql/ is applied again after memori.distribute().
+do $do$
+declare
+  v_fn regprocedure;
+begin
+  if not exists (select from pg_catalog.pg_extension where extname = 'citus') then
+    return;
+  end if;
+  for v_fn in
+    select p.oid::regprocedure from pg_catalog.pg_proc p
+     where p.pronamespace = 'memori'::regnamespace and p.proname ~ '^_?lg_' and p.prokind = 'f'
+     order by 1
+  loop
+    execute format('alter function %s set plan_cache_mode = auto', v_fn);
+  end loop;
+end
+$do$;

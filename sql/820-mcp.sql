@@ -8,13 +8,17 @@
 -- stored; the secret itself is returned once, by mcp_token_create.
 --
 -- mcp_token_verify is the one function here that looks across users (a
--- request's user is not known until its token is), so it is security definer,
--- owned by memori_owner, executable by memori_app only, and does nothing else:
--- it returns the token's user, or no row, in which case the refusal is stored
--- as an `mcp.auth_refused` system event (no user; retained like other events).
--- The policies that let it read tokens and write that event are in
--- sql/900-security.sql (policies are re-created there).
---
+-- request's user is not known until its token is). It runs with the caller's
+-- rights (memori_app; not security definer: on a Citus cluster the workers are
+-- reached as the calling role, and memori_owner need not log in there), and
+-- sees a token row only through the hash of the secret presented: it sets
+-- memori.mcp_token_hash (and no acting user) for the lookup, and memori_app's policies on
+-- mcp_tokens (sql/900-security.sql) show that row alone, and let it stamp its
+-- last use; it never reads the hash column. It returns the token's
+-- user, or no row, in which case the refusal is stored as an
+-- `mcp.auth_refused` system event (no user; retained like other events). On a
+-- cluster the lookup by hash reads every shard (multi-shard by design).
+
 -- The MCP tools themselves add no SQL of their own: they call the documented
 -- functions of the other concerns (store_*, context_resolve,
 -- session_checkpoint_load_latest, cleanup_preview).
@@ -175,6 +179,29 @@ set search_path = pg_catalog, memori, pg_temp;
 comment on function memori.mcp_token_revoke(text, text, bigint, timestamptz) is 'Revoke the active MCP tokens of a name (of a user) or an id at once; returns how many; PM132 when none matched.';
 
 -------------------------------------------------------------------------------
+-- _mcp_presented: the hash of the token being verified and the acting user, for the lookup
+-- SET LOCAL memori.mcp_token_hash (the token row of that hash is the only other
+-- user's row mcp_token_verify sees, sql/900-security.sql) and memori.user_id
+-- (none during the lookup, so that the caller's own tokens are not seen too;
+-- restored after it). SET LOCAL, not set_config(): Citus passes it to the
+-- shards, where row-level security runs, with the BEGIN of each remote
+-- transaction; in a function of its own, as a nested call, because Citus passed
+-- a SET LOCAL run by the top-level function's own statements to no remote
+-- transaction of an autocommit call (Citus 14.0.1). Citus sends a read-only
+-- query outside a transaction block without BEGIN, so on a cluster
+-- mcp_token_verify must be called in one (the Python client and the MCP server do).
+drop function if exists memori._mcp_presented(bytea);
+create or replace function memori._mcp_presented(p_hash bytea, p_acting text) returns void
+as $func$
+begin
+  execute format('set local memori.mcp_token_hash = %L', coalesce(encode(p_hash, 'hex'), ''));
+  execute format('set local memori.user_id = %L', coalesce(p_acting, ''));
+end
+$func$ language plpgsql volatile security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._mcp_presented(bytea, text) is 'SET LOCAL memori.mcp_token_hash (the token row mcp_token_verify may see; NULL: none) and memori.user_id (the acting user; NULL: none) for the transaction.';
+
+-------------------------------------------------------------------------------
 -- mcp_token_verify: the user of a presented token, or no row (refusal recorded)
 create or replace function memori.mcp_token_verify(
   p_token  text,
@@ -183,7 +210,10 @@ create or replace function memori.mcp_token_verify(
 ) returns setof memori.mcp_principal
 as $func$
 declare
-  v_row    memori.mcp_tokens;
+  v_hash   bytea;
+  v_user   text := current_setting('memori.user_id', true);  -- the caller's, restored after the lookup
+  v_row    record;
+  v_token  bigint;
   v_reason text;
   v_touch  interval;
   v_id     bigint;
@@ -197,37 +227,56 @@ begin
   elsif p_token !~ '^pmdb_[0-9a-f]{64}$' then
     v_reason := 'malformed';
   else
-    select * into v_row from memori.mcp_tokens t where t.token_hash = memori._mcp_token_hash(p_token)
-     order by t.id limit 1;
+    v_hash := memori._mcp_token_hash(p_token);
+    perform memori._mcp_presented(v_hash, null);
+    if row_security_active('memori.mcp_tokens') then
+      -- the app role: its policies show the row of the presented hash alone
+      select t.id, t.user_id, t.name, t.expires_at, t.revoked_at, t.last_used_at into v_row
+        from memori.mcp_tokens t
+       order by t.id limit 1;
+    else
+      -- the owner or a superuser (no row-level security): the hash named
+      select t.id, t.user_id, t.name, t.expires_at, t.revoked_at, t.last_used_at into v_row
+        from memori.mcp_tokens t
+       where t.token_hash = v_hash
+       order by t.id limit 1;
+    end if;
     if not found then
       v_reason := 'unknown';
-    elsif v_row.revoked_at is not null then
-      v_reason := 'revoked';
-    elsif v_row.expires_at <= p_now then
-      v_reason := 'expired';
+    else
+      v_token := v_row.id;
+      if v_row.revoked_at is not null then
+        v_reason := 'revoked';
+      elsif v_row.expires_at <= p_now then
+        v_reason := 'expired';
+      else
+        v_touch := memori._mcp_interval_setting('mcp.token_touch_interval', interval '60 seconds');
+        if v_row.last_used_at is null or v_row.last_used_at <= p_now - v_touch then
+          update memori.mcp_tokens t set last_used_at = p_now
+           where t.user_id = v_row.user_id and t.id = v_row.id;
+        end if;
+      end if;
     end if;
   end if;
 
   if v_reason is not null then
-    -- a system event (the system user ''): an unauthenticated request acts for nobody
+    -- a system event (the system user ''): an unauthenticated request acts for nobody; it is
+    -- read back (RETURNING) while memori.mcp_token_hash is set (the app role's policy)
     v_body := jsonb_strip_nulls(jsonb_build_object(
-      'reason', v_reason, 'token_id', v_row.id,
+      'reason', v_reason, 'token_id', v_token,
       'token_prefix', case when p_token ~ '^pmdb_' then left(p_token, 12) end,
       'client', left(p_client, 200)));
+    perform memori._mcp_presented(coalesce(v_hash, '\x00'::bytea), null);
     insert into memori.events (event_type, occurred_at, payload, expires_at, user_id)
     values ('mcp.auth_refused', p_now, v_body, p_now + memori._event_retention('mcp.auth_refused'), '')
     returning id into v_id;
+    perform memori._mcp_presented(null, v_user);
     perform memori._event_notify(v_id, 'mcp.auth_refused', p_now, v_body, '');
     return;
   end if;
-
-  v_touch := memori._mcp_interval_setting('mcp.token_touch_interval', interval '60 seconds');
-  if v_row.last_used_at is null or v_row.last_used_at <= p_now - v_touch then
-    update memori.mcp_tokens t set last_used_at = p_now
-     where t.user_id = v_row.user_id and t.id = v_row.id;
-  end if;
-  return query select v_row.id, v_row.user_id, v_row.name, v_row.expires_at;
+  perform memori._mcp_presented(null, v_user);
+  return query select v_row.id::bigint, v_row.user_id::text, v_row.name::text, v_row.expires_at::timestamptz;
 end
-$func$ language plpgsql volatile security definer
+$func$ language plpgsql volatile security invoker
 set search_path = pg_catalog, memori, pg_temp;
-comment on function memori.mcp_token_verify(text, text, timestamptz) is 'The user an MCP bearer token acts for (one row), or no row when it is missing, malformed, unknown, revoked or expired; refusals are stored as mcp.auth_refused events. Security definer: executable by memori_app only.';
+comment on function memori.mcp_token_verify(text, text, timestamptz) is 'The user an MCP bearer token acts for (one row), or no row when it is missing, malformed, unknown, revoked or expired; refusals are stored as mcp.auth_refused events. Runs as the caller (memori_app), which sees a token only through the hash of its secret.';

@@ -321,10 +321,12 @@ begin
   -- an ANN index is DDL: the installer's job (pymemdb init, MemoriStore.setup() as the owner)
   revoke execute on function memori.store_index_ensure(integer, text, text, text, jsonb) from memori_app, memori_cleaner;
   -- MCP server bearer tokens (issue 18): issued, listed and revoked by memori_admin (or the owner);
-  -- the app role only verifies (mcp_token_verify, security definer) and never reads a hash. Its
-  -- column grant serves the retention views (cleanup_preview of its own rows).
+  -- the app role verifies (mcp_token_verify, as itself: its policies below show it the row of a
+  -- presented secret's hash, and let it stamp its last use) and never reads a hash. Its column
+  -- grant serves the retention views (cleanup_preview of its own rows) and the verification.
   grant select (id, user_id, name, token_prefix, created_at, expires_at, revoked_at, last_used_at, created_by)
     on memori.mcp_tokens to memori_app;
+  grant update (last_used_at) on memori.mcp_tokens to memori_app;
   grant select on memori._retention_mcp_tokens to memori_app, memori_cleaner;
   grant select, delete on memori.mcp_tokens to memori_cleaner;
   revoke execute on function memori.mcp_token_create(text, text, interval, timestamptz),
@@ -349,6 +351,9 @@ $grants$;
 do $rls$
 declare
   v_cur     constant text := 'current_setting(''memori.user_id'', true)';
+  -- the hash of the MCP token being verified (mcp_token_verify), NULL outside it
+  v_hash    constant text := 'token_hash = decode(nullif(current_setting(''memori.mcp_token_hash'', true), ''''), ''hex'')';
+  v_verifying_not constant text := '(coalesce(current_setting(''memori.mcp_token_hash'', true), '''') = '''')';
   v_app     text := case when exists (select 1 from pg_catalog.pg_roles where rolname = 'memori_app')
                          then 'memori_app' else 'public' end;
   v_cleaner boolean := exists (select 1 from pg_catalog.pg_roles where rolname = 'memori_cleaner');
@@ -502,17 +507,18 @@ begin
   execute format('create policy region_read on memori.page_representations for select to %I using (user_id <> %s and '
                  'memori._region_page_shared(user_id, session_id, page_id))', v_app, v_cur);
 
-  -- MCP token verification (sql/820-mcp.sql): memori.mcp_token_verify runs as memori_owner (security
-  -- definer) and is the only code that does. It finds a token by its hash across users, stamps its
-  -- last use, and records a refusal as a system event (the system user '').
-  if exists (select 1 from pg_catalog.pg_roles where rolname = 'memori_owner') then
-    execute 'create policy verify_read on memori.mcp_tokens for select to memori_owner using (true)';
-    execute 'create policy verify_touch on memori.mcp_tokens for update to memori_owner using (true) with check (true)';
-    execute 'create policy mcp_refusal on memori.events for insert to memori_owner '
-            'with check (user_id = '''' and event_type = ''mcp.auth_refused'')';
-    execute 'create policy mcp_refusal_read on memori.events for select to memori_owner '
-            'using (user_id = '''' and event_type = ''mcp.auth_refused'')';
-  end if;
+  -- MCP token verification (sql/820-mcp.sql): memori.mcp_token_verify runs as the caller (memori_app)
+  -- and finds a token across users by the hash of the secret presented, which it puts in
+  -- memori.mcp_token_hash while it looks (memori._mcp_presented, with no acting user meanwhile):
+  -- that token's row is then the only row of mcp_tokens the app role sees, and the one whose last
+  -- use it stamps; it never reads the hash column (no grant). A refusal is recorded as a system
+  -- event (the system user ''), read back (INSERT ... RETURNING) while the setting is on. Only
+  -- permissive policies: Citus 14.0.1 creates a restrictive policy on the shards as permissive.
+  execute format('create policy mcp_verify on memori.mcp_tokens for select to %I using (%s)', v_app, v_hash);
+  execute format('create policy mcp_verify_touch on memori.mcp_tokens for update to %I using (%s) with check (%s)',
+                 v_app, v_hash, v_hash);
+  execute format('create policy mcp_refusal_read on memori.events for select to %I '
+                 'using (user_id = '''' and event_type = ''mcp.auth_refused'' and not %s)', v_app, v_verifying_not);
 
   -- context windows: on the user's own sessions (user_rows and the foreign key (user_id, session_id))
 end

@@ -357,7 +357,7 @@ def test_writes_put_vouches_for_a_copy_only_when_it_plus_these_writes_is_all(con
 
 
 def test_stamp_reads_ignore_the_callers_search_path(conn: psycopg.Connection) -> None:
-    """lg_checkpoint_stamp has no SET clause (it is inlined): every name in its body is qualified."""
+    """lg_checkpoint_stamp pins its search_path: a caller's functions and tables do not reach its reads."""
     put(conn, "t", 1, {})
     expected = stamp(conn, "t")
     conn.execute("create function public.current_setting(text, boolean) returns text language sql "

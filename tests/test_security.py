@@ -16,11 +16,9 @@ TRANSACTION_CONTROL = {"memori.cleanup_run(integer,integer,text)",
                        "memori.cleanup_summary)"}
 # SQL-standard bodies (BEGIN ATOMIC) are resolved when created, so the caller's
 # search_path cannot reach them; without a SET clause PostgreSQL inlines them.
-# The LangGraph reads have string bodies instead (qualified names): Citus refuses
-# SQL-standard bodies that read distributed tables (docs/scale-out.md).
-INLINED_STRING = {"memori.lg_checkpoint_stamp(text,text,uuid,text,timestamp with time zone)",
-                  "memori.lg_checkpoint_get(text,text,uuid,text,timestamp with time zone,text,text)",
-                  "memori._lg_blob_full(text,bigint,text,text,text[],integer,bytea)"}
+# (The LangGraph reads are PL/pgSQL with a pinned search_path: Citus refuses SQL
+# functions over distributed tables, inlined or not; docs/scale-out.md.)
+INLINED_STRING: set[str] = set()
 INLINED = INLINED_STRING | {
            "memori._store_text_spec(jsonb,text[],text)", "memori._store_item_tsv(jsonb,text)"}
 

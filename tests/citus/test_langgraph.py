@@ -3,9 +3,9 @@
 Three users act through an app role (memori_app) with SET LOCAL memori.user_id,
 as the Python client does: the store's API works per user, row-level security
 shows and changes only the acting user's rows of every table, and the per-user
-reads are routed to one shard. The saver's own functions and mcp_token_verify
-do not run on the cluster yet (docs/scale-out.md, "LangGraph saver"): the
-strict xfails below say so, and flip when they do.
+reads are routed to one shard. The saver's calls run for three users with their
+reads on one shard; mcp_token_verify runs as the app role (docs/scale-out.md,
+"LangGraph saver").
 """
 
 from __future__ import annotations
@@ -13,15 +13,16 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import ormsgpack
 import psycopg
 import pytest
 from langgraph.checkpoint.base import empty_checkpoint
 from psycopg.conninfo import make_conninfo
 
-from pymemdb.errors import DatabaseError
 from pymemdb.install import install
 from pymemdb.integrations.langgraph import MemoriSaver, MemoriStore
 from tests.citus.conftest import placements
+from tests.citus.test_single_shard import _assert_single_shard, _shard_ranges, _traced
 
 pytestmark = pytest.mark.citus
 
@@ -146,26 +147,91 @@ def test_langgraph_tables_and_the_store_on_the_cluster(distributed_dsn: str) -> 
 
 
 
-@pytest.mark.xfail(strict=True, raises=psycopg.errors.ConnectionFailure,
-                   reason="mcp_token_verify is a security definer: Citus connects to the workers as its owner, "
-                          "memori_owner, which may not log in (docs/scale-out.md)")
 def test_mcp_token_verify_on_the_cluster(distributed_dsn: str) -> None:
-    # a token issued for bob (a DBA's call), verified by the app role; the lookup by hash
-    # runs on every shard (the user is not known before it), by design
+    # tokens issued for three users (a DBA's call), verified by the app role as itself (no security
+    # definer: memori_owner never connects to a worker); the lookup by hash runs on every shard
+    # (the user is not known before it), in the transaction block the Python client opens
     app = _app_dsn(distributed_dsn)
     with psycopg.connect(distributed_dsn, autocommit=True) as conn:
-        token = conn.execute("select token from memori.mcp_token_create('bob', 'cli')").fetchone()[0]  # type: ignore[index]
-    with psycopg.connect(app, autocommit=True) as conn:
-        assert conn.execute("select user_id from memori.mcp_token_verify(%s)", (token,)).fetchall() == [("bob",)]
+        tokens = {user: conn.execute("select token from memori.mcp_token_create(%s, 'cli')", (user,)).fetchone()[0]  # type: ignore[index]
+                  for user in USERS}
+    with psycopg.connect(app) as conn:
+        for user, token in tokens.items():
+            with conn.transaction():
+                assert conn.execute("select user_id from memori.mcp_token_verify(%s)", (token,)).fetchall() == [(user,)]
+            with conn.transaction():  # a request acting for another user learns the token's own user
+                conn.execute("set local memori.user_id = 'alice'")
+                assert conn.execute("select user_id from memori.mcp_token_verify(%s)", (token,)).fetchall() == [(user,)]
+                # the hash is the lookup's only: afterwards no other user's token is visible again
+                assert conn.execute("select count(*) from memori.mcp_tokens where user_id <> 'alice'").fetchone() == (0,)
+        with conn.transaction():  # an unknown token: no row, the refusal recorded as a system event
+            assert conn.execute("select * from memori.mcp_token_verify(%s)", ("pmdb_" + "0" * 64,)).fetchall() == []
+    with psycopg.connect(distributed_dsn, autocommit=True) as conn:
+        used = conn.execute("select count(*) from memori.mcp_tokens where last_used_at is not null").fetchone()
+        refused = conn.execute("select count(*) from memori.events where event_type = 'mcp.auth_refused'"
+                               " and payload ->> 'reason' = 'unknown'").fetchone()
+    assert used == (3,) and refused == (1,)
+    # as the Python client calls it (a transaction per call)
+    with MemoriStore(app, user_id="bob") as _, __import__("pymemdb").connect(app) as db:
+        principal = db.mcp_tokens.verify(tokens["carol"])
+        assert principal is not None and principal.user_id == "carol"
 
 
-@pytest.mark.xfail(strict=True, raises=DatabaseError,
-                   reason="the saver's SQL functions are not cluster-ready: inlined SQL functions and correlated "
-                          "laterals over distributed tables, generic plans (docs/scale-out.md)")
+def _messages(n: int) -> Any:
+    checkpoint = empty_checkpoint()
+    checkpoint["channel_values"] = {"messages": [f"m{i}" for i in range(n)], "step": n}
+    checkpoint["channel_versions"] = {"messages": str(n), "step": str(n)}
+    return checkpoint
+
+
 def test_saver_on_the_cluster(distributed_dsn: str) -> None:
+    """Every saver call for three users as the app role; the reads go to one shard."""
     app = _app_dsn(distributed_dsn)
-    with MemoriSaver(app, user_id="alice") as saver:
-        config = {"configurable": {"thread_id": "chat", "checkpoint_ns": ""}}
-        checkpoint = empty_checkpoint()
-        saved = saver.put(config, checkpoint, {"source": "input", "step": 0}, {})  # type: ignore[arg-type]
-        assert saver.get_tuple(saved) is not None
+    for user in USERS:
+        with MemoriSaver(app, user_id=user) as saver, MemoriSaver(app, user_id=user, cache_bytes=0) as cold:
+            config: Any = {"configurable": {"thread_id": "chat", "checkpoint_ns": ""}}
+            saved = []
+            for step in (1, 2, 3):  # a growing list: the saver stores deltas on their base versions
+                checkpoint = _messages(step)
+                config = saver.put(config, checkpoint, {"source": "loop", "step": step, "run_id": f"run-{step}"},
+                                   {"messages": str(step), "step": str(step)})
+                saver.put_writes(config, [("messages", f"w{step}")], f"task-{step}")
+                saved.append(config)
+            latest = cold.get_tuple({"configurable": {"thread_id": "chat", "checkpoint_ns": ""}})
+            assert latest is not None and latest.checkpoint["channel_values"]["messages"] == ["m0", "m1", "m2"]
+            assert [w[1:] for w in latest.pending_writes or []] == [("messages", "w3")]
+            assert saver.get_tuple({"configurable": {"thread_id": "chat", "checkpoint_ns": ""}}) == latest  # its copy
+            first = cold.get_tuple(saved[0])
+            assert first is not None and first.checkpoint["channel_values"]["messages"] == ["m0"]
+            history = list(cold.list({"configurable": {"thread_id": "chat"}}))
+            assert [t.metadata["step"] for t in history] == [3, 2, 1]
+            assert [t.metadata["step"] for t in cold.list(None, filter={"step": 2})] == [2]
+            cold.copy_thread("chat", "copy")
+            copied = cold.get_tuple({"configurable": {"thread_id": "copy", "checkpoint_ns": ""}})
+            assert copied is not None and copied.checkpoint["channel_values"]["messages"] == ["m0", "m1", "m2"]
+            cold.prune(["copy"])
+            assert [t.metadata["step"] for t in cold.list({"configurable": {"thread_id": "copy"}})] == [3]
+            cold.delete_for_runs(["run-3"])
+            assert [t.metadata["step"] for t in cold.list({"configurable": {"thread_id": "chat"}})] == [2, 1]
+            cold.delete_thread("copy")
+            assert cold.get_tuple({"configurable": {"thread_id": "copy", "checkpoint_ns": ""}}) is None
+
+    with psycopg.connect(distributed_dsn, autocommit=True) as conn:
+        deltas = conn.execute("select array_agg(distinct user_id order by user_id) from memori.lg_blobs"
+                              " where base is not null").fetchone()
+    assert deltas == (list(USERS),)  # the reads above joined delta chains on the shards
+    # each user's reads are answered by one shard (one node, one hash range)
+    shards = _shard_ranges(distributed_dsn)
+    with psycopg.connect(app) as conn:
+        for user in USERS:
+            for name, call in (
+                ("lg_checkpoint_get", "select * from memori.lg_checkpoint_get('chat', '', null, %(u)s)"),
+                ("lg_checkpoint_stamp", "select * from memori.lg_checkpoint_stamp('chat', '', null, %(u)s)"),
+                ("lg_checkpoint_list", "select * from memori.lg_checkpoint_list('chat', p_user_id => %(u)s)"),
+                ("lg_blob_value", "select memori.lg_blob_value('chat', 'messages', '2', p_user_id => %(u)s)"),
+            ):
+                _assert_single_shard(name, _traced(conn, user, call), shards, delegated=False)
+            with conn.transaction():
+                conn.execute(psycopg.sql.SQL("set local memori.user_id = {}").format(psycopg.sql.Literal(user)))
+                full = conn.execute("select memori.lg_blob_value('chat', 'messages', '2')").fetchone()
+                assert full is not None and ormsgpack.unpackb(full[0]) == ["m0", "m1"]

@@ -99,20 +99,32 @@ COMPRESSION_SAMPLES: dict[str, str] = {
 }
 COMPRESSION_NOT_SAMPLED_YET: frozenset[str] = frozenset()
 
+# the saver's calls on a thread 'chat' (a checkpoint of run r1 with a blob and a pending write),
+# copied to 'chat2', which is pruned and deleted (lg_threads_prune acts for one user: no all-users mode)
+_LG_ID = "00000000-0000-0000-0000-000000000001"
 LANGGRAPH_SAMPLES: dict[str, str] = {
+    "lg_checkpoint_put": "select memori.lg_checkpoint_put(p_user_id => %(u)s, p_thread_id => 'chat', "
+                         f"p_checkpoint_ns => '', p_checkpoint_id => '{_LG_ID}', p_parent_id => null, "
+                         "p_checkpoint => '{\"channel_versions\": {\"messages\": \"1\"}}', "
+                         "p_metadata => '{\"run_id\": \"r1\"}', p_blob_channels => array['messages'], "
+                         "p_blob_versions => array['1'], p_blob_types => array['msgpack'], "
+                         "p_blob_values => array['\\x91a161'::bytea])",
+    "lg_writes_put": "select * from memori.lg_writes_put(p_user_id => %(u)s, p_thread_id => 'chat', "
+                     f"p_checkpoint_ns => '', p_checkpoint_id => '{_LG_ID}', p_task_id => 't1', p_task_path => '', "
+                     "p_idx => array[0], p_channels => array['messages'], p_types => array['msgpack'], "
+                     "p_values => array['\\x91a162'::bytea])",
+    "lg_checkpoint_get": "select * from memori.lg_checkpoint_get(p_user_id => %(u)s, p_thread_id => 'chat')",
+    "lg_checkpoint_stamp": "select * from memori.lg_checkpoint_stamp(p_user_id => %(u)s, p_thread_id => 'chat')",
+    "lg_blob_value": "select memori.lg_blob_value(p_user_id => %(u)s, p_thread_id => 'chat', "
+                     "p_channel => 'messages', p_version => '1')",
+    "lg_checkpoint_list": "select * from memori.lg_checkpoint_list(p_user_id => %(u)s, p_thread_id => 'chat')",
+    "lg_thread_copy": "select memori.lg_thread_copy(p_user_id => %(u)s, p_source_thread_id => 'chat', "
+                      "p_target_thread_id => 'chat2')",
+    "lg_threads_prune": "select * from memori.lg_threads_prune(p_user_id => %(u)s, p_thread_ids => array['chat2'])",
+    "lg_runs_delete": "select memori.lg_runs_delete(p_user_id => %(u)s, p_run_ids => array['r1'])",
+    "lg_thread_delete": "select memori.lg_thread_delete(p_user_id => %(u)s, p_thread_id => 'chat2')",
 }
-LANGGRAPH_NOT_SAMPLED_YET: frozenset[str] = frozenset({
-    "lg_blob_value",
-    "lg_checkpoint_get",
-    "lg_checkpoint_list",
-    "lg_checkpoint_put",
-    "lg_checkpoint_stamp",
-    "lg_runs_delete",
-    "lg_thread_copy",
-    "lg_thread_delete",
-    "lg_threads_prune",
-    "lg_writes_put",
-})
+LANGGRAPH_NOT_SAMPLED_YET: frozenset[str] = frozenset()
 
 VM_SAMPLES: dict[str, str] = {
     "vm_session_configure": "select * from memori.vm_session_configure('s1', '{\"max_l0_tokens\": 4000}', "
