@@ -654,6 +654,8 @@ begin
         ('context_get',     'resolves project and global entries written by other users'),
         ('context_resolve', 'resolves project and global entries written by other users'),
         ('context_search',  'searches project and global entries written by other users'),
+        ('context_stats',   'counts the project and global entries the user reads, written by other users'),
+        ('context_expiring_soon', 'lists the project and global entries the user reads, written by other users'),
         ('region_pages',    'reads the pages of a shared region, which live with their owners'),
         ('search_pages',    'searches shared regions, whose pages live with their owners'),
         ('mcp_token_list',  'a NULL user lists every user''s tokens (an admin''s listing)'),
