@@ -175,24 +175,29 @@ comment on function memori.session_checkpoint_save(text, text, text, jsonb, time
 -- their namespace); expired rows never come back. The user is the acting
 -- user: p_user_id NULL means memori.user_id, another one is PM040.
 --
--- A hot path (pymemdb bench ttl): ONE statement. The skill's row (by id, else
--- short name, else id without 'skill:') is joined to the tiers, the ordered
--- branches of one UNION ALL under LIMIT 1: the executor runs a branch only
--- when the ones before it found nothing, so a hit in the current namespace is
--- one probe of idx_memories_session_checkpoints (namespace, owner). Every
--- branch names the user (owner_id = v_user, a PL/pgSQL variable: a parameter
--- Citus prunes shards on), so on Citus the statement goes to the user's shard
--- whole, one round trip, the skill read from the reference table's copy there.
+-- A hot path (pymemdb bench ttl). A hit in the current namespace, the common
+-- case, is ONE statement: the skill's row (by id, else short name, else id
+-- without 'skill:', memori._session_skill's order) joined to one probe of
+-- idx_memories_session_checkpoints (namespace, owner). On Citus it goes whole
+-- to the user's shard (it names the user, owner_id = v_user, a PL/pgSQL
+-- variable: a parameter Citus prunes on), the skill read there from the
+-- reference table's copy: one round trip (the skill read first on its own was
+-- a second one, to any worker). Only when it finds nothing: the skill is
+-- resolved (PM001/PM002 with a hint for one that is not) and tiers 2 and 3 run
+-- as one statement, the ordered branches of a UNION ALL under LIMIT 1 (tier 3
+-- runs only when tier 2 found nothing). Tiers 2 and 3 are not in the first
+-- statement: the executor would set their nodes up on every call, hits too.
 -- PL/pgSQL, not SQL: a SQL-standard body (BEGIN ATOMIC) records dependencies
 -- on the tables it reads, so Citus refused to make memori.session_skills a
 -- reference table ("circular dependencies between distributed objects"), and
 -- a SQL function that is not inlined may not query a distributed table
 -- ("parameterized queries for SQL functions referencing distributed tables
--- are not supported"); a body with SET is never inlined.
+-- are not supported"); a body with SET is never inlined. Citus's forced
+-- delegation refuses a statement joining a reference table to the user's rows,
+-- so memori.distribute_functions() keeps this function on the coordinator.
 -- Errors, in order: PM001 bad user id or PM040 another user (memori._acting_user,
 -- inline for a valid user id that is memori.user_id or comes without it); PM001
--- or PM002 (unknown skill, with a hint) from memori._session_skill, called only
--- when the statement found nothing.
+-- or PM002 (unknown skill) from memori._session_skill.
 create or replace function memori.session_checkpoint_load_latest(
   p_skill   text,
   p_user_id text,
@@ -200,7 +205,9 @@ create or replace function memori.session_checkpoint_load_latest(
 ) returns setof memori.session_checkpoint
 as $func$
 declare
-  v_user text;
+  v_user   text;
+  v_skill  memori.session_skills;
+  v_prefix text;
 begin
   if p_user_id is not null and btrim(p_user_id) <> '' and length(p_user_id) <= 256 and p_user_id !~ '[[:cntrl:]]'
      and coalesce(nullif(current_setting('memori.user_id', true), ''), p_user_id) = p_user_id then
@@ -209,6 +216,7 @@ begin
     v_user := memori._acting_user(p_user_id);
   end if;
 
+  -- (1) the current namespace: the skill and the probe in one statement
   return query
     select t.*
       from (select 'session_' || s.short_name || '_' as prefix, s.permanent_namespace
@@ -217,16 +225,21 @@ begin
              order by (s.skill = p_skill) desc  -- memori._session_skill's order
              limit 1) k
      cross join lateral (
-            -- (1) the current namespace (the prefix is NULL for a permanent skill)
-            (select m.*, 'current'::text
-               from memori.memories m
-              where m.owner_id = v_user
-                and m.user_id = coalesce(k.prefix || to_char(p_now at time zone 'UTC', 'YYYY_MM'), k.permanent_namespace)
-                and m.metadata->>'type' = 'session_checkpoint' and (m.expires_at is null or m.expires_at > p_now)
-              order by m.created_at desc, m.id desc
-              limit 1)
-            union all
-            -- (2) the legacy namespace named by the user
+            select m.*, 'current'::text
+              from memori.memories m
+             where m.owner_id = v_user  -- the prefix is NULL for a permanent skill
+               and m.user_id = coalesce(k.prefix || to_char(p_now at time zone 'UTC', 'YYYY_MM'), k.permanent_namespace)
+               and m.metadata->>'type' = 'session_checkpoint' and (m.expires_at is null or m.expires_at > p_now)
+             order by m.created_at desc, m.id desc
+             limit 1) t;
+  if found then
+    return;
+  end if;
+  v_skill := memori._session_skill(p_skill);  -- PM001/PM002 for a skill that is not one
+  v_prefix := 'session_' || v_skill.short_name || '_';  -- NULL for a permanent skill
+  return query
+    select t.*
+      from ( -- (2) the legacy namespace named by the user
             (select m.*, 'legacy'::text
                from memori.memories m
               where m.owner_id = v_user and m.user_id = v_user
@@ -237,17 +250,14 @@ begin
             -- (3) earlier months of the skill's session namespace (none for a permanent skill)
             (select m.*, 'previous'::text
                from memori.memories m
-              where m.owner_id = v_user
-                and m.user_id ~>=~ k.prefix and m.user_id ~<~ (k.prefix || chr(1114111))  -- index range
-                and m.user_id ~ ('^' || k.prefix || '[0-9]{4}_[0-9]{2}$')
+              where m.owner_id = v_user and v_prefix is not null
+                and m.user_id ~>=~ v_prefix and m.user_id ~<~ (v_prefix || chr(1114111))  -- index range
+                and m.user_id ~ ('^' || v_prefix || '[0-9]{4}_[0-9]{2}$')
                 and m.metadata->>'type' = 'session_checkpoint' and (m.expires_at is null or m.expires_at > p_now)
               order by m.created_at desc, m.id desc
               limit 1)
           ) t
      limit 1;
-  if not found then
-    perform memori._session_skill(p_skill);  -- PM001/PM002 for a skill that is not one
-  end if;
 end
 $func$ language plpgsql stable security invoker rows 1
 set search_path = pg_catalog, memori, pg_temp;
