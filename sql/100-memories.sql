@@ -175,20 +175,29 @@ comment on function memori.session_checkpoint_save(text, text, text, jsonb, time
 -- their namespace); expired rows never come back. The user is the acting
 -- user: p_user_id NULL means memori.user_id, another one is PM040.
 --
--- A hot path (pymemdb bench ttl). PL/pgSQL, one statement a tier, each with
--- the user as a variable: on Citus every tier is a single-shard query (a
--- PL/pgSQL variable is a parameter Citus prunes shards on). It replaces one
--- inlined SQL statement (a SQL-standard body, BEGIN ATOMIC) that Citus could
--- not run: such a body records dependencies on the tables it reads, so Citus
--- refused to make memori.session_skills a reference table ("circular
--- dependencies between distributed objects"), and it refuses a query on a
--- distributed table inside a SQL function ("parameterized queries for SQL
--- functions referencing distributed tables are not supported"). Tier 1, the
--- common hit, is one index probe of idx_memories_session_checkpoints
--- (namespace, owner); tiers 2 and 3 run only when it found nothing.
--- The helpers are only called to raise errors (PM001 bad user id or PM040
--- another user, else memori.user_id for a NULL one; PM002 unknown skill, a
--- skill given by its short name), in that order.
+-- A hot path (pymemdb bench ttl). A hit in the current namespace, the common
+-- case, is ONE statement: the skill's row (by id, else short name, else id
+-- without 'skill:', memori._session_skill's order) joined to one probe of
+-- idx_memories_session_checkpoints (namespace, owner). On Citus it goes whole
+-- to the user's shard (it names the user, owner_id = v_user, a PL/pgSQL
+-- variable: a parameter Citus prunes on), the skill read there from the
+-- reference table's copy: one round trip (the skill read first on its own was
+-- a second one, to any worker). Only when it finds nothing: the skill is
+-- resolved (PM001/PM002 with a hint for one that is not) and tiers 2 and 3 run
+-- as one statement, the ordered branches of a UNION ALL under LIMIT 1 (tier 3
+-- runs only when tier 2 found nothing). Tiers 2 and 3 are not in the first
+-- statement: the executor would set their nodes up on every call, hits too.
+-- PL/pgSQL, not SQL: a SQL-standard body (BEGIN ATOMIC) records dependencies
+-- on the tables it reads, so Citus refused to make memori.session_skills a
+-- reference table ("circular dependencies between distributed objects"), and
+-- a SQL function that is not inlined may not query a distributed table
+-- ("parameterized queries for SQL functions referencing distributed tables
+-- are not supported"); a body with SET is never inlined. Citus's forced
+-- delegation refuses a statement joining a reference table to the user's rows,
+-- so memori.distribute_functions() keeps this function on the coordinator.
+-- Errors, in order: PM001 bad user id or PM040 another user (memori._acting_user,
+-- inline for a valid user id that is memori.user_id or comes without it); PM001
+-- or PM002 (unknown skill) from memori._session_skill.
 create or replace function memori.session_checkpoint_load_latest(
   p_skill   text,
   p_user_id text,
@@ -200,54 +209,54 @@ declare
   v_skill  memori.session_skills;
   v_prefix text;
 begin
-  -- the acting user (memori._acting_user's rule, inline for a valid user id that is
-  -- memori.user_id or comes without it): PM001/PM040 first, then the skill
   if p_user_id is not null and btrim(p_user_id) <> '' and length(p_user_id) <= 256 and p_user_id !~ '[[:cntrl:]]'
      and coalesce(nullif(current_setting('memori.user_id', true), ''), p_user_id) = p_user_id then
     v_user := p_user_id;
   else
     v_user := memori._acting_user(p_user_id);
   end if;
-  -- the skill id (one key probe), else memori._session_skill: a short name or an
-  -- id without 'skill:', or PM001/PM002 with a hint
-  select * into v_skill from memori.session_skills s where s.skill = p_skill;
-  if not found then
-    v_skill := memori._session_skill(p_skill);
-  end if;
-  v_prefix := 'session_' || v_skill.short_name || '_';  -- NULL for a permanent skill
 
-  -- (1) the current namespace
+  -- (1) the current namespace: the skill and the probe in one statement
   return query
-    select m.*, 'current'::text
-      from memori.memories m
-     where m.owner_id = v_user
-       and m.user_id = coalesce(v_prefix || to_char(p_now at time zone 'UTC', 'YYYY_MM'), v_skill.permanent_namespace)
-       and m.metadata->>'type' = 'session_checkpoint' and (m.expires_at is null or m.expires_at > p_now)
-     order by m.created_at desc, m.id desc
-     limit 1;
+    select t.*
+      from (select 'session_' || s.short_name || '_' as prefix, s.permanent_namespace
+              from memori.session_skills s
+             where s.skill = p_skill or s.short_name = p_skill or s.skill = 'skill:' || p_skill
+             order by (s.skill = p_skill) desc  -- memori._session_skill's order
+             limit 1) k
+     cross join lateral (
+            select m.*, 'current'::text
+              from memori.memories m
+             where m.owner_id = v_user  -- the prefix is NULL for a permanent skill
+               and m.user_id = coalesce(k.prefix || to_char(p_now at time zone 'UTC', 'YYYY_MM'), k.permanent_namespace)
+               and m.metadata->>'type' = 'session_checkpoint' and (m.expires_at is null or m.expires_at > p_now)
+             order by m.created_at desc, m.id desc
+             limit 1) t;
   if found then
     return;
   end if;
-  -- (2) the legacy namespace named by the user
+  v_skill := memori._session_skill(p_skill);  -- PM001/PM002 for a skill that is not one
+  v_prefix := 'session_' || v_skill.short_name || '_';  -- NULL for a permanent skill
   return query
-    select m.*, 'legacy'::text
-      from memori.memories m
-     where m.owner_id = v_user and m.user_id = v_user
-       and m.metadata->>'type' = 'session_checkpoint' and (m.expires_at is null or m.expires_at > p_now)
-     order by m.created_at desc, m.id desc
-     limit 1;
-  if found or v_prefix is null then
-    return;
-  end if;
-  -- (3) earlier months of the skill's session namespace (none for a permanent skill)
-  return query
-    select m.*, 'previous'::text
-      from memori.memories m
-     where m.owner_id = v_user
-       and m.user_id ~>=~ v_prefix and m.user_id ~<~ (v_prefix || chr(1114111))  -- index range for the prefix
-       and m.user_id ~ ('^' || v_prefix || '[0-9]{4}_[0-9]{2}$')
-       and m.metadata->>'type' = 'session_checkpoint' and (m.expires_at is null or m.expires_at > p_now)
-     order by m.created_at desc, m.id desc
+    select t.*
+      from ( -- (2) the legacy namespace named by the user
+            (select m.*, 'legacy'::text
+               from memori.memories m
+              where m.owner_id = v_user and m.user_id = v_user
+                and m.metadata->>'type' = 'session_checkpoint' and (m.expires_at is null or m.expires_at > p_now)
+              order by m.created_at desc, m.id desc
+              limit 1)
+            union all
+            -- (3) earlier months of the skill's session namespace (none for a permanent skill)
+            (select m.*, 'previous'::text
+               from memori.memories m
+              where m.owner_id = v_user and v_prefix is not null
+                and m.user_id ~>=~ v_prefix and m.user_id ~<~ (v_prefix || chr(1114111))  -- index range
+                and m.user_id ~ ('^' || v_prefix || '[0-9]{4}_[0-9]{2}$')
+                and m.metadata->>'type' = 'session_checkpoint' and (m.expires_at is null or m.expires_at > p_now)
+              order by m.created_at desc, m.id desc
+              limit 1)
+          ) t
      limit 1;
 end
 $func$ language plpgsql stable security invoker rows 1

@@ -639,29 +639,38 @@ declare
   -- the user's (one shard on Citus): p_user_id, else memori.user_id, else every user's
   v_user text := coalesce(p_user_id, nullif(current_setting('memori.user_id', true), ''));
   v_soon timestamptz := p_now + make_interval(days => coalesce(memori._setting('checkpoint.warning_days')::int, 7));
+  v_type text[]; v_total bigint[]; v_active bigint[]; v_soon_n bigint[]; v_expired bigint[];
+  v_preserved bigint[]; v_raw bigint[]; v_stored bigint[]; v_next timestamptz[];
 begin
-  -- the checkpoints are counted by type first, then joined to the types: on Citus the
-  -- counts are a query on the distributed table alone (an outer join of the reference
-  -- table of policies with it crashed the coordinator)
+  -- two statements: the checkpoints counted by type (on Citus a query of the distributed
+  -- table alone, on the user's shard), then the types (a reference table) joined to the
+  -- counts. One statement joining them crashed the coordinator (an outer join of the
+  -- reference table with the distributed one), and a delegated call may not run a query
+  -- that joins a reference table to a subquery's result ("queries must filter by the
+  -- distribution argument")
+  select array_agg(k.checkpoint_type), array_agg(k.total), array_agg(k.active), array_agg(k.expiring_soon),
+         array_agg(k.expired), array_agg(k.preserved), array_agg(k.raw_bytes), array_agg(k.stored_bytes),
+         array_agg(k.next_expiry)
+    into v_type, v_total, v_active, v_soon_n, v_expired, v_preserved, v_raw, v_stored, v_next
+    from (select c.checkpoint_type,
+                 count(*) as total,
+                 count(*) filter (where c.expires_at > v_soon) as active,
+                 count(*) filter (where c.expires_at > p_now and c.expires_at <= v_soon) as expiring_soon,
+                 count(*) filter (where c.expires_at <= p_now) as expired,
+                 count(*) filter (where c.preserve_important) as preserved,
+                 sum(octet_length(c.data::text))::bigint as raw_bytes,
+                 sum(pg_column_size(c.data))::bigint as stored_bytes,
+                 min(c.expires_at) filter (where c.expires_at > p_now) as next_expiry
+            from memori.checkpoints c
+           where v_user is null or c.user_id = v_user
+           group by c.checkpoint_type) k;
   return query
-  with counted as materialized (
-    select c.checkpoint_type,
-           count(*) as total,
-           count(*) filter (where c.expires_at > v_soon) as active,
-           count(*) filter (where c.expires_at > p_now and c.expires_at <= v_soon) as expiring_soon,
-           count(*) filter (where c.expires_at <= p_now) as expired,
-           count(*) filter (where c.preserve_important) as preserved,
-           sum(octet_length(c.data::text))::bigint as raw_bytes,
-           sum(pg_column_size(c.data))::bigint as stored_bytes,
-           min(c.expires_at) filter (where c.expires_at > p_now) as next_expiry
-      from memori.checkpoints c
-     where v_user is null or c.user_id = v_user
-     group by c.checkpoint_type
-  )
   select p.kind, coalesce(k.total, 0), coalesce(k.active, 0), coalesce(k.expiring_soon, 0), coalesce(k.expired, 0),
          coalesce(k.preserved, 0), coalesce(k.raw_bytes, 0), coalesce(k.stored_bytes, 0), k.next_expiry
     from memori.retention_policies p
-    left join counted k on k.checkpoint_type = p.kind
+    left join unnest(v_type, v_total, v_active, v_soon_n, v_expired, v_preserved, v_raw, v_stored, v_next)
+           as k(checkpoint_type, total, active, expiring_soon, expired, preserved, raw_bytes, stored_bytes, next_expiry)
+      on k.checkpoint_type = p.kind
    where p.table_name = 'checkpoints' and p.kind <> '*'
    order by p.priority desc;
 end

@@ -661,16 +661,23 @@ begin
              where reach.root = r.oid) as row_args
       from roots r
       join pg_catalog.pg_proc p on p.oid = r.oid
-      -- reads other users' rows by design (docs/scale-out.md, "Multi-shard by design")
+      -- reads other users' rows by design (docs/scale-out.md, "Multi-shard by design"), or not delegable
       left join (values
         ('context_get',     'resolves project and global entries written by other users'),
         ('context_resolve', 'resolves project and global entries written by other users'),
         ('context_search',  'searches project and global entries written by other users'),
+        ('context_stats',   'counts the project and global entries the user reads, written by other users'),
+        ('context_expiring_soon', 'lists the project and global entries the user reads, written by other users'),
         ('region_pages',    'reads the pages of a shared region, which live with their owners'),
         ('region_list',     'counts the entries of regions other users shared, which live with their owners'),
         ('search_pages',    'searches shared regions, whose pages live with their owners'),
         ('mcp_token_list',  'a NULL user lists every user''s tokens (an admin''s listing)'),
-        ('mcp_token_revoke', 'a NULL user revokes a token by id across users (an admin''s call)')
+        ('mcp_token_revoke', 'a NULL user revokes a token by id across users (an admin''s call)'),
+        -- not cross-user, but not delegable: one statement joins a reference table to the user's
+        -- rows, which Citus's forced delegation refuses ("queries must filter by the distribution
+        -- argument"); run on the coordinator it is already one round trip to the user's shard
+        ('session_checkpoint_load_latest', 'one statement joins the skills (a reference table) to the user''s rows, '
+                                           'which a delegated call may not run; on the coordinator one round trip')
       ) x(proname, why) on x.proname = p.proname
      order by r.oid::regprocedure::text
   loop

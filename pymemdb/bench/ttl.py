@@ -140,7 +140,8 @@ NAIVE_DELETE: LiteralString = (
 )
 
 LOAD_LATEST: LiteralString = "select * from memori.session_checkpoint_load_latest(%s, %s, %s)"
-PK_LOOKUP: LiteralString = "select * from memori.memories where id = %s"
+# the primary key is (owner_id, id) since revision 0024: a lookup by id alone has no index to use
+PK_LOOKUP: LiteralString = "select * from memori.memories where owner_id = %s and id = %s"
 # The competent user's hand-written query for the function's answer when tier 1 has it (every
 # target here): the namespace computed by the application (session_{short}_{YYYY_MM}), the user's
 # rows, one index probe. No legacy tiers, no rows without owner, no skill or user checks.
@@ -278,7 +279,7 @@ def _probes(conn: psycopg.Connection[Any], targets: list[tuple[str, str, int]]) 
         Probe("seed05_current", SEED05_LATEST, lambda r: (r.choice(namespaces),)),
         # ... and of the user's legacy namespace (its backwards-compatible read)
         Probe("seed05_legacy", SEED05_LATEST, lambda r: (r.choice(targets)[1],)),
-        Probe("pk_lookup", PK_LOOKUP, lambda r: (r.choice(targets)[2],)),
+        Probe("pk_lookup", PK_LOOKUP, lambda r: r.choice(targets)[1:]),
     ]
 
 
@@ -511,7 +512,7 @@ def _reader_specs(targets: list[tuple[str, str, int]], seed: int) -> list[Reader
     return [
         ReaderSpec("latest_checkpoint", LOAD_LATEST, [(t[0], t[1], NOW) for t in targets],
                    READER_RATES["latest_checkpoint"], seed),
-        ReaderSpec("pk_lookup", PK_LOOKUP, [(t[2],) for t in targets], READER_RATES["pk_lookup"], seed),
+        ReaderSpec("pk_lookup", PK_LOOKUP, [t[1:] for t in targets], READER_RATES["pk_lookup"], seed),
     ]
 
 

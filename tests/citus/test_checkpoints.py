@@ -117,6 +117,8 @@ def test_three_users_rls_matrix_and_single_shard_calls(app_dsn: str) -> None:
         # the per-user calls are single-shard: a hit, a miss of all three tiers, a checkpoint read and update
         before = counters(conn)
         act(conn, "alice", "select * from memori.session_checkpoint_load_latest('skill:api-builder', null)")
+        hit = counters(conn)  # a hit is one statement, the skill joined to the probe: one round trip
+        assert (hit[0] - before[0], hit[1] - before[1]) == (1, 0)
         act(conn, "alice", "select * from memori.session_checkpoint_load_latest('lead_architect', null)")
         act(conn, "alice", "select * from memori.checkpoint_get(%s)", (made["alice"]["id"],))
         act(conn, "alice", "select * from memori.checkpoint_update(%s, %s)", (made["alice"]["id"], Jsonb({"step": 3})))
