@@ -48,6 +48,14 @@ comment on table memori.vm_pack_cache is 'Packed VM:CONTEXT blocks keyed by sess
 -- _page_get); every writer of a page another session may see goes through
 -- _page_get(..., true) or _page_copy first (the triggers of sql/160 copy a
 -- shared row down to the forks before its own session changes it).
+-- On a Citus cluster (issue 20) the reader's "user_id = <the user>" must reach
+-- every table of the statement as a constant, or Citus plans it over every
+-- shard (and refuses it once a reader adds a correlated subquery of its own):
+-- both checks are NOT EXISTS that the planner turns into anti joins (no OFFSET,
+-- every outer reference in the subquery's WHERE), each naming f.user_id, so the
+-- reader's constant user reaches memori.pages o, memori.vm_forks c and
+-- memori.pages q too, and the statement is routed to the user's shard. (They
+-- were correlated subplans, whose user is a parameter Citus cannot prune by.)
 create or replace view memori.vm_visible_pages with (security_invoker = true) as
 select p.session_id as viewer_session_id, 0 as depth, p.*
   from memori.pages p
@@ -55,15 +63,12 @@ union all
 select f.session_id, f.depth, p.*
   from memori.vm_forks f
   join memori.pages p on p.user_id = f.user_id and p.session_id = f.ancestor_session_id and p.id <= f.max_page_id
- -- both checks stay correlated subplans (an index probe per shared row): OFFSET 0 keeps the
- -- planner from turning the first into an anti join, which it plans with a linear inner scan
- -- when the fork's statistics are stale (a fork's own rows grow with every write)
  where not exists (select 1 from memori.pages o
-                    where o.user_id = f.user_id and o.session_id = f.session_id and o.page_id = p.page_id offset 0)
-   and not exists (select 1 from memori.vm_forks c
-                     join memori.pages q on q.user_id = c.user_id and q.session_id = c.ancestor_session_id
-                                        and q.page_id = p.page_id and q.id <= c.max_page_id
-                    where c.user_id = f.user_id and c.session_id = f.session_id and c.depth < f.depth);
+                    where o.user_id = f.user_id and o.session_id = f.session_id and o.page_id = p.page_id)
+   and not exists (select 1 from memori.vm_forks c, memori.pages q
+                    where c.user_id = f.user_id and c.session_id = f.session_id and c.depth < f.depth
+                      and q.user_id = f.user_id and q.session_id = c.ancestor_session_id
+                      and q.page_id = p.page_id and q.id <= c.max_page_id);
 comment on view memori.vm_visible_pages is 'Every page row each session sees (viewer_session_id): its own (depth 0) and, for a fork, its ancestors'' rows as of the fork that nothing closer overrides (depth = ancestor distance).';
 
 -------------------------------------------------------------------------------
