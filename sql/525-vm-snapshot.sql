@@ -13,16 +13,17 @@ as $func$
 declare
   v_user text := memori._vm_user(p_session_id);
 begin
+  -- every table names the user itself (a correlated s.user_id reached every shard on a cluster)
   return (
       select jsonb_build_object(
                'pages', coalesce((select jsonb_agg(jsonb_build_object('page_id', p.page_id, 'version', p.version)
                                                    order by p.page_id)
                                     from memori.vm_visible_pages p
-                                   where p.user_id = s.user_id and p.viewer_session_id = p_session_id), '[]'),
+                                   where p.user_id = v_user and p.viewer_session_id = p_session_id), '[]'),
                'working_set', coalesce((select jsonb_agg(jsonb_build_object('page_id', w.page_id, 'level', w.level,
                                                                             'pinned', w.pinned) order by w.page_id)
                                           from memori.working_set w
-                                         where w.user_id = s.user_id and w.session_id = p_session_id), '[]'))
+                                         where w.user_id = v_user and w.session_id = p_session_id), '[]'))
         from memori.vm_sessions s
        where s.user_id = v_user and s.session_id = p_session_id);
 end

@@ -55,10 +55,12 @@ begin
    where a.attrelid = 'memori.pages'::regclass and a.attnum > 0 and not a.attisdropped
      and a.attgenerated = '' and a.attidentity = ''
      and a.attname not in ('session_id', 'expires_at', 'gc_marked_at');
+  -- the user as a literal: Citus plans an INSERT ... SELECT whose user is a parameter
+  -- over every shard (and copies the row through the coordinator)
   execute format('insert into memori.pages (session_id, expires_at, %s) '
                  'select $2, case when gc_marked_at is null then expires_at end, %s from memori.pages '
-                 'where user_id = $3 and id = $1 returning *', v_cols, v_cols)
-     into v_p using p_id, p_session_id, v_user;
+                 'where user_id = %L and id = $1 returning *', v_cols, v_cols, v_user)
+     into v_p using p_id, p_session_id;
   if v_p.id is null then
     raise exception 'no page row %', p_id
       using errcode = 'PM005', hint = 'The page was deleted meanwhile; read it again.';
@@ -242,7 +244,8 @@ begin
                                                                     'depth', v_depth), p_now);
   return row(v_new.session_id, v_src.session_id, v_depth,
              (select count(*) from memori.vm_visible_pages v
-               where v.user_id = v_new.user_id and v.viewer_session_id = v_new.session_id and v.depth > 0),
+               where v.user_id = v_new.user_id and v.viewer_session_id = v_new.session_id
+                 and v.session_id <> v_new.session_id),  -- not depth > 0: one shard on a cluster (sql/500)
              v_n, p_now)::memori.session_fork_result;
 end
 $func$ language plpgsql volatile security invoker
