@@ -5,7 +5,10 @@ distributes the schema and shows, for pages, faults, the working set, context
 and snapshots: every VM table is placed (distributed by user_id, or a
 reference table per the plan), the API works for three users acting as an app
 role, row-level security shows and changes no other user's row, and a page
-fault (the hot path) runs on one shard of one worker.
+fault (the hot path) runs on one shard of one worker. The readers that resolve
+fork ancestry through memori.vm_visible_pages (search in session scope, the
+provenance walk, page_compress_todo, ...) run on one worker and the user's
+shards only, on a session and on a fork of it.
 
 The forks' copy-on-write triggers (sql/560), the shared regions' policies
 (sql/570 and 900) and vm_recall_signals' trigger belong to the second half of
