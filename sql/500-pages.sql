@@ -432,16 +432,22 @@ returns memori.page_table_entry
 as $func$
 declare
   v_user text := memori._vm_user(p_session_id);
+  v_e    memori.page_table_entry;
 begin
-  return (
-    select row(p.page_id, p.tier, p.compression_level, p.version, p.dirty, p.last_flushed, p.last_accessed,
-                 p.access_count, w.page_id is not null, w.level, coalesce(w.pinned, false),
-                 p.expires_at)::memori.page_table_entry
-        from memori.vm_visible_pages p
-        left join memori.working_set w
-          on w.user_id = p.user_id and w.session_id = p.viewer_session_id and w.page_id = p.page_id
-       where p.user_id = v_user and p.viewer_session_id = p_session_id and p.page_id = p_page_id
-         and (p.expires_at is null or p.expires_at > p_now));
+  -- the columns, not a row cast to memori.page_table_entry: on a cluster the statement runs
+  -- whole on the user's worker, which may not have the type
+  select p.page_id, p.tier, p.compression_level, p.version, p.dirty, p.last_flushed, p.last_accessed,
+         p.access_count, w.page_id is not null, w.level, coalesce(w.pinned, false), p.expires_at
+    into v_e
+    from memori.vm_visible_pages p
+    left join memori.working_set w
+      on w.user_id = p.user_id and w.session_id = p.viewer_session_id and w.page_id = p.page_id
+   where p.user_id = v_user and p.viewer_session_id = p_session_id and p.page_id = p_page_id
+     and (p.expires_at is null or p.expires_at > p_now);
+  if not found then
+    return null;
+  end if;
+  return v_e;
 end
 $func$ language plpgsql stable security invoker
 set search_path = pg_catalog, memori, pg_temp;

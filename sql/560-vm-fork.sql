@@ -180,6 +180,7 @@ as $func$
 declare
   v_src   memori.vm_sessions := memori._vm_session(p_source_session_id, null, false, p_now);
   v_new   memori.vm_sessions;
+  v_shared bigint;
   v_max   bigint;
   v_depth integer;
   v_limit integer := coalesce((memori._setting('vm.max_fork_depth') #>> '{}')::integer, 16);
@@ -242,11 +243,11 @@ begin
   perform memori._event_emit('session.forked', jsonb_build_object('session_id', v_new.session_id,
                                                                     'source_session_id', v_src.session_id,
                                                                     'depth', v_depth), p_now);
-  return row(v_new.session_id, v_src.session_id, v_depth,
-             (select count(*) from memori.vm_visible_pages v
-               where v.user_id = v_new.user_id and v.viewer_session_id = v_new.session_id
-                 and v.session_id <> v_new.session_id),  -- not depth > 0: one shard on a cluster (sql/500)
-             v_n, p_now)::memori.session_fork_result;
+  -- counted first, then cast: on a cluster the count runs whole on the user's worker, which may
+  -- not have the type; "shared" is another session's row, not depth > 0 (one shard: sql/500)
+  select count(*) into v_shared from memori.vm_visible_pages v
+   where v.user_id = v_new.user_id and v.viewer_session_id = v_new.session_id and v.session_id <> v_new.session_id;
+  return row(v_new.session_id, v_src.session_id, v_depth, v_shared, v_n, p_now)::memori.session_fork_result;
 end
 $func$ language plpgsql volatile security invoker
 set search_path = pg_catalog, memori, pg_temp;
