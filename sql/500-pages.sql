@@ -43,27 +43,49 @@ comment on table memori.vm_pack_cache is 'Packed VM:CONTEXT blocks keyed by sess
 -- closer session (itself or a nearer ancestor) has a row for. A plain view, so
 -- the planner inlines it: "where user_id = $1 and viewer_session_id = $2" (every
 -- reader names the user: session ids are unique per user) is an index scan of
--- the session's own pages plus an empty probe of memori.vm_forks for an
+-- the session's own pages plus empty probes of memori.vm_forks for an
 -- unforked session. Every page reader goes through it (or _page_resolve /
 -- _page_get); every writer of a page another session may see goes through
 -- _page_get(..., true) or _page_copy first (the triggers of sql/160 copy a
 -- shared row down to the forks before its own session changes it).
+-- On a Citus cluster (issue 20) the reader's "user_id = <the user>" must reach
+-- every table of the statement as a constant, or Citus plans it over every
+-- shard (and refuses it once a reader adds a correlated subquery of its own).
+-- So both checks are NOT EXISTS that the planner turns into anti joins (no
+-- OFFSET, every outer reference in the subquery's WHERE), each naming
+-- f.user_id: the reader's constant user reaches memori.pages o, memori.vm_forks
+-- c and memori.pages q too, and Citus routes the statement to the user's shard.
+-- (They were correlated subplans, whose user is a parameter Citus cannot prune
+-- by.) For the plan on one server:
+-- * a fork's viewer_session_id is f.session_id || '': the reader's session
+--   constant then stays a filter on f and does not become o.session_id = <the
+--   fork> as well; o is then estimated as the user's pages, whose statistics
+--   are good, not as the fork's own pages, which are new (a fork's own rows grow
+--   with every write, before ANALYZE sees them: estimated at one row, the anti
+--   join was a nested loop over all of them for every shared row);
+-- * the nearer-ancestor check is needed from depth 2 only: depth 1 has an arm
+--   of its own without it (a fork of an unforked session pays nothing for it).
 create or replace view memori.vm_visible_pages with (security_invoker = true) as
 select p.session_id as viewer_session_id, 0 as depth, p.*
   from memori.pages p
 union all
-select f.session_id, f.depth, p.*
+select f.session_id || '', f.depth, p.*
   from memori.vm_forks f
   join memori.pages p on p.user_id = f.user_id and p.session_id = f.ancestor_session_id and p.id <= f.max_page_id
- -- both checks stay correlated subplans (an index probe per shared row): OFFSET 0 keeps the
- -- planner from turning the first into an anti join, which it plans with a linear inner scan
- -- when the fork's statistics are stale (a fork's own rows grow with every write)
- where not exists (select 1 from memori.pages o
-                    where o.user_id = f.user_id and o.session_id = f.session_id and o.page_id = p.page_id offset 0)
-   and not exists (select 1 from memori.vm_forks c
-                     join memori.pages q on q.user_id = c.user_id and q.session_id = c.ancestor_session_id
-                                        and q.page_id = p.page_id and q.id <= c.max_page_id
-                    where c.user_id = f.user_id and c.session_id = f.session_id and c.depth < f.depth);
+ where f.depth = 1
+   and not exists (select 1 from memori.pages o
+                    where o.user_id = f.user_id and o.session_id = f.session_id and o.page_id = p.page_id)
+union all
+select f.session_id || '', f.depth, p.*
+  from memori.vm_forks f
+  join memori.pages p on p.user_id = f.user_id and p.session_id = f.ancestor_session_id and p.id <= f.max_page_id
+ where f.depth > 1
+   and not exists (select 1 from memori.pages o
+                    where o.user_id = f.user_id and o.session_id = f.session_id and o.page_id = p.page_id)
+   and not exists (select 1 from memori.vm_forks c, memori.pages q
+                    where c.user_id = f.user_id and c.session_id = f.session_id and c.depth < f.depth
+                      and q.user_id = f.user_id and q.session_id = c.ancestor_session_id
+                      and q.page_id = p.page_id and q.id <= c.max_page_id);
 comment on view memori.vm_visible_pages is 'Every page row each session sees (viewer_session_id): its own (depth 0) and, for a fork, its ancestors'' rows as of the fork that nothing closer overrides (depth = ancestor distance).';
 
 -------------------------------------------------------------------------------
@@ -379,10 +401,13 @@ declare
   v_id  bigint;
   v_ids text[];
 begin
-  -- dirty pages shared with an ancestor are copied first (flushing is a write)
+  -- dirty pages shared with an ancestor are copied first (flushing is a write). "An
+  -- ancestor's row" is its session, not depth > 0: a filter that empties the view's
+  -- own-row branch outright makes Citus plan the statement over every shard
   for v_id in
     select v.id from memori.vm_visible_pages v
-     where v.user_id = v_s.user_id and v.viewer_session_id = p_session_id and v.depth > 0 and v.dirty
+     where v.user_id = v_s.user_id and v.viewer_session_id = p_session_id and v.session_id <> p_session_id
+       and v.dirty
        and (p_page_ids is null or v.page_id = any (p_page_ids))
   loop
     perform memori._page_copy(v_id, p_session_id);
@@ -407,16 +432,22 @@ returns memori.page_table_entry
 as $func$
 declare
   v_user text := memori._vm_user(p_session_id);
+  v_e    memori.page_table_entry;
 begin
-  return (
-    select row(p.page_id, p.tier, p.compression_level, p.version, p.dirty, p.last_flushed, p.last_accessed,
-                 p.access_count, w.page_id is not null, w.level, coalesce(w.pinned, false),
-                 p.expires_at)::memori.page_table_entry
-        from memori.vm_visible_pages p
-        left join memori.working_set w
-          on w.user_id = p.user_id and w.session_id = p.viewer_session_id and w.page_id = p.page_id
-       where p.user_id = v_user and p.viewer_session_id = p_session_id and p.page_id = p_page_id
-         and (p.expires_at is null or p.expires_at > p_now));
+  -- the columns, not a row cast to memori.page_table_entry: on a cluster the statement runs
+  -- whole on the user's worker, which may not have the type
+  select p.page_id, p.tier, p.compression_level, p.version, p.dirty, p.last_flushed, p.last_accessed,
+         p.access_count, w.page_id is not null, w.level, coalesce(w.pinned, false), p.expires_at
+    into v_e
+    from memori.vm_visible_pages p
+    left join memori.working_set w
+      on w.user_id = p.user_id and w.session_id = p.viewer_session_id and w.page_id = p.page_id
+   where p.user_id = v_user and p.viewer_session_id = p_session_id and p.page_id = p_page_id
+     and (p.expires_at is null or p.expires_at > p_now);
+  if not found then
+    return null;
+  end if;
+  return v_e;
 end
 $func$ language plpgsql stable security invoker
 set search_path = pg_catalog, memori, pg_temp;

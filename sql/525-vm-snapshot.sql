@@ -13,7 +13,7 @@ as $func$
 declare
   v_user text := memori._vm_user(p_session_id);
 begin
-  -- every table filtered by the user itself (a correlation to s.user_id alone does not route on Citus)
+  -- every table names the user itself (a correlated s.user_id reached every shard on a cluster)
   return (
       select jsonb_build_object(
                'pages', coalesce((select jsonb_agg(jsonb_build_object('page_id', p.page_id, 'version', p.version)

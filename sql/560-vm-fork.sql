@@ -55,10 +55,12 @@ begin
    where a.attrelid = 'memori.pages'::regclass and a.attnum > 0 and not a.attisdropped
      and a.attgenerated = '' and a.attidentity = ''
      and a.attname not in ('session_id', 'expires_at', 'gc_marked_at');
+  -- the user as a literal: Citus plans an INSERT ... SELECT whose user is a parameter
+  -- over every shard (and copies the row through the coordinator)
   execute format('insert into memori.pages (session_id, expires_at, %s) '
                  'select $2, case when gc_marked_at is null then expires_at end, %s from memori.pages '
-                 'where user_id = $3 and id = $1 returning *', v_cols, v_cols)
-     into v_p using p_id, p_session_id, v_user;
+                 'where user_id = %L and id = $1 returning *', v_cols, v_cols, v_user)
+     into v_p using p_id, p_session_id;
   if v_p.id is null then
     raise exception 'no page row %', p_id
       using errcode = 'PM005', hint = 'The page was deleted meanwhile; read it again.';
@@ -178,6 +180,7 @@ as $func$
 declare
   v_src   memori.vm_sessions := memori._vm_session(p_source_session_id, null, false, p_now);
   v_new   memori.vm_sessions;
+  v_shared bigint;
   v_max   bigint;
   v_depth integer;
   v_limit integer := coalesce((memori._setting('vm.max_fork_depth') #>> '{}')::integer, 16);
@@ -240,10 +243,11 @@ begin
   perform memori._event_emit('session.forked', jsonb_build_object('session_id', v_new.session_id,
                                                                     'source_session_id', v_src.session_id,
                                                                     'depth', v_depth), p_now);
-  return row(v_new.session_id, v_src.session_id, v_depth,
-             (select count(*) from memori.vm_visible_pages v
-               where v.user_id = v_new.user_id and v.viewer_session_id = v_new.session_id and v.depth > 0),
-             v_n, p_now)::memori.session_fork_result;
+  -- counted first, then cast: on a cluster the count runs whole on the user's worker, which may
+  -- not have the type; "shared" is another session's row, not depth > 0 (one shard: sql/500)
+  select count(*) into v_shared from memori.vm_visible_pages v
+   where v.user_id = v_new.user_id and v.viewer_session_id = v_new.session_id and v.session_id <> v_new.session_id;
+  return row(v_new.session_id, v_src.session_id, v_depth, v_shared, v_n, p_now)::memori.session_fork_result;
 end
 $func$ language plpgsql volatile security invoker
 set search_path = pg_catalog, memori, pg_temp;

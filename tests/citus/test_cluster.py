@@ -23,12 +23,6 @@ from tests.helpers import T0, rows
 
 pytestmark = pytest.mark.citus
 
-# Found at the merge of issue 20's key migrations; docs/scale-out.md, "Not done yet"
-MERGE_GAP = ('issue 20, found at the merge of the key migrations: after distribute(), memori.page_compress_todo '
-             '(vm_visible_pages with a correlated NOT EXISTS on page_representations) is refused by Citus '
-             "('complex joins are only supported when ...'); docs/scale-out.md, Not done yet")
-
-
 
 def _planned(conn: psycopg.Connection, placement: str) -> set[str]:
     query = "select table_name from memori.distribution_plan() where placement = %s"
@@ -99,7 +93,6 @@ def test_schema_installs_on_the_coordinator_and_every_concern_works(citus_dsn: s
     assert install(citus_dsn, force=True).changed  # re-applying sql/ on the coordinator works
 
 
-@pytest.mark.xfail(strict=True, reason=MERGE_GAP)
 def test_distribute_places_every_table_as_planned(citus_dsn: str) -> None:
     with psycopg.connect(citus_dsn, autocommit=True) as conn:
         settings_before = rows(conn, "select key, value from memori.settings order by key")
@@ -171,7 +164,6 @@ def test_cluster_script_reports_and_exports(citus_cluster: CitusCluster) -> None
     assert all(psutil.Process(pid).username() != "root" for pid in pids)
 
 
-@pytest.mark.xfail(strict=True, reason=MERGE_GAP)
 def test_a_worker_restart_keeps_the_placed_rows(citus_dsn: str, citus_cluster: CitusCluster) -> None:
     with pymemdb.connect(citus_dsn) as db:
         db.cluster.distribute()

@@ -5,7 +5,10 @@ distributes the schema and shows, for pages, faults, the working set, context
 and snapshots: every VM table is placed (distributed by user_id, or a
 reference table per the plan), the API works for three users acting as an app
 role, row-level security shows and changes no other user's row, and a page
-fault (the hot path) runs on one shard of one worker.
+fault (the hot path) runs on one shard of one worker. The readers that resolve
+fork ancestry through memori.vm_visible_pages (search in session scope, the
+provenance walk, page_compress_todo, ...) run on one worker and the user's
+shards only, on a session and on a fork of it.
 
 The forks' copy-on-write triggers (sql/560), the shared regions' policies
 (sql/570 and 900) and vm_recall_signals' trigger belong to the second half of
@@ -15,6 +18,7 @@ its own database before distributing: the drops are no-ops once they are gone.
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Iterator
 
@@ -123,7 +127,7 @@ def _rls_matrix(conn: psycopg.Connection) -> None:
             assert info.value.sqlstate == "PM005"
 
 
-def _remote_commands(conn: psycopg.Connection, query: str, params: tuple[object, ...],
+def _remote_commands(conn: psycopg.Connection, query: str, params: tuple[object, ...] | dict[str, object],
                      user: str = "alice") -> list[tuple[str, str]]:
     """(command, server and connection) of every command Citus sends for one transaction of a user."""
     seen: list[tuple[str, str]] = []
@@ -196,3 +200,83 @@ def test_vm_pages_on_the_cluster(vm_cluster: tuple[str, str]) -> None:
                 "explain select * from memori.pages where user_id = 'alice' and session_id = 's-alice'"
                 " and page_id = 'msg_1' for update"))
         assert "Task Count: 1" in plan, plan
+
+
+# The readers that resolve fork ancestry through memori.vm_visible_pages, each called on a session and on a
+# fork of it (issue 20): every statement they send reaches one worker and only the user's shard group.
+VIEW_READERS = {
+    "page_compress_todo": "select * from memori.page_compress_todo(%(s)s::text)",
+    "page_provenance_chain up": "select * from memori.page_provenance_chain(%(s)s::text, 'sum_1')",
+    "page_provenance_chain down": "select * from memori.page_provenance_chain(%(s)s::text, 'doc_1', 'down')",
+    "search_pages session": "select * from memori.search_pages(%(s)s::text, 'design notes', p_scope => 'session')",
+    "pages_by_type": "select * from memori.pages_by_type(%(s)s::text, 'transcript')",
+    "pages_top_importance": "select * from memori.pages_top_importance(%(s)s::text)",
+    "page_lookup": "select memori.page_lookup(%(s)s::text, 'doc_1')",
+    "vm_manifest": "select memori.vm_manifest(%(s)s::text)",
+    "vm_context": "select memori.vm_context(%(s)s::text)",
+    "vm_metrics": "select memori.vm_metrics(%(s)s::text)",
+    "snapshot state": "select memori._vm_snapshot_state(%(s)s::text)",
+    "claim_conflicts": "select * from memori.claim_conflicts(%(s)s::text)",
+    "claim_history": "select * from memori.claim_history(%(s)s::text, 'design')",
+    "vm_prefetch": "select memori.vm_prefetch(%(s)s::text)",
+    "vm_prepass on a recall signal": "select * from memori.vm_prepass(%(s)s::text, 'As we said earlier, the design?')",
+    "page_flush": "select memori.page_flush(%(s)s::text)",  # in the source: copies what the fork shares
+}
+
+
+def _fork_workload(conn: psycopg.Connection, user: str) -> None:
+    s, f = f"s-{user}", f"f-{user}"
+    with conn.transaction():
+        _as(conn, user)
+        conn.execute("select memori.page_create(%s, 'msg_1', %s, p_role => 'user')", (s, f"hello from {user}"))
+        conn.execute("select memori.page_create(%s, 'doc_1', %s, p_add_to_working_set => false)",
+                     (s, f"the design notes of {user}, long enough to compress"))
+        conn.execute("select memori.page_create(%s, 'sum_1', 'a summary of the design notes',"
+                     " p_provenance => array['doc_1', 'msg_1'], p_add_to_working_set => false)", (s,))
+        conn.execute("select memori.session_fork(%s, %s)", (s, f))
+        conn.execute("select memori.page_create(%s, 'msg_2', %s, p_role => 'user')", (f, f"the fork of {user}"))
+        conn.execute("select memori.page_update(%s, 'msg_1', %s)", (f, f"edited in the fork of {user}"))
+
+
+def _shards(conn: psycopg.Connection, user: str) -> tuple[set[str], set[str]]:
+    """The shard ids of the user's shard group, and those of the reference tables (one shard each)."""
+    rows = conn.execute("select partmethod, get_shard_id_for_distribution_column(logicalrelid, %s::text)"
+                        " from pg_dist_partition where logicalrelid::text like 'memori.%%'"
+                        " and partmethod in ('h', 'n')", (user,)).fetchall()
+    return {str(r[1]) for r in rows if r[0] == "h"}, {str(r[1]) for r in rows if r[0] == "n"}
+
+
+def test_vm_readers_of_a_session_and_its_fork_are_single_shard(distributed_dsn: str) -> None:
+    with psycopg.connect(distributed_dsn, autocommit=True) as conn:
+        for user in USERS:
+            _fork_workload(conn, user)
+        mine, reference = _shards(conn, "alice")
+        # the fork sees its own pages, the edited copy and the source's other pages
+        with conn.transaction():
+            _as(conn, "alice")
+            seen = conn.execute("select page_id, depth from memori.vm_visible_pages where user_id = 'alice'"
+                                " and viewer_session_id = 'f-alice' order by page_id").fetchall()
+            plan = "\n".join(r[0] for r in conn.execute(
+                "explain select * from memori.vm_visible_pages where user_id = 'alice'"
+                " and viewer_session_id = 'f-alice'"))
+        assert seen == [("doc_1", 1), ("msg_1", 0), ("msg_2", 0), ("sum_1", 1)]
+        assert "Task Count: 1" in plan, plan
+        for session in ("s-alice", "f-alice"):
+            for name, query in VIEW_READERS.items():
+                sent = _remote_commands(conn, query, {"s": session})
+                # a read of a reference table goes to any node's copy: one shard wherever it runs
+                work = [(c, where) for c, where in sent if not c.startswith(("issuing BEGIN", "issuing COMMIT"))
+                        and not set(re.findall(r"memori\.\w+?_(\d{6,})\b", c)) <= reference]
+                assert work, (name, session)
+                assert len({where for _, where in work}) == 1, (name, session, work)
+                shards = {m for c, _ in work for m in re.findall(r"memori\.\w+?_(\d{6,})\b", c)}
+                assert shards - reference <= mine, (name, session, shards - reference - mine, work)
+        # and the results are the fork's: the provenance walk finds the fork's edit of msg_1
+        with conn.transaction():
+            _as(conn, "alice")
+            chain = conn.execute("select page_id, depth from memori.page_provenance_chain('f-alice', 'sum_1')"
+                                 ).fetchall()
+            found = conn.execute("select page_id, session_id from memori.search_pages('f-alice', 'edited fork',"
+                                 " p_scope => 'session')").fetchall()
+        assert chain == [("doc_1", 1), ("msg_1", 1)]
+        assert found[:1] == [("msg_1", "f-alice")]
