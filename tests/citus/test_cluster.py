@@ -73,10 +73,7 @@ def _smoke(dsn: str) -> None:
         summary = db.cleanup.execute(now=later)
         assert summary.deleted == summary.planned
         assert sum(n for t, n in summary.deleted_by_table.items() if t != "events") == len(preview) > 0
-    # the LangGraph saver, while its tables are local: its functions do not run on distributed
-    # tables yet (docs/scale-out.md; tests/citus/test_langgraph.py, a strict xfail, tracks it)
-    if "lg_threads" in placements(dsn):
-        return
+    # the LangGraph saver (also after distribute(): its reads are routed PL/pgSQL statements)
     with MemoriSaver(dsn, user_id="alice") as saver:
         graph = _graph().compile(checkpointer=saver)
         config = {"configurable": {"thread_id": "chat-1"}}

@@ -5,8 +5,8 @@ three users work through the client as an app role (messages, compress with
 plan / prompt / apply and aging, snapshots, goals), none of them sees or
 changes another's rows, and every call of the flow runs single-shard
 statements only (Citus's own counters), each on its user's hash range (the
-coordinator's remote-command log). A snapshot of a session with virtual memory
-is not single-shard yet (a strict xfail).
+coordinator's remote-command log), a snapshot of a session with virtual memory
+included.
 """
 
 from __future__ import annotations
@@ -190,13 +190,6 @@ def test_compression_is_distributed_per_user_and_single_shard(distributed_dsn: s
         assert "Task Count: 1" in plan, plan
 
 
-# The VM part of a snapshot reads memori.vm_visible_pages, which Citus runs on every shard until the
-# view filters every UNION arm by the user (docs/scale-out.md, "Not done yet": the VM readers)
-VM_VIEW_GAP = ("issue 20: a snapshot of a session with virtual memory reads memori.vm_visible_pages "
-               "(_vm_snapshot_state), one multi-shard execution per snapshot until the view routes by user")
-
-
-@pytest.mark.xfail(strict=True, reason=VM_VIEW_GAP)
 def test_snapshot_of_a_session_with_virtual_memory_is_single_shard(distributed_dsn: str, app_dsn: str) -> None:
     with psycopg.connect(distributed_dsn, autocommit=True) as admin:
         for user in USERS:

@@ -144,6 +144,11 @@ VM_SAMPLES: dict[str, str] = {
     "turn_begin": "select * from memori.turn_begin('s1', p_user_id => %(u)s)",
     "claim_create": "select * from memori.claim_create('s1', 'each user lives on one shard', array['msg_1'], "
                     "p_topic => 'shards', p_user_id => %(u)s)",
+    # the pre-pass (paging mode hybrid, the default) searches the session: one shard since the fork
+    # readers name the user (vm_visible_pages)
+    "vm_turn_start": "select * from memori.vm_turn_start('s1', 'what keeps each user together?', "
+                     "p_user_id => %(u)s)",
+    "search_pages": "select * from memori.search_pages('s1', 'shards', p_scope => 'user', p_user_id => %(u)s)",
     # regions: vm_regions and vm_region_members are reference tables (a write there is one
     # shard, on every node); a region's entries live with their owner's pages
     "region_create": "select * from memori.region_create('r-' || %(u)s, p_user_id => %(u)s)",
@@ -154,11 +159,7 @@ VM_SAMPLES: dict[str, str] = {
     "region_revoke": "select * from memori.region_revoke('r-' || %(u)s, 'zed', p_user_id => %(u)s)",
     "region_drop": "select * from memori.region_drop('r-' || %(u)s, p_user_id => %(u)s)",
 }
-# vm_turn_start: in paging mode runtime or hybrid (the default) its pre-pass calls session-scope
-# search_pages, which reads vm_visible_pages over every shard (the VM readers' part of issue 20)
-VM_NOT_SAMPLED_YET: frozenset[str] = frozenset({
-    "vm_turn_start",
-})
+VM_NOT_SAMPLED_YET: frozenset[str] = frozenset()
 
 SAMPLES: dict[str, str] = {**STORE_SAMPLES, **CHECKPOINTS_SAMPLES, **CONTEXT_SAMPLES, **COMPRESSION_SAMPLES,
                            **LANGGRAPH_SAMPLES, **VM_SAMPLES}
@@ -183,7 +184,6 @@ MULTI_SHARD_BY_DESIGN: dict[str, str] = {
                              "wrote them, and hands the leaver's entries to the owner",
     "region_pages": "reads the pages of a shared region, which live with their owners",
     "region_list": "counts the entries of regions other users shared, which live with their owners",
-    "search_pages": "searches shared regions, whose pages live with their owners",
 }
 
 # Per-user functions that read reference tables only: run on the coordinator, its own copies answer them
