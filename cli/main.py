@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.table import Table
@@ -89,6 +89,8 @@ def init(
 
 def _print_distribution(dsn: str, *, delegate: bool = False) -> None:
     """memori.distribute() and one line per table that is not simply where it was; then the functions."""
+    from psycopg.errors import Diagnostic
+
     from pymemdb.cluster import DISTRIBUTE
     from pymemdb.install import install
 
@@ -96,9 +98,10 @@ def _print_distribution(dsn: str, *, delegate: bool = False) -> None:
     with database(dsn) as db, db.transaction() as cur:
         # memori.distribute()'s own notices (rows kept on the coordinator, a coordinator that does not
         # hold the reference tables) are what a DBA acts on: print them with their hints
-        def keep(diag: Any) -> None:
-            if (diag.message_primary or "").startswith("pymemdb: "):
-                notices.append(diag.message_primary.removeprefix("pymemdb: ") + "."
+        def keep(diag: Diagnostic) -> None:
+            message = diag.message_primary or ""
+            if message.startswith("pymemdb: "):
+                notices.append(message.removeprefix("pymemdb: ") + "."
                                + (f"\n  hint: {diag.message_hint}" if diag.message_hint else ""))
 
         cur.connection.add_notice_handler(keep)

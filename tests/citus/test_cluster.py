@@ -171,8 +171,9 @@ def _remote_commands(conn: psycopg.Connection, query: str, params: Any = None) -
     sent: list[str] = []
 
     def notice(diag: psycopg.errors.Diagnostic) -> None:
-        if (diag.message_primary or "").startswith("issuing "):
-            sent.append(diag.message_primary.removeprefix("issuing "))
+        message = diag.message_primary or ""
+        if message.startswith("issuing "):
+            sent.append(message.removeprefix("issuing "))
 
     conn.add_notice_handler(notice)
     try:

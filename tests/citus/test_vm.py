@@ -26,10 +26,6 @@ from tests.citus.conftest import placements
 
 pytestmark = pytest.mark.citus
 
-# Found at the merge of issue 20's key migrations; docs/scale-out.md, "Not done yet"
-MERGE_GAP = ("issue 20, found at the merge: with every concern's tables distributed, page_fault sends statements "
-             'to two workers (one on its own branch); not traced yet')
-
 DISTRIBUTED = {"vm_sessions", "pages", "page_versions", "page_representations", "working_set", "page_mutations",
                "page_faults", "vm_forks", "vm_segments", "vm_pack_cache", "vm_prefetches", "vm_region_pages"}
 REFERENCE = {"vm_regions", "vm_region_members", "vm_recall_signals"}
@@ -146,7 +142,6 @@ def _remote_commands(conn: psycopg.Connection, query: str, params: tuple[object,
     return seen
 
 
-@pytest.mark.xfail(strict=True, reason=MERGE_GAP)
 def test_vm_pages_on_the_cluster(vm_cluster: tuple[str, str]) -> None:
     dsn, app = vm_cluster
     placed = placements(dsn)
@@ -165,6 +160,7 @@ def test_vm_pages_on_the_cluster(vm_cluster: tuple[str, str]) -> None:
         _rls_matrix(conn)
 
         # the hot path: a fault is answered by one shard group on one worker, one connection, no 2PC
+        # (its reads of memori.settings are local: the coordinator holds the reference tables' copies)
         with conn.transaction():
             _as(conn, "alice")
             conn.execute("select memori.turn_begin('s-alice')")
