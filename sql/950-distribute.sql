@@ -813,6 +813,7 @@ begin
       alter function memori._distribution_blockers(regclass, text, text) owner to memori_owner;
       alter function memori._cluster_dropped_trigger(regclass, name) owner to memori_owner;
       alter function memori.distribute(boolean) owner to memori_owner;
+      alter function memori._coordinator_reference_gap() owner to memori_owner;
       alter type memori.delegation_row owner to memori_owner;
       alter function memori.distribute_functions(boolean, boolean) owner to memori_owner;
     exception when insufficient_privilege then
@@ -832,7 +833,7 @@ begin
     if v_grantee = 'public' or exists (select 1 from pg_catalog.pg_roles where rolname = v_grantee) then
       execute format('revoke all on function memori.distribution_plan(), '
                      'memori._distribution_blockers(regclass, text, text), memori.distribute(boolean), memori._cluster_dropped_trigger(regclass, name), '
-                     'memori.distribute_functions(boolean, boolean) from %s',
+                     'memori.distribute_functions(boolean, boolean), memori._coordinator_reference_gap() from %s',
                      case when v_grantee = 'public' then 'public' else quote_ident(v_grantee) end);
     end if;
   end loop;
