@@ -89,10 +89,26 @@ def init(
 
 def _print_distribution(dsn: str, *, delegate: bool = False) -> None:
     """memori.distribute() and one line per table that is not simply where it was; then the functions."""
+    from psycopg.errors import Diagnostic
+
+    from pymemdb.cluster import DISTRIBUTE
     from pymemdb.install import install
 
-    with database(dsn) as db:
-        results = db.cluster.distribute()
+    notices: list[str] = []
+    with database(dsn) as db, db.transaction() as cur:
+        # memori.distribute()'s own notices (rows kept on the coordinator, a coordinator that does not
+        # hold the reference tables) are what a DBA acts on: print them with their hints
+        def keep(diag: Diagnostic) -> None:
+            message = diag.message_primary or ""
+            if message.startswith("pymemdb: "):
+                notices.append(message.removeprefix("pymemdb: ") + "."
+                               + (f"\n  hint: {diag.message_hint}" if diag.message_hint else ""))
+
+        cur.connection.add_notice_handler(keep)
+        try:
+            results = db.call(DISTRIBUTE, cur)
+        finally:
+            cur.connection.remove_notice_handler(keep)
     # sql/ again, now that tables are placed: the install propagates every function to the workers,
     # where Citus runs the functions a statement on a shard calls (installed before, they exist only here)
     install(dsn, force=True)
@@ -109,6 +125,8 @@ def _print_distribution(dsn: str, *, delegate: bool = False) -> None:
     console.print(table)
     summary = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
     console.print(f"distribute: {summary} (memori.distribute(p_dry_run => true) lists the blockers again)")
+    for notice in notices:
+        console.print(f"note: {notice}")
     kinds: dict[str, int] = {}
     statuses: dict[str, int] = {}
     for f in functions:

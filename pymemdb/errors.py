@@ -267,7 +267,7 @@ class NotCoordinator(ClusterError, sqlstate="PM141"):
 
 
 class CoordinatorHoldsShards(ClusterError, sqlstate="PM142"):
-    """PM142: the coordinator is a node of the cluster (citus_set_coordinator_host); pymemdb keeps it shard-free."""
+    """PM142: the coordinator may hold distributed shards (shouldhaveshards); pymemdb keeps users' rows on the workers."""
 
 
 class DistributeWouldConvert(ClusterError, sqlstate="PM143"):

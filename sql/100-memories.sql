@@ -14,7 +14,19 @@ insert into memori.session_skills (skill, short_name, ttl_days, permanent_namesp
   ('skill:skill-creator',           null, null, 'pt2_project', 'Permanent: skill creation knowledge is reusable')
 on conflict (skill) do nothing;
 -- a handful of rows read on every checkpoint call: give the planner real statistics
-analyze memori.session_skills;
+-- (not on a Citus reference table: ANALYZE goes to every placement through a connection, which
+-- Citus refuses once the INSERT above ran locally on the coordinator's placement; autovacuum
+-- keeps the shards' statistics there)
+do $analyze$
+begin
+  if to_regclass('pg_catalog.pg_dist_partition') is not null then
+    if exists (select from pg_catalog.pg_dist_partition where logicalrelid = 'memori.session_skills'::regclass) then
+      return;
+    end if;
+  end if;
+  analyze memori.session_skills;
+end
+$analyze$;
 
 comment on table memori.memories is 'Namespaced memories (seed 05): user_id is the namespace, expires_at NULL is permanent, owner_id the owning user (the distribution column; rows written without a user belong to their namespace).';
 comment on table memori.session_skills is 'Skills with session checkpoints (short_name, ttl_days) or a permanent namespace (seed 05).';

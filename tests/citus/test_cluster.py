@@ -7,7 +7,9 @@ by their user in one co-location group, the global ones as reference tables.
 
 from __future__ import annotations
 
+import re
 import subprocess
+from typing import Any
 
 import psutil
 import psycopg
@@ -19,7 +21,7 @@ from pymemdb.cli.main import app
 from pymemdb.errors import CoordinatorHoldsShards
 from pymemdb.install import install
 from tests.citus.conftest import CitusCluster, placements
-from tests.helpers import T0, rows
+from tests.helpers import T0, assert_sqlstate, rows
 
 pytestmark = pytest.mark.citus
 
@@ -84,7 +86,11 @@ def _smoke(dsn: str) -> None:
 
 def test_schema_installs_on_the_coordinator_and_every_concern_works(citus_dsn: str) -> None:
     with psycopg.connect(citus_dsn, autocommit=True) as conn:
-        assert rows(conn, "select count(*) as n from pg_dist_node where isactive")[0]["n"] == 2
+        # two workers, and the coordinator in the metadata for reference tables only (cluster.sh createdb)
+        assert rows(conn, "select groupid = 0 as coordinator, shouldhaveshards, count(*) as n from pg_dist_node"
+                          " where isactive group by 1, 2 order by 1") == [
+            {"coordinator": False, "shouldhaveshards": True, "n": 2},
+            {"coordinator": True, "shouldhaveshards": False, "n": 1}]
         assert rows(conn, "select extversion from pg_extension where extname = 'citus'")[0]["extversion"] >= "14"
     _smoke(citus_dsn)
     assert install(citus_dsn, force=True).changed  # re-applying sql/ on the coordinator works
@@ -137,13 +143,100 @@ def test_init_distribute_on_the_cluster(citus_db: str) -> None:
     assert "blocked" not in result.output
 
 
-def test_a_coordinator_that_holds_shards_is_pm142(citus_dsn: str, citus_cluster: CitusCluster) -> None:
-    port = int(citus_dsn.rsplit(":", 1)[1].split("/")[0])
+def _port(dsn: str) -> int:
+    return int(dsn.rsplit(":", 1)[1].split("/")[0])
+
+
+def test_a_coordinator_that_may_hold_shards_is_pm142(citus_dsn: str) -> None:
     with psycopg.connect(citus_dsn, autocommit=True) as conn:
-        conn.execute("select citus_set_coordinator_host('127.0.0.1', %s)", (port,))
+        conn.execute("select citus_set_node_property('127.0.0.1', %s, 'shouldhaveshards', true)", (_port(citus_dsn),))
     with pymemdb.connect(citus_dsn) as db, pytest.raises(CoordinatorHoldsShards) as caught:
         db.cluster.distribute()
-    assert caught.value.hint and "citus_remove_node" in caught.value.hint
+    assert caught.value.hint and "'shouldhaveshards', false" in caught.value.hint
+    assert placements(citus_dsn) == {}  # nothing was placed
+
+
+def _remote_commands(conn: psycopg.Connection, query: str, params: Any = None) -> list[str]:
+    """The commands the coordinator sends to the workers for ``query`` (citus.log_remote_commands)."""
+    sent: list[str] = []
+
+    def notice(diag: psycopg.errors.Diagnostic) -> None:
+        message = diag.message_primary or ""
+        if message.startswith("issuing "):
+            sent.append(message.removeprefix("issuing "))
+
+    conn.add_notice_handler(notice)
+    try:
+        with conn.transaction():
+            conn.execute("set local memori.user_id = 'alice'")
+            conn.execute("set local citus.log_remote_commands = on")
+            conn.execute("set local client_min_messages = log")
+            conn.execute(query, params).fetchall()
+    finally:
+        conn.remove_notice_handler(notice)
+    return sent
+
+
+def test_the_coordinator_reads_reference_tables_without_a_round_trip(distributed_dsn: str) -> None:
+    with psycopg.connect(distributed_dsn, autocommit=True) as conn:
+        # every reference table has a placement on the coordinator (group 0), no distributed shard has
+        on_coordinator = rows(conn, """select p.partmethod, count(*) as n from pg_dist_placement pp
+                                         join pg_dist_shard s using (shardid) join pg_dist_partition p using (logicalrelid)
+                                        where pp.groupid = 0 group by 1""")
+        assert on_coordinator == [{"partmethod": "n", "n": len(_planned(conn, "reference"))}]
+        assert rows(conn, "select * from memori._coordinator_reference_gap()") == []
+    with psycopg.connect(distributed_dsn) as conn:
+        # reads of settings and skills: local, nothing sent to a worker
+        assert _remote_commands(conn, "select memori._setting('vm.claim_max_tokens')") == []
+        assert _remote_commands(conn, "select * from memori.session_skills") == []
+        # a seed 05 save reads its skill locally: only the write of alice's memories goes to a worker
+        sent = _remote_commands(conn, "select * from memori.session_checkpoint_save('skill:api-builder', 'alice', 's')")
+        assert [c for c in sent if re.search(r"\bmemori\.[a-z_]+_\d{6,}", c)
+                and not re.search(r"\bmemori\.memories_\d{6,}", c)] == [], sent
+        assert any("memories_" in c for c in sent)
+    with psycopg.connect(distributed_dsn, autocommit=True) as conn:
+        # writes still reach every node's copy (two-phase commit), the coordinator's too
+        conn.execute("update memori.settings set value = '150' where key = 'vm.claim_max_tokens'")
+        copies = rows(conn, """select nodeport, result from run_command_on_placements('memori.settings',
+                                 $$select value from %s where key = 'vm.claim_max_tokens'$$)""")
+        assert len(copies) == 3 and {c["result"] for c in copies} == {"150"}
+        # a CHECK that runs a subtransaction on the coordinator's copy (recall signals): PM093 as on one server
+        conn.execute("insert into memori.vm_recall_signals (pattern, description) values ('(shard local)', 'x')")
+        assert_sqlstate(conn, "PM093", "insert into memori.vm_recall_signals (pattern) values ('(unclosed')")
+    # and an upgrade after all that still installs: it writes reference tables, then changes the schema
+    assert install(distributed_dsn, force=True).changed
+    result = CliRunner().invoke(app, ["init", "--force", "--distribute", "--dsn", distributed_dsn])
+    assert result.exit_code == 0, result.output
+    assert "note:" not in result.output
+
+
+def test_a_coordinator_outside_the_metadata_is_reported_with_the_command(citus_db: str) -> None:
+    port = _port(citus_db)
+    with psycopg.connect(citus_db, autocommit=True) as conn:
+        conn.execute("select citus_remove_node('127.0.0.1', %s)", (port,))
+    result = CliRunner().invoke(app, ["init", "--distribute", "--dsn", citus_db])
+    assert result.exit_code == 0, result.output
+    assert "the coordinator is not a node of this Citus cluster" in result.output
+    assert "SELECT citus_set_coordinator_host('<coordinator host>', <port>)" in " ".join(result.output.split())
+    with psycopg.connect(citus_db) as conn:  # reads of reference tables go to a worker
+        assert any("settings_" in c for c in _remote_commands(conn, "select memori._setting('vm.claim_max_tokens')"))
+    # added later, the coordinator has no copy of the tables placed before: said so, with the remedy
+    with psycopg.connect(citus_db, autocommit=True) as conn:
+        conn.execute("select citus_set_coordinator_host('127.0.0.1', %s)", (port,))
+    result = CliRunner().invoke(app, ["init", "--distribute", "--dsn", citus_db])
+    assert result.exit_code == 0, result.output
+    output = " ".join(result.output.split())
+    with psycopg.connect(citus_db, autocommit=True) as conn:
+        n = len(_planned(conn, "reference"))
+    assert f"the coordinator holds no placement of {n} of the {n} memori reference tables" in output
+    assert "SELECT replicate_reference_tables();" in output
+    with psycopg.connect(citus_db, autocommit=True) as conn:
+        for statement in ("alter role memori_owner login", "select replicate_reference_tables()",
+                          "alter role memori_owner nologin"):
+            conn.execute(statement)
+        assert rows(conn, "select * from memori._coordinator_reference_gap()") == []
+    with psycopg.connect(citus_db) as conn:
+        assert _remote_commands(conn, "select memori._setting('vm.claim_max_tokens')") == []
 
 
 def test_cluster_script_reports_and_exports(citus_cluster: CitusCluster) -> None:

@@ -165,6 +165,7 @@ def test_vm_pages_on_the_cluster(vm_cluster: tuple[str, str]) -> None:
         _rls_matrix(conn)
 
         # the hot path: a fault is answered by one shard group on one worker, one connection, no 2PC
+        # (its reads of memori.settings are local: the coordinator holds the reference tables' copies)
         with conn.transaction():
             _as(conn, "alice")
             conn.execute("select memori.turn_begin('s-alice')")
