@@ -498,7 +498,7 @@ begin
     -- superseded match leads to the claim that replaced it
     v_best := null;
     select memori._claim_current(v_s.user_id, p_session_id, c.page_id, p_now) into v_best
-      from memori.search_pages(p_session_id, v_topic, p_page_types => array['claim'], p_limit => 1, p_now => p_now) c;
+      from memori.search_pages(p_session_id, v_topic, p_user_id => v_s.user_id, p_page_types => array['claim'], p_limit => 1, p_now => p_now) c;
     if v_best is not null and memori._vm_resident(v_s.user_id, p_session_id, v_best) then
       -- the decision is in context, readable: the topic needs no fault
       if not v_best = any (v_seen) then
@@ -509,7 +509,7 @@ begin
       continue;
     end if;
     -- a summary of the topic in context at a useful level stands in for its transcript
-    v_summary := exists (select 1 from memori.search_pages(p_session_id, v_topic, p_page_types => array['summary'],
+    v_summary := exists (select 1 from memori.search_pages(p_session_id, v_topic, p_user_id => v_s.user_id, p_page_types => array['summary'],
                                                            p_limit => 3, p_now => p_now) m
                           where memori._vm_resident(v_s.user_id, p_session_id, m.page_id));
     -- on a recall signal: the claim itself (token-cheap, it is the answer), then
@@ -537,7 +537,7 @@ begin
     -- then its best matches: never a superseded claim or the discussion only
     -- superseded claims cite, never this turn's own message; only claims and
     -- summaries when a summary covers the topic
-    for v_r in select * from memori.search_pages(p_session_id, v_topic, p_limit => 20, p_now => p_now) loop
+    for v_r in select * from memori.search_pages(p_session_id, v_topic, p_user_id => v_s.user_id, p_limit => 20, p_now => p_now) loop
       exit when v_n >= p_per_topic;
       continue when v_r.page_id = any (v_seen);
       v_p := memori._page_get(p_session_id, v_r.page_id, p_now, false);

@@ -734,7 +734,6 @@ begin
         ('context_expiring_soon', 'lists the project and global entries the user reads, written by other users'),
         ('region_pages',    'reads the pages of a shared region, which live with their owners'),
         ('region_list',     'counts the entries of regions other users shared, which live with their owners'),
-        ('search_pages',    'searches shared regions, whose pages live with their owners'),
         ('mcp_token_list',  'a NULL user lists every user''s tokens (an admin''s listing)'),
         ('mcp_token_revoke', 'a NULL user revokes a token by id across users (an admin''s call)'),
         -- not cross-user, but not delegable: one statement joins a reference table to the user's

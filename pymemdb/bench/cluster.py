@@ -21,8 +21,8 @@
    workers (``citus.log_remote_commands``; 1 for a delegated call) and the
    single- and multi-shard executions Citus counts on every node
    (``citus_stat_counters``); the single-shard share of the per-user calls,
-   the calls multi-shard by design (``context_resolve``, ``search_pages``:
-   other users' rows) counted apart.
+   the call multi-shard by design (``context_resolve``: other users' project
+   and global entries) counted apart.
 4. The retention engine on ``rows`` expired memories spread over the users:
    ``cleanup_execute``'s time and the WAL it wrote (on the cluster, summed
    over the coordinator and the workers).
@@ -73,8 +73,7 @@ FUNCTIONS = {"checkpoint_save": "session_checkpoint_save", "checkpoint_load": "s
              "store_get": "store_get", "context_resolve": "context_resolve", "page_fault": "page_fault",
              "page_search": "search_pages"}
 # read other users' rows on purpose (docs/scale-out.md): outside the single-shard share
-MULTI_SHARD_BY_DESIGN = {"context_resolve": "project and global entries of other writers",
-                         "page_search": "shared regions' pages, with their owners (vm_visible_pages today)"}
+MULTI_SHARD_BY_DESIGN = {"context_resolve": "project and global entries of other writers"}
 TARGETS = ("single", "cluster", "delegated")
 STORE_KEYS = 10
 CONTROL = re.compile(r"^(BEGIN|COMMIT|ROLLBACK|PREPARE TRANSACTION|COMMIT PREPARED|ROLLBACK PREPARED|SAVEPOINT|"

@@ -265,6 +265,40 @@ def test_a_worker_restart_keeps_the_placed_rows(citus_dsn: str, citus_cluster: C
     _smoke(citus_dsn)
 
 
+def test_moving_a_users_shards_to_another_worker_with_the_owner_allowed_to_log_in(distributed_dsn: str) -> None:
+    """The docs' recipe for rebalancing: Citus copies a shard as its table's owner, memori_owner, which
+    may log in only for the move (ALTER ROLE on the coordinator reaches every node)."""
+    with pymemdb.connect(distributed_dsn, user_id="alice") as db:
+        db.store.put(["notes"], "k", {"moved": True})
+    with psycopg.connect(distributed_dsn, autocommit=True) as conn:
+        shard = rows(conn, "select get_shard_id_for_distribution_column('memori.store_items', 'alice') as id")[0]["id"]
+        where = "select nodeport from pg_dist_shard_placement where shardid = %s"
+        source = rows(conn, where, (shard,))[0]["nodeport"]
+        target = rows(conn, "select nodeport from pg_dist_node where groupid > 0 and shouldhaveshards"
+                            " and nodeport <> %s", (source,))[0]["nodeport"]
+        move = "select citus_move_shard_placement(%s, '127.0.0.1', %s, '127.0.0.1', %s, 'block_writes')"
+        with pytest.raises(psycopg.Error, match="memori_owner.* is not permitted to log in"):
+            conn.execute(move, (shard, source, target))
+        conn.execute("alter role memori_owner login")
+        try:
+            conn.execute(move, (shard, source, target))
+        finally:
+            conn.execute("alter role memori_owner nologin")
+        assert rows(conn, where, (shard,))[0]["nodeport"] == target
+        # the co-located shards of every table moved with it, and the owner may not log in anywhere again
+        group = rows(conn, "select count(distinct p.nodeport) as nodes from pg_dist_shard s"
+                           " join pg_dist_shard_placement p using (shardid)"
+                           " join pg_dist_partition d on d.logicalrelid = s.logicalrelid"
+                           " where d.partmethod = 'h' and s.shardminvalue = (select shardminvalue from pg_dist_shard"
+                           " where shardid = %s)", (shard,))
+        assert group == [{"nodes": 1}]
+        logins = conn.execute("select result from run_command_on_workers("
+                              "$$select rolcanlogin from pg_roles where rolname = 'memori_owner'$$)").fetchall()
+        assert logins == [("f",), ("f",)]
+    with pymemdb.connect(distributed_dsn, user_id="alice") as db:
+        assert db.store.get(["notes"], "k").value == {"moved": True}  # type: ignore[union-attr]
+
+
 def test_the_psql_install_script_works_on_the_coordinator_before_and_after_distribute(
         citus_db: str, citus_cluster: CitusCluster) -> None:
     from pymemdb.install import head_revision, install_script

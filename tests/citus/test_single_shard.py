@@ -186,9 +186,10 @@ MULTI_SHARD_BY_DESIGN: dict[str, str] = {
     "region_list": "counts the entries of regions other users shared, which live with their owners",
 }
 
-# Per-user functions that read reference tables only: run on the coordinator, its own copies answer them
-# (nothing goes to a worker); delegated, they are one command on the user's node like the others.
-REFERENCE_TABLES_ONLY: frozenset[str] = frozenset({"project_member_list"})
+# Per-user functions that touch reference tables only: run on the coordinator, its own copies answer
+# their reads and a write goes to every copy (no user's shard is reached, so no hash range to check);
+# delegated, they are one command on the user's node like the others.
+REFERENCE_TABLES_ONLY: frozenset[str] = frozenset({"project_member_list", "project_create"})
 
 SHARD_NAME = re.compile(r"\bmemori\.[a-z_]+?_(\d{6,})\b")
 # Citus serialises a write (or FOR UPDATE) of a reference table with a lock on its first placement
@@ -417,7 +418,6 @@ CLIENT_CALLS: dict[str, Callable[[pymemdb.Database], object]] = {
     "checkpoint_query": lambda db: db.checkpoints.query(session_id="s1"),
     "business_context_get": lambda db: db.business.get(),
     "context_set": lambda db: db.context.set("theme", {"v": 1}, type="user_preferences", scope="user"),
-    "session_checkpoint_load_latest": lambda db: db.memories.load_latest_checkpoint("api", str(db.user_id)),
     "store_put": lambda db: db.store.put(["docs"], "k", {"text": "one"}),
     "store_get": lambda db: db.store.get(["docs"], "k"),
     "store_search": lambda db: db.store.search(["docs"], query=None),
