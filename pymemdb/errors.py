@@ -267,7 +267,10 @@ class NotCoordinator(ClusterError, sqlstate="PM141"):
 
 
 class CoordinatorHoldsShards(ClusterError, sqlstate="PM142"):
-    """PM142: the coordinator may hold distributed shards (shouldhaveshards); pymemdb keeps users' rows on the workers."""
+    """PM142: the coordinator may hold distributed shards (shouldhaveshards).
+
+    pymemdb keeps users' rows on the workers.
+    """
 
 
 class DistributeWouldConvert(ClusterError, sqlstate="PM143"):

@@ -181,7 +181,8 @@ def test_the_coordinator_reads_reference_tables_without_a_round_trip(distributed
     with psycopg.connect(distributed_dsn, autocommit=True) as conn:
         # every reference table has a placement on the coordinator (group 0), no distributed shard has
         on_coordinator = rows(conn, """select p.partmethod, count(*) as n from pg_dist_placement pp
-                                         join pg_dist_shard s using (shardid) join pg_dist_partition p using (logicalrelid)
+                                         join pg_dist_shard s using (shardid)
+                                         join pg_dist_partition p using (logicalrelid)
                                         where pp.groupid = 0 group by 1""")
         assert on_coordinator == [{"partmethod": "n", "n": len(_planned(conn, "reference"))}]
         assert rows(conn, "select * from memori._coordinator_reference_gap()") == []
@@ -277,7 +278,7 @@ def test_moving_a_users_shards_to_another_worker_with_the_owner_allowed_to_log_i
         target = rows(conn, "select nodeport from pg_dist_node where groupid > 0 and shouldhaveshards"
                             " and nodeport <> %s", (source,))[0]["nodeport"]
         move = "select citus_move_shard_placement(%s, '127.0.0.1', %s, '127.0.0.1', %s, 'block_writes')"
-        with pytest.raises(psycopg.Error, match="memori_owner.* is not permitted to log in"):
+        with pytest.raises(psycopg.Error, match=r"memori_owner.* is not permitted to log in"):
             conn.execute(move, (shard, source, target))
         conn.execute("alter role memori_owner login")
         try:

@@ -163,7 +163,8 @@ def test_mcp_token_verify_on_the_cluster(distributed_dsn: str) -> None:
                 conn.execute("set local memori.user_id = 'alice'")
                 assert conn.execute("select user_id from memori.mcp_token_verify(%s)", (token,)).fetchall() == [(user,)]
                 # the hash is the lookup's only: afterwards no other user's token is visible again
-                assert conn.execute("select count(*) from memori.mcp_tokens where user_id <> 'alice'").fetchone() == (0,)
+                others = conn.execute("select count(*) from memori.mcp_tokens where user_id <> 'alice'").fetchone()
+                assert others == (0,)
         with conn.transaction():  # an unknown token: no row, the refusal recorded as a system event
             assert conn.execute("select * from memori.mcp_token_verify(%s)", ("pmdb_" + "0" * 64,)).fetchall() == []
     with psycopg.connect(distributed_dsn, autocommit=True) as conn:

@@ -29,7 +29,7 @@ USERS = ("alice", "bob", "carol")
 
 # One call per public per-user function, for the user %(u)s, run in this order (later calls use
 # the rows of earlier ones). Arguments left out take their SQL defaults. One block per concern
-# (each concern's samples, and the functions it has not sampled yet, side by side).
+# (each concern's samples side by side).
 STORE_SAMPLES: dict[str, str] = {
     "store_put": "select * from memori.store_put(p_user_id => %(u)s, p_namespace => array['docs', 'a'], "
                  "p_key => 'k1', p_value => '{\"text\": \"shards keep each user together\"}')",
@@ -67,7 +67,6 @@ CHECKPOINTS_SAMPLES: dict[str, str] = {
     "checkpoint_auto": "select * from memori.checkpoint_auto(p_session_id => 's1', p_user_id => %(u)s, "
                        "p_trigger => 'task_complete', p_data => '{\"step\": 1}')",
 }
-CHECKPOINTS_NOT_SAMPLED_YET: frozenset[str] = frozenset()
 
 CONTEXT_SAMPLES: dict[str, str] = {
     "project_create": "select * from memori.project_create(p_project_id => 'p_' || %(u)s, p_name => 'P', "
@@ -91,11 +90,10 @@ CONTEXT_SAMPLES: dict[str, str] = {
                                 "p_user_id => %(u)s, p_expired_only => true)",
     "business_context_set": "select * from memori.business_context_set(p_context => '{\"focus_mode\": \"deep_work\"}', "
                             "p_user_id => %(u)s)",
-    "business_context_update": "select * from memori.business_context_update(p_fields => '{\"current_project\": \"p\"}', "
-                               "p_user_id => %(u)s)",
+    "business_context_update": "select * from memori.business_context_update("
+                               "p_fields => '{\"current_project\": \"p\"}', p_user_id => %(u)s)",
     "business_context_get": "select * from memori.business_context_get(p_user_id => %(u)s)",
 }
-CONTEXT_NOT_SAMPLED_YET: frozenset[str] = frozenset()
 
 COMPRESSION_SAMPLES: dict[str, str] = {
     "message_add": "select * from memori.message_add(p_session_id => 'cmp-' || %(u)s, p_role => 'assistant', "
@@ -107,7 +105,6 @@ COMPRESSION_SAMPLES: dict[str, str] = {
                           "E'[CHECKPOINT] keys - IN PROGRESS\\n[DECISION] Keep PostgreSQL - LOCKED\\n"
                           "[ARTIFACT] Created keys.py\\n[NEXT] rotate keys', p_user_id => %(u)s)",
 }
-COMPRESSION_NOT_SAMPLED_YET: frozenset[str] = frozenset()
 
 # the saver's calls on a thread 'chat' (a checkpoint of run r1 with a blob and a pending write),
 # copied to 'chat2', which is pruned and deleted (lg_threads_prune acts for one user: no all-users mode)
@@ -134,7 +131,6 @@ LANGGRAPH_SAMPLES: dict[str, str] = {
     "lg_runs_delete": "select memori.lg_runs_delete(p_user_id => %(u)s, p_run_ids => array['r1'])",
     "lg_thread_delete": "select memori.lg_thread_delete(p_user_id => %(u)s, p_thread_id => 'chat2')",
 }
-LANGGRAPH_NOT_SAMPLED_YET: frozenset[str] = frozenset()
 
 VM_SAMPLES: dict[str, str] = {
     "vm_session_configure": "select * from memori.vm_session_configure('s1', '{\"max_l0_tokens\": 4000}', "
@@ -159,17 +155,9 @@ VM_SAMPLES: dict[str, str] = {
     "region_revoke": "select * from memori.region_revoke('r-' || %(u)s, 'zed', p_user_id => %(u)s)",
     "region_drop": "select * from memori.region_drop('r-' || %(u)s, p_user_id => %(u)s)",
 }
-VM_NOT_SAMPLED_YET: frozenset[str] = frozenset()
 
 SAMPLES: dict[str, str] = {**STORE_SAMPLES, **CHECKPOINTS_SAMPLES, **CONTEXT_SAMPLES, **COMPRESSION_SAMPLES,
                            **LANGGRAPH_SAMPLES, **VM_SAMPLES}
-
-# Per-user functions whose tables became distributed with the key migrations 0024-0029 and whose
-# sample call is not written yet (issue 20, not done): each concern's tests/citus/test_<concern>.py
-# checks its main calls with Citus's counters or EXPLAIN; this test does not check these yet, and
-# says so (test_functions_not_sampled_yet). A per-user function in neither list fails the test.
-NOT_SAMPLED_YET: frozenset[str] = (CHECKPOINTS_NOT_SAMPLED_YET | CONTEXT_NOT_SAMPLED_YET | COMPRESSION_NOT_SAMPLED_YET
-                                   | LANGGRAPH_NOT_SAMPLED_YET | VM_NOT_SAMPLED_YET)
 
 # Per-user functions that read other users' rows on purpose (docs/scale-out.md, "Multi-shard by
 # design"); memori.distribute_functions() keeps them on the coordinator for the same reasons.
@@ -303,9 +291,8 @@ def test_every_per_user_function_is_single_shard(distributed_dsn: str, login: Ca
     assert set(SAMPLES) <= set(functions), f"samples of functions that are gone: {set(SAMPLES) - set(functions)}"
     checked = [name for name, (kind, _) in functions.items()
                if kind != "waiting" and name not in MULTI_SHARD_BY_DESIGN]
-    missing = sorted(set(checked) - set(SAMPLES) - NOT_SAMPLED_YET)
+    missing = sorted(set(checked) - set(SAMPLES))
     assert not missing, f"per-user functions without a sample call in SAMPLES: {missing}"
-    assert not NOT_SAMPLED_YET & set(SAMPLES), "sampled now: take them out of NOT_SAMPLED_YET"
     # the classifier keeps every multi-shard-by-design function off the workers
     assert all(functions[name][0] != "delegate" for name in MULTI_SHARD_BY_DESIGN)
     order = [name for name in SAMPLES if name in checked]
@@ -335,13 +322,6 @@ def test_functions_waiting_for_their_tables(distributed_dsn: str) -> None:
     if waiting:
         pytest.skip(f"{len(waiting)} per-user functions not checked, their tables are not distributed: "
                     + "; ".join(f"{name} ({reason})" for name, reason in sorted(waiting.items())))
-
-
-def test_functions_not_sampled_yet(distributed_dsn: str) -> None:
-    functions = _per_user_functions(distributed_dsn)
-    assert NOT_SAMPLED_YET <= set(functions), f"gone: {NOT_SAMPLED_YET - set(functions)}"
-    pytest.skip(f"{len(NOT_SAMPLED_YET)} per-user functions have no sample call yet (not checked here): "
-                + ", ".join(sorted(NOT_SAMPLED_YET)))
 
 
 def test_delegated_calls_keep_the_acting_user(distributed_dsn: str, login: Callable[[str], str]) -> None:
