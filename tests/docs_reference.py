@@ -14,8 +14,9 @@ Where each part of an entry comes from, so that none can drift:
 - parameter descriptions: only what is written of a parameter, in the function's source in sql/ (a
   header comment line ``-- p_name: ...`` with its indented continuation lines, or a trailing
   ``-- ...`` on the parameter's line), else in a ``| parameter | meaning |`` table of a page under
-  a heading that is the function's name; no text is invented, and the column is left out when no
-  parameter of the function has one;
+  a heading that is the function's name, else in the shared table of docs/sql-api.md ("Parameters many
+  functions share": p_now, p_user_id, p_session_id); no text is invented, and the column is left out when
+  no parameter of the function has one (tests/test_docs.py requires one for every parameter);
 - the example: the first statement that calls ``memori.<name>(`` in a psql transcript of README.md
   or docs/*.md that the docs test runs (not skipped), with what it prints, copied verbatim with a
   link to the section it comes from. The docs test verifies it there, in its page's order and setup;
@@ -279,9 +280,15 @@ def harvest(root: Path = ROOT) -> dict[str, Example]:
     return {name: example for name, (_, example) in best.items()}
 
 
+SHARED_HEADING = "Parameters many functions share"  # docs/sql-api.md: p_now, p_user_id, p_session_id
+SHARED = "*"
+
+
 def page_descriptions(root: Path = ROOT) -> dict[str, dict[str, str]]:
     """Parameter descriptions of the pages: a ``| parameter | meaning |`` table under a heading that names
-    one function (``### page_create``); a row may name several parameters (``| `p_a` / `p_b` | ... |``)."""
+    one function (``### page_create``); a row may name several parameters (``| `p_a` / `p_b` | ... |``).
+    The table under SHARED_HEADING is filed under SHARED: the meaning of a name in every function that
+    does not describe it itself."""
     found: dict[str, dict[str, str]] = {}
     for page in pages(root):
         text = (root / page).read_text(encoding="utf-8")
@@ -291,7 +298,9 @@ def page_descriptions(root: Path = ROOT) -> dict[str, dict[str, str]]:
             if not re.match(r"\|\s*parameter\s*\|\s*meaning\s*\|\s*$", line):
                 continue
             _, heading, _ = max([h for h in headings if h[0] < number], default=(0, "", ""))
-            if not re.fullmatch(r"\w+", heading):
+            if heading == SHARED_HEADING:
+                heading = SHARED
+            elif not re.fullmatch(r"\w+", heading):
                 continue
             table = found.setdefault(heading, {})
             for row in itertools.takewhile(lambda r: r.startswith("|"), lines[number + 1:]):
@@ -397,8 +406,9 @@ def generate(conn: psycopg.Connection, root: Path = ROOT) -> tuple[str, list[Fun
     documented = page_descriptions(root)
     for function in functions:
         function.example = examples.get(function.name)
-        for param in function.params:  # the source's own words first, else the page's table
-            param.description = param.description or documented.get(function.name, {}).get(param.name, "")
+        for param in function.params:  # the source's own words first, else the page's table, else shared
+            param.description = (param.description or documented.get(function.name, {}).get(param.name, "")
+                                 or documented.get(SHARED, {}).get(param.name, ""))
     return render(concerns), functions
 
 

@@ -72,6 +72,17 @@ def test_every_public_function_has_an_example(dsn: str) -> None:
                          + ", ".join(missing))
 
 
+def test_every_parameter_is_described(dsn: str) -> None:
+    """Each parameter of each public function says what it means: in the function's source in sql/
+    (``-- p_name: ...`` above it, or a trailing comment), a page's table, or the shared table of
+    docs/sql-api.md (p_now, p_user_id, p_session_id)."""
+    with psycopg.connect(dsn) as conn:
+        _, functions = docs_reference.generate(conn)
+    missing = sorted(f"{f.name}.{p.name} ({f.source})" for f in functions for p in f.params if not p.description)
+    assert not missing, (f"{len(missing)} parameter(s) have no description (write `-- p_name: what it is` above "
+                         "the function in sql/, then regenerate docs/reference.md): " + ", ".join(missing[:80]))
+
+
 def test_copies_are_only_in_the_reference() -> None:
     """A copy mark skips a block: only the generated reference may use it (its copies run on their page)."""
     for page in PAGES:
