@@ -123,7 +123,8 @@ select 'bench_s' || lpad(h.s::text, 6, '0'), 'bench_u' || lpad(mod(h.s, p.users)
 LATEST: LiteralString = (
     "select * from memori.checkpoint_query(p_session_id => %s::text, p_limit => 1, p_now => %s::timestamptz)"
 )
-PK_LOOKUP: LiteralString = "select * from memori.checkpoints where id = %s::uuid"
+# the primary key is (user_id, id) since revision 0024: a lookup by id alone has no index to use
+PK_LOOKUP: LiteralString = "select * from memori.checkpoints where user_id = %s and id = %s::uuid"
 # checkpoint_query's statement for this call, written out as a plain prepared statement:
 # what the function adds (validation, plan per call, event) over its own query.
 DIRECT: LiteralString = """
@@ -137,12 +138,6 @@ select session_id, created_at, id from memori.checkpoints
  where session_id = %s::text order by created_at desc limit 1
 """
 QUERY_EVENTS: LiteralString = "update memori.settings set value = %s::jsonb where key = 'checkpoint.query_events'"
-
-
-
-
-
-
 
 
 def _explain(conn: psycopg.Connection[Any], query: LiteralString, params: Any) -> str:
@@ -378,14 +373,16 @@ def _generate(conn: psycopg.Connection[Any], rows: int, seed: int) -> dict[str, 
     }
 
 
-def _targets(conn: psycopg.Connection[Any], sessions: int, seed: int, k: int) -> list[tuple[str, str]]:
-    """k random sessions, each with the id of its newest checkpoint (expired or not: the PK baseline reads it)."""
+def _targets(conn: psycopg.Connection[Any], sessions: int, seed: int,
+             k: int) -> list[tuple[str, tuple[str, str]]]:
+    """k random sessions, each with the key (user, id) of its newest checkpoint (expired or not: the PK
+    baseline reads it)."""
     chosen = [f"bench_s{s:06d}" for s in random.Random(seed).sample(range(sessions), min(k, sessions))]
     rows = conn.execute(
-        "select t.s, (select c.id::text from memori.checkpoints c where c.session_id = t.s"
-        "              order by c.created_at desc, c.id desc limit 1)"
-        "  from unnest(%s::text[]) t(s)", (chosen,)).fetchall()
-    return [(s, i) for s, i in rows if i is not None]
+        "select t.s, c.user_id, c.id::text from unnest(%s::text[]) t(s)"
+        "  left join lateral (select c.user_id, c.id from memori.checkpoints c where c.session_id = t.s"
+        "                      order by c.created_at desc, c.id desc limit 1) c on true", (chosen,)).fetchall()
+    return [(s, (u, i)) for s, u, i in rows if i is not None]
 
 
 def _buffers(conn: psycopg.Connection[Any], query: LiteralString, params: list[tuple[Any, ...]]) -> dict[str, float]:
@@ -417,7 +414,7 @@ def _reads(conn: psycopg.Connection[Any], data: dict[str, Any], iterations: int,
                        " where c.session_id = t.s and (c.expires_at is null or c.expires_at > %s))",
                  (sessions, NOW))
     latest = Probe("checkpoint_query", LATEST, lambda r: (r.choice(targets)[0], NOW))
-    pk = Probe("pk_lookup", PK_LOOKUP, lambda r: (r.choice(targets)[1],))
+    pk = Probe("pk_lookup", PK_LOOKUP, lambda r: r.choice(targets)[1])
     direct = Probe("direct_sql", DIRECT, lambda r: (r.choice(targets)[0], NOW))
     out: dict[str, Any] = {"iterations": iterations, "sessions": len(targets),
                            "sessions_with_live_checkpoint": found}
@@ -430,7 +427,7 @@ def _reads(conn: psycopg.Connection[Any], data: dict[str, Any], iterations: int,
             some = [(s, NOW) for s in sessions[:200]]
             r["buffers_per_call"] = {
                 latest.name: _buffers(conn, LATEST, some),
-                pk.name: _buffers(conn, PK_LOOKUP, [(t[1],) for t in targets[:200]]),
+                pk.name: _buffers(conn, PK_LOOKUP, [t[1] for t in targets[:200]]),
             }
             if not on:
                 r["buffers_per_call"][direct.name] = _buffers(conn, DIRECT, some)
