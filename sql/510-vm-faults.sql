@@ -80,7 +80,7 @@ comment on function memori._fault_record(memori.vm_sessions, text, text, integer
 
 -------------------------------------------------------------------------------
 -- page_fault: load a page into the working set; the seed's tool-result envelope
--- p_session_id: the VM session (PM005 when missing: the only raised refusal besides a bad actor)
+-- p_session_id: the VM session (PM005 when missing, raised: the model's mistakes below are envelopes)
 -- p_page_id: the page to load; one the session does not see unexpired is an envelope with error unknown_page
 -- p_target_level: the least detail wanted: 0 full, 1 reduced, 2 abstract, 3 reference; the most detailed
 --   level written at or below it is served; outside 0..3 (or NULL) is an envelope with error invalid_level
