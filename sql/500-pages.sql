@@ -124,6 +124,8 @@ select memori.retention_register('vm_sessions', 'memori.vm_sessions', 'memori._r
 
 -------------------------------------------------------------------------------
 -- turn_begin: start the session's next turn
+-- p_session_id: the VM session; created with the vm.* settings when new (PM041 when the id is another
+--   user's session in memori.sessions)
 create or replace function memori.turn_begin(
   p_session_id text,
   p_user_id    text default null,
@@ -156,6 +158,13 @@ comment on function memori.turn_begin(text, text, timestamptz) is 'Start the nex
 
 -------------------------------------------------------------------------------
 -- vm_session_configure: change a session's budget and policies
+-- p_session_id: the VM session; created with the vm.* settings when new
+-- p_config: a JSON object of the settings to change (a key absent or JSON null keeps its value): max_l0_tokens,
+--   max_l1_pages, eviction_policy, eviction_threshold, pinned_last_turns, fault_protection_turns,
+--   eviction_cooldown_turns, faults_allowed, max_faults_per_turn, max_fault_tokens_per_turn,
+--   fault_confidence_threshold, paging_mode; not an object, another key or a value out of range is PM001;
+--   eviction_policy 'lru', 'importance_weighted_lru', 'modality_aware_lru', fault_confidence_threshold
+--   'explicit', 'referenced', 'speculative', paging_mode 'model', 'runtime', 'hybrid' (else PM004)
 create or replace function memori.vm_session_configure(
   p_session_id text,
   p_config     jsonb,
@@ -237,6 +246,34 @@ comment on function memori.vm_session_get(text) is 'The acting user''s VM sessio
 
 -------------------------------------------------------------------------------
 -- page_create: register a page, optionally mapping it into the working set
+-- p_session_id: the VM session; created with the vm.* settings when new
+-- p_page_id: the page's id, unique in the session (PM063 when taken); non-empty, at most 200 characters (PM001)
+-- p_content: the text (for media its caption or transcript); a page needs p_content, p_data or p_artifact_ref
+--   (else PM001); content plus data over vm.max_content_bytes bytes is PM003
+-- p_page_type: 'transcript', 'summary', 'artifact', 'claim', 'procedure' or 'index' (else PM004)
+-- p_modality: 'text', 'image', 'audio', 'video' or 'structured' (else PM004)
+-- p_role: of a transcript page: 'user', 'assistant', 'tool' or 'system' (else PM004); NULL: none; a
+--   'system' page is pinned by default
+-- p_data: structured content (jsonb): a structured page's value, video scenes, audio timestamps
+-- p_importance: 0 to 1 (else PM001); weighs in importance_weighted_lru eviction and pages_top_importance
+-- p_provenance: ids of the pages this one derives from (stored as given, not checked); NULL: none
+-- p_represents: id of the page this one is a compressed version of (stored as given, not checked)
+-- p_hint: discovery text for the manifest (not evidence); when given it replaces the derived topic tags in the
+--   page's level-3 reference (appended to an image's or video's)
+-- p_segment: the conversation segment the page belongs to (memori.segment_current); NULL: none
+-- p_mime_type: the content's MIME type; NULL: 'text/plain' for text, 'application/json' for structured, else none
+-- p_artifact_ref: where content kept outside the database is (a URL or object key), e.g. large media
+-- p_tokens: the page's cost at level 0 in tokens (>= 0, else PM001); NULL: estimated at 4 bytes a token from
+--   the content, else the data, else the artifact reference
+-- p_size_bytes: the media's size in bytes; NULL: the bytes of content plus data
+-- p_dimensions: an image's {width, height} in pixels (exactly two elements, else PM001); shown in its reference
+-- p_duration_seconds: an audio or video page's length in seconds; shown in its reference
+-- p_add_to_working_set: true maps the page into L0 at level 0 now, evicting as needed (PM060 when nothing can
+--   go); false or NULL only registers it
+-- p_pin: when mapped: true pins it, false does not, NULL pins it when in the default pinned set (role
+--   'system', id matching vm.autopin_pattern, a transcript page of the last pinned_last_turns turns)
+-- p_actor: who acts, logged in page_mutations: 'user', 'model', 'tool' or 'system' (else PM004)
+-- p_expires_at: when the page expires (the retention engine deletes it then); NULL: never
 create or replace function memori.page_create(
   p_session_id        text,
   p_page_id           text,
@@ -321,6 +358,15 @@ comment on function memori.page_create(text, text, text, text, text, text, jsonb
 
 -------------------------------------------------------------------------------
 -- page_update: new content is a new version
+-- p_page_id: the page (PM005 when the session sees no unexpired page of that id); a fork's page shared
+--   with an ancestor is copied into the session first
+-- p_content: the new text; NULL keeps the current one (PM001 when p_content and p_data are both NULL);
+--   content plus data over vm.max_content_bytes bytes is PM003
+-- p_data: the new structured content (jsonb); NULL keeps the current one
+-- p_tokens: the new cost at level 0 in tokens (>= 0, else PM001); NULL: estimated at 4 bytes a token
+-- p_actor: who acts, logged in page_mutations: 'user', 'model', 'tool' or 'system' (else PM004)
+-- p_provenance: NULL keeps the provenance; else its new page ids (duplicates dropped), each a live page of
+--   the session (PM001 when empty, PM090 when one is missing)
 drop function if exists memori.page_update(text, text, text, jsonb, integer, text, timestamptz);
 create or replace function memori.page_update(
   p_session_id text,
@@ -389,6 +435,8 @@ comment on function memori.page_update(text, text, text, jsonb, integer, text, t
 
 -------------------------------------------------------------------------------
 -- page_flush: mark dirty pages as persisted
+-- p_session_id: the VM session (PM005 when missing)
+-- p_page_ids: the pages to flush (ids not dirty or missing are skipped); NULL: every dirty page of the session
 create or replace function memori.page_flush(
   p_session_id text,
   p_page_ids   text[] default null,
@@ -427,6 +475,7 @@ comment on function memori.page_flush(text, text[], timestamptz) is 'Clear the d
 
 -------------------------------------------------------------------------------
 -- page_lookup: a page-table entry (what a TLB caches)
+-- p_page_id: the page; the result is NULL when the session sees no unexpired page of that id
 create or replace function memori.page_lookup(p_session_id text, p_page_id text, p_now timestamptz default now())
 returns memori.page_table_entry
 as $func$
@@ -455,6 +504,14 @@ comment on function memori.page_lookup(text, text, timestamptz) is 'The page-tab
 
 -------------------------------------------------------------------------------
 -- page_representation_put: store a Compressor's level 1, 2 (or 3) output
+-- p_page_id: the page (PM005 when missing or expired); a fork's shared page is copied into the session first
+-- p_level: 1 (reduced), 2 (abstract) or 3 (reference); anything else is PM001 (level 0 is page_update's)
+-- p_content: the representation's text (PM001 when p_content and p_data are both NULL; PM003 above
+--   vm.max_content_bytes bytes)
+-- p_data: the representation's structured content (jsonb)
+-- p_tokens: its cost in tokens; NULL: estimated at 4 bytes a token
+-- p_version: the page version it was made from (page_compress_todo's version): PM064 when not the current
+--   one; NULL: not checked, stored as the current version
 create or replace function memori.page_representation_put(
   p_session_id text,
   p_page_id    text,
@@ -509,6 +566,7 @@ comment on function memori.page_representation_put(text, text, integer, text, js
 
 -------------------------------------------------------------------------------
 -- page_compress_todo: pages whose levels 1 and 2 a Compressor should write
+-- p_limit: most rows returned (one per page and missing level); NULL: 100; 0 or negative: none
 create or replace function memori.page_compress_todo(
   p_session_id text,
   p_limit      integer default 100,
@@ -537,6 +595,9 @@ comment on function memori.page_compress_todo(text, integer, timestamptz) is 'Mi
 
 -------------------------------------------------------------------------------
 -- page_pin: pin or unpin a mapped page
+-- p_page_id: the page (PM005 when missing or expired); pinning an unmapped page maps it at level 0
+-- p_pinned: true pins, false unpins (a recent-turn pin that still applies stays); NULL is PM001
+-- p_actor: who acts, logged in page_mutations: 'user', 'model', 'tool' or 'system' (else PM004)
 create or replace function memori.page_pin(
   p_session_id text,
   p_page_id    text,

@@ -68,6 +68,9 @@ comment on function memori._vm_candidates(memori.vm_sessions, text, text, boolea
 
 -------------------------------------------------------------------------------
 -- vm_eviction_candidates: which pages a policy would evict first, and why
+-- p_session_id: the VM session (PM005 when missing)
+-- p_policy: the order to rank by: 'lru', 'importance_weighted_lru' or 'modality_aware_lru' (else PM004);
+--   NULL: the session's eviction_policy
 create or replace function memori.vm_eviction_candidates(p_session_id text, p_policy text default null)
 returns table (rank bigint, page_id text, level integer, tokens integer, page_type text, modality text,
                keep_score double precision)
@@ -285,6 +288,13 @@ comment on function memori._vm_map(memori.vm_sessions, memori.pages, integer, bo
 
 -------------------------------------------------------------------------------
 -- vm_add_page: map an existing page into the working set
+-- p_session_id: the VM session (PM005 when missing)
+-- p_page_id: the page to map (PM005 when missing or expired); already mapped: its level changes
+-- p_level: the representation to map: 0 full, 1 reduced, 2 abstract, 3 reference (else PM001); PM005 when
+--   the page has no level 1 or 2 representation yet
+-- p_pin: true pins it, false does not, NULL pins it when in the default pinned set (role 'system', id matching
+--   vm.autopin_pattern, a transcript page of the last pinned_last_turns turns); a pinned page stays pinned
+-- p_actor: who acts, logged in page_mutations: 'user', 'model', 'tool' or 'system' (else PM004)
 create or replace function memori.vm_add_page(
   p_session_id text,
   p_page_id    text,
@@ -313,6 +323,12 @@ comment on function memori.vm_add_page(text, text, integer, boolean, text, times
 
 -------------------------------------------------------------------------------
 -- vm_evict: free L0 tokens with a policy
+-- p_session_id: the VM session (PM005 when missing)
+-- p_required_tokens: how many L0 tokens to free at least (>= 0, else PM001); PM060 and nothing done when
+--   pinned or protected pages leave fewer to free
+-- p_policy: 'lru', 'importance_weighted_lru' or 'modality_aware_lru' (else PM004); NULL: the session's
+--   eviction_policy
+-- p_actor: who acts, logged in page_mutations: 'user', 'model', 'tool' or 'system' (else PM004)
 create or replace function memori.vm_evict(
   p_session_id      text,
   p_required_tokens integer,

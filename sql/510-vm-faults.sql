@@ -80,6 +80,13 @@ comment on function memori._fault_record(memori.vm_sessions, text, text, integer
 
 -------------------------------------------------------------------------------
 -- page_fault: load a page into the working set; the seed's tool-result envelope
+-- p_session_id: the VM session (PM005 when missing, raised: the model's mistakes below are envelopes)
+-- p_page_id: the page to load; one the session does not see unexpired is an envelope with error unknown_page
+-- p_target_level: the level wanted: 0 full, 1 reduced, 2 abstract, 3 reference; when it is not written, the
+--   next more detailed one is served; outside 0..3 (or NULL) is an envelope with error invalid_level
+-- p_reason: 'user_requested_recall', 'resolve_reference', 'tool_prereq' or 'speculative' (else an envelope with
+--   error unknown_reason); checked against the session's fault_confidence_threshold
+-- p_actor: who asks, logged in page_mutations: 'user', 'model', 'tool' or 'system' (else PM004)
 create or replace function memori.page_fault(
   p_session_id   text,
   p_page_id      text,
@@ -263,6 +270,8 @@ comment on function memori._page_envelope(memori.pages, integer, text, jsonb, te
 
 -------------------------------------------------------------------------------
 -- page_fault_list: the faults of a session, newest first
+-- p_turn: only the faults of this turn; NULL: every turn
+-- p_limit: most rows returned, newest first; NULL: 100; 0 or negative: none
 create or replace function memori.page_fault_list(
   p_session_id text,
   p_turn       integer default null,

@@ -10,6 +10,7 @@
 
 -------------------------------------------------------------------------------
 -- vm_context_at_turn: the pages in L0 at the end of a turn, replayed from the log
+-- p_turn: the turn whose end state is replayed (mutations of turns <= p_turn); NULL: no rows
 create or replace function memori.vm_context_at_turn(p_session_id text, p_turn integer)
 returns setof memori.vm_page_state
 as $func$
@@ -31,6 +32,7 @@ comment on function memori.vm_context_at_turn(text, integer) is 'Exactly which p
 
 -------------------------------------------------------------------------------
 -- page_history: every mutation of a page, oldest first
+-- p_page_id: the page whose logged mutations are listed (of the session's own log; none for an unknown id)
 create or replace function memori.page_history(p_session_id text, p_page_id text)
 returns setof memori.page_mutations
 as $func$

@@ -9,6 +9,11 @@
 
 -------------------------------------------------------------------------------
 -- vm_manifest: VM:MANIFEST_JSON
+-- p_session_id: the VM session (PM005 when missing)
+-- p_available_limit: most unmapped pages listed under available_pages (most important first), 0 to 10000
+--   (else PM001)
+-- p_faults_allowed: the faults_allowed policy the manifest shows; NULL: the session's; it can only switch
+--   faults off (true on a session without faults shows false)
 create or replace function memori.vm_manifest(
   p_session_id      text,
   p_available_limit integer default 200,
@@ -120,6 +125,11 @@ comment on function memori._vm_line(text, text, text, text, text, jsonb, integer
 
 -------------------------------------------------------------------------------
 -- vm_context: VM:CONTEXT, packed within a token budget (and cached)
+-- p_session_id: the VM session (PM005 when missing)
+-- p_token_budget: the tokens the whole block may use (4 bytes a token), at least the empty block's (else
+--   PM001); NULL: the session's max_l0_tokens
+-- p_model: the model the block is packed for, a key of the pack cache (non-empty, at most 200 characters,
+--   else PM001)
 create or replace function memori.vm_context(
   p_session_id   text,
   p_token_budget integer default null,
@@ -286,6 +296,11 @@ comment on function memori.vm_tools() is 'The VM tool definitions (page_fault wi
 
 -------------------------------------------------------------------------------
 -- vm_developer_message: rules, manifest and context in one developer message
+-- p_session_id: the VM session (PM005 when missing)
+-- p_mode: the VM rules: 'strict', 'relaxed' or 'passive' (the manifest then shows faults off); else PM004
+-- p_system_prompt: put first in the message; NULL or empty: left out
+-- p_token_budget: the VM:CONTEXT block's budget in tokens (as in vm_context); NULL: the session's max_l0_tokens
+-- p_model: the model the block is packed for (the pack cache key, as in vm_context)
 create or replace function memori.vm_developer_message(
   p_session_id    text,
   p_mode          text default 'strict',

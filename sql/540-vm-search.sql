@@ -197,6 +197,7 @@ comment on function memori._views_restore(jsonb) is 'Re-create the views _views_
 -- vm_embedding_dim_set: choose the dimension (pymemdb init --embedding-dim N)
 -- Changing it retypes the column and rebuilds the HNSW index, so it is refused
 -- while any page has an embedding: vectors of two models cannot be compared.
+-- p_dim: the new dimension, 1 to 2000 (else PM001); a change while any page has an embedding is PM099
 create or replace function memori.vm_embedding_dim_set(p_dim integer) returns integer
 as $func$
 declare
@@ -233,6 +234,9 @@ comment on function memori.vm_embedding_dim_set(integer) is 'Set the page embedd
 
 -------------------------------------------------------------------------------
 -- page_embedding_set: store the embedding of a page (written by the client's Embedder)
+-- p_page_id: the page (PM005 when missing or expired); a fork's shared page is copied into the session first
+-- p_embedding: a vector of the installed dimension (memori.vm_embedding_dim(); else PM001, as is the zero
+--   vector); NULL clears the page's embedding
 create or replace function memori.page_embedding_set(
   p_session_id text, p_page_id text, p_embedding public.vector, p_now timestamptz default now()
 ) returns boolean
@@ -254,6 +258,23 @@ comment on function memori.page_embedding_set(text, text, public.vector, timesta
 -------------------------------------------------------------------------------
 -- search_pages: hybrid full-text + vector search, fused by reciprocal rank
 -- (issue 21 added p_exact_total: the old signature goes)
+-- p_session_id: the VM session searched (PM005 when missing, PM041 when another user's); in scope 'user'
+--   it may be NULL (all the user's sessions; a given one must still exist)
+-- p_query: the query text (web-search syntax, English stemming), at most 10000 characters (PM001); NULL or
+--   blank searches by p_query_embedding only (PM001 when that is NULL too)
+-- p_query_embedding: the query's vector, of the installed dimension (else PM001, as is the zero vector); NULL:
+--   full-text search only; given: hybrid (both rankings fused)
+-- p_modality: only pages of this modality: 'text', 'image', 'audio', 'video' or 'structured' (else PM004);
+--   NULL: all
+-- p_page_types: only pages of these types, each 'transcript', 'summary', 'artifact', 'claim', 'procedure' or
+--   'index' (else PM004); NULL: all
+-- p_limit: most rows returned, 1 to 100 (else PM001)
+-- p_scope: 'session' (the session's pages, a fork's shared pages included) or 'user' (all the user's
+--   sessions); else PM001
+-- p_user_id: the user searched: when given it must be memori.user_id (PM040); NULL: memori.user_id, else the
+--   session's owner (PM001 when there is neither)
+-- p_exact_total: true counts every match in total_available; false or NULL: in scope 'user' the count stops at
+--   vm.search_exact_max + 1 (total_exact is then false); scope 'session' always counts exactly
 drop function if exists memori.search_pages(text, text, public.vector, text, text[], integer, text, text, timestamptz);
 create or replace function memori.search_pages(
   p_session_id      text,
@@ -422,6 +443,9 @@ comment on function memori.search_pages(text, text, public.vector, text, text[],
 
 -------------------------------------------------------------------------------
 -- pages_by_type: a session's pages of one type (seed 03 phase 13 query_by_type)
+-- p_session_id: the VM session (PM005 when missing)
+-- p_page_type: 'transcript', 'summary', 'artifact', 'claim', 'procedure' or 'index' (else PM004)
+-- p_limit: most rows returned, 1 to 10000 (else PM001)
 create or replace function memori.pages_by_type(
   p_session_id text, p_page_type text, p_limit integer default 100, p_now timestamptz default now()
 ) returns setof memori.page_index_entry
@@ -451,6 +475,10 @@ comment on function memori.pages_by_type(text, text, integer, timestamptz) is 'A
 
 -------------------------------------------------------------------------------
 -- page_provenance_chain: the pages a page derives from ('up') or that derive from it ('down')
+-- p_session_id: the VM session (PM005 when missing)
+-- p_page_id: the page the walk starts from, not itself listed (PM005 when missing or expired)
+-- p_direction: 'up' (the pages it derives from) or 'down' (the pages derived from it); else PM001
+-- p_max_depth: most steps walked, 1 to 1000 (else PM001)
 create or replace function memori.page_provenance_chain(
   p_session_id text, p_page_id text, p_direction text default 'up', p_max_depth integer default 100,
   p_now timestamptz default now()
@@ -503,6 +531,10 @@ comment on function memori.page_provenance_chain(text, text, text, integer, time
 
 -------------------------------------------------------------------------------
 -- pages_top_importance: a session's most important pages, optionally of one type
+-- p_session_id: the VM session (PM005 when missing)
+-- p_n: how many pages, 1 to 100 (else PM001)
+-- p_type: only pages of this type ('transcript', 'summary', 'artifact', 'claim', 'procedure' or 'index', else
+--   PM004); NULL: all
 create or replace function memori.pages_top_importance(
   p_session_id text, p_n integer default 5, p_type text default null, p_now timestamptz default now()
 ) returns setof memori.page_index_entry

@@ -90,6 +90,18 @@ $check$;
 
 -------------------------------------------------------------------------------
 -- claim_create: a token-cheap, high-importance decision page with provenance
+-- p_session_id: the VM session, which must exist (PM005): a claim cites its pages
+-- p_content: the decision in one sentence: non-blank (PM001), at most vm.claim_max_tokens tokens (default 200,
+--   4 bytes a token; else PM003)
+-- p_provenance: the ids of the pages it was decided in (duplicates dropped): non-empty (PM001), each a live
+--   page of the session (PM090)
+-- p_importance: 0 to 1 (else PM001); claims are evicted last
+-- p_topic: what the claim decides, stored as its hint (at most 200 characters, PM001): claim_history and
+--   claim_conflicts compare it case-insensitively; NULL: none
+-- p_claim_id: the claim's page id (PM063 when taken); NULL: claim_<topic>_001, the first free number (without a
+--   topic the first 8 hex digits of the content's md5 stand for it)
+-- p_pin: true pins it, false does not, NULL pins it when in the default pinned set (as page_create)
+-- p_actor: who acts, logged in page_mutations: 'user', 'model', 'tool' or 'system' (else PM004)
 create or replace function memori.claim_create(
   p_session_id text,
   p_content    text,
@@ -162,6 +174,16 @@ comment on function memori.claim_create(text, text, text[], double precision, te
 -- provenance, marked superseded_by / superseded_at / supersede_reason, leaves
 -- L0 and ranks after current pages in search_pages, pages_top_importance, the
 -- pre-pass and the manifest. Its history shows a 'supersede' mutation.
+-- p_session_id: the VM session (PM005 when missing)
+-- p_claim_id: the current claim replaced (PM005 when missing or expired; PM100 when not a claim or already
+--   superseded)
+-- p_content: the new decision (as claim_create: non-blank, at most vm.claim_max_tokens tokens; PM001, PM003)
+-- p_provenance: the pages the new decision was made in (non-empty, live pages of the session; PM001, PM090)
+-- p_reason: why the decision changed, non-blank (PM001); stored as the old claim's supersede_reason
+-- p_importance: the new claim's importance, 0 to 1 (PM001); NULL: the old claim's
+-- p_new_claim_id: the new claim's page id (PM063 when taken); NULL: claim_<topic>_NNN from the old claim's topic
+-- p_pin: the new claim: true pins it, false does not, NULL pins it when in the default pinned set
+-- p_actor: who acts, logged in page_mutations: 'user', 'model', 'tool' or 'system' (else PM004)
 create or replace function memori.claim_supersede(
   p_session_id   text,
   p_claim_id     text,
@@ -227,6 +249,7 @@ comment on function memori.claim_supersede(text, text, text, text[], text, doubl
 
 -------------------------------------------------------------------------------
 -- claim_history: every claim of a topic, current first, then the superseded newest first
+-- p_topic: the topic (a claim's hint), compared case-insensitively; no rows for an unknown topic or session
 create or replace function memori.claim_history(p_session_id text, p_topic text, p_now timestamptz default now())
 returns setof memori.pages
 as $func$
@@ -303,6 +326,8 @@ comment on function memori.segment_pages(text, timestamptz) is 'The transcript p
 -- segment_prompt: what the summarizer is asked to close the open segment
 -- The seed's 10:1: the target is a tenth of the segment's tokens, at least 8 and
 -- below the source; the source is the transcript as "role: text" lines.
+-- p_target_tokens: the summary's target length in tokens; NULL or 0: the 10:1 target (a tenth of the
+--   segment's tokens, at least 8, below the source)
 create or replace function memori.segment_prompt(
   p_session_id    text,
   p_target_tokens integer default null,
@@ -330,6 +355,12 @@ comment on function memori.segment_prompt(text, integer, timestamptz) is 'The su
 
 -------------------------------------------------------------------------------
 -- segment_close: summarize the open segment, swap its transcript out, open the next
+-- p_session_id: the VM session (PM005 when missing); PM091 when its open segment has no transcript pages
+-- p_summary: the Summarizer's summary of the open segment: non-blank (PM001) and fewer tokens than the
+--   segment's transcript (4 bytes a token; else PM092)
+-- p_summary_page_id: the summary page's id (PM063 when taken); NULL: summary_<segment> (summary_seg_0001, ...)
+-- p_importance: the summary page's importance, 0 to 1 (else PM001)
+-- p_actor: who acts, logged in page_mutations: 'user', 'model', 'tool' or 'system' (else PM004)
 create or replace function memori.segment_close(
   p_session_id      text,
   p_summary         text,
@@ -425,6 +456,8 @@ comment on function memori.segment_list(text) is 'Closed segments of a VM sessio
 -- A topic is a run of adjacent subject words (5+ letters, not a stopword): a
 -- multi-word subject ("deployment strategy") is one topic, searched as one
 -- query, so it gets one fault, not one per word (issue 15).
+-- p_user_message: the message (its first 10000 characters are read); NULL: no topics
+-- p_limit: most topics returned; NULL: vm.prepass_topics (default 3); 0 or negative: none
 create or replace function memori.vm_prepass_topics(p_user_message text, p_limit integer default null) returns text[]
 as $func$
   with stop as (
@@ -455,6 +488,15 @@ comment on function memori.vm_prepass_topics(text, integer) is 'Topics of a user
 -- transcript faults; a multi-word subject is one topic; superseded claims and
 -- the discussion only they cite are never proposed; and _vm_prefetch_apply
 -- serves at most one fault per topic.
+-- p_session_id: the VM session (PM005 when missing)
+-- p_user_message: the user's message, whose topics and recall signals choose the pages; NULL or longer than
+--   100000 characters is PM001
+-- p_apply: true faults the proposed pages not in context in (through the fault policy, one per topic); false
+--   or NULL only proposes them
+-- p_per_topic: most matching pages proposed per topic, 1 to 10 (else PM001)
+-- p_max_faults: most faults this call applies (>= 0, else PM001); NULL: vm.prepass_max_faults (default 2);
+--   never more than the session's max_faults_per_turn left this turn
+-- p_target_level: the level the faults ask for (as page_fault's p_target_level), 0 to 3 (else PM001)
 create or replace function memori.vm_prepass(
   p_session_id   text,
   p_user_message text,
@@ -574,6 +616,16 @@ comment on function memori.vm_prepass(text, text, boolean, integer, integer, int
 
 -------------------------------------------------------------------------------
 -- vm_prefetch: the seed's simple prefetcher (2.6)
+-- p_session_id: the VM session (PM005 when missing)
+-- p_apply: true faults the proposed pages not in context in (through the fault policy); false or NULL only
+--   proposes them
+-- p_claims: how many current claims to propose, most accessed first, 0 to 100 (else PM001)
+-- p_tools: the tools whose procedure pages' prereqs and typical_pages_read are proposed (a procedure's
+--   data->>'tool'); NULL: the tools of the session's tool pages of the last p_recent_turns turns
+-- p_recent_turns: the window, in turns, for likely tools when p_tools is NULL; at least 1 (else PM001)
+-- p_max_faults: most faults this call applies (>= 0, else PM001); NULL: vm.prepass_max_faults (default 2);
+--   never more than the session's max_faults_per_turn left this turn
+-- p_target_level: the level the faults ask for (as page_fault's p_target_level), 0 to 3 (else PM001)
 create or replace function memori.vm_prefetch(
   p_session_id   text,
   p_apply        boolean default false,
@@ -659,6 +711,10 @@ comment on function memori.vm_prefetch(text, boolean, integer, text[], integer, 
 
 -------------------------------------------------------------------------------
 -- vm_turn_start: start a turn with the user's message; runtime and hybrid sessions run the pre-pass
+-- p_session_id: the VM session; created with the vm.* settings when new
+-- p_user_message: the user's message, stored as a transcript page (role 'user') of the open segment; the
+--   pre-pass reads it in paging mode runtime or hybrid; NULL is PM001
+-- p_page_id: the message page's id (PM063 when taken); NULL: msg_<turn>_user, the turn in 4 digits (msg_0007_user)
 create or replace function memori.vm_turn_start(
   p_session_id   text,
   p_user_message text,
@@ -690,6 +746,8 @@ comment on function memori.vm_turn_start(text, text, text, text, timestamptz) is
 
 -------------------------------------------------------------------------------
 -- vm_cite: the pages the model's answer cited this turn (prefetch hit rate)
+-- p_session_id: the VM session (PM005 when missing)
+-- p_page_ids: the page ids the answer cited (NULL is PM001); ids never prefetched, or already counted, are ignored
 create or replace function memori.vm_cite(p_session_id text, p_page_ids text[], p_now timestamptz default now())
 returns integer
 as $func$

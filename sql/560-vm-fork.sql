@@ -171,6 +171,10 @@ $cow$;
 
 -------------------------------------------------------------------------------
 -- session_fork: a copy-on-write fork of a VM session
+-- p_source_session_id: the VM session forked, the acting user's (PM005 when missing); fewer than
+--   vm.max_fork_depth forks deep (default 16, else PM098)
+-- p_new_session_id: the fork's id: new to the user (PM094 when it exists; PM041 when another user's session
+--   in memori.sessions); non-empty, no control characters (PM001)
 create or replace function memori.session_fork(
   p_source_session_id text,
   p_new_session_id    text,

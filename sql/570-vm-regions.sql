@@ -91,6 +91,11 @@ comment on function memori._region_owned(text, text, boolean) is 'A region of th
 
 -------------------------------------------------------------------------------
 -- region_create: a new shared region
+-- p_region_id: the region's id, unique across all users (PM096 when taken); non-empty, no control characters
+--   (PM001)
+-- p_scope: 'pages' (exactly the pages put in it) or 'session' (every page of the sessions put in it, later
+--   ones included); else PM004
+-- p_description: free text shown by region_list; NULL: none
 create or replace function memori.region_create(
   p_region_id   text,
   p_scope       text default 'pages',
@@ -141,6 +146,8 @@ comment on function memori._region_member_event(integer, text, text, text, times
 
 -------------------------------------------------------------------------------
 -- region_grant: let a user read a region
+-- p_region_id: a region of the acting user (PM005 when missing, PM095 when another user's)
+-- p_member_id: the user given read access: non-empty (PM001), not the owner (PM001); already listed: false
 create or replace function memori.region_grant(
   p_region_id text, p_member_id text, p_user_id text default null, p_now timestamptz default now()
 ) returns boolean
@@ -165,6 +172,8 @@ comment on function memori.region_grant(text, text, text, timestamptz) is 'Add a
 
 -------------------------------------------------------------------------------
 -- region_revoke: take a user off a region's access list
+-- p_region_id: a region of the acting user (PM005 when missing, PM095 when another user's)
+-- p_member_id: the user taken off the access list; not listed: false
 create or replace function memori.region_revoke(
   p_region_id text, p_member_id text, p_user_id text default null, p_now timestamptz default now()
 ) returns boolean
@@ -183,6 +192,11 @@ comment on function memori.region_revoke(text, text, text, timestamptz) is 'Remo
 
 -------------------------------------------------------------------------------
 -- region_page_put: put a page (scope pages) or a session (scope session) in a region
+-- p_region_id: a region of the acting user (PM005 when missing, PM095 when another user's)
+-- p_session_id: a VM session of the region's owner (PM005 when missing, PM041 when another user's): the
+--   session shared whole (scope 'session') or the page's session (scope 'pages')
+-- p_page_id: the page shared (PM005 when missing or expired): required in scope 'pages', NULL in scope
+--   'session' (else PM097); already in the region: false
 create or replace function memori.region_page_put(
   p_region_id  text,
   p_session_id text,
@@ -225,6 +239,9 @@ comment on function memori.region_page_put(text, text, text, text, timestamptz) 
 
 -------------------------------------------------------------------------------
 -- region_page_remove: take a page or session out of a region
+-- p_region_id: a region of the acting user (PM005 when missing, PM095 when another user's)
+-- p_session_id: the session of the entry taken out (for a fork's page, the fork or the ancestor holding it)
+-- p_page_id: the page taken out; NULL: the whole-session entry; not in the region: false
 create or replace function memori.region_page_remove(
   p_region_id text, p_session_id text, p_page_id text default null, p_user_id text default null
 ) returns boolean
@@ -250,6 +267,8 @@ comment on function memori.region_page_remove(text, text, text, text) is 'Take a
 
 -------------------------------------------------------------------------------
 -- region_pages: read a region's pages (owner or listed user)
+-- p_region_id: a region the acting user owns or is listed on (PM095 otherwise, and when missing)
+-- p_limit: most pages returned, 1 to 10000 (else PM001)
 create or replace function memori.region_pages(
   p_region_id text,
   p_user_id   text default null,
@@ -336,6 +355,7 @@ comment on function memori.region_list(text) is 'Regions the acting user owns (w
 
 -------------------------------------------------------------------------------
 -- region_drop: delete a region (its access list and entries go with it)
+-- p_region_id: a region of the acting user (PM005 when missing, PM095 when another user's)
 create or replace function memori.region_drop(p_region_id text, p_user_id text default null,
                                               p_now timestamptz default now())
 returns boolean
