@@ -471,7 +471,7 @@ begin
 end
 $func$ language plpgsql stable security invoker
 set search_path = pg_catalog, memori, pg_temp;
-comment on function memori.pages_by_type(text, text, integer, timestamptz) is 'A session''s unexpired pages of one type in creation order (metadata only); PM001 on an unknown type.';
+comment on function memori.pages_by_type(text, text, integer, timestamptz) is 'A session''s unexpired pages of one type in creation order (metadata only); PM004 on an unknown type.';
 
 -------------------------------------------------------------------------------
 -- page_provenance_chain: the pages a page derives from ('up') or that derive from it ('down')
