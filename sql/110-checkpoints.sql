@@ -312,6 +312,8 @@ comment on function memori._checkpoints_created(memori.checkpoints[], timestampt
 
 -------------------------------------------------------------------------------
 -- checkpoint_create: a typed checkpoint with its type's priority and retention
+-- p_session_id: the agent session (checkpoints.session_id), a label of 1-256 printable characters (else PM001),
+--   not a memori.sessions row
 -- p_type: the checkpoint type, a kind of the 'checkpoints' retention policies: 'manual', 'automatic' or
 --   'milestone' as seeded (the hint lists the current ones); it sets priority and retention; else PM004
 -- p_title: 1-500 printable characters, else PM001
@@ -747,6 +749,8 @@ comment on function memori._milestone_fired(memori.milestone_criteria, jsonb, js
 
 -------------------------------------------------------------------------------
 -- checkpoint_detect_milestone: compare with the session's latest checkpoint
+-- p_session_id: the agent session (checkpoints.session_id), a label of 1-256 printable characters (else PM001),
+--   not a memori.sessions row
 -- p_current: the session's current state: a JSON object (else PM001) of at most checkpoint.max_data_bytes bytes
 --   (PM003), compared with the data of the session's latest unexpired checkpoint by the enabled
 --   memori.milestone_criteria; when one fires it is the new milestone checkpoint's data
@@ -801,6 +805,8 @@ comment on function memori.checkpoint_detect_milestone(text, text, jsonb, timest
 
 -------------------------------------------------------------------------------
 -- checkpoint_auto: an automatic checkpoint for a configured trigger, at most once per interval
+-- p_session_id: the agent session (checkpoints.session_id), a label of 1-256 printable characters (else PM001),
+--   not a memori.sessions row
 -- p_trigger: what happened, 1-64 printable characters (else PM001); only one listed in the checkpoint.auto_triggers
 --   setting ('context_change', 'task_complete', 'session_end' as seeded) creates a checkpoint, another gives
 --   reason 'trigger_not_configured'
