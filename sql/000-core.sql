@@ -28,6 +28,8 @@ comment on function memori._setting(text) is 'Value of one memori.settings row (
 
 -------------------------------------------------------------------------------
 -- setting_get: one setting, for clients (they never read memori.settings themselves)
+-- p_key: the memori.settings key, e.g. 'cleanup.enabled' (exact match)
+-- p_default: what is returned when no row has that key (default NULL)
 create or replace function memori.setting_get(p_key text, p_default jsonb default null) returns jsonb
 as $func$
   select coalesce((select s.value from memori.settings s where s.key = p_key), p_default)
@@ -292,6 +294,9 @@ comment on function memori._content_kind(text) is 'Guess code, business or gener
 -- The result is an exact ceiling (numeric division). PL/pgSQL: on hot paths
 -- (a page per row) its simple expressions are cheaper than a SQL function's
 -- executor start per call (0.3 s against 0.8 s for 20k pages).
+-- p_text: the text to estimate; NULL gives 0 for 'page' and 'compression', NULL for the other kinds
+-- p_kind: 'general' (default), 'business', 'code', 'auto' (guesses one of those three), 'compression'
+--   or 'page'; anything else, NULL included, raises PM004
 create or replace function memori.token_estimate(p_text text, p_kind text default 'general') returns integer
 as $func$
 declare

@@ -82,6 +82,18 @@ comment on function memori._retention_rebuild_rows() is 'Regenerate memori.reten
 -- p_owner_column is the owning user's column (the table's distribution column);
 -- the candidate view exposes it under its own name, or as owner when they are
 -- the same column.
+-- p_table_name: the table's name in the registry and in its policies (retention_policies.table_name), 1-63
+--   printable characters, else PM001; registering a name again replaces its entry
+-- p_relation: the table; it must have an expires_at timestamptz column (NULL = permanent), else PM001
+-- p_candidate_view: the view of its rows in the engine's shape: it must have the columns id, owner, category,
+--   kind, expires_at and important, else PM001
+-- p_id_column: the table's primary key column, by which the cleaner deletes rows (PM001 when absent)
+-- p_description: free text stored in retention_tables.description
+-- p_default_priority: priority of the table's default policy (kind '*'); lower levels are deleted first
+-- p_default_retention: retention of the default policy; NULL (default) keeps rows forever
+-- p_default_preserve_important: default policy: true keeps rows marked important even once expired
+--   (the three defaults only create the '*' policy: an existing one, maybe tuned by a DBA, is kept)
+-- p_owner_column: the owning user's column (the distribution column on Citus), default 'user_id'; PM001 when absent
 drop function if exists memori.retention_register(text, regclass, regclass, name, text, integer, interval, boolean);
 create or replace function memori.retention_register(
   p_table_name       text,
@@ -240,6 +252,9 @@ comment on function memori._cleanup_plan(timestamptz, integer, integer, timestam
 
 -------------------------------------------------------------------------------
 -- cleanup_preview: exactly what cleanup_execute would delete, and why
+-- p_now: the time the cleanup runs as of: rows with expires_at <= p_now are due; NULL raises PM001
+-- p_batch_size: rows per batch (numbers the batch column), 1 to 100000, else PM001
+-- p_max_rows: at most this many rows (the first in deletion order); NULL (default) for no cap; < 0 raises PM001
 create or replace function memori.cleanup_preview(
   p_now        timestamptz default now(),
   p_batch_size integer default 1000,
@@ -267,6 +282,7 @@ comment on function memori.cleanup_preview(timestamptz, integer, integer) is 'Ro
 
 -------------------------------------------------------------------------------
 -- cleanup_count: how many rows a cleanup at p_now would delete (no sorting)
+-- p_max_rows: the count is capped at this; NULL (default) for no cap; < 0 raises PM001
 create or replace function memori.cleanup_count(p_now timestamptz default now(), p_max_rows integer default null)
 returns bigint
 as $func$
@@ -284,6 +300,7 @@ comment on function memori.cleanup_count(timestamptz, integer) is 'Number of row
 
 -------------------------------------------------------------------------------
 -- cleanup_preview_summary: the preview grouped for people
+-- p_max_rows: summarise only the first this many rows in deletion order; NULL (default) for no cap; < 0 raises PM001
 create or replace function memori.cleanup_preview_summary(
   p_now      timestamptz default now(),
   p_max_rows integer default null
@@ -551,6 +568,10 @@ comment on function memori._cleanup_plan_chunk(bigint) is 'Append the next clean
 
 -------------------------------------------------------------------------------
 -- cleanup_begin: start a cleanup run driven batch by batch (CLI, client)
+-- p_now: the time the cleanup runs as of: rows with expires_at <= p_now are due; NULL raises PM001
+-- p_batch_size: rows per cleanup_batch call unless it passes its own, 1 to 100000, else PM001
+-- p_max_rows: delete at most this many rows (the first in deletion order); NULL (default) for no cap; < 0 raises PM001
+-- p_trigger: who started the run, recorded in cleanup_runs.trigger: 'cli' (default), 'cron' or 'sql'; else PM001
 create or replace function memori.cleanup_begin(
   p_now        timestamptz default now(),
   p_batch_size integer default 1000,
@@ -774,6 +795,9 @@ comment on function memori._jsonb_add_counts(jsonb, jsonb) is 'Add two {key: cou
 -- (e.g. on a cascade) is rolled back whole (the block is a subtransaction)
 -- and retried at half the size, up to cleanup.lock_retries times: the retry
 -- policy lives here, not in the clients.
+-- p_run_id: the run cleanup_begin returned (cleanup_runs.id); PM021 when it is not running or this
+--   session does not hold its cleanup lock
+-- p_batch_size: rows in this batch; NULL (default) uses the run's batch size; 1 to 100000, else PM001
 create or replace function memori.cleanup_batch(p_run_id bigint, p_batch_size integer default null)
 returns memori.cleanup_batch_result
 as $func$
@@ -876,6 +900,8 @@ comment on function memori.cleanup_batch(bigint, integer) is 'Delete the next ba
 
 -------------------------------------------------------------------------------
 -- cleanup_finish: close a run, release the lock, report
+-- p_run_id: the run cleanup_begin returned (cleanup_runs.id); PM021 when it is not running
+-- p_error: NULL (default) closes the run as succeeded; a text closes it as failed and is stored as its error
 create or replace function memori.cleanup_finish(p_run_id bigint, p_error text default null)
 returns memori.cleanup_summary
 as $func$
@@ -965,6 +991,10 @@ comment on procedure memori._cleanup_whole(timestamptz, integer, integer, text, 
 
 -------------------------------------------------------------------------------
 -- cleanup_execute: a whole cleanup in one call (one transaction)
+-- p_now: the time the cleanup runs as of: rows with expires_at <= p_now are due; NULL raises PM001
+-- p_batch_size: rows deleted per batch, 1 to 100000, else PM001
+-- p_max_rows: delete at most this many rows (the first in deletion order); NULL (default) for no cap; < 0 raises PM001
+-- p_trigger: who started the run, recorded in cleanup_runs.trigger: 'sql' (default), 'cli' or 'cron'; else PM001
 create or replace function memori.cleanup_execute(
   p_now        timestamptz default now(),
   p_batch_size integer default 1000,
@@ -987,6 +1017,9 @@ comment on function memori.cleanup_execute(timestamptz, integer, integer, text) 
 -- cleanup_run: a whole cleanup, committing after every batch (pg_cron, psql)
 -- CALL it at top level: inside a transaction block it fails with 2D000
 -- (invalid transaction termination) before taking the cleanup lock.
+-- p_batch_size: rows deleted per batch (one transaction each), 1 to 100000, else PM001
+-- p_max_rows: delete at most this many rows (the first in deletion order); NULL (default) for no cap; < 0 raises PM001
+-- p_trigger: who started the run, recorded in cleanup_runs.trigger: 'cron' (default), 'cli' or 'sql'; else PM001
 create or replace procedure memori.cleanup_run(
   p_batch_size integer default 1000,
   p_max_rows   integer default null,
@@ -1006,6 +1039,7 @@ comment on procedure memori.cleanup_run(integer, integer, text) is 'Cleanup with
 
 -------------------------------------------------------------------------------
 -- cleanup_runs_recent: the latest cleanup runs, newest first
+-- p_limit: how many runs, 1 to 1000 (default 10), else PM001
 create or replace function memori.cleanup_runs_recent(p_limit integer default 10)
 returns setof memori.cleanup_runs
 as $func$

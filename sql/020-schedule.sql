@@ -48,6 +48,9 @@ comment on function memori._cron_field(text, integer, integer, text) is 'Expand 
 
 -------------------------------------------------------------------------------
 -- cron_next_run: validate a pg_cron schedule and compute its next run (UTC)
+-- p_cron: a pg_cron schedule: 5 fields 'minute hour day-of-month month day-of-week' (UTC), an @macro (@yearly,
+--   @annually, @monthly, @weekly, @daily, @midnight, @hourly) or '1 seconds'..'59 seconds'; else (NULL too) PM001
+-- p_after: the run returned is the first strictly after this time (default now())
 create or replace function memori.cron_next_run(p_cron text, p_after timestamptz default now())
 returns timestamptz
 as $func$
@@ -162,6 +165,8 @@ comment on function memori._require_pg_cron() is 'Raise PM030 when pg_cron is no
 
 -------------------------------------------------------------------------------
 -- cleanup_schedule_sql: the statement a DBA runs in the pg_cron database
+-- p_cron: the schedule, as cron_next_run accepts it (PM001 otherwise); default '0 3 * * *', 03:00 UTC daily
+-- p_job_name: the pg_cron job name, 1-64 printable characters (PM001 otherwise); default 'memori-cleanup'
 create or replace function memori.cleanup_schedule_sql(
   p_cron     text default '0 3 * * *',
   p_job_name text default 'memori-cleanup'
@@ -179,6 +184,7 @@ comment on function memori.cleanup_schedule_sql(text, text) is 'The statement to
 
 -------------------------------------------------------------------------------
 -- cleanup_unschedule_sql: the statement that removes that job, in the pg_cron database
+-- p_job_name: the pg_cron job name, 1-64 printable characters (PM001 otherwise); default 'memori-cleanup'
 create or replace function memori.cleanup_unschedule_sql(p_job_name text default 'memori-cleanup') returns text
 as $func$
 begin
@@ -193,6 +199,7 @@ comment on function memori.cleanup_unschedule_sql(text) is 'The statement to run
 
 -------------------------------------------------------------------------------
 -- cleanup_job_sql: the query of the job and its last run, in the pg_cron database
+-- p_job_name: the pg_cron job name, 1-64 printable characters (PM001 otherwise); default 'memori-cleanup'
 create or replace function memori.cleanup_job_sql(p_job_name text default 'memori-cleanup') returns text
 as $func$
 begin
@@ -214,6 +221,9 @@ comment on function memori.cleanup_job_sql(text) is 'The query to run in the pg_
 
 -------------------------------------------------------------------------------
 -- cleanup_schedule: run the cleanup on a pg_cron schedule
+-- p_cron: the schedule, as cron_next_run accepts it (PM001 otherwise); default '0 3 * * *', 03:00 UTC daily
+-- p_job_name: the pg_cron job name, 1-64 printable characters (PM001 otherwise); default 'memori-cleanup';
+--   a job of that name is updated to the new schedule
 create or replace function memori.cleanup_schedule(
   p_cron     text default '0 3 * * *',
   p_job_name text default 'memori-cleanup'
@@ -239,6 +249,8 @@ comment on function memori.cleanup_schedule(text, text) is 'Register (or update)
 
 -------------------------------------------------------------------------------
 -- cleanup_unschedule: remove the pg_cron job
+-- p_job_name: the pg_cron job to remove, of this database and the current role; 1-64 printable characters
+--   (PM001 otherwise); default 'memori-cleanup'
 create or replace function memori.cleanup_unschedule(p_job_name text default 'memori-cleanup')
 returns boolean
 as $func$
@@ -263,6 +275,8 @@ comment on function memori.cleanup_unschedule(text) is 'Remove the pg_cron clean
 
 -------------------------------------------------------------------------------
 -- cleanup_job: the scheduled job, its last run and its next run
+-- p_job_name: the pg_cron job name in this database (default 'memori-cleanup'); no row when there is no such job
+-- p_now: next_run is the job's first run strictly after this time (default now())
 create or replace function memori.cleanup_job(p_job_name text default 'memori-cleanup', p_now timestamptz default now())
 returns setof memori.cleanup_job_result
 as $func$

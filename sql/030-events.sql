@@ -22,6 +22,8 @@ select memori.retention_register('events', 'memori.events', 'memori._retention_e
 
 -------------------------------------------------------------------------------
 -- event_list: recent events, newest first
+-- p_event_type: only events of this type (exact match, e.g. 'cleanup.cleaned_up'); NULL (default) for every type
+-- p_limit: at most this many events, 1 to 10000 (default 50), else PM001
 create or replace function memori.event_list(
   p_event_type text default null,
   p_limit      integer default 50,
@@ -51,6 +53,7 @@ comment on function memori.event_list(text, integer, timestamptz) is 'Newest une
 -- event_get: one event by id, if the acting user may see it
 -- (listeners read the body of a private notification through this: LISTEN
 -- is not subject to row-level security, memori.events is)
+-- p_id: the event's id (memori.events.id, the "id" of a LISTEN memori_events notification)
 create or replace function memori.event_get(p_id bigint) returns setof memori.events
 as $func$
 declare

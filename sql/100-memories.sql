@@ -100,6 +100,9 @@ comment on function memori._skill_namespace(memori.session_skills, timestamptz) 
 
 -------------------------------------------------------------------------------
 -- session_namespace: where a skill's checkpoints go at p_now
+-- p_skill: a memori.session_skills skill id ('skill:api-builder'), its short name ('api') or its id without
+--   'skill:'; empty or over 128 characters: PM001; unknown: PM002
+-- p_now: the clock; its UTC month names a session namespace (session_{short}_{YYYY_MM})
 create or replace function memori.session_namespace(p_skill text, p_now timestamptz default now())
 returns text
 as $func$
@@ -143,6 +146,11 @@ comment on function memori._check_metadata(jsonb) is 'Return metadata or {} when
 
 -------------------------------------------------------------------------------
 -- session_checkpoint_save: seed 05's save_checkpoint
+-- p_skill: a memori.session_skills skill id ('skill:api-builder'), its short name ('api') or its id without
+--   'skill:'; empty or over 128 characters: PM001; unknown: PM002
+-- p_content: the checkpoint text: non-empty (PM001), at most memories.max_content_bytes bytes (default 1 MiB; PM003)
+-- p_metadata: a JSON object (else PM001; NULL is {}), stored with the keys type, ttl_days, skill and user_id set
+-- p_now: the clock: created_at, the UTC month of the namespace and the start of the skill's TTL; NULL raises PM001
 create or replace function memori.session_checkpoint_save(
   p_skill    text,
   p_user_id  text,
@@ -210,6 +218,8 @@ comment on function memori.session_checkpoint_save(text, text, text, jsonb, time
 -- Errors, in order: PM001 bad user id or PM040 another user (memori._acting_user,
 -- inline for a valid user id that is memori.user_id or comes without it); PM001
 -- or PM002 (unknown skill) from memori._session_skill.
+-- p_skill: a memori.session_skills skill id ('skill:api-builder'), its short name ('api') or its id without
+--   'skill:'; empty or over 128 characters: PM001; unknown: PM002
 create or replace function memori.session_checkpoint_load_latest(
   p_skill   text,
   p_user_id text,
@@ -277,6 +287,14 @@ comment on function memori.session_checkpoint_load_latest(text, text, timestampt
 
 -------------------------------------------------------------------------------
 -- memory_save: a memory in any namespace, with an optional TTL
+-- p_namespace: the namespace (memories.user_id), 1-256 printable characters, else PM001
+-- p_content: the memory text: non-empty (PM001), at most memories.max_content_bytes bytes (default 1 MiB; PM003)
+-- p_category: free label, 1-64 printable characters (PM001 otherwise); default 'context'
+-- p_metadata: a JSON object (else PM001; NULL is {}); its "type" is the retention kind (its policy applies),
+--   "important": true keeps an expired memory when that policy preserves important rows (the default does)
+-- p_ttl: lifetime from p_now (expires_at = p_now + p_ttl); NULL (default) keeps it forever; not positive: PM001
+-- p_owner_id: the owning user, under the acting-user rule (NULL: memori.user_id; another user: PM040);
+--   when both are NULL the memory belongs to its namespace (owner_id = p_namespace)
 create or replace function memori.memory_save(
   p_namespace text,
   p_content   text,
@@ -315,6 +333,8 @@ comment on function memori.memory_save(text, text, text, jsonb, interval, text, 
 
 -------------------------------------------------------------------------------
 -- memory_list: newest unexpired memories of a namespace
+-- p_namespace: the namespace (memories.user_id), 1-256 printable characters, else PM001
+-- p_limit: at most this many memories, newest first, 1 to 10000 (default 50), else PM001
 create or replace function memori.memory_list(
   p_namespace text,
   p_limit     integer default 50,

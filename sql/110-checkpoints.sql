@@ -312,6 +312,18 @@ comment on function memori._checkpoints_created(memori.checkpoints[], timestampt
 
 -------------------------------------------------------------------------------
 -- checkpoint_create: a typed checkpoint with its type's priority and retention
+-- p_session_id: the agent session (checkpoints.session_id), a label of 1-256 printable characters (else PM001),
+--   not a memori.sessions row
+-- p_type: the checkpoint type, a kind of the 'checkpoints' retention policies: 'manual', 'automatic' or
+--   'milestone' as seeded (the hint lists the current ones); it sets priority and retention; else PM004
+-- p_title: 1-500 printable characters, else PM001
+-- p_data: the state to keep: a JSON object (else PM001) of at most checkpoint.max_data_bytes bytes of JSON text
+--   (default 1048576; PM003)
+-- p_description: free text of at most 10000 characters (PM001); NULL (default) for none
+-- p_metadata: a JSON object (else PM001); NULL is {}
+-- p_tags: at most 50 non-empty tags of at most 64 characters each (else PM001); NULL is {}
+-- p_retention_days: days from p_now to expiry, an integer from 1 to checkpoint.max_retention_days (default 365;
+--   PM001 outside); NULL (default) uses the type's policy, else checkpoint.default_retention_days
 create or replace function memori.checkpoint_create(
   p_session_id     text,
   p_user_id        text,
@@ -337,6 +349,9 @@ comment on function memori.checkpoint_create(text, text, text, text, jsonb, text
 
 -------------------------------------------------------------------------------
 -- checkpoint_create_many: many checkpoints in one statement, all or nothing
+-- p_checkpoints: a JSON array (else PM001) of at most 10000 objects (PM001) with the keys session_id, user_id,
+--   type, title, data, description, metadata, tags, retention_days (checkpoint_create's rules; a missing user_id
+--   is memori.user_id) and now (an ISO 8601 time, else p_now); the first broken rule raises, nothing is written
 create or replace function memori.checkpoint_create_many(p_checkpoints jsonb, p_now timestamptz default now())
 returns setof memori.checkpoints
 as $func$
@@ -371,6 +386,7 @@ comment on function memori._checkpoint_queried(jsonb, integer, timestamptz) is '
 
 -------------------------------------------------------------------------------
 -- checkpoint_get: one unexpired checkpoint
+-- p_id: the checkpoint's id; no row when it does not exist, has expired or is not memori.user_id's (when set)
 create or replace function memori.checkpoint_get(p_id uuid, p_now timestamptz default now())
 returns setof memori.checkpoints
 as $func$
@@ -393,6 +409,16 @@ comment on function memori.checkpoint_get(uuid, timestamptz) is 'One checkpoint 
 
 -------------------------------------------------------------------------------
 -- checkpoint_query: by session, user, type, time range and tags, newest first
+-- p_session_id: only this session's checkpoints; NULL (default) for every session
+-- p_user_id: only this user's checkpoints (a filter, not checked against memori.user_id; row-level security
+--   still applies); NULL (default) means memori.user_id, or every user when that is not set
+-- p_type: only this checkpoint type ('manual', 'automatic', 'milestone' as seeded; PM004 otherwise);
+--   NULL (default) for every type
+-- p_from: only checkpoints created at or after this time; NULL (default) for no lower bound
+-- p_to: only checkpoints created before this time; NULL (default) for no upper bound; p_from > p_to is PM001
+-- p_tags: only checkpoints that have all these tags; NULL (default) for any tags
+-- p_include_expired: true also returns expired checkpoints not yet cleaned up; default false
+-- p_limit: at most this many checkpoints, newest first, 1 to 10000 (default 50), else PM001
 create or replace function memori.checkpoint_query(
   p_session_id      text default null,
   p_user_id         text default null,
@@ -443,6 +469,7 @@ comment on function memori.checkpoint_query(text, text, text, timestamptz, times
 
 -------------------------------------------------------------------------------
 -- checkpoint_delete
+-- p_id: the checkpoint's id; false when none (of memori.user_id, when set) has it; expired ones are deleted too
 create or replace function memori.checkpoint_delete(p_id uuid) returns boolean
 as $func$
 declare
@@ -495,6 +522,9 @@ comment on function memori._checkpoint_for_update(uuid, timestamptz) is 'Lock an
 
 -------------------------------------------------------------------------------
 -- checkpoint_preserve: protect a checkpoint from cleanup after expiry (or not)
+-- p_id: the checkpoint's id, expired or not; PM005 when none (of memori.user_id, when set) has it
+-- p_preserve: true (default): cleanup keeps it after expiry when its type's policy preserves important rows
+--   ('manual' and 'milestone' as seeded); false: cleanup deletes it once expired; NULL raises PM001
 create or replace function memori.checkpoint_preserve(p_id uuid, p_preserve boolean default true)
 returns memori.checkpoints
 as $func$
@@ -523,6 +553,9 @@ comment on function memori.checkpoint_preserve(uuid, boolean) is 'Set preserve_i
 
 -------------------------------------------------------------------------------
 -- checkpoint_update: new data, the old version kept as a reverse patch
+-- p_id: an unexpired checkpoint's id; PM005 when it does not exist, has expired or is not memori.user_id's
+-- p_data: the new data, replacing the old as the next version: a JSON object (else PM001) of at most
+--   checkpoint.max_data_bytes bytes of JSON text (default 1048576; PM003)
 create or replace function memori.checkpoint_update(p_id uuid, p_data jsonb, p_now timestamptz default now())
 returns memori.checkpoints
 as $func$
@@ -557,6 +590,7 @@ comment on function memori.checkpoint_update(uuid, jsonb, timestamptz) is 'Repla
 
 -------------------------------------------------------------------------------
 -- checkpoint_versions: the kept versions, newest first
+-- p_id: the checkpoint's id, expired or not; PM005 when none (of memori.user_id, when set) has it
 create or replace function memori.checkpoint_versions(p_id uuid) returns setof memori.checkpoint_version
 as $func$
 declare
@@ -580,6 +614,9 @@ comment on function memori.checkpoint_versions(uuid) is 'The kept versions of a 
 
 -------------------------------------------------------------------------------
 -- checkpoint_at_version: a kept version's data, rebuilt exactly
+-- p_id: the checkpoint's id, expired or not; PM005 when none (of memori.user_id, when set) has it
+-- p_version: a kept version number (checkpoint_versions lists them, the current one included); else, NULL
+--   included, PM005
 create or replace function memori.checkpoint_at_version(p_id uuid, p_version integer) returns jsonb
 as $func$
 declare
@@ -632,6 +669,8 @@ comment on view memori.checkpoint_expiry_status is 'Per checkpoint: status (acti
 
 -------------------------------------------------------------------------------
 -- checkpoint_stats: counts by type and status, sizes, next expiry
+-- p_user_id: count only this user's checkpoints (a filter, not checked against memori.user_id; row-level
+--   security still applies); NULL (default) means memori.user_id, or every user when that is not set
 create or replace function memori.checkpoint_stats(p_user_id text default null, p_now timestamptz default now())
 returns setof memori.checkpoint_stat
 as $func$
@@ -710,6 +749,11 @@ comment on function memori._milestone_fired(memori.milestone_criteria, jsonb, js
 
 -------------------------------------------------------------------------------
 -- checkpoint_detect_milestone: compare with the session's latest checkpoint
+-- p_session_id: the agent session (checkpoints.session_id), a label of 1-256 printable characters (else PM001),
+--   not a memori.sessions row
+-- p_current: the session's current state: a JSON object (else PM001) of at most checkpoint.max_data_bytes bytes
+--   (PM003), compared with the data of the session's latest unexpired checkpoint by the enabled
+--   memori.milestone_criteria; when one fires it is the new milestone checkpoint's data
 create or replace function memori.checkpoint_detect_milestone(
   p_session_id text,
   p_user_id    text,
@@ -761,6 +805,13 @@ comment on function memori.checkpoint_detect_milestone(text, text, jsonb, timest
 
 -------------------------------------------------------------------------------
 -- checkpoint_auto: an automatic checkpoint for a configured trigger, at most once per interval
+-- p_session_id: the agent session (checkpoints.session_id), a label of 1-256 printable characters (else PM001),
+--   not a memori.sessions row
+-- p_trigger: what happened, 1-64 printable characters (else PM001); only one listed in the checkpoint.auto_triggers
+--   setting ('context_change', 'task_complete', 'session_end' as seeded) creates a checkpoint, another gives
+--   reason 'trigger_not_configured'
+-- p_data: the automatic checkpoint's data, as in checkpoint_create: a JSON object (else PM001) of at most
+--   checkpoint.max_data_bytes bytes (PM003); checked only when a checkpoint is created
 create or replace function memori.checkpoint_auto(
   p_session_id text,
   p_user_id    text,

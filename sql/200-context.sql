@@ -81,6 +81,10 @@ on conflict (table_name, kind) do nothing;
 
 -------------------------------------------------------------------------------
 -- project_create: a project owned by the acting user (who becomes a member)
+-- p_project_id: the new project's id, global across users (use UUIDs): 1-256 printable characters; an empty,
+--   malformed or already taken id raises PM001
+-- p_name: the project's name, 1-512 printable characters, else PM001
+-- p_metadata: a JSON object (else PM001); NULL is {}
 create or replace function memori.project_create(
   p_project_id text,
   p_name       text,
@@ -114,6 +118,8 @@ comment on function memori.project_create(text, text, text, jsonb, timestamptz) 
 
 -------------------------------------------------------------------------------
 -- project_member_add: the owner adds a member
+-- p_project_id: a project the acting user owns; PM041 when it does not exist or is another user's
+-- p_member_id: the user to add, 1-256 printable characters (else PM001); adding a member again changes nothing
 create or replace function memori.project_member_add(
   p_project_id text,
   p_member_id  text,
@@ -141,6 +147,9 @@ comment on function memori.project_member_add(text, text, text, timestamptz) is 
 
 -------------------------------------------------------------------------------
 -- project_member_remove: the owner removes a member (not themselves)
+-- p_project_id: a project the acting user owns; PM041 when it does not exist or is another user's
+-- p_member_id: the user to remove (false when not a member); the owner cannot be removed (PM001); the project
+--   entries the member wrote last become the owner's
 create or replace function memori.project_member_remove(
   p_project_id text,
   p_member_id  text,
@@ -180,6 +189,7 @@ comment on function memori.project_member_remove(text, text, text) is 'Remove a 
 
 -------------------------------------------------------------------------------
 -- project_member_list: members of a project the acting user owns
+-- p_project_id: a project the acting user owns; PM041 when it does not exist or is another user's
 create or replace function memori.project_member_list(p_project_id text, p_user_id text default null)
 returns setof memori.project_members
 as $func$
@@ -196,6 +206,18 @@ comment on function memori.project_member_list(text, text) is 'Members of a proj
 
 -------------------------------------------------------------------------------
 -- context_set: store (upsert) a value at one scope; TTL recomputed every time
+-- p_key: the entry's key, 1 to context.max_key_length (default 512) printable characters, else PM001
+-- p_value: any JSON value but NULL (PM001) of at most context.max_value_bytes bytes of JSON text (default 1048576;
+--   PM003)
+-- p_type: 'business_context', 'session_context', 'user_preferences' or 'temporary_state' (else PM004): the
+--   entry's retention kind; it selects the default TTL
+-- p_scope: 'global' (memori_admin only, else PM041), 'user', 'project' or 'session'; else PM004
+-- p_project_id: the project of a 'project' entry: required then (PM001), forbidden at other scopes (PM001);
+--   the acting user must be a member (PM041)
+-- p_session_id: the acting user's context session (memori.sessions) of a 'session' entry, created on first use:
+--   required then (PM001), forbidden at other scopes (PM001)
+-- p_ttl_ms: lifetime in milliseconds from p_now, recomputed on every set; not positive: PM001; NULL (default) uses
+--   the type's context.default_ttl_ms (seeded: temporary_state 3600000), no entry there: permanent
 create or replace function memori.context_set(
   p_key        text,
   p_value      jsonb,
@@ -303,6 +325,10 @@ comment on function memori.context_set(text, jsonb, text, text, text, text, text
 
 -------------------------------------------------------------------------------
 -- context_get: a key resolved across scopes, most specific visible entry first
+-- p_key: the key to resolve (exact match)
+-- p_project_id: a project whose entries are visible if the acting user is a member (else they are not, silently);
+--   NULL (default): the session's project
+-- p_session_id: the acting user's context session whose entries are visible; NULL (default) for none
 create or replace function memori.context_get(
   p_key        text,
   p_user_id    text default null,
@@ -328,6 +354,10 @@ comment on function memori.context_get(text, text, text, text, timestamptz) is '
 
 -------------------------------------------------------------------------------
 -- context_resolve: every visible key, resolved, as one merged view
+-- p_project_id: a project whose entries are visible if the acting user is a member (else they are not, silently);
+--   NULL (default): the session's project
+-- p_session_id: the acting user's context session whose entries are visible; NULL (default) for none
+-- p_prefix: only keys that start with this text (case-sensitive); NULL (default) for every key
 create or replace function memori.context_resolve(
   p_user_id    text default null,
   p_project_id text default null,
@@ -354,6 +384,11 @@ comment on function memori.context_resolve(text, text, text, text, timestamptz) 
 
 -------------------------------------------------------------------------------
 -- context_delete: remove the entry at one scope
+-- p_key: the key of the entry to delete (exact match)
+-- p_scope: the scope of the entry: 'global' (row-level security lets memori_admin delete it, not memori_app),
+--   'user', 'project' or 'session'; else PM004
+-- p_project_id: the project, required for scope 'project' (PM001); the acting user must be a member (PM041)
+-- p_session_id: the acting user's context session, required for scope 'session' (PM001)
 create or replace function memori.context_delete(
   p_key        text,
   p_scope      text,
@@ -382,6 +417,15 @@ comment on function memori.context_delete(text, text, text, text, text) is 'Dele
 
 -------------------------------------------------------------------------------
 -- context_search: visible entries by key pattern, contained value, scopes, types
+-- p_project_id: a project whose entries are visible if the acting user is a member (else they are not, silently);
+--   NULL (default): the session's project
+-- p_session_id: the acting user's context session whose entries are visible; NULL (default) for none
+-- p_key_pattern: a LIKE pattern the key must match (% any text, _ one character; case-sensitive); NULL (default): any
+-- p_value_contains: JSON the value must contain (jsonb @>), e.g. '{"lang": "en"}'; NULL (default): any value
+-- p_scopes: only these scopes, each 'global', 'user', 'project' or 'session' (else PM004); NULL (default): all
+-- p_types: only these types, each 'business_context', 'session_context', 'user_preferences' or 'temporary_state'
+--   (else PM004); NULL (default): all
+-- p_limit: at most this many entries, 1 to context.search_max_rows (default 10000; PM001 outside); default 100
 create or replace function memori.context_search(
   p_user_id        text default null,
   p_project_id     text default null,
@@ -427,6 +471,11 @@ comment on function memori.context_search(text, text, text, text, jsonb, text[],
 
 -------------------------------------------------------------------------------
 -- context_expiring_soon: visible entries that expire within an interval
+-- p_within: entries expiring after p_now and at most this long after it (default 1 hour); not positive or
+--   NULL: PM001
+-- p_project_id: a project whose entries are visible if the acting user is a member (else they are not, silently);
+--   NULL (default): the session's project
+-- p_session_id: the acting user's context session whose entries are visible; NULL (default) for none
 create or replace function memori.context_expiring_soon(
   p_within     interval default interval '1 hour',
   p_user_id    text default null,
@@ -453,6 +502,11 @@ comment on function memori.context_expiring_soon(interval, text, text, text, tim
 
 -------------------------------------------------------------------------------
 -- context_cleanup_by_scope: delete the acting user's entries at one scope
+-- p_scope: whose entries to delete: 'global' (every global entry: row-level security lets memori_admin, not
+--   memori_app, delete them), 'user' (the acting user's), 'project' or 'session'; else PM004
+-- p_project_id: the project, required for scope 'project' (PM001); the acting user must be a member (PM041)
+-- p_session_id: the acting user's context session, required for scope 'session' (PM001)
+-- p_expired_only: true deletes only entries expired at p_now; false (default) deletes every entry of the scope
 create or replace function memori.context_cleanup_by_scope(
   p_scope        text,
   p_user_id      text default null,
@@ -486,6 +540,8 @@ comment on function memori.context_cleanup_by_scope(text, text, text, text, bool
 
 -------------------------------------------------------------------------------
 -- context_prune_old: delete the acting user's entries not updated for a while
+-- p_older_than: delete the acting user's non-global entries last updated before p_now - p_older_than; a
+--   positive interval such as '90 days', else (NULL too) PM001
 create or replace function memori.context_prune_old(
   p_older_than interval,
   p_user_id    text default null,
@@ -510,6 +566,10 @@ comment on function memori.context_prune_old(interval, text, timestamptz) is 'De
 
 -------------------------------------------------------------------------------
 -- context_stats: visible entries by scope and by type
+-- p_project_id: a project whose entries are visible if the acting user is a member (else they are not, silently);
+--   NULL (default): the session's project
+-- p_session_id: the acting user's context session whose entries are visible; NULL (default) for none
+-- p_within: entries expiring within this interval after p_now count as expiring_soon, not active (default 1 hour)
 create or replace function memori.context_stats(
   p_user_id    text default null,
   p_project_id text default null,
@@ -563,6 +623,10 @@ comment on function memori.business_context_get(text, timestamptz) is 'The actin
 
 -------------------------------------------------------------------------------
 -- business_context_set: replace the user's business context
+-- p_context: the whole business context, a JSON object (else PM001) with only the fields current_project and
+--   active_workflow (strings), focus_mode ('deep_work', 'collaboration', 'planning', 'execution'; else PM004),
+--   business_objectives (an array), context_variables and workspace_settings (objects), else PM001; a "user_id"
+--   field is ignored; at most context.max_value_bytes bytes (PM003)
 create or replace function memori.business_context_set(
   p_context jsonb,
   p_user_id text default null,
@@ -582,6 +646,8 @@ comment on function memori.business_context_set(jsonb, text, timestamptz) is 'Re
 
 -------------------------------------------------------------------------------
 -- business_context_update: merge fields into the user's business context
+-- p_fields: a JSON object (else PM001) of top-level fields that replace those of the current business context
+--   (created when absent); the result must pass business_context_set's rules; a "user_id" field is ignored
 create or replace function memori.business_context_update(
   p_fields  jsonb,
   p_user_id text default null,
@@ -610,6 +676,11 @@ comment on function memori.business_context_update(jsonb, text, timestamptz) is 
 
 -------------------------------------------------------------------------------
 -- session_context_set: create or update the acting user's session
+-- p_session_id: the acting user's context session (memori.sessions; ids are per user), 1-256 printable characters
+--   (else PM001), created on first use
+-- p_project_id: the session's project, set when given (the acting user must be a member, else PM041); NULL
+--   (default) keeps the current one
+-- p_metadata: replaces the session's metadata: a JSON object (else PM001); NULL (default) keeps it
 create or replace function memori.session_context_set(
   p_session_id text,
   p_user_id    text default null,
@@ -639,6 +710,7 @@ comment on function memori.session_context_set(text, text, text, jsonb, timestam
 
 -------------------------------------------------------------------------------
 -- session_context_get: the acting user's session with its windows
+-- p_session_id: the acting user's context session (memori.sessions; ids are per user); no row when unknown
 create or replace function memori.session_context_get(
   p_session_id text,
   p_user_id    text default null,
@@ -661,6 +733,15 @@ comment on function memori.session_context_get(text, text, timestamptz) is 'The 
 
 -------------------------------------------------------------------------------
 -- session_context_add_window: add a window, keeping at most context.max_windows
+-- p_session_id: the acting user's context session (memori.sessions; ids are per user), 1-256 printable characters
+--   (else PM001), created on first use
+-- p_window_type: 'conversation', 'task_execution', 'project_planning' or 'business_analysis'; else PM004
+-- p_content: a JSON object (else PM001) of at most context.max_value_bytes bytes of JSON text (default 1048576;
+--   PM003)
+-- p_priority: 1 (removed first when the session has context.max_windows windows) to 10 (last); default 5;
+--   else PM001
+-- p_retention_policy: 'session' (default), 'temporary' (expires context.temporary_window_ttl_ms after p_now,
+--   default 3600000), 'persistent' or 'archived'; the retention kind; else PM004
 create or replace function memori.session_context_add_window(
   p_session_id       text,
   p_window_type      text,
@@ -734,6 +815,8 @@ comment on function memori.session_context_add_window(text, text, jsonb, integer
 
 -------------------------------------------------------------------------------
 -- session_context_remove_window: remove one window
+-- p_session_id: the acting user's context session (memori.sessions) the window belongs to
+-- p_window_id: the window's id (context_windows.window_id); false when that session has no such window
 create or replace function memori.session_context_remove_window(
   p_session_id text,
   p_window_id  uuid,
