@@ -124,7 +124,7 @@ comment on function memori.estimate_tokens(text, text) is 'Estimated tokens: cei
 
 -------------------------------------------------------------------------------
 -- business_boost: the seed's business relevance boost
--- p_metadata: a chunk's metadata: revenueImpact (a number, budget.revenue_scale = 1 point), urgency, clientTier,
+-- p_metadata: a chunk's metadata: revenueImpact (a number, a point per budget.revenue_scale), urgency, clientTier,
 --   dealStatus, relationship (values of memori.priority_boosts; snake_case keys too); other keys ignored; NULL: 0
 create or replace function memori.business_boost(p_metadata jsonb) returns double precision
 as $func$
@@ -135,8 +135,8 @@ comment on function memori.business_boost(jsonb) is 'min(revenue/10000, 20) + ur
 
 -------------------------------------------------------------------------------
 -- chunk_priority: the priority of one chunk
--- p_chunk: one chunk as in context_optimize's p_chunks (type, timestamp, metadata count; id, content and tokens
---   do not); an unknown type: PM004, a malformed field: PM001
+-- p_chunk: one chunk as in context_optimize's p_chunks (type, timestamp and metadata matter; id, content and
+--   tokens do not); an unknown type: PM004, a malformed field: PM001
 -- p_options: the context_optimize options that count here: prefer_recent (default true), recency_mode ('linear',
 --   the default, or 'exponential'); the others are checked as there (PM001); NULL: {}
 create or replace function memori.chunk_priority(p_chunk jsonb, p_now timestamptz default now(),
