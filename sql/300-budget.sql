@@ -105,6 +105,9 @@ select memori.retention_register('context_optimizations', 'memori.context_optimi
 
 -------------------------------------------------------------------------------
 -- estimate_tokens: the seed's token estimate
+-- p_text: the text to estimate; NULL gives NULL
+-- p_content_type: 'general' (3.8 characters a token), 'business' (4.2), 'code' (3.5) or 'auto' (guessed from the
+--   text); densities from memori.settings budget.density_*; any other value or NULL: PM004
 create or replace function memori.estimate_tokens(p_text text, p_content_type text default 'general')
 returns integer
 as $func$
@@ -121,6 +124,8 @@ comment on function memori.estimate_tokens(text, text) is 'Estimated tokens: cei
 
 -------------------------------------------------------------------------------
 -- business_boost: the seed's business relevance boost
+-- p_metadata: a chunk's metadata: revenueImpact (a number, a point per budget.revenue_scale), urgency, clientTier,
+--   dealStatus, relationship (values of memori.priority_boosts; snake_case keys too); other keys ignored; NULL: 0
 create or replace function memori.business_boost(p_metadata jsonb) returns double precision
 as $func$
   select memori._business_boost(p_metadata, memori._budget_config())
@@ -130,6 +135,10 @@ comment on function memori.business_boost(jsonb) is 'min(revenue/10000, 20) + ur
 
 -------------------------------------------------------------------------------
 -- chunk_priority: the priority of one chunk
+-- p_chunk: one chunk as in context_optimize's p_chunks (type, timestamp and metadata matter; id, content and
+--   tokens do not); an unknown type: PM004, a malformed field: PM001
+-- p_options: the context_optimize options that count here: prefer_recent (default true), recency_mode ('linear',
+--   the default, or 'exponential'); the others are checked as there (PM001); NULL: {}
 create or replace function memori.chunk_priority(p_chunk jsonb, p_now timestamptz default now(),
                                                  p_options jsonb default '{}'::jsonb)
 returns double precision
@@ -154,6 +163,13 @@ comment on function memori.chunk_priority(jsonb, timestamptz, jsonb) is 'Base pr
 -------------------------------------------------------------------------------
 -- context_optimize: the seed's token budget optimisation of a chunk list
 -- (the result was jsonb before migration 0020: create or replace cannot change it)
+-- p_chunks: JSON array of {"id" (unique string or number), "type" (of memori.chunk_types, else PM004), "content",
+--   "tokens" (estimated when absent), "content_type", "timestamp", "metadata"}; over budget.max_chunks: PM003
+-- p_available_tokens: the model's context window in tokens, >= 0 (else PM001); the budget is this minus the
+--   reserve (reserve_tokens, at most this, else PM001)
+-- p_options: JSON object (NULL: {}): reserve_tokens (default maxSystemPrompt), category_budgets (false), order
+--   ('priority' | 'original'), recency_mode ('linear' | 'exponential'), prefer_recent (true), persist
+--   (budget.persist), max_conflicts, user_id, session_id, on_error ('raise' | 'report'); others: PM001
 drop function if exists memori.context_optimize(jsonb, integer, jsonb, timestamptz);
 create or replace function memori.context_optimize(
   p_chunks           jsonb,
@@ -222,6 +238,9 @@ comment on function memori.context_optimize(jsonb, integer, jsonb, timestamptz) 
 
 -------------------------------------------------------------------------------
 -- chunk_add_many: store chunks of a session (ranked later by context_optimize_stored)
+-- p_chunks: JSON array of chunks as for context_optimize, but content required (at most budget.max_content_bytes
+--   bytes, else PM003) and "id" a UUID or absent (generated); over budget.max_chunks: PM003
+-- p_ttl: how long the chunks are kept (> 0, else PM001); NULL: their type's retention policy of context_chunks
 create or replace function memori.chunk_add_many(
   p_session_id text,
   p_chunks     jsonb,
@@ -266,6 +285,8 @@ comment on function memori.chunk_add_many(text, jsonb, text, interval, timestamp
 
 -------------------------------------------------------------------------------
 -- chunk_clear: forget a session's stored chunks
+-- p_session_id: the session of the user memori.user_id names; when memori.user_id is unset (an owner or
+--   superuser), that session id of every user
 create or replace function memori.chunk_clear(p_session_id text) returns integer
 as $func$
 declare
@@ -287,6 +308,10 @@ comment on function memori.chunk_clear(text) is 'Delete every stored chunk of a 
 
 -------------------------------------------------------------------------------
 -- context_optimize_stored: the same optimisation over a session's stored chunks
+-- p_session_id: the session of the options' user_id, else of memori.user_id; when neither is set (an owner or
+--   superuser), of the first user (by user id) who has chunks in a session of that id
+-- p_available_tokens: the model's context window in tokens, >= 0 (else PM001), as for context_optimize
+-- p_options: as for context_optimize (NULL: {}); over budget.max_stored_chunks unexpired chunks: PM003
 drop function if exists memori.context_optimize_stored(text, integer, jsonb, timestamptz);
 create or replace function memori.context_optimize_stored(
   p_session_id       text,

@@ -95,6 +95,9 @@ comment on function memori._goal_start(memori.compression_state, text, text, tim
 
 -------------------------------------------------------------------------------
 -- goal_create: set the session's active goal
+-- p_session_id: the acting user's conversation (created on first use, as by message_add)
+-- p_description: what the goal is: non-empty, at most 2000 characters, no control characters (else PM001)
+-- p_priority: 'high', 'medium' (the default) or 'low'; any other value or NULL: PM004
 create or replace function memori.goal_create(
   p_session_id  text,
   p_description text,
@@ -144,6 +147,9 @@ comment on function memori.goal_list(text) is 'Every goal of a session (active, 
 -- [NEXT] text                       (the [NEXT] lines of one call replace the next steps)
 -- Anything else in brackets at the start of a line, or a known marker that
 -- does not parse, is returned in `unknown`: reported, not guessed.
+-- p_session_id: the acting user's conversation (created on first use, as by message_add)
+-- p_text: model output: its [GOAL], [CHECKPOINT], [DECISION], [ARTIFACT] and [NEXT] lines update the goal, other
+--   lines starting with [...] are returned in unknown, the rest is ignored; NULL: no markers
 create or replace function memori.goal_markers_apply(
   p_session_id text,
   p_text       text,

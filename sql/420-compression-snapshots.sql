@@ -76,6 +76,8 @@ comment on function memori._snapshot_take(memori.compression_state, text, jsonb,
 
 -------------------------------------------------------------------------------
 -- snapshot_create: an immutable snapshot of the session's active state
+-- p_session_id: an existing conversation of the acting user (message_add starts one), else PM005
+-- p_metadata: a JSON object kept with the snapshot, e.g. {"model": ...} (else PM001); NULL: {}
 create or replace function memori.snapshot_create(
   p_session_id text,
   p_metadata   jsonb default '{}'::jsonb,
@@ -116,6 +118,7 @@ comment on function memori.snapshot_list(text, timestamptz) is 'Unexpired snapsh
 -- Nothing is lost: the replaced state is snapshotted first (kind
 -- pre_restore, returned), and messages added after the snapshot stay in the
 -- history, hidden from the active context as a rolled-back range.
+-- p_snapshot_id: an unexpired snapshot of the acting user (memori.snapshot_list), else PM005
 create or replace function memori.snapshot_restore(p_snapshot_id uuid, p_now timestamptz default now())
 returns memori.snapshots
 as $func$

@@ -17,6 +17,16 @@
 
 -------------------------------------------------------------------------------
 -- message_add: append a message; the answer says whether to compress now
+-- p_session_id: the acting user's conversation, created on first use (also as a memori.sessions row)
+-- p_role: 'system', 'user', 'assistant' or 'tool' (else PM004); an assistant message's goal markers are applied
+--   (compression.auto_markers)
+-- p_content: the message text, may be empty (NULL: PM001); over compression.max_message_bytes bytes: PM003
+-- p_tokens: the message's tokens, >= 0 (else PM001); NULL: ceil(characters / compression.chars_per_token)
+-- p_tool_calls: the message's tool calls, a JSON array or object (else PM001), or NULL; in session_export
+-- p_context_size: the model's context window in tokens, >= 1 (else PM001), kept as the session's; NULL: the
+--   session's, else compression.default_context_size (8192)
+-- p_system_prompt_tokens: the system prompt's tokens for the budget returned (>= 0, else PM001); NULL: the
+--   session's system messages plus its goal block
 create or replace function memori.message_add(
   p_session_id           text,
   p_role                 text,
@@ -102,6 +112,11 @@ comment on function memori.message_add(text, text, text, integer, jsonb, timesta
 
 -------------------------------------------------------------------------------
 -- compression_budget: the session's budget and whether to compress now
+-- p_session_id: an existing conversation of the acting user (message_add starts one), else PM005
+-- p_context_size: the model's context window in tokens, >= 1 (else PM001); NULL: the session's (message_add),
+--   else compression.default_context_size (8192)
+-- p_system_prompt_tokens: the system prompt's tokens, >= 0 (else PM001); NULL: the session's system messages plus
+--   its goal block; usable context (context x compression.usable_ratio) not above it: PM070
 create or replace function memori.compression_budget(
   p_session_id           text,
   p_context_size         integer default null,
@@ -120,6 +135,11 @@ comment on function memori.compression_budget(text, integer, integer) is 'Budget
 
 -------------------------------------------------------------------------------
 -- compression_plan: what to compress now, persisted for compression_apply
+-- p_session_id: an existing conversation of the acting user (message_add starts one), else PM005
+-- p_context_size: the model's context window in tokens, as for compression_budget
+-- p_system_prompt_tokens: the system prompt's tokens, as for compression_budget (PM070 when too large)
+-- p_force: true: plan even when the used tokens are under the trigger (still skipped when compression is
+--   disabled or no assistant/tool output is older than the preserved recent tokens)
 create or replace function memori.compression_plan(
   p_session_id           text,
   p_context_size         integer default null,
@@ -226,6 +246,8 @@ comment on function memori.compression_plan(text, integer, integer, timestamptz,
 -- Row 'new': the seed's goal-aware prompt over the plan's assistant output
 -- (goal-marker lines removed: goals are never summarised). Then one row per
 -- aging item: re-compress older summaries to their targets.
+-- p_plan_id: a plan of the acting user (compression_plan) in status planned; missing: PM005, applied, aborted or
+--   skipped: PM072
 create or replace function memori.compression_prompt(p_plan_id uuid) returns setof memori.compression_request
 as $func$
 declare
@@ -307,6 +329,14 @@ comment on function memori.compression_prompt(uuid) is 'The summaries a plan nee
 
 -------------------------------------------------------------------------------
 -- compression_apply: store a plan's summaries atomically
+-- p_plan_id: a plan of the acting user in status planned (missing: PM005, finished: PM072); PM071 when the
+--   session changed since it was planned
+-- p_new_summary: the summary of the plan's messages (compression_prompt's row new): non-empty text (else PM001),
+--   not more tokens than its source (else PM073)
+-- p_aged: JSON object, one summary per aging item under its key (compression_prompt): "text" or {"summary":
+--   "text", "tokens": n}; {} when the plan has none; keys not the plan's: PM073; not an object or NULL: PM001
+-- p_new_tokens: the tokens of p_new_summary, >= 0 (else PM001), not above the plan's source tokens (else
+--   PM073); NULL: ceil(characters / compression.chars_per_token)
 create or replace function memori.compression_apply(
   p_plan_id     uuid,
   p_new_summary text,
@@ -429,6 +459,8 @@ comment on function memori.compression_apply(uuid, text, jsonb, timestamptz, int
 
 -------------------------------------------------------------------------------
 -- compression_abort: record that a plan's summarizer failed
+-- p_plan_id: a plan of the acting user in status planned (missing: PM005, finished: PM072); it becomes failed
+-- p_error: why the summarizer failed, kept in the plan's error (first 2000 characters); NULL: 'unknown error'
 create or replace function memori.compression_abort(
   p_plan_id uuid,
   p_error   text,
@@ -491,6 +523,10 @@ comment on function memori.active_context(text) is 'The context sent to the LLM:
 
 -------------------------------------------------------------------------------
 -- reliability_score: the seed's model-size factor x compression penalty x confidence
+-- p_model_size_b: the model's size in billions of parameters (3 for a 3B model), >= 0 (NULL or less: PM001);
+--   its factor: of the largest minimum size it reaches in reliability.model_factors
+-- p_compression_count: how many times the conversation was compressed, >= 0 (NULL or less: PM001)
+-- p_context_confidence: a factor between 0 and 1 (NULL or outside: PM001); 1 when unsure
 create or replace function memori.reliability_score(
   p_model_size_b       numeric,
   p_compression_count  integer,
@@ -537,6 +573,8 @@ comment on function memori.reliability_score(numeric, integer, numeric) is 'Seed
 
 -------------------------------------------------------------------------------
 -- session_reliability: a session's reliability, with the seed's warning when low
+-- p_session_id: an existing conversation of the acting user (message_add starts one), else PM005
+-- p_model_size_b: the model's size in billions of parameters, >= 0 (NULL or less: PM001), as for reliability_score
 create or replace function memori.session_reliability(p_session_id text, p_model_size_b numeric)
 returns memori.session_reliability_state
 as $func$
@@ -559,6 +597,9 @@ comment on function memori.session_reliability(text, numeric) is 'Reliability of
 
 -------------------------------------------------------------------------------
 -- session_export: the seed's session file (full, uncompressed history)
+-- p_session_id: a conversation of the acting user; NULL result when the user has none of that id
+-- p_model: the model name written to the file's "model" field; NULL: JSON null
+-- p_provider: the provider name written to the file's "provider" field; NULL: JSON null
 create or replace function memori.session_export(
   p_session_id text,
   p_model      text default null,

@@ -227,8 +227,29 @@ comment on function memori._lg_namespace_settle(text, bigint, text, timestamptz)
 -------------------------------------------------------------------------------
 -- lg_checkpoint_put: store a checkpoint, its new blobs, and supersede the older ones
 -- (0011 added the delta arguments and the stamp result: the old signature goes)
-drop function if exists memori.lg_checkpoint_put(text, text, uuid, uuid, jsonb, jsonb, text[], text[], text[], bytea[],
-                                                 text, text, timestamptz);
+-- p_thread_id: LangGraph's thread_id; a new thread's id is non-empty, at most 256 characters, without control
+--   characters (else PM001); an expired thread not yet cleaned up is replaced
+-- p_checkpoint_ns: the checkpoint namespace (LangGraph's checkpoint_ns, '' for the root graph); NULL: ''
+-- p_checkpoint_id: the checkpoint's id (LangGraph's, ordered by time); NULL: PM001; a put of an existing id
+--   replaces its checkpoint and metadata
+-- p_parent_id: the checkpoint this one follows (NULL for the first); another than the latest (a fork) makes the
+--   blobs it carries live again
+-- p_checkpoint: the checkpoint as a JSON object (else PM001), with channel_versions; values that are not
+--   primitives come as blobs
+-- p_metadata: the checkpoint's metadata, a JSON object (else PM001); counters_since_delta_snapshot or
+--   delta_writes_versioned mark a DeltaChannel graph (its checkpoints then never expire alone)
+-- p_blob_channels: the channel of each new blob; the blob arrays have one entry per blob (lengths differ: PM001)
+-- p_blob_versions: the channel version of each blob (a version the thread already has is kept as it is)
+-- p_blob_types: LangGraph serde's type tag of each blob (e.g. 'msgpack')
+-- p_blob_values: the serialised value of each blob, as serde wrote it
+-- p_policy: the saver's retention policy, a kind of memori.retention_policies for lg_checkpoints and lg_threads
+--   (lg_policy_set makes one; 'default': superseded checkpoints kept 30 days); unknown: PM004
+-- p_user_id: whose LangGraph state; NULL: memori.user_id (PM001 when neither). Not the acting-user rule (no
+--   PM040): row-level security keeps an app role to memori.user_id's rows
+-- p_blob_bases: per blob, the version of the same channel and type it extends as a delta, or NULL (a full
+--   value); NULL: every blob full. A base the thread lacks unexpired: PM081, nothing written
+-- p_blob_items: per blob, how many list items a delta appends; given with p_blob_bases (both or neither: PM001)
+drop function if exists memori.lg_checkpoint_put(text, text, uuid, uuid, jsonb, jsonb, text[], text[], text[], bytea[], text, text, timestamptz);
 create or replace function memori.lg_checkpoint_put(
   p_thread_id     text,
   p_checkpoint_ns text,
@@ -468,8 +489,23 @@ comment on function memori.lg_checkpoint_put(text, text, uuid, uuid, jsonb, json
 -------------------------------------------------------------------------------
 -- lg_writes_put: store the pending writes of a task
 -- (it gained p_known_writes and the writes' stamp in its result: the old signature goes)
-drop function if exists memori.lg_writes_put(text, text, uuid, text, text, integer[], text[], text[], bytea[], text,
-                                             text, timestamptz);
+-- p_thread_id: LangGraph's thread_id (writes may come before their checkpoint: they create the thread too)
+-- p_checkpoint_ns: the checkpoint namespace (LangGraph's checkpoint_ns, '' for the root graph); NULL: ''
+-- p_checkpoint_id: the checkpoint the writes belong to (it need not be stored yet); NULL: PM001
+-- p_task_id: the task that made the writes; NULL: PM001
+-- p_task_path: the task's path (LangGraph's task_path); NULL: ''
+-- p_idx: each write's index in the task; all negative (special writes: error, interrupt, resume, scheduled):
+--   each replaces the task's write of its index, else a saved write is kept. Four arrays of one length (PM001)
+-- p_channels: the channel of each write
+-- p_types: LangGraph serde's type tag of each write's value
+-- p_values: the serialised value of each write
+-- p_policy: the saver's retention policy, a kind of memori.retention_policies for lg_checkpoints and lg_threads
+--   (lg_policy_set makes one; 'default': superseded checkpoints kept 30 days); unknown: PM004
+-- p_user_id: whose LangGraph state; NULL: memori.user_id (PM001 when neither). Not the acting-user rule (no
+--   PM040): row-level security keeps an app role to memori.user_id's rows
+-- p_known_writes: the writes' stamp of the copy the caller holds; writes_stamp is then the new stamp when that
+--   copy plus these writes is all of the checkpoint's writes, else NULL. NULL: writes_stamp NULL
+drop function if exists memori.lg_writes_put(text, text, uuid, text, text, integer[], text[], text[], bytea[], text, text, timestamptz);
 create or replace function memori.lg_writes_put(
   p_thread_id      text,
   p_checkpoint_ns  text,
@@ -590,6 +626,11 @@ comment on function memori.lg_writes_put(text, text, uuid, text, text, integer[]
 -- shard), with no function in it that reads a table (Citus ships a routed
 -- statement's calls to the shard, and refuses SQL functions over distributed
 -- tables, inlined or not: docs/scale-out.md, "LangGraph saver").
+-- p_thread_id: LangGraph's thread_id; no row when the thread is absent or expired
+-- p_checkpoint_ns: the checkpoint namespace (LangGraph's checkpoint_ns, '' for the root graph); NULL: ''
+-- p_checkpoint_id: the checkpoint; NULL: the latest unexpired one of the namespace
+-- p_user_id: whose LangGraph state; NULL: memori.user_id (PM001 when neither). Not the acting-user rule (no
+--   PM040): row-level security keeps an app role to memori.user_id's rows
 create or replace function memori.lg_checkpoint_stamp(
   p_thread_id     text,
   p_checkpoint_ns text default '',
@@ -639,8 +680,15 @@ comment on function memori.lg_checkpoint_stamp(text, text, uuid, text, timestamp
 -- the total count, then the root's items, then every delta's items in chain
 -- order (msgpack arrays are their items back to back). A full value is itself.
 -- p_known_stamp: the stamp of a copy the caller holds; when it is still the
--- stamp of that checkpoint, the row carries the stamp and the pending writes
--- only (checkpoint, metadata and blobs NULL): the caller's copy is current.
+--   stamp of that checkpoint, the row carries the stamp and the pending writes
+--   only (checkpoint, metadata and blobs NULL): the caller's copy is current.
+-- p_thread_id: LangGraph's thread_id; no row when the thread is absent or expired
+-- p_checkpoint_ns: the checkpoint namespace (LangGraph's checkpoint_ns, '' for the root graph); NULL: ''
+-- p_checkpoint_id: the checkpoint; NULL: the latest unexpired one of the namespace
+-- p_user_id: whose LangGraph state; NULL: memori.user_id (PM001 when neither). Not the acting-user rule (no
+--   PM040): row-level security keeps an app role to memori.user_id's rows
+-- p_known_writes: the writes' stamp of the caller's copy of the pending writes; when it and p_known_stamp are
+--   both current, the pending writes come back NULL too
 drop function if exists memori.lg_checkpoint_get(text, text, uuid, text, timestamptz);
 drop function if exists memori.lg_checkpoint_get(text, text, uuid, text, timestamptz, text);
 create or replace function memori.lg_checkpoint_get(
@@ -748,6 +796,12 @@ comment on function memori.lg_checkpoint_get(text, text, uuid, text, timestamptz
 -------------------------------------------------------------------------------
 -- lg_blob_value: the full serialised value of a channel version, as LangGraph's serde wrote it
 -- (a delta blob joined to its chain as in lg_checkpoint_get: keep the two in step)
+-- p_thread_id: LangGraph's thread_id; NULL result when the thread is absent or expired
+-- p_channel: the channel's name
+-- p_version: the channel version (as in a checkpoint's channel_versions); NULL result when absent or expired
+-- p_checkpoint_ns: the checkpoint namespace (LangGraph's checkpoint_ns, '' for the root graph); NULL: ''
+-- p_user_id: whose LangGraph state; NULL: memori.user_id (PM001 when neither). Not the acting-user rule (no
+--   PM040): row-level security keeps an app role to memori.user_id's rows
 create or replace function memori.lg_blob_value(
   p_thread_id     text,
   p_channel       text,
@@ -802,6 +856,14 @@ comment on function memori.lg_blob_value(text, text, text, text, text, timestamp
 
 -------------------------------------------------------------------------------
 -- lg_checkpoint_list: checkpoints by thread, namespace, metadata, before, newest first
+-- p_thread_id: only this thread's checkpoints; NULL: every unexpired thread of the user
+-- p_checkpoint_ns: only this namespace ('' for the root graph); NULL: every namespace
+-- p_checkpoint_id: only this checkpoint; NULL: any
+-- p_filter: only checkpoints whose metadata contains this JSON object (@>); not an object: PM001; NULL: any
+-- p_before: only checkpoints with a smaller id (older) than this one; NULL: no bound
+-- p_limit: the most rows, newest first (>= 0, else PM001); NULL: all
+-- p_user_id: whose LangGraph state; NULL: memori.user_id (PM001 when neither). Not the acting-user rule (no
+--   PM040): row-level security keeps an app role to memori.user_id's rows
 create or replace function memori.lg_checkpoint_list(
   p_thread_id     text default null,
   p_checkpoint_ns text default null,
@@ -901,6 +963,9 @@ comment on function memori.lg_checkpoint_list(text, text, uuid, jsonb, uuid, int
 
 -------------------------------------------------------------------------------
 -- lg_thread_delete: a thread with everything of it
+-- p_thread_id: the thread to delete (expired or not) with its checkpoints, blobs and writes
+-- p_user_id: whose LangGraph state; NULL: memori.user_id (PM001 when neither). Not the acting-user rule (no
+--   PM040): row-level security keeps an app role to memori.user_id's rows
 create or replace function memori.lg_thread_delete(p_thread_id text, p_user_id text default null)
 returns integer
 as $func$
@@ -921,6 +986,11 @@ comment on function memori.lg_thread_delete(text, text) is 'Delete a user''s Lan
 
 -------------------------------------------------------------------------------
 -- lg_thread_copy: every unexpired checkpoint, blob and write of a thread into another
+-- p_source_thread_id: the thread to copy; absent or expired: nothing is copied (0)
+-- p_target_thread_id: the thread copied into, created or renewed; rows it already has stay; the source itself: 0
+-- p_policy: the retention policy of the target and of the copied rows, as for lg_checkpoint_put (unknown: PM004)
+-- p_user_id: whose LangGraph state; NULL: memori.user_id (PM001 when neither). Not the acting-user rule (no
+--   PM040): row-level security keeps an app role to memori.user_id's rows
 create or replace function memori.lg_thread_copy(
   p_source_thread_id text,
   p_target_thread_id text,
@@ -986,6 +1056,11 @@ comment on function memori.lg_thread_copy(text, text, text, text, timestamptz) i
 
 -------------------------------------------------------------------------------
 -- lg_threads_prune: LangGraph's prune strategies, keep_latest and delete
+-- p_thread_ids: the threads (thread_id) to prune; NULL or empty: nothing
+-- p_strategy: 'keep_latest' (the latest checkpoint of each namespace stays; PM080 for a thread that uses a
+--   DeltaChannel) or 'delete' (the whole threads); any other value or NULL: PM001
+-- p_user_id: whose LangGraph state; NULL: memori.user_id (PM001 when neither). Not the acting-user rule (no
+--   PM040): row-level security keeps an app role to memori.user_id's rows
 create or replace function memori.lg_threads_prune(
   p_thread_ids text[],
   p_strategy   text default 'keep_latest',
@@ -1063,6 +1138,10 @@ comment on function memori.lg_threads_prune(text[], text, text, timestamptz) is 
 
 -------------------------------------------------------------------------------
 -- lg_runs_delete: every checkpoint (and its writes) a run created
+-- p_run_ids: the run ids (the checkpoint metadata's run_id) whose checkpoints go, with their writes and unused
+--   blobs; NULL or empty: nothing
+-- p_user_id: whose LangGraph state; NULL: memori.user_id (PM001 when neither). Not the acting-user rule (no
+--   PM040): row-level security keeps an app role to memori.user_id's rows
 create or replace function memori.lg_runs_delete(
   p_run_ids text[],
   p_user_id text default null,
@@ -1106,6 +1185,13 @@ comment on function memori.lg_runs_delete(text[], text, timestamptz) is 'Delete 
 
 -------------------------------------------------------------------------------
 -- lg_policy_set: create or change a saver retention policy (a DBA's call)
+-- p_policy: the policy's name (a kind of memori.retention_policies): non-empty, at most 63 characters, no
+--   control characters, not '*' (else PM001); an existing policy is changed
+-- p_superseded_after: how long a superseded checkpoint (with the blobs and writes only it uses) is kept;
+--   > 0 (else PM001), NULL: kept
+-- p_idle_after: how long a thread is kept without a put, then deleted whole; > 0 (else PM001), NULL: kept
+-- p_priority: the cleanup priority (lower is deleted first) of its checkpoints, blobs and writes; threads get
+--   one more
 create or replace function memori.lg_policy_set(
   p_policy           text,
   p_superseded_after interval,

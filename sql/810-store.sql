@@ -334,6 +334,18 @@ drop function if exists memori._store_upsert(text, text[], text, jsonb, interval
 
 -------------------------------------------------------------------------------
 -- store_put: upsert one item
+-- p_namespace: the item's namespace path, non-empty labels, e.g. ARRAY['users', 'alice']; NULL, empty, an empty or
+--   NULL label: PM121
+-- p_key: the item's key in the namespace; NULL: PM001
+-- p_value: the item's value (any JSON), replacing an existing item's; NULL: PM001 (store_delete deletes)
+-- p_ttl: the item expires this long after the put (and after each read that refreshes it); > 0 (else PM001);
+--   NULL: never
+-- p_index: what full text covers: NULL or containing '$': every string of the value; '{}': nothing; else
+--   field paths (a.b, a[*].b, a[0], a[-1]) whose string leaves count
+-- p_text: the text full text covers instead (the caller's own extraction), unless p_index is '{}'; NULL: p_index
+-- p_fields: the field each embedding of p_embeddings is of (same length, else PM001); an update replaces the
+--   item's embeddings (none when NULL)
+-- p_embeddings: one embedding per field of p_fields, any dimension (NULL entries skipped)
 create or replace function memori.store_put(
   p_user_id    text default null,
   p_namespace  text[] default null,
@@ -500,6 +512,9 @@ comment on function memori.store_put_many(text, jsonb, timestamptz) is 'Apply a 
 
 -------------------------------------------------------------------------------
 -- store_get: one unexpired item, its TTL refreshed when asked
+-- p_namespace: the item's namespace path (exactly); no row when absent
+-- p_key: the item's key; no row when absent or expired
+-- p_refresh_ttl: true: an item with a TTL expires p_now + its ttl again; false: read only
 create or replace function memori.store_get(
   p_user_id     text default null,
   p_namespace   text[] default null,
@@ -541,6 +556,9 @@ comment on function memori.store_get(text, text[], text, boolean, timestamptz) i
 
 -------------------------------------------------------------------------------
 -- store_get_many: many items in one call, each tagged with its request's position
+-- p_namespaces: JSON array of namespaces (each a JSON array of labels), one per key (lengths differ: PM001)
+-- p_keys: the keys, p_keys[i] in p_namespaces[i]; each row carries its 1-based position i
+-- p_refresh_ttl: true: an item with a TTL expires p_now + its ttl again; false: read only
 create or replace function memori.store_get_many(
   p_user_id     text default null,
   p_namespaces  jsonb default '[]',
@@ -583,6 +601,8 @@ comment on function memori.store_get_many(text, jsonb, text[], boolean, timestam
 
 -------------------------------------------------------------------------------
 -- store_delete: delete one item
+-- p_namespace: the item's namespace path (exactly)
+-- p_key: the item's key; false when there is no such item
 create or replace function memori.store_delete(
   p_user_id   text default null,
   p_namespace text[] default null,
@@ -603,6 +623,8 @@ comment on function memori.store_delete(text, text[], text) is 'Delete the item 
 
 -------------------------------------------------------------------------------
 -- store_namespace_delete: delete a namespace and everything below it
+-- p_prefix: every namespace starting with these labels goes, with its items (expired or not); NULL, empty, an
+--   empty or NULL label: PM121
 create or replace function memori.store_namespace_delete(
   p_user_id text default null,
   p_prefix  text[] default null,
@@ -634,6 +656,12 @@ comment on function memori.store_namespace_delete(text, text[], timestamptz) is 
 -- store_list_namespaces: distinct namespaces of unexpired items
 -- The user's namespace dictionary, each entry kept when one of its items is
 -- unexpired (one probe of the items' primary key per entry).
+-- p_prefix: only namespaces starting with these labels ('*' matches any label); NULL: any
+-- p_suffix: only namespaces ending with these labels ('*' matches any label); NULL: any
+-- p_max_depth: longer namespaces are cut to their first p_max_depth labels (then listed once); >= 1 (else
+--   PM001); NULL: whole
+-- p_limit: the most namespaces returned (sorted), >= 0 (NULL or less: PM001)
+-- p_offset: how many sorted namespaces to skip first, >= 0 (NULL or less: PM001)
 create or replace function memori.store_list_namespaces(
   p_user_id   text default null,
   p_prefix    text[] default null,
@@ -682,6 +710,13 @@ comment on function memori.store_list_namespaces(text, text[], text[], integer, 
 -- one dimension (a partial expression index), one distance and vector type.
 -- 'flat' creates none: search ranks exactly. Creating an index needs the
 -- table's owner (pymemdb init, MemoriStore.setup()).
+-- p_dims: the embedding dimension indexed: 1 to 2000 as vector, to 4000 as halfvec (else PM122); ignored by 'text'
+-- p_distance: 'cosine', 'l2' or 'inner_product' (else PM122)
+-- p_vector_type: 'vector' or 'halfvec' (else PM122)
+-- p_method: 'hnsw', 'ivfflat', 'flat' (no index: exact search; returns NULL) or 'text' (the full-text GIN index
+--   of memori.store_items); else PM122
+-- p_options: index parameters: hnsw m (16), ef_construction (64); ivfflat lists or nlist (100); an index that
+--   exists already is kept as it is
 create or replace function memori.store_index_ensure(
   p_dims        integer,
   p_distance    text default 'cosine',
@@ -741,6 +776,19 @@ comment on function memori.store_index_ensure(integer, text, text, text, jsonb) 
 -- first, so a page is never short while items match. score is the vector
 -- similarity in LangGraph's convention (cosine: 1 - distance, l2: -distance,
 -- inner_product: the inner product), NULL for an item without an embedding.
+-- p_namespace_prefix: only items whose namespace starts with these labels (no wildcards); '{}' or NULL: all; an
+--   empty or NULL label: PM121
+-- p_filter: a JSON object on the value: {"field": value} (nested objects as subsets, dotted keys as paths) or
+--   {"field": {"$op": value}}, $op one of $eq $ne $gt $gte $lt $lte; anything else: PM120; NULL: none
+-- p_query: text ranked by full text (web search syntax, English, the first 10000 characters); NULL or blank: none
+-- p_query_embedding: a vector ranked against the items' embeddings of its dimension; the zero vector under
+--   cosine: PM001; NULL: none. With no query at all: newest first
+-- p_limit: the most rows, 0 to 100000 (NULL or outside: PM001)
+-- p_offset: how many ranked rows to skip first, >= 0 (NULL or less: PM001)
+-- p_refresh_ttl: true: the returned items with a TTL expire p_now + their ttl again; false: read only
+-- p_distance: 'cosine' (score 1 - distance), 'l2' (score -distance) or 'inner_product' (score the inner
+--   product); else PM122
+-- p_vector_type: 'vector' or 'halfvec', as the ANN index was made (store_index_ensure); else PM122
 create or replace function memori.store_search(
   p_user_id          text default null,
   p_namespace_prefix text[] default '{}',

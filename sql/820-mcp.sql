@@ -78,6 +78,10 @@ comment on function memori._mcp_interval_setting(text, interval) is 'An interval
 
 -------------------------------------------------------------------------------
 -- mcp_token_create: issue a token for a user (the secret is returned once)
+-- p_name: the token's name: non-empty, at most 100 characters, no control characters (else PM001); the user
+--   already has an active token of that name: PM131
+-- p_ttl: the token's lifetime, > 0 and at most mcp.token_max_ttl (366 days), else PM133; NULL:
+--   mcp.token_default_ttl (90 days)
 create or replace function memori.mcp_token_create(
   p_user_id text default null,
   p_name    text default 'default',
@@ -120,6 +124,8 @@ comment on function memori.mcp_token_create(text, text, interval, timestamptz) i
 
 -------------------------------------------------------------------------------
 -- mcp_token_list: tokens the caller may see, without their hashes
+-- p_user_id: a filter, not the acting user: only this user's tokens; NULL: of every user the caller may see
+-- p_include_inactive: true: revoked and expired tokens too; false: active ones only
 create or replace function memori.mcp_token_list(
   p_user_id          text default null,
   p_include_inactive boolean default false,
@@ -138,6 +144,9 @@ comment on function memori.mcp_token_list(text, boolean, timestamptz) is 'MCP to
 
 -------------------------------------------------------------------------------
 -- mcp_token_revoke: revoke active tokens by name or id (returns how many)
+-- p_user_id: a filter, not the acting user: only this user's tokens; NULL: of any user the caller may see
+-- p_name: the active tokens of this name are revoked; NULL: any name (p_name and p_token_id both NULL: PM001)
+-- p_token_id: the token of this id (mcp_token_list); NULL: any id. No active token matches: PM132
 create or replace function memori.mcp_token_revoke(
   p_user_id  text default null,
   p_name     text default null,
@@ -203,6 +212,9 @@ comment on function memori._mcp_presented(bytea, text) is 'SET LOCAL memori.mcp_
 
 -------------------------------------------------------------------------------
 -- mcp_token_verify: the user of a presented token, or no row (refusal recorded)
+-- p_token: the bearer token presented ('pmdb_' and 64 hex digits); missing, malformed, unknown, revoked or
+--   expired: no row, and an mcp.auth_refused event
+-- p_client: who presented it (e.g. the client's address), kept in a refusal's event (first 200 characters)
 create or replace function memori.mcp_token_verify(
   p_token  text,
   p_client text default null,

@@ -295,6 +295,8 @@ comment on function memori._coordinator_reference_gap() is 'Why the Citus coordi
 
 -------------------------------------------------------------------------------
 -- distribute: apply the plan on a Citus coordinator, report every table
+-- p_dry_run: true: change nothing (roles, settings, tables, functions), report what would be done: status ready
+--   or blocked (with the blockers) for a table not placed yet; PM140, PM141 and PM142 are raised all the same
 create or replace function memori.distribute(p_dry_run boolean default false)
 returns setof memori.distribute_result
 as $func$
@@ -598,8 +600,8 @@ $types$;
 comment on type memori.delegation_row is 'One per-user function in memori.distribute_functions(): its delegation kind, why, and what was done.';
 
 create or replace function memori.distribute_functions(
-  p_delegate boolean default false,
-  p_dry_run  boolean default false
+  p_delegate boolean default false,  -- true: also register the kind delegate functions (every caller must pass the user)
+  p_dry_run  boolean default false   -- true: classify only, nothing created on the workers (status would register)
 ) returns setof memori.delegation_row
 as $func$
 declare
