@@ -150,15 +150,24 @@ def _title(sql: str) -> str:
 
 
 def _header(sql: str, start: int) -> list[str]:
-    """The comment lines above a create statement (up to the ruler), ``drop function`` lines skipped."""
+    """The comment lines above a create statement (up to the ruler), ``drop function`` statements (of one
+    line or several) skipped."""
     lines = sql[:start].splitlines()
     header: list[str] = []
-    for line in reversed(lines):
-        if line.startswith("drop "):
+    i = len(lines) - 1
+    while i >= 0:
+        line = lines[i]
+        if line.startswith("--") and set(line) != {"-"}:
+            header.insert(0, line)
+            i -= 1
             continue
-        if not line.startswith("--") or set(line) == {"-"}:
+        first = i  # the first line of the statement that ends here, if it is a drop
+        while first > 0 and lines[first - 1].strip() and not lines[first - 1].startswith("--") \
+                and not lines[first - 1].rstrip().endswith(";") and not lines[first].startswith("drop "):
+            first -= 1
+        if not lines[first].startswith("drop "):
             break
-        header.insert(0, line)
+        i = first - 1
     return header
 
 
@@ -180,7 +189,7 @@ def _descriptions(sql: str, match: re.Match[str]) -> dict[str, str]:
         depth += {"(": 1, ")": -1}.get(sql[i], 0)
         i += 1
     for line in sql[match.end():i].splitlines():
-        trailing = re.match(r"\s*(p_\w+)\s[^-]*--\s*(.+)", line)
+        trailing = re.match(r"\s*(p_\w+)\s(?:[^-]|-(?!-))*--\s*(.+)", line)  # a default may be negative
         if trailing:
             found.setdefault(trailing.group(1), trailing.group(2).strip())
     return found
