@@ -113,10 +113,12 @@ def command(app: typer.Typer, name: str | None = None, **options: Any) -> Callab
 
 
 @contextmanager
-def database(dsn: str | None) -> Iterator[pymemdb.Database]:
+def database(dsn: str | None, user: str | None = None) -> Iterator[pymemdb.Database]:
+    """A small pool on ``dsn``; ``user`` (a --user option): acting for that user (``Database.as_user``), else
+    as connected (memori.user_id of the role or PGOPTIONS)."""
     db = pymemdb.connect(dsn, min_size=1, max_size=2)
     try:
-        yield db
+        yield db.as_user(user) if user else db
     finally:
         db.close()
 

@@ -15,7 +15,6 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-import pymemdb
 from pymemdb.cli._common import DsnOption, JsonOption, command, database, parse_json
 from pymemdb.cli._output import console, fmt_time, print_json, print_result
 from pymemdb.compression.summarizers import ExtractiveSummarizer, OpenAISummarizer, Summarizer
@@ -38,11 +37,6 @@ SystemOption = Annotated[
 ]
 
 
-def _acting(db: pymemdb.Database, user: str | None) -> pymemdb.Database:
-    """The database acting for ``user`` (--user), else as connected (memori.user_id of the role or PGOPTIONS)."""
-    return db.as_user(user) if user else db
-
-
 @command(app)
 def status(
     session_id: SessionArg,
@@ -54,8 +48,7 @@ def status(
     as_json: JsonOption = False,
 ) -> None:
     """Budget, usage and reliability of a session (memori.compression_budget, memori.session_reliability)."""
-    with database(dsn) as whole:
-        db = _acting(whole, user)
+    with database(dsn, user) as db:
         budget = db.compression.budget(session_id, context_size=context_size,
                                        system_prompt_tokens=system_prompt_tokens)
         reliability = db.compression.session_reliability(session_id, model_size)
@@ -110,8 +103,7 @@ def compress(
 ) -> None:
     """Plan, summarize and apply one compression (db.compression.run)."""
     summarizer = _summarizer(llm_url, model, api_key_env)
-    with database(dsn) as whole:
-        db = _acting(whole, user)
+    with database(dsn, user) as db:
         run = db.compression.run(session_id, summarizer, context_size=context_size,
                                  system_prompt_tokens=system_prompt_tokens, force=force)
     if as_json:
@@ -136,8 +128,7 @@ def export(
     dsn: DsnOption = None,
 ) -> None:
     """Write the seed's session file: every message uncompressed, tool calls, counts (memori.session_export)."""
-    with database(dsn) as whole:
-        db = _acting(whole, user)
+    with database(dsn, user) as db:
         document = db.compression.session_export(session_id, model=model, provider=provider)
     if document is None:
         raise InvalidArgument(f"session {session_id} has no messages", hint="Check the session id.")
@@ -162,8 +153,7 @@ def snapshot(
     meta = None
     if metadata is not None:
         meta = parse_json(metadata, "--metadata", 'Pass a JSON object, e.g. --metadata \'{"model": "llama3.2:3b"}\'.')
-    with database(dsn) as whole:
-        db = _acting(whole, user)
+    with database(dsn, user) as db:
         if list_:
             rows = db.snapshots.list(session_id)
         else:
@@ -188,8 +178,7 @@ def restore(
     as_json: JsonOption = False,
 ) -> None:
     """Restore a session's active state from a snapshot; the replaced state is snapshotted first."""
-    with database(dsn) as whole:
-        db = _acting(whole, user)
+    with database(dsn, user) as db:
         pre = db.snapshots.restore(snapshot_id)
     print_result(pre, as_json, f"restored session {pre.session_id} from {snapshot_id}; the replaced state is snapshot "
                                f"{pre.id} (pymemdb compression restore {pre.id} undoes this)", markup=False)

@@ -50,16 +50,9 @@ class StoreGetResult:
 
 
 @dataclass(frozen=True)
-class StoreSearchResult:
-    """memori.store_search_result: an item with its scores and ranks."""
+class StoreSearchResult(StoreItem):
+    """memori.store_search_result: an item (a ``StoreItem``'s columns first) with its scores and ranks."""
 
-    namespace: list[str]
-    key: str
-    value: dict[str, Any]
-    created_at: datetime
-    updated_at: datetime
-    expires_at: datetime | None
-    ttl: timedelta | None
     score: float | None        # vector similarity (cosine: 1 - distance, l2: -distance, inner product)
     rank: int                  # position in the result before the offset, from 1
     vector_rank: int | None

@@ -165,6 +165,20 @@ def _key(row: dict[str, Any], columns: set[str]) -> str:
     return json.dumps({k: v for k, v in row.items() if k in columns}, sort_keys=True)
 
 
+def assert_upgraded(dsn: str, fresh_schema: dict[str, Any], config_tables: set[str],
+                    before: dict[str, list[dict[str, Any]]], label: str) -> None:
+    """An upgraded database: every row written before is still there (on the columns it had), the schema is a
+    fresh install's, and the client recognises it as current (installing again changes nothing)."""
+    after = rows(dsn, config_tables)
+    for table, old in before.items():
+        assert table in after, f"{label}: table {table} is gone"
+        columns = set(old[0]) if old else set()
+        assert Counter(_key(r, columns) for r in old) == Counter(_key(r, columns) for r in after[table]), (
+            f"{label}: rows of {table} changed")
+    assert diff(fresh_schema, snapshot(dsn)) == {}, label
+    assert not install(dsn).changed, f"{label}: installing again changes something"
+
+
 @pytest.fixture(scope="module")
 def fresh(server_dsn: str) -> Iterator[tuple[dict[str, Any], set[str]]]:
     """A fresh install's schema, and the tables it fills itself (configuration, compared by the snapshot)."""
@@ -194,14 +208,7 @@ def test_landed_state_upgrades_to_current(
 
         install(url)
 
-        after = rows(url, config_tables)
-        for table, old in before.items():
-            assert table in after, f"{label}: table {table} is gone"
-            columns = set(old[0]) if old else set()
-            assert Counter(_key(r, columns) for r in old) == Counter(_key(r, columns) for r in after[table]), (
-                f"{label}: rows of {table} changed")
-        assert diff(fresh_schema, snapshot(url)) == {}, label
-        assert not install(url).changed
+        assert_upgraded(url, fresh_schema, config_tables, before, label)
 
 
 def _psql() -> str:
@@ -232,12 +239,7 @@ def test_landed_state_upgrades_with_the_psql_script(
         done = subprocess.run([_psql(), "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", url, "-f", "-"],
                               input=install_script(head), capture_output=True, text=True, check=False)
         assert done.returncode == 0, f"{label}: {done.stderr}"
-        after = rows(url, config_tables)
-        for table, old in before.items():
-            columns = set(old[0]) if old else set()
-            assert Counter(_key(r, columns) for r in old) == Counter(_key(r, columns) for r in after[table]), table
-        assert diff(fresh_schema, snapshot(url)) == {}, label
-        assert not install(url).changed, "the client recognises the psql upgrade as current"
+        assert_upgraded(url, fresh_schema, config_tables, before, label)
 
 
 def test_sweep_drops_only_what_the_install_did_not_define(dsn: str) -> None:

@@ -227,6 +227,31 @@ def one(conn: psycopg.Connection[Any], query: LiteralString | sql.Composed, para
     assert row is not None
     return row[0]
 
+def vacuum(conn: psycopg.Connection[Any], schema: str, tables: Sequence[str], *, full: bool = False) -> None:
+    """``vacuum (analyze)`` each of ``schema.tables``; ``full``: ``vacuum (full, analyze)``, compacted for sizes."""
+    options = sql.SQL("full, analyze" if full else "analyze")
+    for t in tables:
+        conn.execute(sql.SQL("vacuum ({}) {}.{}").format(options, sql.Identifier(schema), sql.Identifier(t)))
+
+
+def settle(conn: psycopg.Connection[Any], *schemas: tuple[str, Sequence[str]]) -> None:
+    """After a write phase: ``vacuum (analyze)`` the tables of each (schema, tables), then ``checkpoint``, so
+    the autovacuum and dirty buffers it leaves behind do not land in whichever reads run next."""
+    for schema, tables in schemas:
+        vacuum(conn, schema, tables)
+    conn.execute("checkpoint")
+
+
+def table_sizes(conn: psycopg.Connection[Any], schema: str, tables: Sequence[str], *,
+                compact: bool = False) -> dict[str, int]:
+    """``pg_total_relation_size`` (table, indexes, TOAST) of each of ``schema.tables``, by table name;
+    ``compact``: after ``vacuum (full, analyze)``, so two stores compare without their dead rows."""
+    if compact:
+        vacuum(conn, schema, tables, full=True)
+    return {t: int(one(conn, "select pg_total_relation_size(format('%%I.%%I', %s::text, %s::text)::regclass)",
+                       (schema, t))) for t in tables}
+
+
 def fmt(value: Any, unit: str = "") -> str:
     if value is None:
         return "-"

@@ -51,6 +51,8 @@ from pymemdb.bench import (
     ratio,
     require_baseline,
     require_rows,
+    settle,
+    table_sizes,
 )
 
 STEPS = 20
@@ -102,17 +104,6 @@ def _checkpoint(saver: Any, thread_state: dict[str, Any], step: int, rng: random
     }
     metadata = {"source": "loop", "step": step, "parents": {}, "run_id": thread_state["run_id"]}
     return checkpoint, metadata, new_versions
-
-
-def _sizes(conn: psycopg.Connection[Any], schema: str, tables: tuple[str, ...]) -> dict[str, int]:
-    return {t: int(one(conn, "select pg_total_relation_size(format('%%I.%%I', %s::text, %s::text)::regclass)",
-                       (schema, t))) for t in tables}
-
-
-def _vacuum_full(conn: psycopg.Connection[Any], schema: str, tables: tuple[str, ...]) -> None:
-    for t in tables:
-        conn.execute(psycopg.sql.SQL("vacuum (full, analyze) {}.{}").format(
-            psycopg.sql.Identifier(schema), psycopg.sql.Identifier(t)))
 
 
 class _OneRowInsert:
@@ -278,13 +269,7 @@ def run(dsn: str, rows: int = 20_000, *, seed: int = 1, progress: Progress | Non
         # the not-durable saver only shows what synchronous_commit costs: its rows leave the comparison
         admin.execute("delete from memori.lg_threads where user_id = %s", (USER + "_not_durable",))
         result["writes"] = writes
-        # the write phase leaves autovacuum and dirty buffers behind: settle them first,
-        # or they land in whichever reads run next
-        for schema, tables in (("public", UPSTREAM_TABLES), ("memori", OUR_TABLES)):
-            for table in tables:
-                admin.execute(psycopg.sql.SQL("vacuum (analyze) {}.{}").format(
-                    psycopg.sql.Identifier(schema), psycopg.sql.Identifier(table)))
-        admin.execute("checkpoint")
+        settle(admin, ("public", UPSTREAM_TABLES), ("memori", OUR_TABLES))
         if progress:
             progress("get_tuple, interleaved")
         iterations = min(2000, threads * 4)
@@ -306,10 +291,8 @@ def run(dsn: str, rows: int = 20_000, *, seed: int = 1, progress: Progress | Non
             admin, "select * from memori.lg_checkpoint_get('bench-0', '', null, %s)", (USER,))
         result["explain_get_cached"], result["explain_put"] = _explain_cached_and_put(admin, ours, rng)
 
-        _vacuum_full(admin, "public", UPSTREAM_TABLES)
-        _vacuum_full(admin, "memori", OUR_TABLES)
-        up_sizes = _sizes(admin, "public", UPSTREAM_TABLES)
-        our_sizes = _sizes(admin, "memori", OUR_TABLES)
+        up_sizes = table_sizes(admin, "public", UPSTREAM_TABLES, compact=True)
+        our_sizes = table_sizes(admin, "memori", OUR_TABLES, compact=True)
         storage: dict[str, Any] = {"upstream": up_sizes, "pymemdb": our_sizes,
                                    "upstream_bytes": sum(up_sizes.values()), "pymemdb_bytes": sum(our_sizes.values())}
         storage["ratio"] = ratio(storage["pymemdb_bytes"], storage["upstream_bytes"])
@@ -327,8 +310,7 @@ def run(dsn: str, rows: int = 20_000, *, seed: int = 1, progress: Progress | Non
         ).fetchone()
         seconds = time.perf_counter() - started
         after = admin.execute(counts).fetchone()
-        _vacuum_full(admin, "memori", OUR_TABLES)
-        kept = _sizes(admin, "memori", OUR_TABLES)
+        kept = table_sizes(admin, "memori", OUR_TABLES, compact=True)
         assert summary is not None and before is not None and after is not None
         # every thread still reads whole after the cycle
         for t in rng.sample(range(threads), min(50, threads)):

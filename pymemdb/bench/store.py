@@ -42,6 +42,8 @@ from pymemdb.bench import (
     ratio,
     require_baseline,
     require_rows,
+    settle,
+    table_sizes,
 )
 
 USER = "bench_store"
@@ -133,17 +135,6 @@ def _interleaved(stores: dict[str, Any], n: int, op: Callable[[Any, int], Any]) 
     return res
 
 
-def _sizes(conn: psycopg.Connection[Any], schema: str, tables: tuple[str, ...]) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for t in tables:
-        conn.execute(psycopg.sql.SQL("vacuum (full, analyze) {}.{}").format(
-            psycopg.sql.Identifier(schema), psycopg.sql.Identifier(t)))
-        row = conn.execute("select pg_total_relation_size(format('%%I.%%I', %s::text, %s::text)::regclass)",
-                           (schema, t)).fetchone()
-        out[t] = int(row[0]) if row else 0
-    return out
-
-
 def _cos(a: list[float], b: list[float]) -> float:
     return sum(x * y for x, y in zip(a, b, strict=True))  # unit vectors
 
@@ -184,11 +175,7 @@ def run(dsn: str, rows: int = 20_000, *, seed: int = 1, progress: Progress | Non
                 store.batch([PutOp(ns, key, value) for ns, key, value in items[lo:lo + 500]])
             load[name] = round(rows / (time.perf_counter() - start), 1)
         result["load_items_per_s"] = load
-        for schema, tables in (("public", UPSTREAM_TABLES), ("memori", OUR_TABLES)):
-            for t in tables:
-                admin.execute(psycopg.sql.SQL("vacuum (analyze) {}.{}").format(
-                    psycopg.sql.Identifier(schema), psycopg.sql.Identifier(t)))
-        admin.execute("checkpoint")
+        settle(admin, ("public", UPSTREAM_TABLES), ("memori", OUR_TABLES))
 
         n = min(2000, rows // 5)
         if progress:
@@ -242,8 +229,8 @@ def run(dsn: str, rows: int = 20_000, *, seed: int = 1, progress: Progress | Non
 
         if progress:
             progress("storage after VACUUM FULL")
-        up_sizes = _sizes(admin, "public", UPSTREAM_TABLES)
-        our_sizes = _sizes(admin, "memori", OUR_TABLES)
+        up_sizes = table_sizes(admin, "public", UPSTREAM_TABLES, compact=True)
+        our_sizes = table_sizes(admin, "memori", OUR_TABLES, compact=True)
         storage: dict[str, Any] = {"upstream": up_sizes, "pymemdb": our_sizes,
                                    "upstream_bytes": sum(up_sizes.values()),
                                    "pymemdb_bytes": sum(our_sizes.values())}
@@ -257,7 +244,7 @@ def run(dsn: str, rows: int = 20_000, *, seed: int = 1, progress: Progress | Non
         with MemoriStore(dsn, user_id=USER, index=index, max_size=2, full_text=False) as lean:
             for lo in range(0, len(all_items), 500):
                 lean.batch([PutOp(ns, key, value) for ns, key, value in all_items[lo:lo + 500]])
-        lean_sizes = _sizes(admin, "memori", OUR_TABLES)
+        lean_sizes = table_sizes(admin, "memori", OUR_TABLES, compact=True)
         storage["pymemdb_vector_only"] = lean_sizes
         storage["pymemdb_vector_only_bytes"] = sum(lean_sizes.values())
         storage["ratio_vector_only"] = ratio(storage["pymemdb_vector_only_bytes"], storage["upstream_bytes"])

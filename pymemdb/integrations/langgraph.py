@@ -54,7 +54,7 @@ from psycopg.rows import RowFactory, class_row, tuple_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
-from pymemdb._sql import SqlFunction, maybe, one, rows, scalar
+from pymemdb._sql import NOW, USER_ID, SqlFunction, maybe, one, rows, scalar
 from pymemdb.db import Database, resolve_dsn
 from pymemdb.errors import DeltaBaseMissing, InvalidArgument, PymemdbError, wrap_exceptions
 from pymemdb.integrations._acting_user import ActingUser
@@ -98,64 +98,50 @@ def _copy_json(value: Any) -> str:
             pass
     return json.dumps(value)
 
+# a checkpoint's key: the first parameters of lg_checkpoint_put|get|stamp|list and lg_writes_put
+_CHECKPOINT = (("p_thread_id", "text"), ("p_checkpoint_ns", "text"), ("p_checkpoint_id", "uuid"))
 LG_CHECKPOINT_PUT = scalar(
     "lg_checkpoint_put",
-    ("p_thread_id", "text"), ("p_checkpoint_ns", "text"), ("p_checkpoint_id", "uuid"), ("p_parent_id", "uuid"),
-    ("p_checkpoint", "jsonb"), ("p_metadata", "jsonb"), ("p_blob_channels", "text[]"), ("p_blob_versions", "text[]"),
-    ("p_blob_types", "text[]"), ("p_blob_values", "bytea[]"), ("p_policy", "text"), ("p_user_id", "text"),
-    ("p_now", "timestamptz"), ("p_blob_bases", "text[]"), ("p_blob_items", "integer[]"),
+    *_CHECKPOINT, ("p_parent_id", "uuid"), ("p_checkpoint", "jsonb"), ("p_metadata", "jsonb"),
+    ("p_blob_channels", "text[]"), ("p_blob_versions", "text[]"), ("p_blob_types", "text[]"),
+    ("p_blob_values", "bytea[]"), ("p_policy", "text"), USER_ID, NOW, ("p_blob_bases", "text[]"),
+    ("p_blob_items", "integer[]"),
     result=str,
 )
 LG_WRITES_PUT = one(
     "lg_writes_put",
-    ("p_thread_id", "text"), ("p_checkpoint_ns", "text"), ("p_checkpoint_id", "uuid"), ("p_task_id", "text"),
-    ("p_task_path", "text"), ("p_idx", "integer[]"), ("p_channels", "text[]"), ("p_types", "text[]"),
-    ("p_values", "bytea[]"), ("p_policy", "text"), ("p_user_id", "text"), ("p_now", "timestamptz"),
-    ("p_known_writes", "text"),
+    *_CHECKPOINT, ("p_task_id", "text"), ("p_task_path", "text"), ("p_idx", "integer[]"), ("p_channels", "text[]"),
+    ("p_types", "text[]"), ("p_values", "bytea[]"), ("p_policy", "text"), USER_ID, NOW, ("p_known_writes", "text"),
     result=LangGraphWritesPut,
 )
 LG_CHECKPOINT_GET = maybe(
-    "lg_checkpoint_get",
-    ("p_thread_id", "text"), ("p_checkpoint_ns", "text"), ("p_checkpoint_id", "uuid"), ("p_user_id", "text"),
-    ("p_now", "timestamptz"), ("p_known_stamp", "text"), ("p_known_writes", "text"),
+    "lg_checkpoint_get", *_CHECKPOINT, USER_ID, NOW, ("p_known_stamp", "text"), ("p_known_writes", "text"),
     result=LangGraphTuple,
 )
-LG_CHECKPOINT_STAMP = maybe(
-    "lg_checkpoint_stamp",
-    ("p_thread_id", "text"), ("p_checkpoint_ns", "text"), ("p_checkpoint_id", "uuid"), ("p_user_id", "text"),
-    ("p_now", "timestamptz"),
-    result=LangGraphStamp,
-)
+LG_CHECKPOINT_STAMP = maybe("lg_checkpoint_stamp", *_CHECKPOINT, USER_ID, NOW, result=LangGraphStamp)
 _STAMP_ARGS = ("p_thread_id", "p_checkpoint_ns", "p_checkpoint_id", "p_user_id")
 # the same call on libpq directly, prepared once per connection (MemoriSaver's read from its copy: see _libpq)
 _STAMP_PREPARED = Prepared("memori_lg_checkpoint_stamp", LG_CHECKPOINT_STAMP.positional(_STAMP_ARGS))
 LG_BLOB_VALUE = scalar(
     "lg_blob_value",
-    ("p_thread_id", "text"), ("p_channel", "text"), ("p_version", "text"), ("p_checkpoint_ns", "text"),
-    ("p_user_id", "text"), ("p_now", "timestamptz"),
+    ("p_thread_id", "text"), ("p_channel", "text"), ("p_version", "text"), ("p_checkpoint_ns", "text"), USER_ID, NOW,
     result=bytes,
 )
 LG_CHECKPOINT_LIST = rows(
     "lg_checkpoint_list",
-    ("p_thread_id", "text"), ("p_checkpoint_ns", "text"), ("p_checkpoint_id", "uuid"), ("p_filter", "jsonb"),
-    ("p_before", "uuid"), ("p_limit", "integer"), ("p_user_id", "text"), ("p_now", "timestamptz"),
+    *_CHECKPOINT, ("p_filter", "jsonb"), ("p_before", "uuid"), ("p_limit", "integer"), USER_ID, NOW,
     result=LangGraphTuple,
 )
-LG_THREAD_DELETE = scalar("lg_thread_delete", ("p_thread_id", "text"), ("p_user_id", "text"), result=int)
+LG_THREAD_DELETE = scalar("lg_thread_delete", ("p_thread_id", "text"), USER_ID, result=int)
 LG_THREAD_COPY = scalar(
     "lg_thread_copy",
-    ("p_source_thread_id", "text"), ("p_target_thread_id", "text"), ("p_policy", "text"), ("p_user_id", "text"),
-    ("p_now", "timestamptz"),
+    ("p_source_thread_id", "text"), ("p_target_thread_id", "text"), ("p_policy", "text"), USER_ID, NOW,
     result=int,
 )
 LG_THREADS_PRUNE = one(
-    "lg_threads_prune",
-    ("p_thread_ids", "text[]"), ("p_strategy", "text"), ("p_user_id", "text"), ("p_now", "timestamptz"),
-    result=LangGraphPruneResult,
+    "lg_threads_prune", ("p_thread_ids", "text[]"), ("p_strategy", "text"), USER_ID, NOW, result=LangGraphPruneResult,
 )
-LG_RUNS_DELETE = scalar(
-    "lg_runs_delete", ("p_run_ids", "text[]"), ("p_user_id", "text"), ("p_now", "timestamptz"), result=int
-)
+LG_RUNS_DELETE = scalar("lg_runs_delete", ("p_run_ids", "text[]"), USER_ID, NOW, result=int)
 LG_POLICY_SET = scalar(
     "lg_policy_set",
     ("p_policy", "text"), ("p_superseded_after", "interval"), ("p_idle_after", "interval"), ("p_priority", "integer"),
