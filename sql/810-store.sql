@@ -101,6 +101,36 @@ set search_path = pg_catalog, memori, pg_temp;
 comment on function memori._store_jsonpath(text) is 'Translate a LangGraph index field path (a.b, a[*].b, a[0], a[-1], $) to an SQL/JSON path; PM001 when malformed.';
 
 -------------------------------------------------------------------------------
+-- _store_common_path: a field path of the common form (a.b, a[*], a[0], a[-1]),
+-- which _store_jsonpath always translates. A SQL-standard body without SET, so
+-- PostgreSQL inlines it into the put.
+create or replace function memori._store_common_path(p_path text) returns boolean
+language sql immutable
+begin atomic
+  select p_path operator(pg_catalog.~) '^[^].[]*(\[(\*|-?[0-9]+)\])*(\.[^].[]*(\[(\*|-?[0-9]+)\])*)*$';
+end;
+comment on function memori._store_common_path(text) is 'True when a field path has the common form (a.b, a[*], a[0], a[-1]) that _store_jsonpath always translates.';
+
+-------------------------------------------------------------------------------
+-- _store_check_index: PM001 for a malformed field path of a put's index, when
+-- the item is written: search translates the paths again, and a path refused
+-- there would fail every search that reads the item. The puts call it only for
+-- a path outside the common form (a.b, a[*], a[0], a[-1]: valid by construction,
+-- matched by _store_common_path), so the usual put pays one regular expression.
+create or replace function memori._store_check_index(p_index text[]) returns void
+as $func$
+declare
+  v_path text;
+begin
+  foreach v_path in array p_index loop
+    perform memori._store_jsonpath(v_path);
+  end loop;
+end
+$func$ language plpgsql immutable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._store_check_index(text[]) is 'Raise PM001 when a field path of a put''s index is malformed (see _store_jsonpath).';
+
+-------------------------------------------------------------------------------
 -- _store_tsv_fields: the string leaves of the named index fields (JSON paths)
 create or replace function memori._store_tsv_fields(p_value jsonb, p_index text[])
 returns tsvector
@@ -341,7 +371,7 @@ drop function if exists memori._store_upsert(text, text[], text, jsonb, interval
 -- p_ttl: the item expires this long after the put (and after each read that refreshes it); > 0 (else PM001);
 --   NULL: never
 -- p_index: what full text covers: NULL or containing '$': every string of the value; '{}': nothing; else
---   field paths (a.b, a[*].b, a[0], a[-1]) whose string leaves count
+--   field paths (a.b, a[*].b, a[0], a[-1]) whose string leaves count; a malformed path: PM001 (with p_text NULL)
 -- p_text: the text full text covers instead (the caller's own extraction), unless p_index is '{}'; NULL: p_index
 -- p_fields: the field each embedding of p_embeddings is of (same length, else PM001); an update replaces the
 --   item's embeddings (none when NULL)
@@ -386,6 +416,11 @@ begin
   end if;
   if cardinality(coalesce(p_fields, '{}')) <> cardinality(coalesce(p_embeddings, '{}')) then
     perform memori._invalid('p_fields and p_embeddings differ in length', 'Pass one embedding per indexed field.');
+  end if;
+  if p_text is null and p_index is not null and exists (
+       select from unnest(p_index) f(path)
+        where not memori._store_common_path(f.path)) then
+    perform memori._store_check_index(p_index);
   end if;
   v_spec := memori._store_text_spec(p_value, p_index, p_text);
   select d.id into v_ns from memori.store_namespaces d where d.user_id = v_user and d.namespace = p_namespace;
@@ -480,6 +515,11 @@ begin
       end if;
       if v_it.ttl is not null and v_it.ttl <= interval '0' then
         perform memori._invalid(format('ttl %s is not positive', v_it.ttl), 'Pass a positive ttl_seconds, or null.');
+      end if;
+      if v_it.txt is null and v_it.idx is not null and exists (
+           select from unnest(v_it.idx) f(path)
+            where not memori._store_common_path(f.path)) then
+        perform memori._store_check_index(v_it.idx);
       end if;
       v_spec := memori._store_text_spec(v_it.value, v_it.idx, v_it.txt);
       insert into memori.store_items as s (user_id, ns_id, key, value, created_at, updated_at, expires_at, ttl,

@@ -20,7 +20,8 @@ TRANSACTION_CONTROL = {"memori.cleanup_run(integer,integer,text)",
 # functions over distributed tables, inlined or not; docs/scale-out.md.)
 INLINED_STRING: set[str] = set()
 INLINED = INLINED_STRING | {
-           "memori._store_text_spec(jsonb,text[],text)", "memori._store_item_tsv(jsonb,text)"}
+           "memori._store_text_spec(jsonb,text[],text)", "memori._store_item_tsv(jsonb,text)",
+           "memori._store_common_path(text)"}
 
 
 def test_every_function_pins_search_path(conn: psycopg.Connection) -> None:

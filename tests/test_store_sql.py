@@ -153,6 +153,20 @@ def test_bad_namespace_is_pm121(conn: psycopg.Connection, ns: list[Any]) -> None
     assert_sqlstate(conn, "PM121", "select * from memori.store_put('alice', %s::text[], 'k', '{}')", (ns,))
 
 
+@pytest.mark.parametrize("paths", [["a]["], ["title", "b[x"], ["c[1]]"]])
+def test_bad_index_path_is_refused_at_put_and_stores_nothing(conn: psycopg.Connection, paths: list[str]) -> None:
+    """A malformed field path is PM001 when the item is written, not later in every search that reads it."""
+    err = assert_sqlstate(conn, "PM001", "select * from memori.store_put('alice', '{p}', 'k', '{\"a\": \"x\"}',"
+                                         " p_index => %s)", (paths,))
+    assert "invalid field path" in err.diag.message_primary and err.diag.message_hint
+    many = json.dumps([{"namespace": ["p"], "key": "m", "value": {"a": "x"}, "index": paths}])
+    assert_sqlstate(conn, "PM001", "select memori.store_put_many('alice', %s::jsonb)", (many,))
+    assert get(conn, ["p"], "k") is None and get(conn, ["p"], "m") is None
+    # valid paths of every form still go in, and search reads them
+    put(conn, ["p"], "ok", {"a": {"b": ["x"]}, "t": ["fox"]}, p_index=["a.b[*]", "t[0]", "t[-1]", "$"])
+    assert keys(search(conn, ["p"], p_query="fox")) == ["ok"]
+
+
 def test_search_without_query_is_newest_first_with_paging(conn: psycopg.Connection) -> None:
     for i in range(5):
         put(conn, ["p", str(i % 2)], f"k{i}", {"i": i}, at=T0 + i * SEC)
