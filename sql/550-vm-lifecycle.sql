@@ -327,13 +327,20 @@ comment on function memori.segment_pages(text, timestamptz) is 'The transcript p
 -- The seed's 10:1: the target is a tenth of the segment's tokens, at least 8 and
 -- below the source; the source is the transcript as "role: text" lines.
 -- p_target_tokens: the summary's target length in tokens; NULL or 0: the 10:1 target (a tenth of the
---   segment's tokens, at least 8, below the source)
+--   segment's tokens, at least 8, below the source); negative: PM001
 create or replace function memori.segment_prompt(
   p_session_id    text,
   p_target_tokens integer default null,
   p_now           timestamptz default now()
 ) returns memori.compression_request
 as $func$
+begin
+  if p_target_tokens < 0 then
+    perform memori._invalid(format('p_target_tokens must be NULL, 0 (the 10:1 target) or positive, got %s',
+                                   p_target_tokens),
+                            'Omit p_target_tokens for the seed''s 10:1 target, or pass a number of tokens.');
+  end if;
+  return (
   with source as (
     select coalesce(sum(t.tokens), 0)::integer as tokens,
            coalesce(string_agg(coalesce(nullif(t.role, ''), 'system') || ': ' || coalesce(t.content, ''), E'\n'
@@ -348,8 +355,9 @@ as $func$
   select row(p_session_id || ':' || memori.segment_current(p_session_id), 'new', 1, t.tokens, t.tokens_max, t.text,
              format(E'Summarize this conversation segment in at most %s tokens. Keep decisions, names and figures.\n\n%s',
                     t.tokens_max, t.text))::memori.compression_request
-    from target t
-$func$ language sql stable security invoker
+    from target t);
+end
+$func$ language plpgsql stable security invoker
 set search_path = pg_catalog, memori, pg_temp;
 comment on function memori.segment_prompt(text, integer, timestamptz) is 'The summary request of the open segment (key session:segment, source transcript, source tokens, the 10:1 target unless p_target_tokens, the prompt): what segment_close''s summary answers; PM005 when the session is missing.';
 

@@ -9,7 +9,8 @@ from typer.testing import CliRunner
 
 import pymemdb
 from pymemdb.cli.main import app
-from pymemdb.errors import InvalidRecallSignal, ProvenanceNotFound, SegmentEmpty, SegmentSummaryTooLong
+from pymemdb.errors import (InvalidArgument, InvalidRecallSignal, ProvenanceNotFound, SegmentEmpty,
+                            SegmentSummaryTooLong)
 from pymemdb.types import CompressionRequest, VmMetrics, VmPrefetchItem, VmSegment, VmTurn
 from tests.helpers import T0
 
@@ -75,6 +76,8 @@ def test_claims_segments_and_the_summarizer(db: pymemdb.Database) -> None:
     asked = db.vm.segment_prompt(S, now=T0)
     assert asked.target_tokens == summary_target(asked.source_tokens)
     assert db.vm.segment_prompt(S, target_tokens=5, now=T0).target_tokens == 5
+    with pytest.raises(InvalidArgument, match="p_target_tokens"):  # PM001, not a negative target in the prompt
+        db.vm.segment_prompt(S, target_tokens=-1, now=T0)
     seg2 = db.vm.segment_close(S, now=T0)
     assert seg2.summary_tokens <= summary_target(seg2.source_tokens) + 2
 
