@@ -173,6 +173,19 @@ declare
   v_pos     integer;
 begin
   for v_line in select * from memori._marker_lines(p_text) loop
+    if v_line.marker in ('CHECKPOINT', 'DECISION', 'ARTIFACT') then
+      -- a part of the active goal: its pattern must match and a goal must be active
+      v_m := regexp_match(v_line.body,
+                          case v_line.marker
+                            when 'CHECKPOINT' then '^(.+?)\s+-\s+(COMPLETED|IN[ -]PROGRESS|PENDING)$'
+                            when 'DECISION' then '^(.+?)(\s+-\s+LOCKED)?$'
+                            else '^(Created|Modified)\s+(\S.*)$'
+                          end, 'i');
+      if v_m is null or v_goal.id is null then
+        v_unknown := v_unknown || v_line.line;
+        continue;
+      end if;
+    end if;
     case v_line.marker
     when 'GOAL' then
       v_m := regexp_match(v_line.body, '^(.+?)(?:\s+-\s+(HIGH|MEDIUM|LOW)(?:\s+PRIORITY)?)?(?:\s+-\s+(COMPLETED|PAUSED|ACTIVE))?$', 'i');
@@ -204,11 +217,6 @@ begin
         v_goal := null;  -- later markers of this text need a new [GOAL]
       end if;
     when 'CHECKPOINT' then
-      v_m := regexp_match(v_line.body, '^(.+?)\s+-\s+(COMPLETED|IN[ -]PROGRESS|PENDING)$', 'i');
-      if v_m is null or v_goal.id is null then
-        v_unknown := v_unknown || v_line.line;
-        continue;
-      end if;
       v_status := case upper(v_m[2]) when 'COMPLETED' then 'completed' when 'PENDING' then 'pending' else 'in-progress' end;
       -- the next position (a variable: Citus refuses subqueries in INSERT ... VALUES)
       select coalesce(max(position), 0) + 1 into v_pos from memori.goal_checkpoints
@@ -218,11 +226,6 @@ begin
       on conflict (user_id, goal_id, description) do update set status = excluded.status, updated_at = excluded.updated_at;
       v_cps := v_cps + 1;
     when 'DECISION' then
-      v_m := regexp_match(v_line.body, '^(.+?)(\s+-\s+LOCKED)?$', 'i');
-      if v_m is null or v_goal.id is null then
-        v_unknown := v_unknown || v_line.line;
-        continue;
-      end if;
       select coalesce(max(position), 0) + 1 into v_pos from memori.goal_decisions
        where user_id = v_user and goal_id = v_goal.id;
       insert into memori.goal_decisions (goal_id, user_id, description, locked, position, created_at)
@@ -230,11 +233,6 @@ begin
       on conflict (user_id, goal_id, description) do update set locked = goal_decisions.locked or excluded.locked;
       v_decs := v_decs + 1;
     when 'ARTIFACT' then
-      v_m := regexp_match(v_line.body, '^(Created|Modified)\s+(\S.*)$', 'i');
-      if v_m is null or v_goal.id is null then
-        v_unknown := v_unknown || v_line.line;
-        continue;
-      end if;
       select coalesce(max(position), 0) + 1 into v_pos from memori.goal_artifacts
        where user_id = v_user and goal_id = v_goal.id;
       insert into memori.goal_artifacts (goal_id, user_id, path, action, position, created_at)
