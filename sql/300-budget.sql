@@ -384,23 +384,21 @@ begin
   -- over them, and more (four times as many, at last all) when the prefix
   -- does not decide the result. With invalid arguments everything is ranked
   -- and _budget_resolve raises the error as before.
-  v_n := null;
   v_budget := p_available_tokens - (v_opt->>'reserve_tokens')::integer;
-  v_k := case when v_budget >= 0
-              then memori._budget_max_dropped(v_opt, v_cfg)::bigint + (v_opt->>'max_conflicts')::bigint + 1024 end;
+  v_k := memori._budget_max_dropped(v_opt, v_cfg)::bigint + (v_opt->>'max_conflicts')::bigint + 1024;
+  v_k := case when v_budget >= 0 and v_k <= (v_cfg->>'max_stored_chunks')::bigint then v_k end;  -- else: all
   loop
     v_limit := case when v_k < v_n or (v_n is null and v_k is not null) then v_k end;
     select array_agg(c.id), array_agg(c.chunk_type), array_agg(c.tokens), array_agg(c.priority),
-           array_agg(c.idx), array_agg(c.recency), array_agg(c.revenue_boost), max(c.total), max(c.min_tokens)
-      into v_ids, v_types, v_tokens, v_prio, v_orig, v_rec, v_rev, v_n, v_min
+           array_agg(c.idx), array_agg(c.recency), array_agg(c.revenue_boost)
+      into v_ids, v_types, v_tokens, v_prio, v_orig, v_rec, v_rev
       -- (the type is carried only when category budgets need it: a narrower sort)
       from (select c.id, case when v_caps then c.chunk_type end as chunk_type, c.tokens, p.priority, c.idx,
-                   r.recency, c.revenue_boost, c.total, c.min_tokens
+                   r.recency, c.revenue_boost
               -- base priorities from the configuration object, not a join per row
               from (select k.id, k.chunk_type, (v_bases->>k.chunk_type)::integer as base_priority, k.tokens,
                            k.ts_us, k.rag_boost, k.business_boost, k.revenue_boost, k.business,
-                           (row_number() over (order by k.seq) - 1)::integer as idx,
-                           count(*) over () as total, min(k.tokens) over () as min_tokens
+                           (row_number() over (order by k.seq) - 1)::integer as idx
                       from memori.context_chunks k
                      where k.user_id = v_owner and k.session_id = p_session_id
                        and (k.expires_at is null or k.expires_at > p_now)) c
@@ -418,9 +416,19 @@ begin
              order by p.priority desc, c.ts_us desc nulls last, c.idx
              limit v_limit) c;
     v_m := coalesce(cardinality(v_ids), 0);
-    v_n := coalesce(v_n, 0);
-    exit when v_limit is null or v_m >= v_n;  -- everything ranked
-    exit when v_n > (v_cfg->>'max_stored_chunks')::integer;
+    if v_limit is null or v_m < v_limit then  -- everything ranked
+      v_n := v_m;
+      exit;
+    end if;
+    if v_n is null then
+      -- how many there are, and the smallest: one more pass over the index (cheaper than counting in
+      -- the ranking statement, where a window over all rows keeps every row)
+      select count(*)::integer, min(k.tokens) into v_n, v_min
+        from memori.context_chunks k
+       where k.user_id = v_owner and k.session_id = p_session_id and (k.expires_at is null or k.expires_at > p_now);
+      v_n := greatest(v_n, v_m);  -- (a concurrent delete between the two statements)
+    end if;
+    exit when v_m >= v_n or v_n > (v_cfg->>'max_stored_chunks')::integer;
     -- the walk over the prefix is the walk's start over all; the prefix decides the result when nothing
     -- after it fits (the budget left is below the smallest chunk) and it holds the dropped ids and the
     -- conflicts the result lists
