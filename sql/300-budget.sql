@@ -441,7 +441,8 @@ begin
               and (v_alloc[1] is null
                    or (v_m - v_alloc[1]) - (cardinality(v_alloc) - 1) >= (v_opt->>'max_conflicts')::integer);
     v_alloc := null;
-    v_k := v_k * 4;
+    -- (with a chunk of 0 tokens something always fits: only all of the order decides)
+    v_k := case when v_min > 0 then v_k * 4 end;
   end loop;
   if v_n > (v_cfg->>'max_stored_chunks')::integer then
     raise exception 'session % has % unexpired chunks; the limit is %', p_session_id, v_n, v_cfg->>'max_stored_chunks'
