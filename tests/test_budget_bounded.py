@@ -51,7 +51,8 @@ def test_default_cap_boundary(conn: psycopg.Connection, n: int, listed: int) -> 
 
 def test_cap_option_and_setting(conn: psycopg.Connection) -> None:
     chunks = _chunks(10)
-    for cap, listed in ((0, []), (3, [2, 3, 4]), (8, list(range(2, 10))), (9, list(range(2, 10))), ("all", list(range(2, 10)))):
+    every = list(range(2, 10))
+    for cap, listed in ((0, []), (3, [2, 3, 4]), (8, every), (9, every), ("all", every)):
         result = optimize(conn, chunks, 25, {"reserve_tokens": 0, "max_dropped_ids": cap})
         assert result["dropped_chunk_ids"] == listed and result["chunks_dropped"] == 8
     conn.execute("update memori.settings set value = '2' where key = 'budget.max_dropped_ids'")
@@ -74,14 +75,21 @@ def test_bad_max_dropped_ids(conn: psycopg.Connection, bad: Any) -> None:
 
 
 # -- the bounded ranking: stored chunks (> the first round's prefix) equal context_optimize's full ranking -----
+def _tokens(rnd: random.Random, sizes: str) -> int:
+    if sizes == "uniform":
+        return rnd.randint(50, 500)
+    if sizes == "wide":  # some of 0 tokens: the walk is never decided early
+        return rnd.choice([rnd.randint(0, 40), rnd.randint(0, 3000)])
+    if sizes == "big_rare_small":  # the smallest chunk is rare: the walk goes far
+        return rnd.randint(400, 900) if rnd.random() > 0.002 else rnd.randint(1, 20)
+    return 100
+
+
 def _session(seed: int, n: int, sizes: str) -> list[dict[str, Any]]:
     rnd = random.Random(seed)
     chunks = []
     for i in range(n):
-        tokens = {"uniform": lambda: rnd.randint(50, 500),
-                  "wide": lambda: rnd.choice([rnd.randint(0, 40), rnd.randint(0, 3000)]),
-                  "big_rare_small": lambda: rnd.randint(400, 900) if rnd.random() > 0.002 else rnd.randint(1, 20),
-                  "equal": lambda: 100}[sizes]()
+        tokens = _tokens(rnd, sizes)
         chunk: dict[str, Any] = {"type": rnd.choice(TYPES), "content": "", "tokens": tokens}
         if rnd.random() < 0.9:
             chunk["timestamp"] = (T0 - timedelta(seconds=rnd.randint(-3600, 40 * 86400) if rnd.random() < 0.8
