@@ -170,7 +170,8 @@ comment on function memori.chunk_priority(jsonb, timestamptz, jsonb) is 'Base pr
 --   reserve (reserve_tokens, at most this, else PM001)
 -- p_options: JSON object (NULL: {}): reserve_tokens (default maxSystemPrompt), category_budgets (false), order
 --   ('priority' | 'original'), recency_mode ('linear' | 'exponential'), prefer_recent (true), persist
---   (budget.persist), max_conflicts, user_id, session_id, on_error ('raise' | 'report'); others: PM001
+--   (budget.persist), max_conflicts, max_dropped_ids (budget.max_dropped_ids; "all"), user_id, session_id, on_error
+--   ('raise' | 'report'); others: PM001
 drop function if exists memori.context_optimize(jsonb, integer, jsonb, timestamptz);
 create or replace function memori.context_optimize(
   p_chunks           jsonb,
