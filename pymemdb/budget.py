@@ -10,7 +10,7 @@ import builtins
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields
 from datetime import datetime, timedelta
-from typing import Any, TypedDict, Unpack
+from typing import Any, Literal, TypedDict, Unpack
 from uuid import UUID
 
 from psycopg.types.json import Jsonb
@@ -66,7 +66,7 @@ class Optimization:
     """The result of memori.context_optimize / context_optimize_stored (seed 02's optimisation result)."""
 
     optimized_chunks: list[AllocatedChunk]
-    dropped_chunk_ids: list[Any]
+    dropped_chunk_ids: list[Any]  # the first max_dropped_ids (budget.max_dropped_ids, 1000) in walk order
     total_tokens_used: int
     tokens_remaining: int
     tokens_available: int
@@ -204,6 +204,7 @@ class OptimizeOptions(TypedDict, total=False):
     prefer_recent: bool | None
     persist: bool | None
     max_conflicts: int | None
+    max_dropped_ids: int | Literal["all"] | None  # how many dropped ids to list (budget.max_dropped_ids, 1000)
     user_id: str | None
 
 

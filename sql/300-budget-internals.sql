@@ -15,7 +15,7 @@ as $func$
            'recency_linear_max', 20, 'recency_max_boost', 15, 'recency_decay_rate', 0.05,
            'recency_business_decay_rate', 0.02, 'density_general', 3.8, 'density_business', 4.2,
            'density_code', 3.5, 'summary_threshold', 500, 'max_chunks', 10000, 'max_stored_chunks', 100000,
-           'max_content_bytes', 1048576, 'persist', true, 'max_conflicts', 100)
+           'max_content_bytes', 1048576, 'persist', true, 'max_conflicts', 100, 'max_dropped_ids', 1000)
       || coalesce((select jsonb_object_agg(substr(s.key, 8), s.value) from memori.settings s
                     where s.key like 'budget.%'), '{}')
       || jsonb_build_object(
@@ -151,10 +151,10 @@ begin
   end if;
   select string_agg(k, ', ') into v_unknown from jsonb_object_keys(v_opt) k
    where k not in ('reserve_tokens', 'category_budgets', 'order', 'recency_mode', 'prefer_recent', 'persist',
-                   'user_id', 'session_id', 'max_conflicts', 'on_error');
+                   'user_id', 'session_id', 'max_conflicts', 'max_dropped_ids', 'on_error');
   if v_unknown is not null then
     perform memori._invalid(format('unknown option(s) %s', v_unknown),
-                            'Options: reserve_tokens, category_budgets, order, recency_mode, prefer_recent, persist, max_conflicts, user_id, session_id, on_error.');
+                            'Options: reserve_tokens, category_budgets, order, recency_mode, prefer_recent, persist, max_conflicts, max_dropped_ids, user_id, session_id, on_error.');
   end if;
   v_opt := jsonb_strip_nulls(v_opt);
   if v_opt ? 'reserve_tokens' and (jsonb_typeof(v_opt->'reserve_tokens') <> 'number'
@@ -168,6 +168,14 @@ begin
                                   or (v_opt->>'max_conflicts')::numeric not between 0 and 2147483647) then
     perform memori._invalid(format('max_conflicts must be a whole number >= 0, got %s', v_opt->'max_conflicts'),
                             'Pass how many conflicts to list, e.g. {"max_conflicts": 10}; conflicts_count is always the total.');
+  end if;
+  if v_opt ? 'max_dropped_ids' and v_opt->'max_dropped_ids' is distinct from '"all"'::jsonb
+     and (jsonb_typeof(v_opt->'max_dropped_ids') <> 'number'
+          or (v_opt->>'max_dropped_ids')::numeric <> trunc((v_opt->>'max_dropped_ids')::numeric)
+          or (v_opt->>'max_dropped_ids')::numeric not between 0 and 2147483647) then
+    perform memori._invalid(format('max_dropped_ids must be a whole number >= 0 or "all", got %s',
+                                   v_opt->'max_dropped_ids'),
+                            'Pass how many dropped ids to list, e.g. {"max_dropped_ids": 50}, or {"max_dropped_ids": "all"}; chunks_dropped is always the total.');
   end if;
   if exists (select 1 from unnest(array['category_budgets', 'prefer_recent', 'persist']) k
               where v_opt ? k and jsonb_typeof(v_opt->k) <> 'boolean') then
@@ -297,6 +305,16 @@ set search_path = pg_catalog, memori, pg_temp;
 comment on function memori._check_chunks(jsonb, boolean, jsonb) is 'Validate a chunk list (array, at most budget.max_chunks, each chunk valid, ids unique); returns its length.';
 
 -------------------------------------------------------------------------------
+-- _budget_max_dropped: how many dropped ids a result lists (option max_dropped_ids, else the setting)
+create or replace function memori._budget_max_dropped(p_opt jsonb, p_cfg jsonb) returns integer
+as $func$
+  select case when v = '"all"'::jsonb then 2147483647 else (v #>> '{}')::integer end
+    from coalesce(p_opt->'max_dropped_ids', p_cfg->'max_dropped_ids') v
+$func$ language sql immutable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._budget_max_dropped(jsonb, jsonb) is 'How many dropped ids a result lists: the option max_dropped_ids ("all": every one), else budget.max_dropped_ids.';
+
+-------------------------------------------------------------------------------
 -- _budget_walk: the greedy selection over chunks in priority order
 create or replace function memori._budget_walk(p_tokens integer[], p_categories text[], p_budget integer, p_caps jsonb)
 returns integer[]
@@ -360,6 +378,9 @@ comment on function memori._budget_walk(integer[], text[], integer, jsonb) is 'G
 
 -------------------------------------------------------------------------------
 -- _budget_resolve: walk, then the seed's result object
+-- (p_total and p_alloc since issue 21: a prefix of the ranking may be passed)
+drop function if exists memori._budget_resolve(anyarray, text[], integer[], double precision[], integer[],
+                                               double precision[], double precision[], integer, jsonb, jsonb, text);
 create or replace function memori._budget_resolve(
   p_ids        anyarray,  -- jsonb[] (given ids) or uuid[] (stored chunks)
   p_types      text[],
@@ -371,17 +392,26 @@ create or replace function memori._budget_resolve(
   p_available  integer,
   p_opt        jsonb,
   p_cfg        jsonb,
-  p_stored     text       -- the stored chunks' user (NULL: chunks given in the call)
+  p_stored     text,      -- the stored chunks' user (NULL: chunks given in the call)
+  p_total      integer default null,  -- how many chunks were ranked; NULL: the arrays' length
+  p_alloc      integer[] default null -- the walk's result over the arrays when the caller has it
 ) returns jsonb
 as $func$
 -- The arrays describe the chunks in priority order (position i of each is
 -- the i-th chunk). Only allocated chunks and listed conflicts are looked at
 -- one by one; the dropped ids are one pass over the ids.
+--
+-- The arrays may be a prefix of the ranking (p_total chunks in all) when the
+-- caller knows that no chunk after it is allocated, and that the prefix holds
+-- the first max_dropped_ids dropped chunks and the first max_conflicts
+-- conflicts (context_optimize_stored); the counts are of all p_total.
 declare
   v_reserve   integer := (p_opt->>'reserve_tokens')::integer;
   v_caps      jsonb := case when (p_opt->>'category_budgets')::boolean then p_cfg->'caps' else '{}'::jsonb end;
   v_max_conf  integer := (p_opt->>'max_conflicts')::integer;
-  v_n         integer := coalesce(cardinality(p_tokens), 0);
+  v_max_drop  integer := memori._budget_max_dropped(p_opt, p_cfg);
+  v_m         integer := coalesce(cardinality(p_tokens), 0);  -- the chunks in the arrays
+  v_n         integer := coalesce(p_total, cardinality(p_tokens), 0);  -- the chunks ranked
   v_budget    integer;
   v_alloc     integer[];
   v_mask      boolean[];
@@ -412,14 +442,14 @@ begin
   if v_caps <> '{}'::jsonb then
     v_cats := array(select p_cfg->'categories'->>t from unnest(p_types) t);
   end if;
-  v_alloc := memori._budget_walk(p_tokens, v_cats, v_budget, v_caps);
+  v_alloc := coalesce(p_alloc, memori._budget_walk(p_tokens, v_cats, v_budget, v_caps));
   v_first := v_alloc[1];
 
   -- Conflicts: each drop after the first allocation, with the last chunk
   -- allocated before it; the first max_conflicts of them are listed.
   if v_first is not null then
     p := v_first;
-    while p < v_n and cardinality(v_c2) < v_max_conf loop
+    while p < v_m and cardinality(v_c2) < v_max_conf loop
       -- move past the allocated chunks up to p
       while j <= cardinality(v_alloc) and v_alloc[j] <= p loop
         v_last := v_alloc[j];
@@ -476,15 +506,16 @@ begin
     into v_chunks, v_used, v_summary, v_metrics
     from s;
 
-  v_mask := array_fill(false, array[v_n]);
+  v_mask := array_fill(false, array[v_m]);
   foreach p in array v_alloc loop
     v_mask[p] := true;
   end loop;
 
   return jsonb_build_object(
     'optimized_chunks', v_chunks,
+    -- the first max_dropped_ids, in array order: the walk's (chunks_dropped counts them all)
     'dropped_chunk_ids', to_jsonb(array(select u.id from unnest(p_ids, v_mask) u(id, allocated)
-                                         where not u.allocated)),  -- in array order: the walk's
+                                         where not u.allocated limit v_max_drop)),
     'total_tokens_used', v_used,
     'tokens_remaining', v_budget - v_used,
     'tokens_available', p_available,
@@ -504,7 +535,7 @@ begin
 end
 $func$ language plpgsql stable security invoker
 set search_path = pg_catalog, memori, pg_temp;
-comment on function memori._budget_resolve(anyarray, text[], integer[], double precision[], integer[], double precision[], double precision[], integer, jsonb, jsonb, text) is 'Resolve the budget over chunks in priority order (parallel arrays): allocation, drops, conflicts, spans, metrics as the seed''s result object.';
+comment on function memori._budget_resolve(anyarray, text[], integer[], double precision[], integer[], double precision[], double precision[], integer, jsonb, jsonb, text, integer, integer[]) is 'Resolve the budget over chunks in priority order (parallel arrays): allocation, drops, conflicts, spans, metrics as the seed''s result object.';
 -------------------------------------------------------------------------------
 -- _budget_record: persist an optimisation and emit its events
 create or replace function memori._budget_record(p_result jsonb, p_source text, p_chunks_count integer,

@@ -60,6 +60,7 @@ insert into memori.settings (key, value, description) values
   ('budget.density_code', '3.5', 'Characters per token of code.'),
   ('budget.summary_threshold', '500', 'Allocated chunks above this many tokens are listed in requires_summarization.'),
   ('budget.max_conflicts', '100', 'Most conflicts listed in a result (conflicts_count is always the total).'),
+  ('budget.max_dropped_ids', '1000', 'Most dropped chunk ids listed in a result (chunks_dropped is always the total); p_options max_dropped_ids "all" lists every one.'),
   ('budget.max_chunks', '10000', 'Most chunks context_optimize accepts in one call.'),
   ('budget.max_stored_chunks', '100000', 'Most unexpired stored chunks context_optimize_stored ranks for one session.'),
   ('budget.max_content_bytes', '1048576', 'Largest stored chunk content, in bytes (UTF-8).'),
@@ -169,7 +170,8 @@ comment on function memori.chunk_priority(jsonb, timestamptz, jsonb) is 'Base pr
 --   reserve (reserve_tokens, at most this, else PM001)
 -- p_options: JSON object (NULL: {}): reserve_tokens (default maxSystemPrompt), category_budgets (false), order
 --   ('priority' | 'original'), recency_mode ('linear' | 'exponential'), prefer_recent (true), persist
---   (budget.persist), max_conflicts, user_id, session_id, on_error ('raise' | 'report'); others: PM001
+--   (budget.persist), max_conflicts, max_dropped_ids (budget.max_dropped_ids; "all"), user_id, session_id, on_error
+--   ('raise' | 'report'); others: PM001
 drop function if exists memori.context_optimize(jsonb, integer, jsonb, timestamptz);
 create or replace function memori.context_optimize(
   p_chunks           jsonb,
@@ -340,6 +342,13 @@ declare
   v_rev    double precision[];
   v_bases  jsonb := v_cfg->'bases';
   v_caps   boolean;
+  v_min    integer;
+  v_m      integer;
+  v_k      bigint;
+  v_limit  bigint;
+  v_budget integer;
+  v_alloc  integer[];
+  v_left   bigint;
   v_result jsonb;
   v_owner  text;
   v_state  text;
@@ -368,39 +377,81 @@ begin
   -- insertion order): tokens and the metadata boosts were stored with the
   -- chunk; the recency boost is computed here exactly as _recency_boost
   -- does, from the age in microseconds (integer arithmetic, one rounding).
-  select array_agg(c.id), array_agg(c.chunk_type), array_agg(c.tokens), array_agg(c.priority),
-         array_agg(c.idx), array_agg(c.recency), array_agg(c.revenue_boost)
-    into v_ids, v_types, v_tokens, v_prio, v_orig, v_rec, v_rev
-    -- (the type is carried only when category budgets need it: a narrower sort)
-    from (select c.id, case when v_caps then c.chunk_type end as chunk_type, c.tokens, p.priority, c.idx, r.recency,
-                 c.revenue_boost
-            -- base priorities from the configuration object, not a join per row
-            from (select k.id, k.chunk_type, (v_bases->>k.chunk_type)::integer as base_priority, k.tokens, k.ts_us,
-                         k.rag_boost, k.business_boost, k.revenue_boost, k.business,
-                         (row_number() over (order by k.seq) - 1)::integer as idx
-                    from memori.context_chunks k
-                   where k.user_id = v_owner and k.session_id = p_session_id
-                     and (k.expires_at is null or k.expires_at > p_now)) c
-           cross join lateral (
-             select case
-                      when c.ts_us is null or not v_prefer then 0::float8
-                      when v_exp then v_max * exp(-(case when c.business then v_slow else v_rate end)
-                                                  * greatest((v_now_us - c.ts_us)::float8 / 1000 / 86400000::float8,
-                                                             0::float8))
-                      else greatest(0::float8,
-                                    least(v_linear, v_linear - (v_now_us - c.ts_us)::float8 / 1000 / 86400000::float8))
-                    end as recency) r
-           cross join lateral (select ((c.base_priority::float8 + r.recency) + c.rag_boost) + c.business_boost
-                                      as priority) p
-           order by p.priority desc, c.ts_us desc nulls last, c.idx) c;
-  v_n := coalesce(cardinality(v_ids), 0);
+  --
+  -- The ranking is bounded (issue 21): a result lists at most max_dropped_ids
+  -- dropped ids and max_conflicts conflicts, and no chunk is allocated once
+  -- the budget left is below the smallest chunk, so only a prefix of the
+  -- order is needed: the first v_k chunks (a top-N sort), checked by the walk
+  -- over them, and more (four times as many, at last all) when the prefix
+  -- does not decide the result. With invalid arguments everything is ranked
+  -- and _budget_resolve raises the error as before.
+  v_budget := p_available_tokens - (v_opt->>'reserve_tokens')::integer;
+  v_k := memori._budget_max_dropped(v_opt, v_cfg)::bigint + (v_opt->>'max_conflicts')::bigint + 1024;
+  v_k := case when v_budget >= 0 and v_k <= (v_cfg->>'max_stored_chunks')::bigint then v_k end;  -- else: all
+  loop
+    v_limit := case when v_k < v_n or (v_n is null and v_k is not null) then v_k end;
+    select array_agg(c.id), array_agg(c.chunk_type), array_agg(c.tokens), array_agg(c.priority),
+           array_agg(c.idx), array_agg(c.recency), array_agg(c.revenue_boost)
+      into v_ids, v_types, v_tokens, v_prio, v_orig, v_rec, v_rev
+      -- (the type is carried only when category budgets need it: a narrower sort)
+      from (select c.id, case when v_caps then c.chunk_type end as chunk_type, c.tokens, p.priority, c.idx,
+                   r.recency, c.revenue_boost
+              -- base priorities from the configuration object, not a join per row
+              from (select k.id, k.chunk_type, (v_bases->>k.chunk_type)::integer as base_priority, k.tokens,
+                           k.ts_us, k.rag_boost, k.business_boost, k.revenue_boost, k.business,
+                           (row_number() over (order by k.seq) - 1)::integer as idx
+                      from memori.context_chunks k
+                     where k.user_id = v_owner and k.session_id = p_session_id
+                       and (k.expires_at is null or k.expires_at > p_now)) c
+             cross join lateral (
+               select case
+                        when c.ts_us is null or not v_prefer then 0::float8
+                        when v_exp then v_max * exp(-(case when c.business then v_slow else v_rate end)
+                                                    * greatest((v_now_us - c.ts_us)::float8 / 1000 / 86400000::float8,
+                                                               0::float8))
+                        else greatest(0::float8,
+                                      least(v_linear, v_linear - (v_now_us - c.ts_us)::float8 / 1000 / 86400000::float8))
+                      end as recency) r
+             cross join lateral (select ((c.base_priority::float8 + r.recency) + c.rag_boost) + c.business_boost
+                                        as priority) p
+             order by p.priority desc, c.ts_us desc nulls last, c.idx
+             limit v_limit) c;
+    v_m := coalesce(cardinality(v_ids), 0);
+    if v_limit is null or v_m < v_limit then  -- everything ranked
+      v_n := v_m;
+      exit;
+    end if;
+    if v_n is null then
+      -- how many there are, and the smallest: one more pass over the index (cheaper than counting in
+      -- the ranking statement, where a window over all rows keeps every row)
+      select count(*)::integer, min(k.tokens) into v_n, v_min
+        from memori.context_chunks k
+       where k.user_id = v_owner and k.session_id = p_session_id and (k.expires_at is null or k.expires_at > p_now);
+      v_n := greatest(v_n, v_m);  -- (a concurrent delete between the two statements)
+    end if;
+    exit when v_m >= v_n or v_n > (v_cfg->>'max_stored_chunks')::integer;
+    -- the walk over the prefix is the walk's start over all; the prefix decides the result when nothing
+    -- after it fits (the budget left is below the smallest chunk) and it holds the dropped ids and the
+    -- conflicts the result lists
+    v_alloc := memori._budget_walk(v_tokens,
+                                   case when v_caps then array(select v_cfg->'categories'->>t from unnest(v_types) t) end,
+                                   v_budget, case when v_caps then v_cfg->'caps' else '{}'::jsonb end);
+    v_left := v_budget - coalesce((select sum(v_tokens[a]) from unnest(v_alloc) a), 0);
+    exit when v_left < v_min
+              and v_m - cardinality(v_alloc) >= memori._budget_max_dropped(v_opt, v_cfg)
+              and (v_alloc[1] is null
+                   or (v_m - v_alloc[1]) - (cardinality(v_alloc) - 1) >= (v_opt->>'max_conflicts')::integer);
+    v_alloc := null;
+    -- (with a chunk of 0 tokens something always fits: only all of the order decides)
+    v_k := case when v_min > 0 then v_k * 4 end;
+  end loop;
   if v_n > (v_cfg->>'max_stored_chunks')::integer then
     raise exception 'session % has % unexpired chunks; the limit is %', p_session_id, v_n, v_cfg->>'max_stored_chunks'
       using errcode = 'PM003',
             hint = 'Clear old chunks (memori.chunk_clear) or give them a TTL, or raise memori.settings budget.max_stored_chunks.';
   end if;
   v_result := memori._budget_resolve(v_ids, v_types, v_tokens, v_prio, v_orig, v_rec, v_rev,
-                                     p_available_tokens, v_opt, v_cfg, v_owner);
+                                     p_available_tokens, v_opt, v_cfg, v_owner, v_n, v_alloc);
   return jsonb_populate_record(null::memori.optimization_result,
                                memori._budget_record(v_result, 'stored', v_n, v_opt, p_session_id, v_owner, p_now));
 exception when others then

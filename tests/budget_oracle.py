@@ -185,7 +185,9 @@ def optimize(chunks: list[dict[str, Any]], available: int, options: dict[str, An
         start += a.tokens
     return {
         "optimized_chunks": spans,
-        "dropped_chunk_ids": [a.id for a in dropped],
+        # the first max_dropped_ids ("all": every one; default budget.max_dropped_ids, 1000)
+        "dropped_chunk_ids": [a.id for a in dropped][:None if opts.get("max_dropped_ids", 1000) == "all"
+                                                     else opts.get("max_dropped_ids", 1000)],
         "total_tokens_used": used,
         "tokens_remaining": budget - used,
         "tokens_available": available,

@@ -34,6 +34,10 @@ def test_stored(db: pymemdb.Database) -> None:
     result = db.budget.optimize_stored("s1", 50, reserve_tokens=0, now=T0)
     assert [c.content for c in result.optimized_chunks] == ["x" * 38]
     assert result.dropped_chunk_ids == [str(added[1].id)]
+    capped = db.budget.optimize_stored("s1", 50, reserve_tokens=0, max_dropped_ids=0, persist=False, now=T0)
+    assert capped.dropped_chunk_ids == [] and capped.chunks_dropped == 1
+    every = db.budget.optimize_stored("s1", 50, reserve_tokens=0, max_dropped_ids="all", persist=False, now=T0)
+    assert every.dropped_chunk_ids == [str(added[1].id)]
     assert db.budget.clear("s1") == 2
 
 

@@ -77,7 +77,8 @@ def requests(draw: st.DrawFn, max_size: int = 25) -> tuple[list[dict[str, Any]],
                                st.just(reserve + sum(subset) - 1)))
     for key, strategy in (("category_budgets", st.booleans()), ("order", st.sampled_from(["priority", "original"])),
                           ("recency_mode", st.sampled_from(["linear", "exponential"])),
-                          ("prefer_recent", st.booleans()), ("max_conflicts", st.integers(0, 5))):
+                          ("prefer_recent", st.booleans()), ("max_conflicts", st.integers(0, 5)),
+                          ("max_dropped_ids", st.one_of(st.integers(0, 5), st.just("all")))):
         if draw(st.booleans()):
             options[key] = draw(strategy)
     return chunks, max(available, 0), options

@@ -41,6 +41,7 @@ AVAILABLE = 32000  # maxOverall; the default reserve (maxSystemPrompt, 2000) lea
 GOALS = {"small": 3.0, "large": 10.0}  # p50 speed-up goals over the lean client at rows // 10 and rows chunks
 PREFIX = "bench_"
 MAX_CONFLICTS = 100  # both sides list the first 100 conflicts (memori.settings budget.max_conflicts)
+MAX_DROPPED_IDS = 1000  # and the first 1,000 dropped ids (budget.max_dropped_ids); chunks_dropped counts all
 
 # Row i of a session: a type (history and RAG chunks are the common case), content of 200..2000
 # characters, a timestamp in the 30 days before now (some without), RAG relevance on RAG chunks,
@@ -146,8 +147,8 @@ class NaiveRanker:
                 if allocated and len(conflicts) < MAX_CONFLICTS:
                     conflicts.append({"chunk1": allocated[-1]["id"], "chunk2": str(cid),
                                       "conflict_type": "budget_exceeded", "resolution": "keep_chunk1"})
-        return {"optimized_chunks": allocated, "dropped_chunk_ids": dropped, "conflicts": conflicts,
-                "conflicts_count": conflicts_count,
+        return {"optimized_chunks": allocated, "dropped_chunk_ids": dropped[:MAX_DROPPED_IDS],
+                "chunks_dropped": len(dropped), "conflicts": conflicts, "conflicts_count": conflicts_count,
                 "total_tokens_used": used, "tokens_remaining": budget - used}
 
 
@@ -190,7 +191,8 @@ def _interleaved(conn: psycopg.Connection[Any], session: str, ranker: NaiveRanke
         lean_result = lean(conn, ranker, session, NOW)
         t4 = time.perf_counter_ns()
         assert row is not None
-        result = {"optimized_chunks": row[0], "dropped_chunk_ids": row[1]}
+        result = {"optimized_chunks": row[0], "dropped_chunk_ids": row[1], "chunks_dropped": row[6],
+                  "conflicts": row[7], "conflicts_count": row[8]}
         if i >= 2:
             samples["stored"].append(t1 - t0)
             samples["stored_persist"].append(t2 - t1)
@@ -199,7 +201,9 @@ def _interleaved(conn: psycopg.Connection[Any], session: str, ranker: NaiveRanke
         for other in (naive, lean_result):
             same = same and [(c["id"], c["content"]) for c in result["optimized_chunks"]] \
                 == [(c["id"], c["content"]) for c in other["optimized_chunks"]] \
-                and result["dropped_chunk_ids"] == other["dropped_chunk_ids"]
+                and all(result[k] == other[k] for k in ("dropped_chunk_ids", "chunks_dropped", "conflicts_count"))
+            same = same and [(c["chunk1"], c["chunk2"]) for c in result["conflicts"]] \
+                == [(c["chunk1"], c["chunk2"]) for c in other["conflicts"]]
     out: dict[str, Any] = {name: latency_summary(xs) for name, xs in samples.items()}
     out["same_selection"] = same
     out["allocated"] = len(result["optimized_chunks"])

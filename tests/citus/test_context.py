@@ -152,9 +152,18 @@ def test_context_and_budgets_on_the_cluster(distributed_dsn: str) -> None:
         assert resolved(app, "alice", project="p1")["kp"] == ("bob-p1", "project", "alice")
 
         # -- single-shard: a user's own session and scopes; the shared scopes read every shard -----------
+        # (s2: more chunks than the first top-N round ranks, so the bounded ranking's count pass runs too)
+        app.run("alice", "select count(*) from memori.chunk_add_many('s2', %s)",
+                (Jsonb([{"type": "tool_output", "content": "", "tokens": 10 + n % 7} for n in range(1100)]),))
+        bounded = app.run("alice", "select to_jsonb(r) as r from memori.context_optimize_stored('s2', 5000, %s) r",
+                          (Jsonb({"max_dropped_ids": 3, "max_conflicts": 0, "persist": False}),))[0]["r"]
+        assert bounded["chunks_dropped"] == 1100 - len(bounded["optimized_chunks"]) and \
+            len(bounded["dropped_chunk_ids"]) == 3
         for query in ("select * from memori.session_context_get('s1')",
                       "select memori.session_context_add_window('s1', 'task_execution', '{}')",
                       "select * from memori.context_optimize_stored('s1', 5000)",
+                      "select * from memori.context_optimize_stored('s2', 5000, '{\"max_dropped_ids\": 3,"
+                      " \"max_conflicts\": 0, \"persist\": false}')",
                       "select * from memori.business_context_get()",
                       "select memori.context_delete('k', 'session', p_session_id => 's1')"):
             single, multi = shards_of(app, admin, dbname, "alice", query)
