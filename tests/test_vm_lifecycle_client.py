@@ -9,8 +9,7 @@ from typer.testing import CliRunner
 
 import pymemdb
 from pymemdb.cli.main import app
-from pymemdb.errors import (InvalidArgument, InvalidRecallSignal, ProvenanceNotFound, SegmentEmpty,
-                            SegmentSummaryTooLong)
+from pymemdb.errors import InvalidArgument, InvalidRecallSignal, ProvenanceNotFound, SegmentEmpty, SegmentSummaryTooLong
 from pymemdb.types import CompressionRequest, VmMetrics, VmPrefetchItem, VmSegment, VmTurn
 from tests.helpers import T0
 
