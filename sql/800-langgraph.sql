@@ -416,19 +416,31 @@ begin
       update memori.lg_checkpoints c set expires_at = v_expires
        where c.user_id = v_user and c.thread = v_thread and c.checkpoint_ns = v_ns and c.expires_at is null
          and c.checkpoint_id < p_checkpoint_id
-      returning c.checkpoint_id, c.checkpoint -> 'channel_versions' as versions
+      returning c.checkpoint_id, c.checkpoint -> 'channel_versions' as versions,
+                c.checkpoint -> 'channel_values' as inline
     ), writes as (
       update memori.lg_writes w set expires_at = v_expires
        where w.user_id = v_user and w.thread = v_thread and w.checkpoint_ns = v_ns
          and w.checkpoint_id = any (array(select s.checkpoint_id from superseded s))
     )
-    -- (a checkpoint without channel_versions has no blobs to expire)
-    select array_agg(s.checkpoint_id order by s.checkpoint_id desc), jsonb_agg(s.versions) filter (where s.versions is not null)
-      into v_ids, v_old from superseded s;
+    -- Their versions that may leave a blob behind: the channels whose version
+    -- changed, less those held inline (a primitive: no blob; true marks a
+    -- DeltaChannel snapshot, which is a blob) and those the new checkpoint's
+    -- delta blobs extend (the old version and its chain stay in use). Most steps
+    -- leave none: then no probe below. (A checkpoint without channel_versions
+    -- has no blobs to expire.)
+    select array_agg(s.checkpoint_id order by s.checkpoint_id desc),
+           jsonb_agg(jsonb_build_object(d.key, d.value)) filter (where d.key is not null)
+      into v_ids, v_old
+      from superseded s
+      left join lateral jsonb_each_text(s.versions) d
+        on (p_checkpoint -> 'channel_versions' ->> d.key) is distinct from d.value
+       and (s.inline -> d.key is null or s.inline -> d.key = 'true'::jsonb)
+       and not coalesce(p_blob_bases[array_position(p_blob_channels, d.key)] = d.value, false);
     v_previous := v_ids[1];
   end if;
-  -- per channel whose version changed: the old version and its chain, less the
-  -- new version and its chain (a delta on the old one keeps it all). One query
+  -- per channel whose version changed (and may have a blob: above): the old
+  -- version and its chain, less the new version and its chain. One query
   -- of key probes (an old version without a blob, a primitive, has nothing to
   -- expire), then an update only where a blob goes: one statement doing it all
   -- costs more in plan setup than these.
