@@ -65,7 +65,7 @@ def _int4(data: bytes, encoding: str) -> int:
     return int.from_bytes(data, "big", signed=True)
 
 
-def _array(element: Callable[[bytes, str], Any]) -> Callable[[bytes, str], list[Any]]:
+def _array(element: Callable[[Any, str], Any]) -> Callable[[bytes, str], list[Any]]:
     """A one-dimensional array's binary form, as psycopg loads it: a list ([] when empty, None for NULL items)."""
 
     def load(data: bytes, encoding: str) -> list[Any]:
