@@ -404,6 +404,10 @@ def test_the_cold_read_decoded_from_libpq_is_the_cursors_row(dsn: str) -> None:
         assert expected is None and latest.write_idx == [-1, 0, 0]  # type: ignore[comparison-overlap]
         found = saver.get_tuple({"configurable": {"thread_id": "other", "checkpoint_ns": "sub"}})
         assert found is not None and found.metadata["big"] == 2**70  # an int, as psycopg reads it
+        assert isinstance(found.metadata["big"], int)
+        again = saver.get_tuple({"configurable": {"thread_id": "other", "checkpoint_ns": "sub"}})
+        assert again is not None and again.metadata == found.metadata  # from the copy: still an int
+        assert isinstance(again.metadata["big"], int)
 
 
 def test_reads_take_a_pooled_connection_while_the_reader_is_busy(dsn: str) -> None:

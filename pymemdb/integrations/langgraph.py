@@ -12,7 +12,8 @@ saver can answer from its copy of the checkpoint is the stamp check
 
 Each saver owns a connection pool whose connections run in autocommit (every
 operation is one SQL function call, atomic by itself) and carry the saver's
-user in ``memori.user_id``. There is no saver-wide lock: concurrent calls use
+user in ``memori.user_id``; ``MemoriSaver`` reads on one more such connection
+when no other thread holds it (see ``MemoriSaver._call``). There is no saver-wide lock: concurrent calls use
 different connections, and PostgreSQL orders writes to the same thread.
 
 Both savers run the same plans (``_MemoriSaverBase._plan_*``: the calls an
@@ -28,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import re
 import threading
 from collections.abc import AsyncIterator, Callable, Generator, Iterable, Iterator, Sequence
 from contextlib import asynccontextmanager
@@ -88,6 +90,14 @@ try:  # a cached copy is parsed on every read: orjson (LangChain installs it) pa
     from orjson import loads as _loads
 except ImportError:  # pragma: no cover - depends on the environment
     _loads, _orjson_dumps = json.loads, None
+
+
+_LONG_NUMBER = re.compile(r"\d{19}")  # 19 digits: maybe beyond a 64-bit integer
+
+
+def _copy_loads(text: str) -> Any:
+    """A stamped copy's JSON back: orjson, unless a number is long enough for orjson to make an integer a float."""
+    return json.loads(text) if _LONG_NUMBER.search(text) is not None else _loads(text)
 
 
 def _copy_json(value: Any) -> str:
@@ -615,8 +625,8 @@ class _MemoriSaverBase(BaseCheckpointSaver[str]):
 
     def _copy_tuple(self, thread_id: str, ns: str, copy: Stamped,
                     writes: tuple[tuple[str, str, str, bytes, str, int], ...]) -> CheckpointTuple:
-        return self._assemble(thread_id, ns, copy.checkpoint_id, copy.parent_id, _loads(copy.checkpoint_json),
-                              _loads(copy.metadata_json), ((c, t, v) for c, _, t, v in copy.blobs), writes)
+        return self._assemble(thread_id, ns, copy.checkpoint_id, copy.parent_id, _copy_loads(copy.checkpoint_json),
+                              _copy_loads(copy.metadata_json), ((c, t, v) for c, _, t, v in copy.blobs), writes)
 
     def _assemble(self, thread_id: str, ns: str, checkpoint_id: str, parent_id: str | None,
                   checkpoint: dict[str, Any], metadata: Any, blobs: Iterable[tuple[str, str, bytes | None]],
