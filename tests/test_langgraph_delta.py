@@ -350,6 +350,8 @@ def test_the_stamp_statement_survives_deallocate(dsn: str, monkeypatch: pytest.M
         assert saver.get_tuple(latest) is not None  # type: ignore[arg-type]
         with saver.pool.connection() as conn:
             conn.execute("deallocate all")  # what psycopg or a pooler's reset may do
+        assert saver._reader is not None  # the reads' own connection (see MemoriSaver._call)
+        saver._reader.execute("deallocate all")
         full = _full_reads(saver, monkeypatch)
         found = saver.get_tuple(latest)  # type: ignore[arg-type]
         assert found is not None and found.checkpoint["channel_values"]["messages"] == ["a1"] and full == []
@@ -366,6 +368,69 @@ def test_prepared_raises_the_servers_error(dsn: str) -> None:
         with pytest.raises(InvalidArgument) as err, wrap_exceptions():
             Prepared("pymemdb_test_stamp", "select * from memori.lg_checkpoint_stamp($1)").rows(conn, ["t"])
         assert err.value.sqlstate == "PM001"  # no user: our code and hint, as from any other call
+
+
+def test_the_cold_read_decoded_from_libpq_is_the_cursors_row(dsn: str) -> None:
+    """MemoriSaver decodes lg_checkpoint_get's binary row itself: the same LangGraphTuple as through a cursor."""
+    from pymemdb.integrations import langgraph as lg
+
+    state: dict[str, Any] = {}
+    with MemoriSaver(dsn, user_id="alice") as saver:
+        for n in range(1, 4):  # deltas after the first
+            _put(saver, "chat", n, [f"m{i}" for i in range(n)], state)
+        saver.put_writes(state["config"], [("messages", ["w1"]), ("__error__", "boom")], "task-1")
+        saver.put_writes(state["config"], [("messages", ["w2"])], "task-2", "path/ü")
+        version = saver.get_next_version(None, None)
+        saver.put({"configurable": {"thread_id": "other", "checkpoint_ns": "sub"}},
+                  _checkpoint(7, [], {"messages": version}), {"big": 2**70, "text": "é", "none": None, "f": 0.1},
+                  {"messages": version})
+        saver._memory.drop_thread()
+        latest = saver._call(saver._get_call({"configurable": {"thread_id": "chat"}})[0])
+        checks = [
+            {"p_thread_id": "chat", "p_checkpoint_ns": "", "p_checkpoint_id": None},
+            {"p_thread_id": "chat", "p_checkpoint_ns": "", "p_checkpoint_id": str(UUID(int=2))},
+            {"p_thread_id": "chat", "p_checkpoint_ns": "", "p_checkpoint_id": None, "p_known_stamp": latest.stamp},
+            {"p_thread_id": "chat", "p_checkpoint_ns": "", "p_checkpoint_id": None, "p_known_stamp": latest.stamp,
+             "p_known_writes": latest.writes_stamp},
+            {"p_thread_id": "other", "p_checkpoint_ns": "sub", "p_checkpoint_id": None},
+            {"p_thread_id": "nobody", "p_checkpoint_ns": "", "p_checkpoint_id": None},
+        ]
+        for args in checks:
+            args["p_user_id"] = "alice"
+            statement = saver._statement(lg.LG_CHECKPOINT_GET, args)
+            with saver.pool.connection() as conn, conn.cursor(binary=True, row_factory=statement.row_factory) as cur:
+                expected = statement.shape(cur.execute(statement.text, args).fetchall())
+            assert saver._call((lg.LG_CHECKPOINT_GET, args)) == expected, args
+        assert expected is None and latest.write_idx == [-1, 0, 0]  # type: ignore[comparison-overlap]
+        found = saver.get_tuple({"configurable": {"thread_id": "other", "checkpoint_ns": "sub"}})
+        assert found is not None and found.metadata["big"] == 2**70  # an int, as psycopg reads it
+        assert isinstance(found.metadata["big"], int)
+        again = saver.get_tuple({"configurable": {"thread_id": "other", "checkpoint_ns": "sub"}})
+        assert again is not None and again.metadata == found.metadata  # from the copy: still an int
+        assert isinstance(again.metadata["big"], int)
+
+
+def test_reads_take_a_pooled_connection_while_the_reader_is_busy(dsn: str) -> None:
+    from pymemdb.errors import PymemdbError
+
+    latest = {"configurable": {"thread_id": "chat"}}
+    with MemoriSaver(dsn, user_id="alice", cache_bytes=0) as saver:
+        _put(saver, "chat", 1, ["a1"], {})
+        assert saver.get_tuple(latest) is not None  # type: ignore[arg-type]
+        reader = saver._reader
+        assert reader is not None
+        with saver._reader_lock:  # another thread's read holds it
+            found = saver.get_tuple(latest)  # type: ignore[arg-type]
+        assert found is not None and found.checkpoint["channel_values"]["messages"] == ["a1"]
+        assert saver._reader is reader
+        with psycopg.connect(dsn, autocommit=True) as admin:
+            admin.execute("select pg_terminate_backend(%s)", (reader.info.backend_pid,))
+        with pytest.raises(PymemdbError):  # as a pooled connection's read would
+            saver.get_tuple(latest)  # type: ignore[arg-type]
+        assert saver._reader is None and reader.closed
+        found = saver.get_tuple(latest)  # type: ignore[arg-type]  # another reader
+        assert found is not None and saver._reader is not None and saver._reader is not reader
+    assert saver._reader is None  # closed with the saver
 
 
 def test_async_reads_from_the_copy(dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
