@@ -300,6 +300,21 @@ declare
   v_total  bigint;
   v_exact  integer;
   v_total_exact boolean := true;
+  v_top    integer[];  -- positions in the candidate arrays (v_c_*), best first
+  v_score  numeric[];
+  v_c_id   bigint[];
+  v_c_page text[];
+  v_c_session text[];
+  v_c_modality text[];
+  v_c_tier text[];
+  v_c_hint text[];
+  v_c_superseded boolean[];
+  v_r_session text[];
+  v_r_page text[];
+  v_r_level integer[];
+  v_r_reference text[];
+  v_t_session text[];  -- the keys of the pages returned
+  v_t_page text[];
 begin
   perform memori._vm_check_filters(p_modality, p_page_types, p_limit);
   perform memori._vm_check_embedding(p_query_embedding);
@@ -323,22 +338,42 @@ begin
     -- the count and both rankings, exactly. Its rows are spread over the heap
     -- (sessions interleave as they write), so a second pass would read every
     -- block again.
-    with c as materialized (
-      select p.id,
-             case when numnode(v_tsq) > 0 and p.search_tsv @@ v_tsq then ts_rank_cd(p.search_tsv, v_tsq) end as r,
-             case when p_query_embedding is not null
-                  then p.embedding operator(public.<=>) p_query_embedding end as d
-        from memori.vm_visible_pages p   -- a fork sees its source's pages (sql/160)
-       where p.user_id = v_user and p.viewer_session_id = p_session_id
+    -- A session that is no fork sees its own rows only (vm_visible_pages' first
+    -- branch), read by a statement on one table: Citus plans it in its fast
+    -- path, where a statement on the view (three branches, anti joins) costs
+    -- a full plan at every call, twice on a worker (docs/scale-out.md, "Virtual memory").
+    perform from memori.vm_forks f where f.user_id = v_user and f.session_id = p_session_id limit 1;
+    if not found then
+      select count(*) filter (where (numnode(v_tsq) > 0 and p.search_tsv @@ v_tsq)
+                                 or (p_query_embedding is not null and p.embedding is not null)),
+             coalesce((array_agg(p.id order by ts_rank_cd(p.search_tsv, v_tsq) desc, p.id desc)
+                         filter (where numnode(v_tsq) > 0 and p.search_tsv @@ v_tsq))[1:v_k], '{}'),
+             coalesce((array_agg(p.id order by p.embedding operator(public.<=>) p_query_embedding, p.id)
+                         filter (where p_query_embedding is not null and p.embedding is not null))[1:v_k], '{}')
+        into v_total, v_ft, v_vec
+        from memori.pages p
+       where p.user_id = v_user and p.session_id = p_session_id
          and (p.expires_at is null or p.expires_at > p_now)
          and (p_modality is null or p.modality = p_modality)
-         and (p_page_types is null or p.page_type = any (p_page_types)))
-    select (select count(*) from c where c.r is not null or c.d is not null),
-           coalesce((select array_agg(id order by r desc, id desc)
-                       from (select id, r from c where r is not null order by r desc, id desc limit v_k) ft), '{}'),
-           coalesce((select array_agg(id order by d, id)
-                       from (select id, d from c where d is not null order by d, id limit v_k) vr), '{}')
-      into v_total, v_ft, v_vec;
+         and (p_page_types is null or p.page_type = any (p_page_types));
+    else
+      with c as materialized (
+        select p.id,
+               case when numnode(v_tsq) > 0 and p.search_tsv @@ v_tsq then ts_rank_cd(p.search_tsv, v_tsq) end as r,
+               case when p_query_embedding is not null
+                    then p.embedding operator(public.<=>) p_query_embedding end as d
+          from memori.vm_visible_pages p   -- a fork sees its source's pages (sql/160)
+         where p.user_id = v_user and p.viewer_session_id = p_session_id
+           and (p.expires_at is null or p.expires_at > p_now)
+           and (p_modality is null or p.modality = p_modality)
+           and (p_page_types is null or p.page_type = any (p_page_types)))
+      select (select count(*) from c where c.r is not null or c.d is not null),
+             coalesce((select array_agg(id order by r desc, id desc)
+                         from (select id, r from c where r is not null order by r desc, id desc limit v_k) ft), '{}'),
+             coalesce((select array_agg(id order by d, id)
+                         from (select id, d from c where d is not null order by d, id limit v_k) vr), '{}')
+        into v_total, v_ft, v_vec;
+    end if;
   else
     -- ranking 1: full text (weights: hint A, content B), best v_k, through the GIN index
     if numnode(v_tsq) > 0 then
@@ -406,39 +441,64 @@ begin
   end if;
 
   v_lists := (case when numnode(v_tsq) > 0 then 1 else 0 end) + (case when p_query_embedding is null then 0 else 1 end);
+  if cardinality(v_ft) + cardinality(v_vec) = 0 then
+    return;
+  end if;
+  -- The candidates' rows, then their representations: a statement on one table
+  -- each, which Citus plans in its fast path (a join of the two, or of a table
+  -- and the lists, is a full plan at every call, twice on a worker:
+  -- docs/scale-out.md, "Virtual memory"). Fusion and result come from the arrays.
+  select array_agg(p.id), array_agg(p.page_id), array_agg(p.session_id), array_agg(p.modality), array_agg(p.tier),
+         array_agg(p.hint), array_agg(p.superseded_by is not null)
+    into v_c_id, v_c_page, v_c_session, v_c_modality, v_c_tier, v_c_hint, v_c_superseded
+    from memori.pages p
+   where p.user_id = v_user and p.id = any (v_ft || v_vec);
+  -- fused by reciprocal rank (k = 60): each list adds 1 / (60 + the page's rank in it).
+  -- A superseded claim is history: current pages first (issue 15); among equal
+  -- scores the newer page first (last write wins, seed 03 8.3)
+  select coalesce(array_agg(c.i order by c.superseded, c.score desc, c.best, c.id desc), '{}'),
+         coalesce(array_agg(c.score order by c.superseded, c.score desc, c.best, c.id desc), '{}')
+    into v_top, v_score
+    from (select c.i, c.id, c.superseded,
+                 coalesce(1.0 / (60 + array_position(v_ft, c.id)), 0)
+                 + coalesce(1.0 / (60 + array_position(v_vec, c.id)), 0) as score,
+                 least(array_position(v_ft, c.id), array_position(v_vec, c.id)) as best
+            from unnest(v_c_id, v_c_superseded) with ordinality as c(id, superseded, i)) c;
+  v_top := v_top[1:p_limit];
+  v_t_session := array(select v_c_session[i] from unnest(v_top) i);
+  v_t_page := array(select v_c_page[i] from unnest(v_top) i);
+  -- levels as _page_levels gives them, and the hint (else the level-3 reference), written out: a
+  -- function with SET cannot be inlined, and two calls per row were half of a
+  -- user-scope search once the count was bounded (issue 21)
+  select array_agg(x.session_id), array_agg(x.page_id), array_agg(x.level),
+         array_agg(case when x.level = 3 then x.content end)
+    into v_r_session, v_r_page, v_r_level, v_r_reference
+    from memori.page_representations x
+   where x.user_id = v_user and x.session_id = any (v_t_session) and x.page_id = any (v_t_page) and x.level <= 3;
   return query
-    with ranked as (
-      select x.id, x.rnk from unnest(v_ft) with ordinality as x(id, rnk)
-      union all
-      select y.id, y.rnk from unnest(v_vec) with ordinality as y(id, rnk)),
-    fused as (
-      -- a superseded claim is history: current pages first (issue 15); among equal
-      -- scores the newer page first (last write wins, seed 03 8.3)
-      select r.id, sum(1.0 / (60 + r.rnk)) as score, min(r.rnk) as best,
-             bool_or(q.superseded_by is not null) as superseded
-        from ranked r join memori.pages q on q.user_id = v_user and q.id = r.id group by r.id
-       order by superseded, score desc, best, r.id desc
-       limit p_limit)
-    -- a fork's shared page is reported in the fork (page_fault takes it there).
-    -- Levels as _page_levels gives them, and the hint (else the level-3 reference), written out: a
-    -- function with SET cannot be inlined, and two calls per row were half of a
-    -- user-scope search once the count was bounded (issue 21).
-    select p.page_id, case when p_scope = 'session' then p_session_id else p.session_id end, p.modality, p.tier,
+    -- a fork's shared page is reported in the fork (page_fault takes it there)
+    select v_c_page[t.i], case when p_scope = 'session' then p_session_id else v_c_session[t.i] end,
+           v_c_modality[t.i], v_c_tier[t.i],
            array[0] || coalesce(r.levels, '{}'),
-           coalesce(p.hint, r.reference, ''),
-           round((f.score / (greatest(v_lists, 1) / 61.0))::numeric, 4)::double precision,
+           coalesce(v_c_hint[t.i], r.reference, ''),
+           round((v_score[t.o] / (greatest(v_lists, 1) / 61.0))::numeric, 4)::double precision,
            v_total, v_mode, v_total_exact
-      from fused f join memori.pages p on p.user_id = v_user and p.id = f.id
+      from unnest(v_top) with ordinality as t(i, o)
      cross join lateral (
-       select array_agg(x.level order by x.level) filter (where x.level < 3) as levels,
-              min(x.content) filter (where x.level = 3) as reference
-         from memori.page_representations x
-        where x.user_id = v_user and x.session_id = p.session_id and x.page_id = p.page_id) r
-     order by f.superseded, f.score desc, f.best, f.id desc;
+       select array_agg(y.level order by y.level) filter (where y.level < 3) as levels,
+              min(y.reference) filter (where y.level = 3) as reference
+         from unnest(v_r_session, v_r_page, v_r_level, v_r_reference) as y(session_id, page_id, level, reference)
+        where y.session_id = v_c_session[t.i] and y.page_id = v_c_page[t.i]) r
+     order by t.o;
 end
 $func$ language plpgsql stable security invoker
 set search_path = pg_catalog, memori, pg_temp
-set hnsw.iterative_scan = 'relaxed_order';
+set hnsw.iterative_scan = 'relaxed_order'
+-- Plans of the statements are not kept between calls. On a Citus worker (a delegated call) a kept plan of
+-- a statement on one table re-planned its shard query at every call anyway and added that plan to its cache,
+-- ~60-430 kB of the connection's memory a call, never freed (Citus 14.0.1; citusdata/citus#8824). On one
+-- server each statement is planned with the call's values (measured no slower: docs/scale-out.md).
+set plan_cache_mode = 'force_custom_plan';
 comment on function memori.search_pages(text, text, public.vector, text, text[], integer, text, text, timestamptz, boolean) is 'Hybrid page search (full-text rank + cosine distance, reciprocal-rank fusion k=60) in a session or all the user''s sessions: metadata, never content; superseded claims after current pages, the newer page first on a tie; never fewer than p_limit rows when that many match. total_available is exact in session scope and with p_exact_total; otherwise, in user scope, it stops at vm.search_exact_max + 1 (total_exact false: a lower bound).';
 
 -------------------------------------------------------------------------------
