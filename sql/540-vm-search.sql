@@ -316,6 +316,14 @@ declare
   v_t_session text[];  -- the keys of the pages returned
   v_t_page text[];
 begin
+  if current_setting('citus.version', true) is not null then
+    -- On Citus the statements are planned at every call (until the function returns: its SET
+    -- clauses restore the setting). On a worker (a delegated call) a kept plan of a statement on one
+    -- table re-planned its shard query at every call anyway and added that plan to the kept one,
+    -- 66 kB of the connection's memory a call before the statements below, 431 kB with them, never
+    -- freed (Citus 14.0.1's local plan cache, fixed by citusdata/citus#8824). One server keeps plans.
+    perform set_config('plan_cache_mode', 'force_custom_plan', true);
+  end if;
   perform memori._vm_check_filters(p_modality, p_page_types, p_limit);
   perform memori._vm_check_embedding(p_query_embedding);
   if p_now is null then
@@ -455,18 +463,19 @@ begin
    where p.user_id = v_user and p.id = any (v_ft || v_vec);
   -- fused by reciprocal rank (k = 60): each list adds 1 / (60 + the page's rank in it).
   -- A superseded claim is history: current pages first (issue 15); among equal
-  -- scores the newer page first (last write wins, seed 03 8.3)
-  select coalesce(array_agg(c.i order by c.superseded, c.score desc, c.best, c.id desc), '{}'),
-         coalesce(array_agg(c.score order by c.superseded, c.score desc, c.best, c.id desc), '{}')
-    into v_top, v_score
-    from (select c.i, c.id, c.superseded,
-                 coalesce(1.0 / (60 + array_position(v_ft, c.id)), 0)
-                 + coalesce(1.0 / (60 + array_position(v_vec, c.id)), 0) as score,
-                 least(array_position(v_ft, c.id), array_position(v_vec, c.id)) as best
-            from unnest(v_c_id, v_c_superseded) with ordinality as c(id, superseded, i)) c;
-  v_top := v_top[1:p_limit];
-  v_t_session := array(select v_c_session[i] from unnest(v_top) i);
-  v_t_page := array(select v_c_page[i] from unnest(v_top) i);
+  -- scores the newer page first (last write wins, seed 03 8.3). The best p_limit,
+  -- as positions in the candidate arrays, with their scores and keys.
+  select coalesce(array_agg(f.i order by f.rn), '{}'), array_agg(f.score order by f.rn),
+         array_agg(v_c_session[f.i] order by f.rn), array_agg(v_c_page[f.i] order by f.rn)
+    into v_top, v_score, v_t_session, v_t_page
+    from (select c.i, sum(1.0 / (60 + r.rnk)) as score,
+                 row_number() over (order by c.superseded, sum(1.0 / (60 + r.rnk)) desc, min(r.rnk), c.id desc) as rn
+            from unnest(v_c_id, v_c_superseded) with ordinality as c(id, superseded, i)
+            join (select x.id, x.rnk from unnest(v_ft) with ordinality as x(id, rnk)
+                  union all
+                  select y.id, y.rnk from unnest(v_vec) with ordinality as y(id, rnk)) r on r.id = c.id
+           group by c.i, c.id, c.superseded) f
+   where f.rn <= p_limit;
   -- levels as _page_levels gives them, and the hint (else the level-3 reference), written out: a
   -- function with SET cannot be inlined, and two calls per row were half of a
   -- user-scope search once the count was bounded (issue 21)
@@ -493,12 +502,7 @@ begin
 end
 $func$ language plpgsql stable security invoker
 set search_path = pg_catalog, memori, pg_temp
-set hnsw.iterative_scan = 'relaxed_order'
--- Plans of the statements are not kept between calls. On a Citus worker (a delegated call) a kept plan of
--- a statement on one table re-planned its shard query at every call anyway and added that plan to its cache,
--- ~60-430 kB of the connection's memory a call, never freed (Citus 14.0.1; citusdata/citus#8824). On one
--- server each statement is planned with the call's values (measured no slower: docs/scale-out.md).
-set plan_cache_mode = 'force_custom_plan';
+set hnsw.iterative_scan = 'relaxed_order';
 comment on function memori.search_pages(text, text, public.vector, text, text[], integer, text, text, timestamptz, boolean) is 'Hybrid page search (full-text rank + cosine distance, reciprocal-rank fusion k=60) in a session or all the user''s sessions: metadata, never content; superseded claims after current pages, the newer page first on a tie; never fewer than p_limit rows when that many match. total_available is exact in session scope and with p_exact_total; otherwise, in user scope, it stops at vm.search_exact_max + 1 (total_exact false: a lower bound).';
 
 -------------------------------------------------------------------------------
