@@ -315,15 +315,8 @@ declare
   v_r_reference text[];
   v_t_session text[];  -- the keys of the pages returned
   v_t_page text[];
+  v_citus  boolean := current_setting('citus.version', true) is not null;
 begin
-  if current_setting('citus.version', true) is not null then
-    -- On Citus the statements are planned at every call (until the function returns: its SET
-    -- clauses restore the setting). On a worker (a delegated call) a kept plan of a statement on one
-    -- table re-planned its shard query at every call anyway and added that plan to the kept one,
-    -- 66 kB of the connection's memory a call before the statements below, 431 kB with them, never
-    -- freed (Citus 14.0.1's local plan cache, fixed by citusdata/citus#8824). One server keeps plans.
-    perform set_config('plan_cache_mode', 'force_custom_plan', true);
-  end if;
   perform memori._vm_check_filters(p_modality, p_page_types, p_limit);
   perform memori._vm_check_embedding(p_query_embedding);
   if p_now is null then
@@ -335,11 +328,20 @@ begin
   if length(p_query) > 10000 then
     perform memori._invalid('query longer than 10,000 characters', 'Search with the key words of the question.');
   end if;
-  v_user := memori._vm_search_scope(p_session_id, p_scope, p_user_id);
   v_k := least(200, greatest(p_limit, coalesce((select (value #>> '{}')::integer from memori.settings
                                                  where key = 'vm.search_candidates'), 50)));
   v_exact := coalesce((select (value #>> '{}')::integer from memori.settings where key = 'vm.search_exact_max'), 5000);
   v_tsq := websearch_to_tsquery('english'::regconfig, coalesce(p_query, ''));
+  if v_citus then
+    -- On Citus the statements on the user's tables are planned at every call (until the function
+    -- returns: its SET clauses restore the setting). On a worker (a delegated call) a kept plan of a
+    -- statement on one table re-planned its shard query at every call anyway and added that plan to
+    -- the kept one, 66 kB of the connection's memory a call before the statements below, 431 kB with
+    -- them, never freed (Citus 14.0.1's local plan cache, fixed by citusdata/citus#8824). Statements
+    -- that read no distributed table keep their plans (the fusion: 0.7 ms to plan). One server keeps plans.
+    perform set_config('plan_cache_mode', 'force_custom_plan', true);
+  end if;
+  v_user := memori._vm_search_scope(p_session_id, p_scope, p_user_id);
 
   if p_scope = 'session' then
     -- A session is small (thousands of pages): one pass over its rows yields
@@ -465,6 +467,9 @@ begin
   -- A superseded claim is history: current pages first (issue 15); among equal
   -- scores the newer page first (last write wins, seed 03 8.3). The best p_limit,
   -- as positions in the candidate arrays, with their scores and keys.
+  if v_citus then
+    perform set_config('plan_cache_mode', 'auto', true);
+  end if;
   select coalesce(array_agg(f.i order by f.rn), '{}'), array_agg(f.score order by f.rn),
          array_agg(v_c_session[f.i] order by f.rn), array_agg(v_c_page[f.i] order by f.rn)
     into v_top, v_score, v_t_session, v_t_page
@@ -479,6 +484,9 @@ begin
   -- levels as _page_levels gives them, and the hint (else the level-3 reference), written out: a
   -- function with SET cannot be inlined, and two calls per row were half of a
   -- user-scope search once the count was bounded (issue 21)
+  if v_citus then
+    perform set_config('plan_cache_mode', 'force_custom_plan', true);
+  end if;
   select array_agg(x.session_id), array_agg(x.page_id), array_agg(x.level),
          array_agg(case when x.level = 3 then x.content end)
     into v_r_session, v_r_page, v_r_level, v_r_reference
