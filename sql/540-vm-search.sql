@@ -300,6 +300,22 @@ declare
   v_total  bigint;
   v_exact  integer;
   v_total_exact boolean := true;
+  v_top    integer[];  -- positions in the candidate arrays (v_c_*), best first
+  v_score  numeric[];
+  v_c_id   bigint[];
+  v_c_page text[];
+  v_c_session text[];
+  v_c_modality text[];
+  v_c_tier text[];
+  v_c_hint text[];
+  v_c_superseded boolean[];
+  v_r_session text[];
+  v_r_page text[];
+  v_r_level integer[];
+  v_r_reference text[];
+  v_t_session text[];  -- the keys of the pages returned
+  v_t_page text[];
+  v_citus  boolean := current_setting('citus.version', true) is not null;
 begin
   perform memori._vm_check_filters(p_modality, p_page_types, p_limit);
   perform memori._vm_check_embedding(p_query_embedding);
@@ -312,33 +328,62 @@ begin
   if length(p_query) > 10000 then
     perform memori._invalid('query longer than 10,000 characters', 'Search with the key words of the question.');
   end if;
-  v_user := memori._vm_search_scope(p_session_id, p_scope, p_user_id);
   v_k := least(200, greatest(p_limit, coalesce((select (value #>> '{}')::integer from memori.settings
                                                  where key = 'vm.search_candidates'), 50)));
   v_exact := coalesce((select (value #>> '{}')::integer from memori.settings where key = 'vm.search_exact_max'), 5000);
   v_tsq := websearch_to_tsquery('english'::regconfig, coalesce(p_query, ''));
+  if v_citus then
+    -- On Citus the statements on the user's tables are planned at every call (until the function
+    -- returns: its SET clauses restore the setting). On a worker (a delegated call) a kept plan of a
+    -- statement on one table re-planned its shard query at every call anyway and added that plan to
+    -- the kept one, 66 kB of the connection's memory a call before the statements below, 431 kB with
+    -- them, never freed (Citus 14.0.1's local plan cache, fixed by citusdata/citus#8824). Statements
+    -- that read no distributed table keep their plans (the fusion: 0.7 ms to plan). One server keeps plans.
+    perform set_config('plan_cache_mode', 'force_custom_plan', true);
+  end if;
+  v_user := memori._vm_search_scope(p_session_id, p_scope, p_user_id);
 
   if p_scope = 'session' then
     -- A session is small (thousands of pages): one pass over its rows yields
     -- the count and both rankings, exactly. Its rows are spread over the heap
     -- (sessions interleave as they write), so a second pass would read every
     -- block again.
-    with c as materialized (
-      select p.id,
-             case when numnode(v_tsq) > 0 and p.search_tsv @@ v_tsq then ts_rank_cd(p.search_tsv, v_tsq) end as r,
-             case when p_query_embedding is not null
-                  then p.embedding operator(public.<=>) p_query_embedding end as d
-        from memori.vm_visible_pages p   -- a fork sees its source's pages (sql/160)
-       where p.user_id = v_user and p.viewer_session_id = p_session_id
+    -- A session that is no fork sees its own rows only (vm_visible_pages' first
+    -- branch), read by a statement on one table: Citus plans it in its fast
+    -- path, where a statement on the view (three branches, anti joins) costs
+    -- a full plan at every call, twice on a worker (docs/scale-out.md, "Virtual memory").
+    perform from memori.vm_forks f where f.user_id = v_user and f.session_id = p_session_id limit 1;
+    if not found then
+      select count(*) filter (where (numnode(v_tsq) > 0 and p.search_tsv @@ v_tsq)
+                                 or (p_query_embedding is not null and p.embedding is not null)),
+             coalesce((array_agg(p.id order by ts_rank_cd(p.search_tsv, v_tsq) desc, p.id desc)
+                         filter (where numnode(v_tsq) > 0 and p.search_tsv @@ v_tsq))[1:v_k], '{}'),
+             coalesce((array_agg(p.id order by p.embedding operator(public.<=>) p_query_embedding, p.id)
+                         filter (where p_query_embedding is not null and p.embedding is not null))[1:v_k], '{}')
+        into v_total, v_ft, v_vec
+        from memori.pages p
+       where p.user_id = v_user and p.session_id = p_session_id
          and (p.expires_at is null or p.expires_at > p_now)
          and (p_modality is null or p.modality = p_modality)
-         and (p_page_types is null or p.page_type = any (p_page_types)))
-    select (select count(*) from c where c.r is not null or c.d is not null),
-           coalesce((select array_agg(id order by r desc, id desc)
-                       from (select id, r from c where r is not null order by r desc, id desc limit v_k) ft), '{}'),
-           coalesce((select array_agg(id order by d, id)
-                       from (select id, d from c where d is not null order by d, id limit v_k) vr), '{}')
-      into v_total, v_ft, v_vec;
+         and (p_page_types is null or p.page_type = any (p_page_types));
+    else
+      with c as materialized (
+        select p.id,
+               case when numnode(v_tsq) > 0 and p.search_tsv @@ v_tsq then ts_rank_cd(p.search_tsv, v_tsq) end as r,
+               case when p_query_embedding is not null
+                    then p.embedding operator(public.<=>) p_query_embedding end as d
+          from memori.vm_visible_pages p   -- a fork sees its source's pages (sql/160)
+         where p.user_id = v_user and p.viewer_session_id = p_session_id
+           and (p.expires_at is null or p.expires_at > p_now)
+           and (p_modality is null or p.modality = p_modality)
+           and (p_page_types is null or p.page_type = any (p_page_types)))
+      select (select count(*) from c where c.r is not null or c.d is not null),
+             coalesce((select array_agg(id order by r desc, id desc)
+                         from (select id, r from c where r is not null order by r desc, id desc limit v_k) ft), '{}'),
+             coalesce((select array_agg(id order by d, id)
+                         from (select id, d from c where d is not null order by d, id limit v_k) vr), '{}')
+        into v_total, v_ft, v_vec;
+    end if;
   else
     -- ranking 1: full text (weights: hint A, content B), best v_k, through the GIN index
     if numnode(v_tsq) > 0 then
@@ -406,35 +451,62 @@ begin
   end if;
 
   v_lists := (case when numnode(v_tsq) > 0 then 1 else 0 end) + (case when p_query_embedding is null then 0 else 1 end);
+  if cardinality(v_ft) + cardinality(v_vec) = 0 then
+    return;
+  end if;
+  -- The candidates' rows, then their representations: a statement on one table
+  -- each, which Citus plans in its fast path (a join of the two, or of a table
+  -- and the lists, is a full plan at every call, twice on a worker:
+  -- docs/scale-out.md, "Virtual memory"). Fusion and result come from the arrays.
+  select array_agg(p.id), array_agg(p.page_id), array_agg(p.session_id), array_agg(p.modality), array_agg(p.tier),
+         array_agg(p.hint), array_agg(p.superseded_by is not null)
+    into v_c_id, v_c_page, v_c_session, v_c_modality, v_c_tier, v_c_hint, v_c_superseded
+    from memori.pages p
+   where p.user_id = v_user and p.id = any (v_ft || v_vec);
+  -- fused by reciprocal rank (k = 60): each list adds 1 / (60 + the page's rank in it).
+  -- A superseded claim is history: current pages first (issue 15); among equal
+  -- scores the newer page first (last write wins, seed 03 8.3). The best p_limit,
+  -- as positions in the candidate arrays, with their scores and keys.
+  if v_citus then
+    perform set_config('plan_cache_mode', 'auto', true);
+  end if;
+  select coalesce(array_agg(f.i order by f.rn), '{}'), array_agg(f.score order by f.rn),
+         array_agg(v_c_session[f.i] order by f.rn), array_agg(v_c_page[f.i] order by f.rn)
+    into v_top, v_score, v_t_session, v_t_page
+    from (select c.i, sum(1.0 / (60 + r.rnk)) as score,
+                 row_number() over (order by c.superseded, sum(1.0 / (60 + r.rnk)) desc, min(r.rnk), c.id desc) as rn
+            from unnest(v_c_id, v_c_superseded) with ordinality as c(id, superseded, i)
+            join (select x.id, x.rnk from unnest(v_ft) with ordinality as x(id, rnk)
+                  union all
+                  select y.id, y.rnk from unnest(v_vec) with ordinality as y(id, rnk)) r on r.id = c.id
+           group by c.i, c.id, c.superseded) f
+   where f.rn <= p_limit;
+  -- levels as _page_levels gives them, and the hint (else the level-3 reference), written out: a
+  -- function with SET cannot be inlined, and two calls per row were half of a
+  -- user-scope search once the count was bounded (issue 21)
+  if v_citus then
+    perform set_config('plan_cache_mode', 'force_custom_plan', true);
+  end if;
+  select array_agg(x.session_id), array_agg(x.page_id), array_agg(x.level),
+         array_agg(case when x.level = 3 then x.content end)
+    into v_r_session, v_r_page, v_r_level, v_r_reference
+    from memori.page_representations x
+   where x.user_id = v_user and x.session_id = any (v_t_session) and x.page_id = any (v_t_page) and x.level <= 3;
   return query
-    with ranked as (
-      select x.id, x.rnk from unnest(v_ft) with ordinality as x(id, rnk)
-      union all
-      select y.id, y.rnk from unnest(v_vec) with ordinality as y(id, rnk)),
-    fused as (
-      -- a superseded claim is history: current pages first (issue 15); among equal
-      -- scores the newer page first (last write wins, seed 03 8.3)
-      select r.id, sum(1.0 / (60 + r.rnk)) as score, min(r.rnk) as best,
-             bool_or(q.superseded_by is not null) as superseded
-        from ranked r join memori.pages q on q.user_id = v_user and q.id = r.id group by r.id
-       order by superseded, score desc, best, r.id desc
-       limit p_limit)
-    -- a fork's shared page is reported in the fork (page_fault takes it there).
-    -- Levels as _page_levels gives them, and the hint (else the level-3 reference), written out: a
-    -- function with SET cannot be inlined, and two calls per row were half of a
-    -- user-scope search once the count was bounded (issue 21).
-    select p.page_id, case when p_scope = 'session' then p_session_id else p.session_id end, p.modality, p.tier,
+    -- a fork's shared page is reported in the fork (page_fault takes it there)
+    select v_c_page[t.i], case when p_scope = 'session' then p_session_id else v_c_session[t.i] end,
+           v_c_modality[t.i], v_c_tier[t.i],
            array[0] || coalesce(r.levels, '{}'),
-           coalesce(p.hint, r.reference, ''),
-           round((f.score / (greatest(v_lists, 1) / 61.0))::numeric, 4)::double precision,
+           coalesce(v_c_hint[t.i], r.reference, ''),
+           round((v_score[t.o] / (greatest(v_lists, 1) / 61.0))::numeric, 4)::double precision,
            v_total, v_mode, v_total_exact
-      from fused f join memori.pages p on p.user_id = v_user and p.id = f.id
+      from unnest(v_top) with ordinality as t(i, o)
      cross join lateral (
-       select array_agg(x.level order by x.level) filter (where x.level < 3) as levels,
-              min(x.content) filter (where x.level = 3) as reference
-         from memori.page_representations x
-        where x.user_id = v_user and x.session_id = p.session_id and x.page_id = p.page_id) r
-     order by f.superseded, f.score desc, f.best, f.id desc;
+       select array_agg(y.level order by y.level) filter (where y.level < 3) as levels,
+              min(y.reference) filter (where y.level = 3) as reference
+         from unnest(v_r_session, v_r_page, v_r_level, v_r_reference) as y(session_id, page_id, level, reference)
+        where y.session_id = v_c_session[t.i] and y.page_id = v_c_page[t.i]) r
+     order by t.o;
 end
 $func$ language plpgsql stable security invoker
 set search_path = pg_catalog, memori, pg_temp
