@@ -714,12 +714,16 @@ begin
       join pg_catalog.pg_attribute o on o.attrelid = a.attrelid and o.attname = v_reg.owner_column
      where a.attrelid = pg_catalog.to_regclass(v_reg.relation) and a.attname = v_reg.id_column;
     -- the rows ($1 owners, $2 ids) of this table; a NULL owner (a nullable owner column of
-    -- a single server) is matched by id and IS NOT DISTINCT FROM
+    -- a single server) is matched by id and IS NOT DISTINCT FROM. The ids' own condition lets
+    -- the planner find the rows by key: without it a shard's lock read walked every expired
+    -- row of the shard (the expires_at index) and hashed them against the batch's pairs, a
+    -- cost that grew with the rows still due (22 ms instead of 0.4 ms at 25,000 a shard).
     v_match := format(case when v_table.ownerless then
         't.%2$I = any ($2::%4$s[]) and exists (select 1 from unnest($1::%3$s[], $2::%4$s[]) b(o, i)'
         ' where b.i = t.%2$I and b.o is not distinct from t.%1$I)'
       else
-        't.%1$I = any ($1::%3$s[]) and (t.%1$I, t.%2$I) in (select * from unnest($1::%3$s[], $2::%4$s[]))'
+        't.%2$I = any ($2::%4$s[]) and t.%1$I = any ($1::%3$s[])'
+        ' and (t.%1$I, t.%2$I) in (select * from unnest($1::%3$s[], $2::%4$s[]))'
       end, v_table.owner_column, v_table.id_column, v_table.owner_type, v_table.id_type);
     v_sharded := false;
     if v_citus then
