@@ -35,8 +35,14 @@ set search_path = pg_catalog, memori, pg_temp;
 comment on function memori._qualified_name(regclass) is 'The quoted schema-qualified name of a relation (what retention_tables stores instead of node-local OIDs).';
 
 -------------------------------------------------------------------------------
--- _retention_rebuild_rows: regenerate the union view over registered tables
-create or replace function memori._retention_rebuild_rows() returns void
+-- _retention_rows_sql: the query of retention_rows over some registered tables
+-- One branch per table (its candidate view in the engine's shape), joined by
+-- UNION ALL; the view is this query over every table. The cleaner's plan and
+-- the expiry events query one table's branch at a time: on a Citus cluster a
+-- filter on the union view is not pushed into its branches (each branch's whole
+-- table came to the coordinator), a filter on one branch is, to every shard.
+-- p_tables: the registered tables' names (retention_tables.table_name); NULL (default) for every table
+create or replace function memori._retention_rows_sql(p_tables text[] default null) returns text
 as $func$
 declare
   v_branches text;
@@ -47,7 +53,9 @@ begin
   -- (The registry is read alone, the catalog separately: on a cluster it is a reference
   -- table, which Citus does not join with the coordinator's catalog.)
   for v_table in select t.table_name, t.candidate_view, t.owner_column
-                   from memori.retention_tables t order by t.table_name loop
+                   from memori.retention_tables t
+                  where p_tables is null or t.table_name = any (p_tables)
+                  order by t.table_name loop
     v_branches := concat_ws(' union all ', v_branches, format(
       'select %L::text as table_name, v.id::text as row_id, v.owner::text as owner, '
       'v.category::text as category, v.kind::text as kind, v.expires_at, v.important, '
@@ -60,20 +68,72 @@ begin
       v_table.candidate_view));
   end loop;
 
-  if v_branches is null then
-    -- no table registered yet: an empty view of the right shape
-    v_branches := 'select null::text as table_name, null::text as row_id, null::text as owner, '
-                  'null::text as category, null::text as kind, null::timestamptz as expires_at, '
-                  'null::boolean as important, null::text as owner_key where false';
-  end if;
+  -- no table (registered, or asked for): no row, in the right shape
+  return coalesce(v_branches,
+    'select null::text as table_name, null::text as row_id, null::text as owner, '
+    'null::text as category, null::text as kind, null::timestamptz as expires_at, '
+    'null::boolean as important, null::text as owner_key where false');
+end
+$func$ language plpgsql stable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._retention_rows_sql(text[]) is 'The query of memori.retention_rows restricted to some registered tables (every table when NULL): one candidate-view branch per table.';
 
-  execute 'create or replace view memori.retention_rows with (security_invoker = true) as ' || v_branches;
+-------------------------------------------------------------------------------
+-- _retention_candidates_sql: the query of retention_candidates over a row source
+-- The one rule of each row's policy and of what cleanup may delete, as text:
+-- retention_candidates is this query over retention_rows, the cleaner's plan
+-- the same query over one table's branch (_retention_rows_sql), so both read
+-- the rule from here.
+-- p_rows: a FROM item with retention_rows's columns (a relation name or a parenthesised query)
+create or replace function memori._retention_candidates_sql(p_rows text) returns text
+as $func$
+  select format($sql$select r.table_name,
+       r.row_id,
+       r.owner,
+       r.category,
+       r.kind,
+       r.expires_at,
+       coalesce(r.important, false)                                 as important,
+       coalesce(pk.kind, pd.kind)                                   as policy_kind,
+       coalesce(pk.priority, pd.priority)                           as priority,
+       coalesce(pk.preserve_important, pd.preserve_important)       as preserve_important,
+       coalesce(pk.cleanup_enabled, pd.cleanup_enabled)             as cleanup_enabled,
+       (coalesce(pk.cleanup_enabled, pd.cleanup_enabled)
+        and not (coalesce(r.important, false) and coalesce(pk.preserve_important, pd.preserve_important))
+        and coalesce((select s.value from memori.settings s where s.key = 'cleanup.enabled'),
+                     'true'::jsonb) = 'true'::jsonb)                    as deletable,
+       r.owner_key
+  from %s r
+  left join memori.retention_policies pk on pk.table_name = r.table_name and pk.kind = r.kind
+  left join memori.retention_policies pd on pd.table_name = r.table_name and pd.kind = '*'$sql$, p_rows)
+  -- deletable: the one rule of what cleanup may delete once the row has expired.
+  -- (cleanup.enabled is read by a subquery, evaluated once, not by memori._setting() per row:
+  -- on a cluster the view runs on the shards, where a function reading the (reference)
+  -- settings table would be a nested distributed query. Not a join either: with
+  -- _cleanup_plan_chunk's enable_sort = off, PostgreSQL before 17 costs the extra join's
+  -- sort at 1e10, and JIT then compiled every plan chunk for a minute.)
+  -- owner_key: the owning user's column (the distribution column), which the cleaner deletes by
+$func$ language sql immutable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._retention_candidates_sql(text) is 'The query of memori.retention_candidates (each row''s policy and whether cleanup may delete it) over a given row source.';
+
+-------------------------------------------------------------------------------
+-- _retention_rebuild_rows: regenerate the union view over registered tables
+-- (and retention_candidates over it, from the same rule text the cleaner uses)
+create or replace function memori._retention_rebuild_rows() returns void
+as $func$
+begin
+  execute format('create or replace view memori.retention_rows with (security_invoker = true) as %s',
+                 memori._retention_rows_sql());
   comment on view memori.retention_rows is
     'Every row of every retention-managed table in one shape (generated by retention_register).';
+  execute format('create or replace view memori.retention_candidates with (security_invoker = true) as %s',
+                 memori._retention_candidates_sql('memori.retention_rows'));
+  comment on view memori.retention_candidates is 'Every retention-managed row with the policy that governs it (kind-specific, else the table default), whether cleanup may delete it once expired, and its owner key (the value of the table''s owner column).';
 end
 $func$ language plpgsql volatile security invoker
 set search_path = pg_catalog, memori, pg_temp;
-comment on function memori._retention_rebuild_rows() is 'Regenerate memori.retention_rows as the union of every registered candidate view.';
+comment on function memori._retention_rebuild_rows() is 'Regenerate memori.retention_rows as the union of every registered candidate view, and memori.retention_candidates over it.';
 
 -------------------------------------------------------------------------------
 -- retention_register: put a table under the retention engine
@@ -162,33 +222,8 @@ select memori._retention_rebuild_rows();
 
 -------------------------------------------------------------------------------
 -- retention_candidates: every managed row with its resolved policy
-create or replace view memori.retention_candidates with (security_invoker = true) as
-select r.table_name,
-       r.row_id,
-       r.owner,
-       r.category,
-       r.kind,
-       r.expires_at,
-       coalesce(r.important, false)                                 as important,
-       coalesce(pk.kind, pd.kind)                                   as policy_kind,
-       coalesce(pk.priority, pd.priority)                           as priority,
-       coalesce(pk.preserve_important, pd.preserve_important)       as preserve_important,
-       coalesce(pk.cleanup_enabled, pd.cleanup_enabled)             as cleanup_enabled,
-       -- the one rule of what cleanup may delete once the row has expired
-       (coalesce(pk.cleanup_enabled, pd.cleanup_enabled)
-        and not (coalesce(r.important, false) and coalesce(pk.preserve_important, pd.preserve_important))
-        and coalesce((select s.value from memori.settings s where s.key = 'cleanup.enabled'),
-                     'true'::jsonb) = 'true'::jsonb)                    as deletable,
-       r.owner_key  -- the owning user's column (the distribution column), which the cleaner deletes by
-  from memori.retention_rows r
-  left join memori.retention_policies pk on pk.table_name = r.table_name and pk.kind = r.kind
-  left join memori.retention_policies pd on pd.table_name = r.table_name and pd.kind = '*';
--- (cleanup.enabled is read by a subquery, evaluated once, not by memori._setting() per row:
--- on a cluster the view runs on the shards, where a function reading the (reference)
--- settings table would be a nested distributed query. Not a join either: with
--- _cleanup_plan_chunk's enable_sort = off, PostgreSQL before 17 costs the extra join's
--- sort at 1e10, and JIT then compiled every plan chunk for a minute.)
-comment on view memori.retention_candidates is 'Every retention-managed row with the policy that governs it (kind-specific, else the table default), whether cleanup may delete it once expired, and its owner key (the value of the table''s owner column).';
+-- (created by _retention_rebuild_rows above, from _retention_candidates_sql)
+
 
 -------------------------------------------------------------------------------
 -- retention_status: active | expiring_soon | expired per row, as of now()
@@ -219,6 +254,13 @@ comment on view memori.retention_status is 'Per managed row: status (active | ex
 -- is an index range from the cursor's expiry instead of a scan of every
 -- expired row. Text tie-breakers sort byte-wise (COLLATE "C"): cheap and
 -- independent of the database's locale.
+-- The rows are retention_candidates's (the same rule, _retention_candidates_sql),
+-- read one table at a time: each table's due rows in order, at most p_limit,
+-- then merged. Only the tables with a policy at the level are read. On a Citus
+-- cluster each table's query is one multi-shard statement whose filter, order
+-- and limit run on the shards; a filter on the union view was not pushed into
+-- its branches, so every plan chunk brought every row of every registered
+-- table to the coordinator (issue 20).
 create or replace function memori._cleanup_plan(
   p_now              timestamptz,
   p_limit            integer,
@@ -229,24 +271,37 @@ create or replace function memori._cleanup_plan(
 ) returns table (table_name text, row_id text, owner text, category text, kind text, policy_kind text,
                  priority integer, expires_at timestamptz, preserve_important boolean, owner_key text)
 as $func$
-  select c.table_name, c.row_id, c.owner, c.category, c.kind, c.policy_kind, c.priority, c.expires_at,
-         c.preserve_important, c.owner_key
-    from memori.retention_candidates c
-   where c.expires_at is not null
-     and c.expires_at <= p_now
-     and c.deletable
-     and (p_priority is null
-          or (c.priority = p_priority
-              -- evaluated once: prunes the branches of tables without a policy at this level
-              and c.table_name = any (array(select rp.table_name from memori.retention_policies rp
-                                              where rp.priority = p_priority))))
-     and (p_after_expires_at is null
-          or (c.expires_at >= p_after_expires_at  -- sargable: an index range on expires_at
-              and (c.expires_at, c.table_name collate "C", c.row_id collate "C")
-                  > (p_after_expires_at, p_after_table, p_after_row_id)))
-   order by c.priority, c.expires_at, c.table_name collate "C", c.row_id collate "C"
-   limit p_limit
-$func$ language sql stable security invoker
+declare
+  v_where    text;
+  v_branches text;
+begin
+  v_where := concat_ws(' and ',
+    'c.expires_at is not null and c.expires_at <= $1 and c.deletable',
+    case when p_priority is not null then 'c.priority = $3' end,
+    case when p_after_expires_at is not null then
+      -- sargable: an index range on expires_at
+      'c.expires_at >= $4 and (c.expires_at, c.table_name collate "C", c.row_id collate "C") > ($4, $5, $6)' end);
+  select string_agg(format(
+           '(select c.table_name, c.row_id, c.owner, c.category, c.kind, c.policy_kind, c.priority, c.expires_at,'
+           ' c.preserve_important, c.owner_key from (%s) c where %s'
+           ' order by c.priority, c.expires_at, c.table_name collate "C", c.row_id collate "C" limit $2)',
+           memori._retention_candidates_sql(format('(%s)', memori._retention_rows_sql(array[t.table_name]))),
+           v_where), ' union all ' order by t.table_name)
+    into v_branches
+    from memori.retention_tables t
+   -- a table has rows at a level only if one of its policies (a kind's or its default) is there
+   where p_priority is null
+      or exists (select 1 from memori.retention_policies rp
+                  where rp.table_name = t.table_name and rp.priority = p_priority);
+  if v_branches is null then
+    return;
+  end if;
+  return query execute format(
+    'select p.* from (%s) p order by p.priority, p.expires_at, p.table_name collate "C", p.row_id collate "C" limit $2',
+    v_branches)
+    using p_now, p_limit, p_priority, p_after_expires_at, p_after_table, p_after_row_id;
+end
+$func$ language plpgsql stable security invoker
 set search_path = pg_catalog, memori, pg_temp;
 comment on function memori._cleanup_plan(timestamptz, integer, integer, timestamptz, text, text) is 'Rows a cleanup at p_now would delete, in deletion order (priority, then expiry), optionally one priority level after a given row; shared by preview and execute.';
 
@@ -393,15 +448,22 @@ begin
   select max(as_of) into v_since from memori.cleanup_runs where id <> p_run_id and as_of <= v_run.as_of;
   v_since := coalesce(v_since, '-infinity');
   for v_table in select table_name, event_prefix from memori.retention_tables where event_prefix is not null loop
-    for v_event in
-      select 'expired' as kind, count(*)::integer as n, jsonb_agg(r.row_id) filter (where r.rn <= 1000) as ids
-        from (select row_id, row_number() over (order by expires_at) as rn from memori.retention_rows
-               where table_name = v_table.table_name and expires_at > v_since and expires_at <= v_run.as_of) r
-      union all
-      select 'expiring_soon', count(*)::integer, jsonb_agg(r.row_id) filter (where r.rn <= 1000)
-        from (select row_id, row_number() over (order by expires_at) as rn from memori.retention_rows
-               where table_name = v_table.table_name and expires_at > greatest(v_since + v_warn, v_run.as_of)
-                 and expires_at <= v_run.as_of + v_warn) r
+    -- (the table's own branch of retention_rows, not the union view filtered by table: on a
+    -- cluster that filter is not pushed into the branches, and every table came to the coordinator)
+    for v_event in execute format(
+      'with expired as materialized ('
+      '  select r.row_id, r.expires_at from (%1$s) r where r.expires_at > $1 and r.expires_at <= $2'
+      '), soon as materialized ('
+      '  select r.row_id, r.expires_at from (%1$s) r'
+      '   where r.expires_at > greatest($1 + $3, $2) and r.expires_at <= $2 + $3'
+      ') '
+      'select ''expired'' as kind, count(*)::integer as n, jsonb_agg(r.row_id) filter (where r.rn <= 1000) as ids'
+      '  from (select e.row_id, row_number() over (order by e.expires_at) as rn from expired e) r '
+      'union all '
+      'select ''expiring_soon'', count(*)::integer, jsonb_agg(r.row_id) filter (where r.rn <= 1000)'
+      '  from (select e.row_id, row_number() over (order by e.expires_at) as rn from soon e) r',
+      memori._retention_rows_sql(array[v_table.table_name]))
+      using v_since, v_run.as_of, v_warn
     loop
       if v_event.n > 0 then
         perform memori._event_emit(v_table.event_prefix || '.' || v_event.kind,
@@ -652,12 +714,16 @@ begin
       join pg_catalog.pg_attribute o on o.attrelid = a.attrelid and o.attname = v_reg.owner_column
      where a.attrelid = pg_catalog.to_regclass(v_reg.relation) and a.attname = v_reg.id_column;
     -- the rows ($1 owners, $2 ids) of this table; a NULL owner (a nullable owner column of
-    -- a single server) is matched by id and IS NOT DISTINCT FROM
+    -- a single server) is matched by id and IS NOT DISTINCT FROM. The ids' own condition lets
+    -- the planner find the rows by key: without it a shard's lock read walked every expired
+    -- row of the shard (the expires_at index) and hashed them against the batch's pairs, a
+    -- cost that grew with the rows still due (22 ms instead of 0.4 ms at 25,000 a shard).
     v_match := format(case when v_table.ownerless then
         't.%2$I = any ($2::%4$s[]) and exists (select 1 from unnest($1::%3$s[], $2::%4$s[]) b(o, i)'
         ' where b.i = t.%2$I and b.o is not distinct from t.%1$I)'
       else
-        't.%1$I = any ($1::%3$s[]) and (t.%1$I, t.%2$I) in (select * from unnest($1::%3$s[], $2::%4$s[]))'
+        't.%2$I = any ($2::%4$s[]) and t.%1$I = any ($1::%3$s[])'
+        ' and (t.%1$I, t.%2$I) in (select * from unnest($1::%3$s[], $2::%4$s[]))'
       end, v_table.owner_column, v_table.id_column, v_table.owner_type, v_table.id_type);
     v_sharded := false;
     if v_citus then
