@@ -152,31 +152,60 @@ comment on function memori._vm_evict_run(memori.vm_sessions, integer, text, text
 
 -------------------------------------------------------------------------------
 -- _vm_l1_overflow: L1 keeps max_l1_pages; the least recently used go to L2
+-- Which pages go is the order "last_accessed desc, page_id desc" past the
+-- first max_l1_pages (the cap): the oldest n - max_l1_pages of n, read here in
+-- ascending order with a LIMIT. Most calls find L1 within the cap: a count
+-- bounded at max_l1_pages + 1 rows decides that. The log rows are the ones
+-- _page_mutation writes, one per demoted page in page_id order (ids in that
+-- order), written by one INSERT; the session's cached packs dropped once.
+-- Every statement names its user (one shard on Citus).
 create or replace function memori._vm_l1_overflow(p_s memori.vm_sessions, p_actor text, p_now timestamptz)
 returns void
 as $func$
 declare
-  v_id  text;
-  v_ids text[];
+  v_n       bigint;
+  v_ids     text[];
+  v_expires timestamptz;
 begin
+  select count(*) into v_n
+    from (select 1 from memori.pages
+           where user_id = p_s.user_id and session_id = p_s.session_id and tier = 'L1'
+           limit p_s.max_l1_pages + 1) c;
+  if v_n <= p_s.max_l1_pages then
+    return;
+  end if;
+  select count(*) into v_n
+    from memori.pages where user_id = p_s.user_id and session_id = p_s.session_id and tier = 'L1';
   select array_agg(o.page_id) into v_ids
     from (select page_id from memori.pages
            where user_id = p_s.user_id and session_id = p_s.session_id and tier = 'L1'
-           order by last_accessed desc, page_id desc
-          offset p_s.max_l1_pages) o;
+           order by last_accessed, page_id
+           limit v_n - p_s.max_l1_pages) o;
   if v_ids is null then
     return;
   end if;
+  -- _page_mutation's check of the actor, before anything is written
+  if p_actor is null or p_actor not in ('user', 'model', 'tool', 'system') then
+    raise exception 'unknown actor %', coalesce(quote_literal(p_actor), 'NULL')
+      using errcode = 'PM004', hint = 'Use one of: user, model, tool, system.';
+  end if;
   perform memori._page_write(p_s.user_id, p_s.session_id, v_ids);
-  for v_id in
-    with demoted as (
-      update memori.pages p set tier = 'L2'
-       where p.user_id = p_s.user_id and p.session_id = p_s.session_id and p.page_id = any (v_ids)
-      returning p.page_id)
-    select page_id from demoted order by page_id
-  loop
-    perform memori._page_mutation(p_s, v_id, 'evict', 'L1', 'L2', null, null, null, p_actor, 'l1_full', p_now);
-  end loop;
+  with demoted as (
+    update memori.pages p set tier = 'L2'
+     where p.user_id = p_s.user_id and p.session_id = p_s.session_id and p.page_id = any (v_ids)
+    returning p.page_id)
+  select array_agg(page_id order by page_id) into v_ids from demoted;
+  if v_ids is null then
+    return;
+  end if;
+  v_expires := memori._vm_retention(p_s.user_id, p_s.session_id, 'page_mutations', p_now);
+  insert into memori.page_mutations (session_id, user_id, page_id, at, turn, mutation_type, tier_before, tier_after,
+                                     level_before, level_after, tokens_after, actor, cause, expires_at)
+  select p_s.session_id, p_s.user_id, d.page_id, p_now, p_s.turn, 'evict', 'L1', 'L2', null, null, null, p_actor,
+         'l1_full', v_expires
+    from unnest(v_ids) with ordinality d(page_id, o)
+   order by d.o;
+  delete from memori.vm_pack_cache where user_id = p_s.user_id and session_id = p_s.session_id;
 end
 $func$ language plpgsql volatile security invoker
 set search_path = pg_catalog, memori, pg_temp;
