@@ -157,14 +157,15 @@ comment on function memori._vm_evict_run(memori.vm_sessions, integer, text, text
 -- from the front of the ascending order (one scan: L1 holds at most the cap
 -- plus what one eviction run moved, 100-130 rows in bench vm, so neither a
 -- bounded count nor an index on the order would save anything measurable;
--- the UPDATE's index writes are the cost, per page). The log rows are the ones
+-- the per-page UPDATE is the cost). The log rows are the ones
 -- _page_mutation writes, one per demoted page in page_id order (ids in that
--- order), written by one INSERT; the session's cached packs dropped once.
+-- order), its checks, retention and pack-cache drop done once per call.
 -- Every statement names its user (one shard on Citus).
 create or replace function memori._vm_l1_overflow(p_s memori.vm_sessions, p_actor text, p_now timestamptz)
 returns void
 as $func$
 declare
+  v_id      text;
   v_ids     text[];
   v_expires timestamptz;
 begin
@@ -182,21 +183,21 @@ begin
       using errcode = 'PM004', hint = 'Use one of: user, model, tool, system.';
   end if;
   perform memori._page_write(p_s.user_id, p_s.session_id, v_ids);
-  with demoted as (
-    update memori.pages p set tier = 'L2'
-     where p.user_id = p_s.user_id and p.session_id = p_s.session_id and p.page_id = any (v_ids)
-    returning p.page_id)
-  select array_agg(page_id order by page_id) into v_ids from demoted;
-  if v_ids is null then
+  update memori.pages p set tier = 'L2'
+   where p.user_id = p_s.user_id and p.session_id = p_s.session_id and p.page_id = any (v_ids);
+  if not found then
     return;
   end if;
   v_expires := memori._vm_retention(p_s.user_id, p_s.session_id, 'page_mutations', p_now);
-  insert into memori.page_mutations (session_id, user_id, page_id, at, turn, mutation_type, tier_before, tier_after,
-                                     level_before, level_after, tokens_after, actor, cause, expires_at)
-  select p_s.session_id, p_s.user_id, d.page_id, p_now, p_s.turn, 'evict', 'L1', 'L2', null, null, null, p_actor,
-         'l1_full', v_expires
-    from unnest(v_ids) with ordinality d(page_id, o)
-   order by d.o;
+  -- one INSERT per page, in page_id order, each a single-row router INSERT on Citus (an INSERT ... SELECT of
+  -- many rows goes through the coordinator's COPY there, which row-level security refuses)
+  select array_agg(x order by x) into v_ids from unnest(v_ids) x;
+  foreach v_id in array v_ids loop
+    insert into memori.page_mutations (session_id, user_id, page_id, at, turn, mutation_type, tier_before,
+                                       tier_after, level_before, level_after, tokens_after, actor, cause, expires_at)
+    values (p_s.session_id, p_s.user_id, v_id, p_now, p_s.turn, 'evict', 'L1', 'L2', null, null, null, p_actor,
+            'l1_full', v_expires);
+  end loop;
   delete from memori.vm_pack_cache where user_id = p_s.user_id and session_id = p_s.session_id;
 end
 $func$ language plpgsql volatile security invoker
