@@ -152,31 +152,53 @@ comment on function memori._vm_evict_run(memori.vm_sessions, integer, text, text
 
 -------------------------------------------------------------------------------
 -- _vm_l1_overflow: L1 keeps max_l1_pages; the least recently used go to L2
+-- Which pages go is the order "last_accessed desc, page_id desc" past the
+-- first max_l1_pages (the cap): the oldest n - max_l1_pages of n, taken here
+-- from the front of the ascending order (one scan: L1 holds at most the cap
+-- plus what one eviction run moved, 100-130 rows in bench vm, so neither a
+-- bounded count nor an index on the order would save anything measurable;
+-- the per-page UPDATE is the cost). The log rows are the ones
+-- _page_mutation writes, one per demoted page in page_id order (ids in that
+-- order), its checks, retention and pack-cache drop done once per call.
+-- Every statement names its user (one shard on Citus).
 create or replace function memori._vm_l1_overflow(p_s memori.vm_sessions, p_actor text, p_now timestamptz)
 returns void
 as $func$
 declare
-  v_id  text;
-  v_ids text[];
+  v_id      text;
+  v_ids     text[];
+  v_expires timestamptz;
 begin
-  select array_agg(o.page_id) into v_ids
-    from (select page_id from memori.pages
-           where user_id = p_s.user_id and session_id = p_s.session_id and tier = 'L1'
-           order by last_accessed desc, page_id desc
-          offset p_s.max_l1_pages) o;
-  if v_ids is null then
+  -- one scan of the session's L1 rows, oldest first; the pages past the cap are the first n - max_l1_pages
+  select a[1:greatest(cardinality(a) - p_s.max_l1_pages, 0)] into v_ids
+    from (select array_agg(page_id order by last_accessed, page_id) a
+            from memori.pages
+           where user_id = p_s.user_id and session_id = p_s.session_id and tier = 'L1') l;
+  if coalesce(cardinality(v_ids), 0) = 0 then
     return;
   end if;
+  -- _page_mutation's check of the actor, before anything is written
+  if p_actor is null or p_actor not in ('user', 'model', 'tool', 'system') then
+    raise exception 'unknown actor %', coalesce(quote_literal(p_actor), 'NULL')
+      using errcode = 'PM004', hint = 'Use one of: user, model, tool, system.';
+  end if;
   perform memori._page_write(p_s.user_id, p_s.session_id, v_ids);
-  for v_id in
-    with demoted as (
-      update memori.pages p set tier = 'L2'
-       where p.user_id = p_s.user_id and p.session_id = p_s.session_id and p.page_id = any (v_ids)
-      returning p.page_id)
-    select page_id from demoted order by page_id
-  loop
-    perform memori._page_mutation(p_s, v_id, 'evict', 'L1', 'L2', null, null, null, p_actor, 'l1_full', p_now);
+  update memori.pages p set tier = 'L2'
+   where p.user_id = p_s.user_id and p.session_id = p_s.session_id and p.page_id = any (v_ids);
+  if not found then
+    return;
+  end if;
+  v_expires := memori._vm_retention(p_s.user_id, p_s.session_id, 'page_mutations', p_now);
+  -- one INSERT per page, in page_id order, each a single-row router INSERT on Citus (an INSERT ... SELECT of
+  -- many rows goes through the coordinator's COPY there, which row-level security refuses)
+  select array_agg(x order by x) into v_ids from unnest(v_ids) x;
+  foreach v_id in array v_ids loop
+    insert into memori.page_mutations (session_id, user_id, page_id, at, turn, mutation_type, tier_before,
+                                       tier_after, level_before, level_after, tokens_after, actor, cause, expires_at)
+    values (p_s.session_id, p_s.user_id, v_id, p_now, p_s.turn, 'evict', 'L1', 'L2', null, null, null, p_actor,
+            'l1_full', v_expires);
   end loop;
+  delete from memori.vm_pack_cache where user_id = p_s.user_id and session_id = p_s.session_id;
 end
 $func$ language plpgsql volatile security invoker
 set search_path = pg_catalog, memori, pg_temp;

@@ -105,6 +105,19 @@ def _workload(conn: psycopg.Connection, user: str) -> None:
         restored = conn.execute("select memori._vm_snapshot_restore(%s, %s, now())",
                                 (s, psycopg.types.json.Jsonb(state[0]))).fetchone()
         assert restored is not None and restored[0]["pages_restored"] == 0
+    with conn.transaction():
+        _as(conn, user)
+        # L1 keeps no page: what an eviction moves there goes on to L2 (the overflow's UPDATE, its log rows)
+        conn.execute("select memori.vm_session_configure(%s, '{\"max_l1_pages\": 0}'::jsonb)", (s,))
+        free = conn.execute("select coalesce(sum(tokens), 0) from memori.vm_eviction_candidates(%s)", (s,)).fetchone()
+        assert free is not None and free[0] > 0, "something unpinned could go"
+        evicted = {r[0] for r in conn.execute("select page_id from memori.vm_evict(%s, %s) where action = 'evict'",
+                                              (s, free[0]))}
+        demoted = {r[0] for r in conn.execute("select page_id from memori.page_mutations "
+                                              "where session_id = %s and cause = 'l1_full'", (s,))}
+        assert evicted and evicted <= demoted, (evicted, demoted)
+        assert conn.execute("select count(*) from memori.pages where session_id = %s and tier = 'L1'",
+                            (s,)).fetchone() == (0,)
 
 
 def _rls_matrix(conn: psycopg.Connection) -> None:
