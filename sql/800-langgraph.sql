@@ -1236,15 +1236,21 @@ set search_path = pg_catalog, memori, pg_temp;
 comment on function memori.lg_policy_set(text, interval, interval, integer) is 'Create or change a LangGraph saver retention policy: superseded checkpoints kept p_superseded_after, threads kept p_idle_after idle (NULL: kept). Applies to rows written afterwards.';
 
 -------------------------------------------------------------------------------
--- On a Citus server: custom plans for every saver function's statements
+-- On a Citus server: custom plans for every saver function's statements (planned per call)
 -- One server plans the saver's key probes once (generic plans: the saver's
 -- connections, lg_checkpoint_put and lg_writes_put force them; replanning cost
 -- more than running them). Citus routes a statement to the user's shard only
 -- when it sees the user's value (a custom plan): a generic plan fails ("could
 -- not create distributed plan"). Under plan_cache_mode auto Citus makes its
--- generic plans look dear, so PostgreSQL keeps planning each call. Set here,
--- by the catalog, so that no saver function (and no caller's setting) is left
--- out; sql/ is applied again after memori.distribute().
+-- generic plans look dear, so PostgreSQL kept planning each call, but not
+-- every statement: on a worker (a delegated call) some kept a generic plan, and
+-- Citus 14.0.1 then re-plans its shard query at every call and keeps the copy
+-- (citusdata/citus#8824): lg_checkpoint_put and lg_thread_copy grew the worker
+-- backend by 90 kB a call through the helpers they call (a helper's SET clause
+-- overrides its caller's). So force_custom_plan, as every delegated function
+-- (memori._delegated_plans_per_call, sql/950-distribute.sql). Set here, by the
+-- catalog, so that no saver function (and no caller's setting) is left out;
+-- sql/ is applied again after memori.distribute().
 do $do$
 declare
   v_fn regprocedure;
@@ -1257,7 +1263,7 @@ begin
      where p.pronamespace = 'memori'::regnamespace and p.proname ~ '^_?lg_' and p.prokind = 'f'
      order by 1
   loop
-    execute format('alter function %s set plan_cache_mode = auto', v_fn);
+    execute format('alter function %s set plan_cache_mode = force_custom_plan', v_fn);
   end loop;
 end
 $do$;

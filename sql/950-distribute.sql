@@ -582,6 +582,38 @@ comment on function memori.distribute(boolean) is 'On a Citus coordinator: place
 -- distribution argument, inside or outside a transaction block, and every per-user
 -- function accepts a NULL user (it then acts for memori.user_id). Delegate only when every
 -- caller passes the user (docs/scale-out.md, "Delegated calls and the acting user").
+-- _delegated_plans_per_call: a delegated function plans its statements at every call
+--
+-- On a worker, Citus 14.0.1 re-plans the shard query of a kept (generic) plan of a statement on
+-- one table at every call and appends that plan to the kept one, never freed
+-- (citusdata/citus#8824, fixed after 14.0.1): the worker backend of a pooled coordinator
+-- connection grew by 7 to 100 kB per delegated call (docs/scale-out.md, "Delegated calls and the
+-- acting user"). A delegated function therefore runs with plan_cache_mode = force_custom_plan
+-- (its SET clause, which holds for the functions it calls and is undone when it returns): its
+-- statements are planned per call and no generic plan is kept. So does a function that writes a
+-- reference table (kind coordinator): the coordinator holds a copy, written by local execution,
+-- and leaked the same way (project_create, 64 kB a call). Set on the coordinator (Citus
+-- propagates the ALTER to the workers) by distribute_functions() (not in a dry run), and again
+-- at every install (CREATE OR REPLACE drops a SET clause the file does not name). The other
+-- functions, and one server, keep their plans.
+create or replace function memori._delegated_plans_per_call(p_fn regprocedure) returns void
+as $func$
+declare
+  v_path text := pg_catalog.current_setting('search_path');
+begin
+  if exists (select 1 from pg_catalog.pg_proc p where p.oid = p_fn
+                and 'plan_cache_mode=force_custom_plan' = any (coalesce(p.proconfig, '{}'))) then
+    return;
+  end if;
+  -- Citus deparses the function under the current search path and runs the text on the workers
+  perform pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+  execute pg_catalog.format('alter function %s set plan_cache_mode = force_custom_plan', p_fn);
+  perform pg_catalog.set_config('search_path', v_path, true);
+end
+$func$ language plpgsql volatile
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._delegated_plans_per_call(regprocedure) is 'Give a function Citus delegates the SET clause plan_cache_mode = force_custom_plan (Citus 14.0.1 leaks a worker''s kept plans, citusdata/citus#8824).';
+
 do $types$
 begin
   if to_regtype('memori.delegation_row') is null then
@@ -793,6 +825,10 @@ begin
           perform create_distributed_function(v_fn.fn, v_fn.arg, colocate_with => v_anchor, force_delegation => true);
           v_row.status := 'registered';
         end if;
+        if (v_row.kind = 'delegate' and v_row.status in ('registered', 'already'))
+           or v_fn.ref_writes is not null then
+          perform memori._delegated_plans_per_call(v_fn.fn);
+        end if;
       exception when others then
         v_row.status := 'failed: ' || sqlerrm;
         -- a command that failed on a worker leaves that worker's transaction aborted: stop here
@@ -824,6 +860,28 @@ $func$ language plpgsql volatile
 set search_path = pg_catalog, memori, pg_temp;
 comment on function memori.distribute_functions(boolean, boolean) is 'On a Citus coordinator: classify every per-user function (kind delegate, coordinator or waiting) and, with p_delegate, register the delegable ones with create_distributed_function (PM140 without Citus).';
 
+-- every install: the SET clause of the functions registered for delegation and of those that write
+-- a reference table (CREATE OR REPLACE above and in the other files dropped it)
+do $plans$
+declare
+  v_fn   regprocedure;
+  v_path text := pg_catalog.current_setting('search_path');
+begin
+  if not exists (select 1 from pg_catalog.pg_extension where extname = 'citus') then
+    return;
+  end if;
+  perform pg_catalog.set_config('search_path', 'pg_catalog, memori, pg_temp', true);  -- the names as printed
+  for v_fn in
+    select d.function_name::regprocedure from memori.distribute_functions(p_dry_run => true) d
+     where (d.kind = 'delegate' and d.status = 'already')
+        or (d.kind = 'coordinator' and d.reason like 'writes reference table %')
+  loop
+    perform memori._delegated_plans_per_call(v_fn);
+  end loop;
+  perform pg_catalog.set_config('search_path', v_path, true);
+end
+$plans$;
+
 do $grants$
 begin
   if exists (select 1 from pg_catalog.pg_roles where rolname = 'memori_owner') then
@@ -837,6 +895,7 @@ begin
       alter function memori._coordinator_reference_gap() owner to memori_owner;
       alter type memori.delegation_row owner to memori_owner;
       alter function memori.distribute_functions(boolean, boolean) owner to memori_owner;
+      alter function memori._delegated_plans_per_call(regprocedure) owner to memori_owner;
     exception when insufficient_privilege then
       raise notice 'pymemdb: cannot hand the distribution functions to memori_owner; keeping current owner';
     end;
@@ -854,7 +913,8 @@ begin
     if v_grantee = 'public' or exists (select 1 from pg_catalog.pg_roles where rolname = v_grantee) then
       execute format('revoke all on function memori.distribution_plan(), '
                      'memori._distribution_blockers(regclass, text, text), memori.distribute(boolean), memori._cluster_dropped_trigger(regclass, name), '
-                     'memori.distribute_functions(boolean, boolean), memori._coordinator_reference_gap() from %s',
+                     'memori.distribute_functions(boolean, boolean), memori._coordinator_reference_gap(), '
+                     'memori._delegated_plans_per_call(regprocedure) from %s',
                      case when v_grantee = 'public' then 'public' else quote_ident(v_grantee) end);
     end if;
   end loop;
