@@ -563,32 +563,13 @@ set search_path = pg_catalog, memori, pg_temp;
 comment on function memori.distribute(boolean) is 'On a Citus coordinator: place every memori table as memori.distribution_plan() says and report each (PM140 without Citus).';
 
 -------------------------------------------------------------------------------
--- distribute_functions: which per-user functions Citus can delegate to their user's node
---
--- Every public function with a user argument (p_user_id; p_owner_id for memory_save) is
--- classified from the catalog:
---   delegate     every table it reaches (itself and the memori functions it calls) is
---                distributed or a reference table it only reads: registered with
---                create_distributed_function(fn, arg, colocate_with, force_delegation => true)
---                the whole call runs on the worker that holds the user's shards (the
---                client's SET LOCAL memori.user_id travels with it; row-level security
---                holds there);
---   coordinator  it writes a reference table (a write to every node cannot start from a
---                delegated call) or reads other users' rows by design (Citus refuses both
---                in a forced delegation): it runs on the coordinator, statement by statement;
---   waiting      it reaches a table that is not placed yet (named in reason).
--- Registration is opt-in (p_delegate => true): Citus 14.0.1 crashes the coordinator
--- (signal 11, every session dropped) when a registered function is called with a NULL
--- distribution argument, inside or outside a transaction block, and every per-user
--- function accepts a NULL user (it then acts for memori.user_id). Delegate only when every
--- caller passes the user (docs/scale-out.md, "Delegated calls and the acting user").
 -- _delegated_plans_per_call: a delegated function plans its statements at every call
 --
 -- On a worker, Citus 14.0.1 re-plans the shard query of a kept (generic) plan of a statement on
 -- one table at every call and appends that plan to the kept one, never freed
 -- (citusdata/citus#8824, fixed after 14.0.1): the worker backend of a pooled coordinator
--- connection grew by 7 to 100 kB per delegated call (docs/scale-out.md, "Delegated calls and the
--- acting user"). A delegated function therefore runs with plan_cache_mode = force_custom_plan
+-- connection grew by up to 294 kB per delegated call, 15 of 38 functions (docs/scale-out.md,
+-- "Delegated calls and the acting user"). A delegated function therefore runs with plan_cache_mode = force_custom_plan
 -- (its SET clause, which holds for the functions it calls and is undone when it returns): its
 -- statements are planned per call and no generic plan is kept. So does a function that writes a
 -- reference table (kind coordinator): the coordinator holds a copy, written by local execution,
@@ -614,6 +595,26 @@ $func$ language plpgsql volatile
 set search_path = pg_catalog, memori, pg_temp;
 comment on function memori._delegated_plans_per_call(regprocedure) is 'Give a function Citus delegates the SET clause plan_cache_mode = force_custom_plan (Citus 14.0.1 leaks a worker''s kept plans, citusdata/citus#8824).';
 
+-------------------------------------------------------------------------------
+-- distribute_functions: which per-user functions Citus can delegate to their user's node
+--
+-- Every public function with a user argument (p_user_id; p_owner_id for memory_save) is
+-- classified from the catalog:
+--   delegate     every table it reaches (itself and the memori functions it calls) is
+--                distributed or a reference table it only reads: registered with
+--                create_distributed_function(fn, arg, colocate_with, force_delegation => true)
+--                the whole call runs on the worker that holds the user's shards (the
+--                client's SET LOCAL memori.user_id travels with it; row-level security
+--                holds there);
+--   coordinator  it writes a reference table (a write to every node cannot start from a
+--                delegated call) or reads other users' rows by design (Citus refuses both
+--                in a forced delegation): it runs on the coordinator, statement by statement;
+--   waiting      it reaches a table that is not placed yet (named in reason).
+-- Registration is opt-in (p_delegate => true): Citus 14.0.1 crashes the coordinator
+-- (signal 11, every session dropped) when a registered function is called with a NULL
+-- distribution argument, inside or outside a transaction block, and every per-user
+-- function accepts a NULL user (it then acts for memori.user_id). Delegate only when every
+-- caller passes the user (docs/scale-out.md, "Delegated calls and the acting user").
 do $types$
 begin
   if to_regtype('memori.delegation_row') is null then
