@@ -240,6 +240,22 @@ set search_path = pg_catalog, memori, pg_temp;
 comment on function memori._page_write_reference(memori.pages, timestamptz) is 'Derive and store level 3 (reference) of a page for its current version.';
 
 -------------------------------------------------------------------------------
+-- _vm_log_expiry: before page_mutations rows are written: the actor checked, and their expiry
+create or replace function memori._vm_log_expiry(p_s memori.vm_sessions, p_actor text, p_now timestamptz)
+returns timestamptz
+as $func$
+begin
+  if p_actor is null or p_actor not in ('user', 'model', 'tool', 'system') then
+    raise exception 'unknown actor %', coalesce(quote_literal(p_actor), 'NULL')
+      using errcode = 'PM004', hint = 'Use one of: user, model, tool, system.';
+  end if;
+  return memori._vm_retention(p_s.user_id, p_s.session_id, 'page_mutations', p_now);  -- here, not on a shard
+end
+$func$ language plpgsql stable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._vm_log_expiry(memori.vm_sessions, text, timestamptz) is 'Check the actor of page mutations about to be logged (PM004) and return their expiry from the session''s retention policy.';
+
+-------------------------------------------------------------------------------
 -- _page_mutation: append one entry to the mutation log
 create or replace function memori._page_mutation(
   p_s memori.vm_sessions, p_page_id text, p_type text, p_tier_before text, p_tier_after text,
@@ -247,17 +263,11 @@ create or replace function memori._page_mutation(
   p_now timestamptz
 ) returns void
 as $func$
-declare
-  v_expires timestamptz := memori._vm_retention(p_s.user_id, p_s.session_id, 'page_mutations', p_now);  -- here, not on a shard
 begin
-  if p_actor is null or p_actor not in ('user', 'model', 'tool', 'system') then
-    raise exception 'unknown actor %', coalesce(quote_literal(p_actor), 'NULL')
-      using errcode = 'PM004', hint = 'Use one of: user, model, tool, system.';
-  end if;
   insert into memori.page_mutations (session_id, user_id, page_id, at, turn, mutation_type, tier_before, tier_after,
                                      level_before, level_after, tokens_after, actor, cause, expires_at)
   values (p_s.session_id, p_s.user_id, p_page_id, p_now, p_s.turn, p_type, p_tier_before, p_tier_after,
-          p_level_before, p_level_after, p_tokens_after, p_actor, p_cause, v_expires);
+          p_level_before, p_level_after, p_tokens_after, p_actor, p_cause, memori._vm_log_expiry(p_s, p_actor, p_now));
   -- any change to the working set or a page makes cached packs stale
   delete from memori.vm_pack_cache where user_id = p_s.user_id and session_id = p_s.session_id;
 end

@@ -92,16 +92,28 @@ comment on function memori.vm_eviction_candidates(text, text) is 'The evictable 
 
 -------------------------------------------------------------------------------
 -- _vm_evict_run: free at least p_required tokens of L0 (as far as the rules allow)
+-- Each pass first chooses its victims in the policy's order (reads only),
+-- then writes them set-based: one statement per table for all victims, and
+-- the log rows one per victim in that order. Per victim, the writes were
+-- five statements and three function calls (issue 21: with an 8k-token L0
+-- a fault that needs room for a 300-token page evicts ~20 references).
 create or replace function memori._vm_evict_run(
   p_s memori.vm_sessions, p_required integer, p_policy text, p_keep text, p_actor text, p_cause text,
   p_now timestamptz
 ) returns setof memori.vm_eviction
 as $func$
 declare
-  v_policy text := coalesce(p_policy, p_s.eviction_policy);
-  v_freed  integer := 0;
-  v_c      record;
-  v_next   record;
+  v_policy  text := coalesce(p_policy, p_s.eviction_policy);
+  v_freed   integer := 0;
+  v_c       record;
+  v_next    record;
+  v_ids     text[] := '{}';
+  v_before  integer[] := '{}';   -- each victim's level in L0
+  v_after   integer[] := '{}';   -- pass 1: its cheaper level
+  v_tokens  integer[] := '{}';   -- pass 1: its tokens at that level; pass 2: the tokens it held
+  v_saved   integer[] := '{}';   -- pass 1: the tokens its compression freed
+  v_expires timestamptz;
+  i         integer;
 begin
   if v_policy not in ('lru', 'importance_weighted_lru', 'modality_aware_lru') then
     raise exception 'unknown eviction policy %', quote_literal(v_policy)
@@ -120,30 +132,62 @@ begin
      order by r.level
      limit 1;
     continue when not found;
-    perform memori._page_write(p_s.user_id, p_s.session_id, array[v_c.page_id]);
-    update memori.working_set set level = v_next.level, tokens = v_next.tokens
-     where user_id = p_s.user_id and session_id = p_s.session_id and page_id = v_c.page_id;
-    update memori.pages set compression_level = v_next.level
-     where user_id = p_s.user_id and session_id = p_s.session_id and page_id = v_c.page_id;
-    perform memori._page_mutation(p_s, v_c.page_id, 'compress', 'L0', 'L0', v_c.level, v_next.level, v_next.tokens,
-                                  p_actor, p_cause, p_now);
+    v_ids := v_ids || v_c.page_id;
+    v_before := v_before || v_c.level;
+    v_after := v_after || v_next.level;
+    v_tokens := v_tokens || v_next.tokens;
+    v_saved := v_saved || (v_c.tokens - v_next.tokens);
     v_freed := v_freed + v_c.tokens - v_next.tokens;
-    return next row(v_c.page_id, 'compress', v_next.level, 'L0', v_c.tokens - v_next.tokens)::memori.vm_eviction;
   end loop;
+  if cardinality(v_ids) > 0 then
+    v_expires := memori._vm_log_expiry(p_s, p_actor, p_now);
+    perform memori._page_write(p_s.user_id, p_s.session_id, v_ids);
+    -- (array_position, not a join to unnest: a router statement on the user's shard on Citus)
+    update memori.working_set w
+       set level = v_after[array_position(v_ids, w.page_id)], tokens = v_tokens[array_position(v_ids, w.page_id)]
+     where w.user_id = p_s.user_id and w.session_id = p_s.session_id and w.page_id = any (v_ids);
+    update memori.pages p set compression_level = v_after[array_position(v_ids, p.page_id)]
+     where p.user_id = p_s.user_id and p.session_id = p_s.session_id and p.page_id = any (v_ids);
+    for i in 1 .. cardinality(v_ids) loop
+      insert into memori.page_mutations (session_id, user_id, page_id, at, turn, mutation_type, tier_before,
+                                         tier_after, level_before, level_after, tokens_after, actor, cause, expires_at)
+      values (p_s.session_id, p_s.user_id, v_ids[i], p_now, p_s.turn, 'compress', 'L0', 'L0', v_before[i], v_after[i],
+              v_tokens[i], p_actor, p_cause, v_expires);
+      return next row(v_ids[i], 'compress', v_after[i], 'L0', v_saved[i])::memori.vm_eviction;
+    end loop;
+    -- any change to the working set makes cached packs stale
+    delete from memori.vm_pack_cache where user_id = p_s.user_id and session_id = p_s.session_id;
+  end if;
   -- pass 2: evict to L1 in the same order
   if v_freed >= p_required then
     return;
   end if;
+  v_ids := '{}';
+  v_before := '{}';
+  v_tokens := '{}';
   for v_c in select * from memori._vm_candidates(p_s, v_policy, p_keep, false) loop
     exit when v_freed >= p_required;
-    perform memori._page_write(p_s.user_id, p_s.session_id, array[v_c.page_id]);
-    delete from memori.working_set where user_id = p_s.user_id and session_id = p_s.session_id and page_id = v_c.page_id;
-    update memori.pages set tier = 'L1', compression_level = 0, last_evict_turn = p_s.turn
-     where user_id = p_s.user_id and session_id = p_s.session_id and page_id = v_c.page_id;
-    perform memori._page_mutation(p_s, v_c.page_id, 'evict', 'L0', 'L1', v_c.level, null, null, p_actor, p_cause, p_now);
+    v_ids := v_ids || v_c.page_id;
+    v_before := v_before || v_c.level;
+    v_tokens := v_tokens || v_c.tokens;
     v_freed := v_freed + v_c.tokens;
-    return next row(v_c.page_id, 'evict', null, 'L1', v_c.tokens)::memori.vm_eviction;
   end loop;
+  if cardinality(v_ids) > 0 then
+    v_expires := coalesce(v_expires, memori._vm_log_expiry(p_s, p_actor, p_now));
+    perform memori._page_write(p_s.user_id, p_s.session_id, v_ids);
+    delete from memori.working_set
+     where user_id = p_s.user_id and session_id = p_s.session_id and page_id = any (v_ids);
+    update memori.pages set tier = 'L1', compression_level = 0, last_evict_turn = p_s.turn
+     where user_id = p_s.user_id and session_id = p_s.session_id and page_id = any (v_ids);
+    for i in 1 .. cardinality(v_ids) loop
+      insert into memori.page_mutations (session_id, user_id, page_id, at, turn, mutation_type, tier_before,
+                                         tier_after, level_before, level_after, tokens_after, actor, cause, expires_at)
+      values (p_s.session_id, p_s.user_id, v_ids[i], p_now, p_s.turn, 'evict', 'L0', 'L1', v_before[i], null, null,
+              p_actor, p_cause, v_expires);
+      return next row(v_ids[i], 'evict', null, 'L1', v_tokens[i])::memori.vm_eviction;
+    end loop;
+    delete from memori.vm_pack_cache where user_id = p_s.user_id and session_id = p_s.session_id;
+  end if;
   perform memori._vm_l1_overflow(p_s, p_actor, p_now);
 end
 $func$ language plpgsql volatile security invoker
@@ -177,18 +221,13 @@ begin
   if coalesce(cardinality(v_ids), 0) = 0 then
     return;
   end if;
-  -- _page_mutation's check of the actor, before anything is written
-  if p_actor is null or p_actor not in ('user', 'model', 'tool', 'system') then
-    raise exception 'unknown actor %', coalesce(quote_literal(p_actor), 'NULL')
-      using errcode = 'PM004', hint = 'Use one of: user, model, tool, system.';
-  end if;
+  v_expires := memori._vm_log_expiry(p_s, p_actor, p_now);  -- the actor checked before anything is written
   perform memori._page_write(p_s.user_id, p_s.session_id, v_ids);
   update memori.pages p set tier = 'L2'
    where p.user_id = p_s.user_id and p.session_id = p_s.session_id and p.page_id = any (v_ids);
   if not found then
     return;
   end if;
-  v_expires := memori._vm_retention(p_s.user_id, p_s.session_id, 'page_mutations', p_now);
   -- one INSERT per page, in page_id order, each a single-row router INSERT on Citus (an INSERT ... SELECT of
   -- many rows goes through the coordinator's COPY there, which row-level security refuses)
   select array_agg(x order by x) into v_ids from unnest(v_ids) x;
