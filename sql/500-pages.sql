@@ -332,7 +332,8 @@ begin
 
   insert into memori.pages (session_id, user_id, page_id, page_type, modality, role, content, data, artifact_ref,
                             mime_type, size_bytes, tokens, importance, provenance, represents, segment, turn, hint,
-                            dimensions, duration_seconds, created_at, updated_at, last_accessed, dirty, expires_at)
+                            dimensions, duration_seconds, created_at, updated_at, last_accessed, dirty, expires_at,
+                            search_tsv)
   values (p_session_id, v_s.user_id, p_page_id, p_page_type, p_modality, p_role, p_content, p_data, p_artifact_ref,
           -- a searched CASE: Citus evaluates a simple CASE over a parameter into "CASE 'text' WHEN NULL::boolean"
           coalesce(p_mime_type, case when p_modality = 'text' then 'text/plain'
@@ -340,7 +341,8 @@ begin
           coalesce(p_size_bytes, v_bytes),
           coalesce(p_tokens, memori.token_estimate(coalesce(p_content, p_data::text, p_artifact_ref), 'page')),
           case when p_importance < 1e-6 then 0 else p_importance end, coalesce(p_provenance, '{}'), p_represents, p_segment, v_s.turn, p_hint,
-          p_dimensions, p_duration_seconds, p_now, p_now, p_now, true, p_expires_at)
+          p_dimensions, p_duration_seconds, p_now, p_now, p_now, true, p_expires_at,
+          memori.page_search_vector(p_hint, p_content))
   returning * into v_p;
   perform memori._page_write_reference(v_p, p_now);
   if not coalesce(p_add_to_working_set, false) then
@@ -403,6 +405,8 @@ begin
   perform memori._page_write(v_s.user_id, v_p.session_id, array[v_p.page_id]);
   update memori.pages
      set content = coalesce(p_content, content), data = coalesce(p_data, data), tokens = v_new,
+         -- written here, not generated: a generated column is recomputed on every update of the row
+         search_tsv = case when p_content is null then search_tsv else memori.page_search_vector(hint, p_content) end,
          provenance = case when p_provenance is null then provenance
                            else array(select u.x from unnest(p_provenance) with ordinality u(x, o)
                                        group by u.x order by min(u.o)) end,

@@ -64,6 +64,25 @@ set search_path = pg_catalog, memori, pg_temp;
 comment on function memori._vm_search_scope(text, text, text) is 'Check scope and session of a search and return the acting user (argument, memori.user_id, else the session''s owner); PM001, PM005, PM041.';
 
 -------------------------------------------------------------------------------
+-- page_search_vector: the full-text vector search_pages matches for a page
+-- Stored in memori.pages.search_tsv by the functions that write a page's hint
+-- or content (page_create, page_update; a fork's copy carries it). It was a
+-- generated column until migration 0030: PostgreSQL recomputes a stored
+-- generated column on every UPDATE of the row, so every tier move, access
+-- count and level change of a page parsed its content again (~90 µs a row,
+-- a third of a faulting agent's server time; issue 21).
+-- p_hint: the page's hint (weight A); NULL counts as empty
+-- p_content: the page's content (weight B): its first 100,000 characters (a tsvector holds at most 1 MB);
+--   NULL counts as empty
+create or replace function memori.page_search_vector(p_hint text, p_content text) returns tsvector
+as $func$
+  select setweight(to_tsvector('english'::regconfig, coalesce(p_hint, '')), 'A') ||
+         setweight(to_tsvector('english'::regconfig, left(coalesce(p_content, ''), 100000)), 'B')
+$func$ language sql immutable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori.page_search_vector(text, text) is 'The full-text vector of a page (hint weight A, the first 100,000 characters of content weight B, english), as memori.pages.search_tsv stores it; a row inserted into memori.pages directly must set search_tsv to it to be found by text.';
+
+-------------------------------------------------------------------------------
 -- _vm_check_filters: modality, page types and limit of the page-index reads
 create or replace function memori._vm_check_filters(p_modality text, p_page_types text[], p_limit integer)
 returns void

@@ -34,6 +34,7 @@ importlib.import_module("pymemdb.mcp.server")
 # SQL functions deliberately without a client method.
 NO_WRAPPER = {
     "retention_register",  # DBA-only: registering a table is an install-time step
+    "page_search_vector",  # for SQL: what a direct INSERT into memori.pages writes; Python never holds a tsvector
 }
 
 

@@ -281,3 +281,30 @@ def test_user_scope_total_is_exact_up_to_the_threshold_and_a_lower_bound_above(c
     assert [r["page_id"] for r in exact] == [r["page_id"] for r in above]
     session = search(conn, "database", p_limit=2)  # session scope: one exact pass, as before
     assert (session[0]["total_available"], session[0]["total_exact"]) == (6, True)
+
+
+def test_search_vector_is_written_with_the_content_and_kept_through_moves_and_forks(conn: psycopg.Connection) -> None:
+    """search_tsv is written by page_create and page_update (not generated: migration 0030), so a page is
+    found by its current content after an update, a fork's copy, a map and a level change."""
+    conn.execute("select set_config('memori.user_id', 'alice', false)")
+    page(conn, "msg_001", "The first draft mentions kangaroos.", p_hint="zoo notes")
+    page(conn, "msg_002", "Unrelated text.")
+    conn.execute("select memori.page_update(%s, 'msg_001', p_content => 'The new draft mentions penguins.',"
+                 " p_now => %s)", (S, T0))
+    conn.execute("select memori.page_update(%s, 'msg_002', p_data => '{\"a\": 1}'::jsonb, p_now => %s)", (S, T0))
+    conn.execute("select memori.vm_add_page(%s, 'msg_001', 0, p_pin => false, p_now => %s)", (S, T0))
+    conn.execute("select memori.vm_add_page(%s, 'msg_001', 3, p_pin => false, p_now => %s)", (S, T0))
+    conn.execute("select memori.session_fork(%s, 'fork_1', %s)", (S, T0))
+    conn.execute("select memori.page_update('fork_1', 'msg_002', p_content => 'Forked text about owls.', p_now => %s)",
+                 (T0,))
+    assert value(conn, "select count(*) from memori.pages where search_tsv is distinct from "
+                       "memori.page_search_vector(hint, content)") == 0
+    assert value(conn, "select count(*) from memori.pages where session_id = 'fork_1'") >= 1  # the fork's own rows
+    assert [r["page_id"] for r in search(conn, "penguins")] == ["msg_001"]
+    assert search(conn, "kangaroos") == []
+    assert [r["page_id"] for r in search(conn, "zoo")] == ["msg_001"]  # the hint, weight A
+    assert [r["page_id"] for r in search(conn, "owls", p_session_id="fork_1")] == ["msg_002"]
+    assert search(conn, "owls") == []
+    # the column is a plain one: nothing recomputes it behind an UPDATE
+    assert value(conn, "select attgenerated from pg_attribute where attrelid = 'memori.pages'::regclass"
+                       " and attname = 'search_tsv'") == ""

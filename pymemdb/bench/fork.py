@@ -43,7 +43,8 @@ select %(s)s, %(u)s, 'msg_' || lpad(g::text, 7, '0'), 'transcript', 'text',
   from generate_series(1, %(n)s) g
 """
 FIX_TOKENS: LiteralString = """
-update memori.pages set tokens = memori.token_estimate(content, 'page'), size_bytes = octet_length(content)
+update memori.pages set tokens = memori.token_estimate(content, 'page'), size_bytes = octet_length(content),
+                        search_tsv = memori.page_search_vector(hint, content)
  where session_id = %(s)s
 """
 GENERATE_REFERENCES: LiteralString = """
@@ -57,9 +58,9 @@ MANIFEST: LiteralString = "select memori.vm_manifest(%(s)s, 200) where %(p)s::te
 # the naive fork: every row copied
 FULL_COPY_PAGES: LiteralString = """
 insert into memori.pages (session_id, user_id, page_id, page_type, modality, role, tier, content, tokens, size_bytes,
-                          importance, turn, created_at, updated_at, last_accessed)
+                          importance, turn, created_at, updated_at, last_accessed, search_tsv)
 select %(t)s, user_id, page_id, page_type, modality, role, tier, content, tokens, size_bytes, importance, turn,
-       created_at, updated_at, last_accessed
+       created_at, updated_at, last_accessed, search_tsv
   from memori.pages where session_id = %(s)s
 """
 FULL_COPY_REPS: LiteralString = """

@@ -43,7 +43,8 @@ select %(s)s, %(u)s, 'old_' || lpad(g::text, 7, '0'), 'transcript', 'text',
   from generate_series(1, %(n)s) g
 """
 FIX_TOKENS: LiteralString = """
-update memori.pages set tokens = memori.token_estimate(content, 'page'), size_bytes = octet_length(content)
+update memori.pages set tokens = memori.token_estimate(content, 'page'), size_bytes = octet_length(content),
+                        search_tsv = memori.page_search_vector(hint, content)
  where session_id = %(s)s
 """
 

@@ -47,25 +47,26 @@ GOAL_USER_RECALL = 0.95
 # A topic's centre: DIM pseudo-random components in [-1, 1) (hashes of topic and dimension), as CENTRES reads them.
 GENERATE: LiteralString = """
 insert into memori.pages (session_id, user_id, page_id, modality, content, data, artifact_ref, tokens, size_bytes,
-                          created_at, updated_at, last_accessed, embedding)
+                          created_at, updated_at, last_accessed, embedding, search_tsv)
 select 'bench_search_' || lpad((g %% %(sessions)s)::text, 3, '0'), %(u)s, 'p_' || g,
-       case when (g / %(sessions)s) %% 100 = 7 then 'image' else 'text' end,
-       'page ' || g || ' about topic' || a || ' and topic' || b || ': '
+       case when (g / %(sessions)s) %% 100 = 7 then 'image' else 'text' end, c.content,
+       null, case when (g / %(sessions)s) %% 100 = 7 then 'blob:' || g end, 10, 40, %(now)s, %(now)s, %(now)s,
+       (select array_agg(0.6 * (mod(hashint8extended(a * 1000 + i, 21) & 2147483647, 20000) / 10000.0 - 1)
+                         + 0.4 * (mod(hashint8extended(b * 1000 + i, 21) & 2147483647, 20000) / 10000.0 - 1)
+                         + 0.3 * sin(g * 12.9898 + i * 78.233) order by i)
+          from generate_series(1, %(dim)s) i)::public.vector,
+       memori.page_search_vector(null, c.content)
+  from (select g, mod(hashint8extended(g, 1) & 2147483647, %(topics)s) as a,
+               mod(hashint8extended(g, 2) & 2147483647, %(topics)s) as b
+          from generate_series(1, %(n)s) g) x
+ cross join lateral (select 'page ' || g || ' about topic' || a || ' and topic' || b || ': '
          || (select string_agg(w, ' ') from (select ('{notes,agent,memory,user,plan,task,budget,context,search,page,
                  decision,meeting,project,deadline,review,design,database,index,query,cache,latency,error,retry,
                  release,deploy,test,customer,invoice,order,report,summary,draft,email,call,follow,issue,fix,
                  change,risk,owner,team,goal,metric,cost,price,contract,policy,access,backup,storage,model,prompt,
                  token,tool,vector,embedding,cluster,topic,shared,words}'::text[])[
                  1 + mod(hashint8extended(g * 10 + k, 7) & 2147483647, %(words)s)] as w
-                  from generate_series(1, 12) k) ws),
-       null, case when (g / %(sessions)s) %% 100 = 7 then 'blob:' || g end, 10, 40, %(now)s, %(now)s, %(now)s,
-       (select array_agg(0.6 * (mod(hashint8extended(a * 1000 + i, 21) & 2147483647, 20000) / 10000.0 - 1)
-                         + 0.4 * (mod(hashint8extended(b * 1000 + i, 21) & 2147483647, 20000) / 10000.0 - 1)
-                         + 0.3 * sin(g * 12.9898 + i * 78.233) order by i)
-          from generate_series(1, %(dim)s) i)::public.vector
-  from (select g, mod(hashint8extended(g, 1) & 2147483647, %(topics)s) as a,
-               mod(hashint8extended(g, 2) & 2147483647, %(topics)s) as b
-          from generate_series(1, %(n)s) g) x
+                  from generate_series(1, 12) k) ws) as content) c
 """
 CENTRES: LiteralString = """
 select t, array_agg(mod(hashint8extended(t * 1000 + i, 21) & 2147483647, 20000) / 10000.0 - 1 order by i)::float8[]

@@ -29,7 +29,6 @@ import itertools
 import multiprocessing
 import os
 import random
-import re
 import threading
 import time
 from array import array
@@ -40,7 +39,6 @@ from multiprocessing.connection import Connection
 from typing import Any, LiteralString
 
 import psycopg
-from psycopg import sql
 from rich.table import Table
 
 import pymemdb
@@ -48,6 +46,7 @@ from pymemdb.bench import (
     Probe,
     Progress,
     connect,
+    explain_nested,
     fmt,
     latency_summary,
     one,
@@ -160,39 +159,10 @@ SEED05_LATEST: LiteralString = (
 
 
 
-def _function_body(conn: psycopg.Connection[Any], name: str, args: dict[str, Any]) -> sql.SQL:
-    """The installed body of SQL function memori.<name> with its p_* parameters bound to literals.
-
-    EXPLAIN cannot see inside a function with a SET clause; explaining the body
-    read from pg_proc shows the real plan without keeping a copy that drifts.
-    """
-    body = one(conn, "select prosrc from pg_proc where oid = to_regproc(%s)", (f"memori.{name}",))
-    if body is None:
-        raise PymemdbError(f"memori.{name} is not installed", hint="Run pymemdb init.")
-    for param, value in sorted(args.items(), key=lambda kv: -len(kv[0])):
-        # escape backslashes: re.sub reads them in the replacement
-        literal = sql.Literal(value).as_string(conn).replace("\\", "\\\\")
-        body = re.sub(rf"\b{param}\b", literal, body)
-    unbound = sorted(set(re.findall(r"\bp_\w+", body)))
-    if unbound:
-        raise PymemdbError(f"memori.{name}: no value for {', '.join(unbound)}",
-                           hint="The function's parameters changed: update the benchmark.")
-    return sql.SQL(body)
-
-
-
-
-
-
 def _counts(conn: psycopg.Connection[Any]) -> tuple[int, int]:
     row = conn.execute(COUNTS, {"now": NOW}).fetchone()
     assert row is not None
     return int(row[0]), int(row[1])
-
-
-def _explain(conn: psycopg.Connection[Any], query: sql.Composable) -> str:
-    rows = conn.execute(sql.SQL("explain (analyze, buffers) ") + query).fetchall()
-    return "\n".join(r[0] for r in rows)
 
 
 def _generate(conn: psycopg.Connection[Any], rows: int, seed: int, fresh: bool) -> dict[str, Any]:
@@ -617,19 +587,17 @@ def _plan_breakdown(conn: psycopg.Connection[Any]) -> dict[str, Any]:
     """Time and explain the first chunk of the cleanup plan, as cleanup_begin writes it."""
     chunk = one(conn, "select value::int from memori.settings where key = 'cleanup.plan_chunk_rows'")
     total = one(conn, "select memori.cleanup_count(%s)", (NOW,))
-    body = _function_body(conn, "_cleanup_plan", {
-        "p_now": NOW, "p_limit": chunk, "p_after_expires_at": None,
-        # the level of the first row due: where cleanup_begin's first chunk comes from
-        "p_priority": one(conn, "select priority from memori.cleanup_preview(%s, 1000, 1)", (NOW,)),
-        "p_after_table": None, "p_after_row_id": None,
-    })
+    # the level of the first row due: where cleanup_begin's first chunk comes from
+    priority = one(conn, "select priority from memori.cleanup_preview(%s, 1000, 1)", (NOW,))
+    call: LiteralString = "select * from memori._cleanup_plan(%s, %s, %s)"
     with conn.transaction(force_rollback=True):
         conn.execute("set local work_mem = '32MB'")  # as _cleanup_plan_chunk does
         conn.execute("set local enable_sort = off")
         with stopwatch() as elapsed:
-            conn.execute(body).fetchall()
+            conn.execute(call, (NOW, chunk, priority)).fetchall()
         chunk_ms = round(elapsed() * 1000, 1)
-        explain = _explain(conn, body)
+        # the plans of the per-table statements the function runs (EXPLAIN cannot see inside it)
+        explain = explain_nested(conn, call, (NOW, chunk, priority))
     return {"plan_rows": total, "chunk_rows": chunk, "chunks": -(-total // chunk),
             "chunk_query_ms": chunk_ms, "explain_plan_query": explain}
 

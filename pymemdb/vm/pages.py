@@ -103,7 +103,7 @@ class Page:
     duration_seconds: Decimal | None
     expires_at: datetime | None
     embedding: str | None  # pgvector text form '[0.1,...]' (issue 7); NULL: full-text search only
-    search_tsv: str | None  # generated tsvector over hint and content (issue 7)
+    search_tsv: str | None  # tsvector over hint and content, memori.page_search_vector (issue 7)
     gc_marked_at: datetime | None = None  # when memori.vm_gc found the page unreachable (issue 7)
     # a claim a newer one replaces (claim_supersede, issue 15): which, when, why; NULL while current
     superseded_by: str | None = None
