@@ -32,32 +32,32 @@ returns table (page_id text, level integer, tokens integer, page_type text, moda
                keep_score double precision)
 as $func$
   select c.page_id, c.level, c.tokens, c.page_type, c.modality, c.keep_score
-    from (select w.page_id, w.level, w.tokens, p.page_type, p.modality, w.last_access_turn, w.turn_added,
+    from (select w.page_id, w.level, w.tokens, w.page_type, w.modality, w.last_access_turn, w.turn_added,
                  -- a superseded claim is history: evicted like any page, not last (issue 15)
-                 (p.page_type = 'claim' and p.superseded_by is null) as current_claim,
+                 (w.page_type = 'claim' and not w.superseded) as current_claim,
                  -- written out here: a function with SET cannot be inlined, and this runs per mapped page
                  -- the seed's eviction priority by type (claims and index pages very low, summaries and procedures low)
-                 (case when p.superseded_by is not null then 0.0
-                       when p.page_type in ('claim', 'index') then 1.0 when p.page_type = 'procedure' then 0.5
-                       when p.page_type = 'summary' then 0.5 else 0.0 end
+                 (case when w.superseded then 0.0
+                       when w.page_type in ('claim', 'index') then 1.0 when w.page_type = 'procedure' then 0.5
+                       when w.page_type = 'summary' then 0.5 else 0.0 end
                   -- anti-thrash: a page evicted within the cooldown carries a penalty against another eviction
-                  + case when p.last_evict_turn is not null
-                              and p_s.turn - p.last_evict_turn < p_s.eviction_cooldown_turns then 0.5 else 0.0 end
+                  + case when w.last_evict_turn is not null
+                              and p_s.turn - w.last_evict_turn < p_s.eviction_cooldown_turns then 0.5 else 0.0 end
                  )::double precision
                  -- recency, and importance for importance_weighted_lru
                  + case when p_policy = 'importance_weighted_lru'
-                        then 0.5 / (1 + greatest(p_s.turn - w.last_access_turn, 0)) + 0.5 * p.importance
+                        then 0.5 / (1 + greatest(p_s.turn - w.last_access_turn, 0)) + 0.5 * w.importance
                         else 1.0 / (1 + greatest(p_s.turn - w.last_access_turn, 0)) end as keep_score
+            -- the page's columns the order reads are in its working-set row (migration 0031): no join
             from memori.working_set w
-            join memori.pages p on p.user_id = w.user_id and p.session_id = w.session_id and p.page_id = w.page_id
            where w.user_id = p_s.user_id and w.session_id = p_s.session_id
              and not w.pinned
              and w.page_id is distinct from p_keep
-             -- the compress pass only wants pages that can go down a level (checked before the join and sort)
+             -- the compress pass only wants pages that can go down a level
              and (not p_compressible or w.level < 3)
-             and (not p_compressible or p.page_type not in ('index', 'claim', 'procedure'))
+             and (not p_compressible or w.page_type not in ('index', 'claim', 'procedure'))
              -- anti-thrash: pages faulted in during the last fault_protection_turns stay
-             and not (p.last_fault_turn is not null and p_s.turn - p.last_fault_turn < p_s.fault_protection_turns)) c
+             and not (w.last_fault_turn is not null and p_s.turn - w.last_fault_turn < p_s.fault_protection_turns)) c
    -- claims last whatever their score (issue 7): decisions stay available while anything else can go
    order by c.current_claim,
             case when p_policy = 'modality_aware_lru' and c.modality in ('image', 'audio', 'video') then 0 else 1 end,
@@ -320,12 +320,19 @@ begin
   v_pin := coalesce(v_old.pinned, false) or v_reason is not null;
   v_evicted := memori._vm_make_room(p_s, v_tokens, p_page.page_id, p_actor, p_cause, p_now);
   perform memori._page_write(p_s.user_id, p_s.session_id, array[p_page.page_id]);
+  -- with the page's columns the eviction order reads (_vm_candidates): they do not change while it is mapped,
+  -- but for a supersede (sql/550-vm-lifecycle.sql)
   insert into memori.working_set (session_id, page_id, user_id, level, tokens, turn_added, last_access_turn, pinned,
-                                  pin_reason, added_at)
-  values (p_s.session_id, p_page.page_id, p_s.user_id, p_level, v_tokens, p_s.turn, p_s.turn, v_pin, v_reason, p_now)
+                                  pin_reason, added_at, page_type, modality, importance, superseded, last_evict_turn,
+                                  last_fault_turn)
+  values (p_s.session_id, p_page.page_id, p_s.user_id, p_level, v_tokens, p_s.turn, p_s.turn, v_pin, v_reason, p_now,
+          p_page.page_type, p_page.modality, p_page.importance, p_page.superseded_by is not null,
+          p_page.last_evict_turn, p_page.last_fault_turn)
   on conflict (user_id, session_id, page_id) do update
      set level = excluded.level, tokens = excluded.tokens, last_access_turn = excluded.last_access_turn,
-         pinned = excluded.pinned,
+         pinned = excluded.pinned, page_type = excluded.page_type, modality = excluded.modality,
+         importance = excluded.importance, superseded = excluded.superseded,
+         last_evict_turn = excluded.last_evict_turn, last_fault_turn = excluded.last_fault_turn,
          -- an explicit pin replaces a recent-turn or default-set reason (it must outlive turn aging)
          pin_reason = case when excluded.pin_reason = 'explicit' then 'explicit'
                            else coalesce(memori.working_set.pin_reason, excluded.pin_reason) end;

@@ -234,6 +234,9 @@ begin
   update memori.pages set superseded_by = v_new.page_id, superseded_at = p_now, supersede_reason = p_reason
    where user_id = v_s.user_id and id = v_old.id
   returning * into v_old;
+  -- (a mapped page's working-set row carries it for the eviction order)
+  update memori.working_set set superseded = true
+   where user_id = v_s.user_id and session_id = v_s.session_id and page_id = v_old.page_id;
   select level into v_lvl from memori.working_set
    where user_id = v_s.user_id and session_id = v_s.session_id and page_id = v_old.page_id;
   perform memori._page_mutation(v_s, v_old.page_id, 'supersede', v_old.tier, v_old.tier, v_lvl, v_lvl, null, p_actor,

@@ -235,9 +235,11 @@ begin
      where user_id = v_src.user_id and session_id = v_src.session_id and page_id = v_w.page_id;
     v_p := memori._page_copy(v_p.id, v_new.session_id);
     insert into memori.working_set (session_id, page_id, user_id, level, tokens, turn_added, last_access_turn,
-                                    pinned, pin_reason, added_at)
+                                    pinned, pin_reason, added_at, page_type, modality, importance, superseded,
+                                    last_evict_turn, last_fault_turn)
     values (v_new.session_id, v_w.page_id, v_new.user_id, v_w.level, v_w.tokens, v_w.turn_added,
-            v_w.last_access_turn, v_w.pinned, v_w.pin_reason, v_w.added_at);
+            v_w.last_access_turn, v_w.pinned, v_w.pin_reason, v_w.added_at, v_w.page_type, v_w.modality,
+            v_w.importance, v_w.superseded, v_w.last_evict_turn, v_w.last_fault_turn);
     -- the fork's log starts with its working set, so replay at the fork's turn shows it
     perform memori._page_mutation(v_new, v_w.page_id, 'fault_in', v_p.tier, 'L0', null, v_w.level, v_w.tokens,
                                   'system', 'session_fork', p_now);

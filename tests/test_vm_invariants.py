@@ -133,6 +133,16 @@ def test_budget_invariants_hold(conn: psycopg.Connection) -> None:
             assert wrong == []
 
         @invariant()
+        def the_eviction_order_reads_the_pages_columns(self) -> None:
+            # copied into the working-set row when mapped (migration 0031); _vm_candidates reads only them
+            wrong = rows(conn, """
+                select w.page_id from memori.working_set w join memori.pages p using (user_id, session_id, page_id)
+                 where (w.page_type, w.modality, w.importance, w.superseded, w.last_evict_turn, w.last_fault_turn)
+                       is distinct from (p.page_type, p.modality, p.importance, p.superseded_by is not null,
+                                         p.last_evict_turn, p.last_fault_turn)""")
+            assert wrong == []
+
+        @invariant()
         def replay_equals_the_working_set(self) -> None:
             replayed = {(r["page_id"], r["level"], r["tokens"])
                         for r in rows(conn, "select * from memori.vm_context_at_turn(%s, %s)", (S, self.turn))}

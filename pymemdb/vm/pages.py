@@ -140,6 +140,13 @@ class WorkingSetEntry:
     pinned: bool
     pin_reason: str | None
     added_at: datetime
+    # the page's columns the eviction order reads, copied when it is mapped (migration 0031)
+    page_type: str | None
+    modality: str | None
+    importance: float | None
+    superseded: bool
+    last_evict_turn: int | None
+    last_fault_turn: int | None
 
 
 @dataclass(frozen=True)
