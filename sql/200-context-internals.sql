@@ -91,6 +91,53 @@ set search_path = pg_catalog, memori, pg_temp;
 comment on function memori._context_scope_owner(text, text, text, text, text) is 'The scope_owner of a scope (PM004 for an unknown scope, PM001 when its id is missing, PM041 for a project the user is not a member of).';
 
 -------------------------------------------------------------------------------
+-- _context_scope_delete: delete the entries of one scope owner (context_delete, context_cleanup_by_scope)
+-- A user or session entry is the acting user's (keyed by the user: one shard on
+-- Citus); a global or project entry is shared, written by any member (or admin):
+-- every writer's (every shard on Citus, by design).
+-- p_key: only this key; NULL: every key of the owner
+-- p_expired_only: true deletes only the entries expired at p_now
+create or replace function memori._context_scope_delete(
+  p_scope text, p_user_id text, p_owner text, p_key text, p_expired_only boolean, p_now timestamptz
+) returns integer
+as $func$
+declare
+  v_count integer;
+begin
+  if p_scope in ('user', 'session') then
+    delete from memori.context_entries e
+     where e.user_id = p_user_id and e.scope_owner = p_owner and e.scope = p_scope
+       and (p_key is null or e.key = p_key) and (not p_expired_only or e.expires_at <= p_now);
+  else  -- shared entries: written by any member (or admin)
+    delete from memori.context_entries e
+     where e.scope_owner = p_owner and e.scope = p_scope
+       and (p_key is null or e.key = p_key) and (not p_expired_only or e.expires_at <= p_now);
+  end if;
+  get diagnostics v_count = row_count;
+  return v_count;
+end
+$func$ language plpgsql volatile security invoker
+-- optional filters ("p_x is null or col = p_x"): only a plan made for the
+-- values given probes the key in the index; a generic cached plan would not
+set plan_cache_mode = force_custom_plan
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._context_scope_delete(text, text, text, text, boolean, timestamptz) is 'Delete the entries of one scope owner (one key, or every key; only the expired ones when asked): the acting user''s at scope user or session, every writer''s at scope global or project; returns the count.';
+
+-------------------------------------------------------------------------------
+-- _context_scope_rank: how specific a scope is: session 4 > project 3 > user 2 > global 1
+-- The order a key resolves in (context_get, context_resolve, context_search). A
+-- SQL-standard body without SET, so PostgreSQL inlines it into each query: a
+-- function with a pinned search_path is not inlined and would run once per
+-- candidate row (docs/benchmarks.md, bench context).
+create or replace function memori._context_scope_rank(p_scope text) returns integer
+language sql immutable
+begin atomic
+  select case when p_scope operator(pg_catalog.=) 'session' then 4 when p_scope operator(pg_catalog.=) 'project' then 3
+              when p_scope operator(pg_catalog.=) 'user' then 2 else 1 end;
+end;
+comment on function memori._context_scope_rank(text) is 'How specific a context scope is (session 4 > project 3 > user 2 > global 1): the order a key resolves in.';
+
+-------------------------------------------------------------------------------
 -- _context_session: the acting user's session, created on first use
 -- Session ids are unique per user (a key (user_id, session_id)): another
 -- user's session of the same id is another session.
