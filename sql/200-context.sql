@@ -403,10 +403,13 @@ declare
 begin
   v_owner := memori._context_scope_owner(p_scope, v_user, p_project_id, p_session_id,
                                          'deleting a %1$s entry needs its %1$s');
-  if p_key is null then
-    return false;  -- no entry has a NULL key (and NULL means every key to the helper)
+  if p_scope in ('user', 'session') then
+    delete from memori.context_entries e
+     where e.user_id = v_user and e.scope_owner = v_owner and e.key = p_key and e.scope = p_scope;
+  else  -- a shared entry: written by any member (or admin)
+    delete from memori.context_entries e where e.scope_owner = v_owner and e.key = p_key and e.scope = p_scope;
   end if;
-  return memori._context_scope_delete(p_scope, v_user, v_owner, p_key, false, null) > 0;
+  return found;
 end
 $func$ language plpgsql volatile security invoker
 set search_path = pg_catalog, memori, pg_temp;
@@ -516,10 +519,20 @@ as $func$
 declare
   v_user  text := memori._acting_user(p_user_id);
   v_owner text;
+  v_count integer;
 begin
   v_owner := memori._context_scope_owner(p_scope, v_user, p_project_id, p_session_id,
                                          'cleaning %1$s entries needs the %1$s');
-  return memori._context_scope_delete(p_scope, v_user, v_owner, null, p_expired_only, p_now);
+  if p_scope in ('user', 'session') then
+    delete from memori.context_entries e
+     where e.user_id = v_user and e.scope_owner = v_owner and e.scope = p_scope
+       and (not p_expired_only or e.expires_at <= p_now);
+  else  -- shared entries: written by any member (or admin)
+    delete from memori.context_entries e
+     where e.scope_owner = v_owner and e.scope = p_scope and (not p_expired_only or e.expires_at <= p_now);
+  end if;
+  get diagnostics v_count = row_count;
+  return v_count;
 end
 $func$ language plpgsql volatile security invoker
 set search_path = pg_catalog, memori, pg_temp;
