@@ -91,6 +91,20 @@ set search_path = pg_catalog, memori, pg_temp;
 comment on function memori._context_scope_owner(text, text, text, text, text) is 'The scope_owner of a scope (PM004 for an unknown scope, PM001 when its id is missing, PM041 for a project the user is not a member of).';
 
 -------------------------------------------------------------------------------
+-- _context_scope_rank: how specific a scope is: session 4 > project 3 > user 2 > global 1
+-- The order a key resolves in (context_get, context_resolve, context_search). A
+-- SQL-standard body without SET, so PostgreSQL inlines it into each query: a
+-- function with a pinned search_path is not inlined and would run once per
+-- candidate row (docs/benchmarks.md, bench context).
+create or replace function memori._context_scope_rank(p_scope text) returns integer
+language sql immutable
+begin atomic
+  select case when p_scope operator(pg_catalog.=) 'session' then 4 when p_scope operator(pg_catalog.=) 'project' then 3
+              when p_scope operator(pg_catalog.=) 'user' then 2 else 1 end;
+end;
+comment on function memori._context_scope_rank(text) is 'How specific a context scope is (session 4 > project 3 > user 2 > global 1): the order a key resolves in.';
+
+-------------------------------------------------------------------------------
 -- _context_session: the acting user's session, created on first use
 -- Session ids are unique per user (a key (user_id, session_id)): another
 -- user's session of the same id is another session.

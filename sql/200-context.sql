@@ -10,9 +10,9 @@
 --
 -- Which entries a requester sees is one rule, memori._context_visible (the
 -- user's own entries, then the shared ones). Scope specificity (session 4 >
--- project 3 > user 2 > global 1) is written inline as a CASE in each query:
--- a function with a pinned search_path is not inlined and would run once per
--- candidate row.
+-- project 3 > user 2 > global 1) is another, memori._context_scope_rank: a
+-- SQL-standard body without SET, inlined into each query (a function with a
+-- pinned search_path is not inlined and would run once per candidate row).
 
 -------------------------------------------------------------------------------
 -- configuration (kept when re-installing)
@@ -345,7 +345,7 @@ begin
       from memori._context_visible(v_user, p_project_id, p_session_id, p_key, p_key || chr(1)) e
      where e.key = p_key
        and (e.expires_at is null or e.expires_at > p_now)
-     order by case e.scope when 'session' then 4 when 'project' then 3 when 'user' then 2 else 1 end desc
+     order by memori._context_scope_rank(e.scope) desc
      limit 1;
 end
 $func$ language plpgsql stable security invoker
@@ -376,7 +376,7 @@ begin
            e.key::text, e.value, e.scope, e.type, e.id, e.user_id, e.project_id, e.session_id, e.expires_at, e.updated_at
       from memori._context_visible(v_user, p_project_id, p_session_id, v_lo, v_hi) e
      where (e.expires_at is null or e.expires_at > p_now)
-     order by e.key, case e.scope when 'session' then 4 when 'project' then 3 when 'user' then 2 else 1 end desc;
+     order by e.key, memori._context_scope_rank(e.scope) desc;
 end
 $func$ language plpgsql stable security invoker
 set search_path = pg_catalog, memori, pg_temp;
@@ -462,7 +462,7 @@ begin
        and (p_value_contains is null or e.value @> p_value_contains)
        and (p_scopes is null or e.scope = any (p_scopes))
        and (p_types is null or e.type = any (p_types))
-     order by e.key, case e.scope when 'session' then 4 when 'project' then 3 when 'user' then 2 else 1 end desc
+     order by e.key, memori._context_scope_rank(e.scope) desc
      limit p_limit;
 end
 $func$ language plpgsql stable security invoker

@@ -205,8 +205,15 @@ set search_path = pg_catalog, memori, pg_temp;
 comment on function memori._vm_prefetch_apply(memori.vm_sessions, memori.vm_prefetch_item[], text, integer, integer, timestamptz) is 'Fault proposed pages in through page_fault (actor system) in order: those not in L0 at a useful level, within the confidence threshold, one per topic (the message topic and the page''s thrash-index topic), at most the pre-pass budget and the turn''s remaining faults; records served ones in vm_prefetches.';
 
 -------------------------------------------------------------------------------
--- _vm_check_prefetch_args: shared argument checks of vm_prepass and vm_prefetch
-create or replace function memori._vm_check_prefetch_args(p_max_faults integer, p_target_level integer) returns void
+-- _vm_prefetch_session: the shared argument checks of vm_prepass and vm_prefetch, then their session:
+-- locked as every VM writer locks it when they apply (fault pages in), only read when they propose
+create or replace function memori._vm_prefetch_session(
+  p_session_id   text,
+  p_apply        boolean,
+  p_max_faults   integer,
+  p_target_level integer,
+  p_now          timestamptz
+) returns memori.vm_sessions
 as $func$
 begin
   if p_max_faults is not null and p_max_faults < 0 then
@@ -216,10 +223,12 @@ begin
     perform memori._invalid(format('target level must be 0..3, got %s', coalesce(p_target_level::text, 'NULL')),
                             '2 (abstract) is the seed''s default; 0 is the full page.');
   end if;
+  return case when coalesce(p_apply, false) then memori._vm_session(p_session_id, null, false, p_now)
+              else memori._vm_session_read(p_session_id) end;
 end
-$func$ language plpgsql immutable security invoker
+$func$ language plpgsql volatile security invoker
 set search_path = pg_catalog, memori, pg_temp;
-comment on function memori._vm_check_prefetch_args(integer, integer) is 'PM001 unless max faults >= 0 (or NULL) and the target level is 0..3.';
+comment on function memori._vm_prefetch_session(text, boolean, integer, integer, timestamptz) is 'PM001 unless max faults >= 0 (or NULL) and the target level is 0..3; then the VM session, locked when p_apply (PM005 when missing).';
 
 -------------------------------------------------------------------------------
 -- _vm_resident: a page mapped at a level that still carries its content

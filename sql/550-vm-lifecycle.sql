@@ -538,9 +538,7 @@ begin
     perform memori._invalid(format('per-topic matches must be 1..10, got %s', coalesce(p_per_topic::text, 'NULL')),
                             'The seed takes the best 2 matches per topic.');
   end if;
-  perform memori._vm_check_prefetch_args(p_max_faults, p_target_level);
-  v_s := case when coalesce(p_apply, false) then memori._vm_session(p_session_id, null, false, p_now)
-              else memori._vm_session_read(p_session_id) end;
+  v_s := memori._vm_prefetch_session(p_session_id, p_apply, p_max_faults, p_target_level, p_now);
   v_signal := exists (select 1 from memori.vm_recall_signals where enabled and p_user_message ~* pattern);
   v_reason := case when v_signal then 'user_requested_recall' else 'speculative' end;
 
@@ -665,9 +663,7 @@ begin
   if p_recent_turns is null or p_recent_turns < 1 then
     perform memori._invalid('recent turns must be >= 1', 'Likely tools are the ones used in the last 3 turns by default.');
   end if;
-  perform memori._vm_check_prefetch_args(p_max_faults, p_target_level);
-  v_s := case when coalesce(p_apply, false) then memori._vm_session(p_session_id, null, false, p_now)
-              else memori._vm_session_read(p_session_id) end;
+  v_s := memori._vm_prefetch_session(p_session_id, p_apply, p_max_faults, p_target_level, p_now);
 
   -- 1. the last segment summary ("what did we discuss")
   v_p := memori._vm_last_summary(v_s, p_now);

@@ -21,7 +21,7 @@ TRANSACTION_CONTROL = {"memori.cleanup_run(integer,integer,text)",
 INLINED_STRING: set[str] = set()
 INLINED = INLINED_STRING | {
            "memori._store_text_spec(jsonb,text[],text)", "memori._store_item_tsv(jsonb,text)",
-           "memori._store_common_path(text)"}
+           "memori._store_common_path(text)", "memori._context_scope_rank(text)"}
 
 
 def test_every_function_pins_search_path(conn: psycopg.Connection) -> None:
