@@ -386,8 +386,8 @@ create or replace function memori._budget_result(
   p_tokens     integer[],
   p_priorities double precision[],
   p_original   integer[],
-  p_recency    double precision[],
-  p_revenue    double precision[],
+  p_recency    double precision[],  -- (these two: chunks given in the call; NULL for stored chunks, whose
+  p_revenue    double precision[],  -- boosts are read with their content)
   p_available  integer,
   p_opt        jsonb,
   p_cfg        jsonb,
