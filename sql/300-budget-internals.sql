@@ -377,25 +377,25 @@ set search_path = pg_catalog, memori, pg_temp;
 comment on function memori._budget_walk(integer[], text[], integer, jsonb) is 'Greedy budget walk over chunks in priority order (optional per-category caps); positions of the allocated chunks.';
 
 -------------------------------------------------------------------------------
--- _budget_resolve: walk, then the seed's result object
--- (p_total and p_alloc since issue 21: a prefix of the ranking may be passed)
-drop function if exists memori._budget_resolve(anyarray, text[], integer[], double precision[], integer[],
-                                               double precision[], double precision[], integer, jsonb, jsonb, text);
-create or replace function memori._budget_resolve(
+-- _budget_result: walk, then the seed's result as memori.optimization_result
+-- (before issue 21's second pass _budget_resolve built it as one JSON object, which the callers turned into the
+-- row again: every winner's content copied twice more. p_total and p_alloc: a prefix of the ranking may be passed)
+create or replace function memori._budget_result(
   p_ids        anyarray,  -- jsonb[] (given ids) or uuid[] (stored chunks)
   p_types      text[],
   p_tokens     integer[],
   p_priorities double precision[],
   p_original   integer[],
-  p_recency    double precision[],
-  p_revenue    double precision[],
+  p_recency    double precision[],  -- (these two: chunks given in the call; NULL for stored chunks, whose
+  p_revenue    double precision[],  -- boosts are read with their content)
   p_available  integer,
   p_opt        jsonb,
   p_cfg        jsonb,
   p_stored     text,      -- the stored chunks' user (NULL: chunks given in the call)
   p_total      integer default null,  -- how many chunks were ranked; NULL: the arrays' length
-  p_alloc      integer[] default null -- the walk's result over the arrays when the caller has it
-) returns jsonb
+  p_alloc      integer[] default null, -- the walk's result over the arrays when the caller has it
+  p_now        timestamptz default null -- stored chunks: the time their recency boost is computed for
+) returns memori.optimization_result
 as $func$
 -- The arrays describe the chunks in priority order (position i of each is
 -- the i-th chunk). Only allocated chunks and listed conflicts are looked at
@@ -410,6 +410,16 @@ declare
   v_caps      jsonb := case when (p_opt->>'category_budgets')::boolean then p_cfg->'caps' else '{}'::jsonb end;
   v_max_conf  integer := (p_opt->>'max_conflicts')::integer;
   v_max_drop  integer := memori._budget_max_dropped(p_opt, p_cfg);
+  v_original  boolean := p_opt->>'order' = 'original';
+  v_summary_t integer := (p_cfg->>'summary_threshold')::integer;
+  -- stored chunks' recency boost, as context_optimize_stored ranks them
+  v_prefer    boolean := (p_opt->>'prefer_recent')::boolean;
+  v_exp       boolean := p_opt->>'recency_mode' = 'exponential';
+  v_linear    float8 := (p_cfg->>'recency_linear_max')::float8;
+  v_max       float8 := (p_cfg->>'recency_max_boost')::float8;
+  v_rate      float8 := (p_cfg->>'recency_decay_rate')::float8;
+  v_slow      float8 := (p_cfg->>'recency_business_decay_rate')::float8;
+  v_now_us    bigint := case when p_stored is not null then memori._epoch_us(p_now) end;
   v_m         integer := coalesce(cardinality(p_tokens), 0);  -- the chunks in the arrays
   v_n         integer := coalesce(p_total, cardinality(p_tokens), 0);  -- the chunks ranked
   v_budget    integer;
@@ -417,10 +427,7 @@ declare
   v_mask      boolean[];
   v_cats      text[];
   v_first     integer;
-  v_chunks    jsonb;
-  v_used      bigint;
-  v_summary   jsonb;
-  v_metrics   jsonb;
+  v_r         memori.optimization_result;
   v_c1        integer[] := '{}';
   v_c2        integer[] := '{}';
   v_why       text[] := '{}';
@@ -467,132 +474,147 @@ begin
     end loop;
   end if;
 
-  -- the allocated chunks: token spans in output order, metrics in selection order
-  with a as (
-    -- stored chunks rank without their type unless category budgets need it: read it with the content
-    select x.pos, to_jsonb(p_ids[x.pos]) as id,
-           coalesce(p_types[x.pos], case when p_stored is not null
-                                        then (select k.chunk_type from memori.context_chunks k
-                                               where k.user_id = p_stored and k.id = p_ids[x.pos]::text::uuid) end)
-             as chunk_type,
-           p_tokens[x.pos] as tokens,
-           p_priorities[x.pos] as priority, p_original[x.pos] as original_index, p_recency[x.pos] as recency,
-           p_revenue[x.pos] as revenue
-      from unnest(v_alloc) x(pos)
-  ), o as (
-    select a.*, row_number() over (order by case when p_opt->>'order' = 'original' then a.original_index
-                                                 else a.pos end) as out_pos
-      from a
-  ), s as (
-    select o.*, sum(o.tokens) over (order by o.out_pos) - o.tokens as span_start from o
-  )
-  select coalesce(jsonb_agg(jsonb_build_object(
-                    'id', s.id, 'type', s.chunk_type, 'tokens', s.tokens, 'priority', s.priority,
-                    'token_span', jsonb_build_array(s.span_start, s.span_start + s.tokens),
-                    'original_index', s.original_index)
-                  -- stored chunks: the winners' content, and only theirs
-                  || case when p_stored is not null
-                          then jsonb_build_object('content', (select k.content from memori.context_chunks k
-                                                               where k.user_id = p_stored
-                                                                 and k.id = p_ids[s.pos]::text::uuid))
-                          else '{}'::jsonb end
-                  order by s.out_pos), '[]'),
-         coalesce(sum(s.tokens), 0),
-         coalesce(jsonb_agg(s.id order by s.pos) filter (where s.tokens > (p_cfg->>'summary_threshold')::integer),
-                  '[]'),
-         jsonb_build_object('prioritization_score', coalesce(avg(s.priority order by s.pos), 0),
-                            'business_relevance_boost', coalesce(avg(s.revenue order by s.pos), 0),
-                            'recency_boost', coalesce(avg(s.recency order by s.pos), 0))
-    into v_chunks, v_used, v_summary, v_metrics
-    from s;
+  -- The allocated chunks: token spans in output order, metrics in selection
+  -- order. Each chunk's object is built once, from a row (to_jsonb of the
+  -- rows' array), not as an object per chunk gathered again by jsonb_agg.
+  if p_stored is null then
+    select coalesce(to_jsonb(array_agg(c order by s.out_key)), '[]')
+      into v_r.optimized_chunks
+      from (select x.pos, case when v_original then p_original[x.pos] else x.pos end as out_key,
+                   sum(p_tokens[x.pos]) over (order by case when v_original then p_original[x.pos] else x.pos end)
+                     - p_tokens[x.pos] as span_start
+              from unnest(v_alloc) x(pos)) s
+     cross join lateral (select p_ids[s.pos] as id, p_types[s.pos] as type, p_tokens[s.pos] as tokens,
+                                p_priorities[s.pos] as priority,
+                                array[s.span_start, s.span_start + p_tokens[s.pos]] as token_span,
+                                p_original[s.pos] as original_index) c;
+    select jsonb_build_object('prioritization_score', coalesce(avg(p_priorities[x.pos] order by x.pos), 0),
+                              'business_relevance_boost', coalesce(avg(p_revenue[x.pos] order by x.pos), 0),
+                              'recency_boost', coalesce(avg(p_recency[x.pos] order by x.pos), 0))
+      into v_r.optimization_metrics
+      from unnest(v_alloc) x(pos);
+  else
+    -- Stored chunks: the winners' type (the ranking carries it only for category budgets), content, revenue
+    -- boost and recency boost, and only theirs, in one primary key probe each (limit 1: never the whole
+    -- table scanned and hashed, as the planner chose for a join over a small table). The recency boost is
+    -- context_optimize_stored's expression, on the same values: the same double precision numbers, without
+    -- an array of all candidates' boosts (p_recency and p_revenue are NULL here).
+    select coalesce(to_jsonb(array_agg(c order by s.out_key)), '[]'),
+           jsonb_build_object('prioritization_score', coalesce(avg(s.priority order by s.pos), 0),
+                              'business_relevance_boost', coalesce(avg(s.revenue order by s.pos), 0),
+                              'recency_boost', coalesce(avg(s.recency order by s.pos), 0))
+      into v_r.optimized_chunks, v_r.optimization_metrics
+      from (select x.pos, case when v_original then p_original[x.pos] else x.pos end as out_key,
+                   sum(p_tokens[x.pos]) over (order by case when v_original then p_original[x.pos] else x.pos end)
+                     - p_tokens[x.pos] as span_start,
+                   p_priorities[x.pos] as priority, k.chunk_type, k.content, k.revenue_boost as revenue, k.recency
+              from unnest(v_alloc) x(pos)
+              left join lateral (
+                select k.chunk_type, k.content, k.revenue_boost,
+                       case
+                         when k.ts_us is null or not v_prefer then 0::float8
+                         when v_exp then v_max * exp(-(case when k.business then v_slow else v_rate end)
+                                                     * greatest((v_now_us - k.ts_us)::float8 / 1000 / 86400000::float8,
+                                                                0::float8))
+                         else greatest(0::float8,
+                                       least(v_linear, v_linear - (v_now_us - k.ts_us)::float8 / 1000 / 86400000::float8))
+                       end as recency
+                  from memori.context_chunks k
+                 where k.user_id = p_stored and k.id = p_ids[x.pos]::text::uuid
+                 limit 1) k on true) s
+     cross join lateral (select p_ids[s.pos] as id, coalesce(p_types[s.pos], s.chunk_type) as type,
+                                p_tokens[s.pos] as tokens, s.priority,
+                                array[s.span_start, s.span_start + p_tokens[s.pos]] as token_span,
+                                p_original[s.pos] as original_index, s.content) c;
+  end if;
+  select coalesce(sum(p_tokens[x.pos]), 0),
+         coalesce(to_jsonb(array_agg(p_ids[x.pos] order by x.pos) filter (where p_tokens[x.pos] > v_summary_t)),
+                  '[]')
+    into v_r.total_tokens_used, v_r.requires_summarization
+    from unnest(v_alloc) x(pos);
 
   v_mask := array_fill(false, array[v_m]);
   foreach p in array v_alloc loop
     v_mask[p] := true;
   end loop;
-
-  return jsonb_build_object(
-    'optimized_chunks', v_chunks,
-    -- the first max_dropped_ids, in array order: the walk's (chunks_dropped counts them all)
-    'dropped_chunk_ids', to_jsonb(array(select u.id from unnest(p_ids, v_mask) u(id, allocated)
-                                         where not u.allocated limit v_max_drop)),
-    'total_tokens_used', v_used,
-    'tokens_remaining', v_budget - v_used,
-    'tokens_available', p_available,
-    'reserved_tokens', v_reserve,
-    'chunks_dropped', v_n - cardinality(v_alloc),
-    'conflicts', coalesce((select jsonb_agg(jsonb_build_object(
-                                    'chunk1', to_jsonb(p_ids[c.c1]), 'chunk2', to_jsonb(p_ids[c.c2]),
-                                    'conflict_type', 'budget_exceeded',
-                                    'resolution', 'keep_chunk1', 'budget', c.why) order by c.k)
-                             from unnest(v_c1, v_c2, v_why) with ordinality c(c1, c2, why, k)), '[]'),
-    'conflicts_count', case when v_first is null then 0 else (v_n - v_first) - (cardinality(v_alloc) - 1) end,
-    'requires_summarization', v_summary,
-    'optimization_metrics', v_metrics,
-    -- set by _budget_record when the optimisation is persisted; here already, so an
-    -- unpersisted result (the hot path) is returned without copying it again
-    'optimization_id', null);
+  -- the first max_dropped_ids, in array order: the walk's (chunks_dropped counts them all)
+  v_r.dropped_chunk_ids := to_jsonb(array(select u.id from unnest(p_ids, v_mask) u(id, allocated)
+                                           where not u.allocated limit v_max_drop));
+  v_r.tokens_remaining := v_budget - v_r.total_tokens_used;
+  v_r.tokens_available := p_available;
+  v_r.reserved_tokens := v_reserve;
+  v_r.chunks_dropped := v_n - cardinality(v_alloc);
+  -- (as the chunks: the objects built once, from rows)
+  v_r.conflicts := coalesce((select to_jsonb(array_agg(r order by c.k))
+                               from unnest(v_c1, v_c2, v_why) with ordinality c(c1, c2, why, k)
+                              cross join lateral (select p_ids[c.c1] as chunk1, p_ids[c.c2] as chunk2,
+                                                         'budget_exceeded' as conflict_type,
+                                                         'keep_chunk1' as resolution, c.why as budget) r), '[]');
+  v_r.conflicts_count := case when v_first is null then 0 else (v_n - v_first) - (cardinality(v_alloc) - 1) end;
+  -- optimization_id: set by _budget_record when the optimisation is persisted
+  return v_r;
 end
 $func$ language plpgsql stable security invoker
 set search_path = pg_catalog, memori, pg_temp;
-comment on function memori._budget_resolve(anyarray, text[], integer[], double precision[], integer[], double precision[], double precision[], integer, jsonb, jsonb, text, integer, integer[]) is 'Resolve the budget over chunks in priority order (parallel arrays): allocation, drops, conflicts, spans, metrics as the seed''s result object.';
+comment on function memori._budget_result(anyarray, text[], integer[], double precision[], integer[], double precision[], double precision[], integer, jsonb, jsonb, text, integer, integer[], timestamptz) is 'Resolve the budget over chunks in priority order (parallel arrays): allocation, drops, conflicts, spans, metrics as the seed''s result (memori.optimization_result).';
 -------------------------------------------------------------------------------
 -- _budget_record: persist an optimisation and emit its events
-create or replace function memori._budget_record(p_result jsonb, p_source text, p_chunks_count integer,
-                                                 p_opt jsonb, p_session_id text, p_user_id text, p_now timestamptz)
-returns jsonb
+create or replace function memori._budget_record(p_result memori.optimization_result, p_source text,
+                                                 p_chunks_count integer, p_opt jsonb, p_session_id text,
+                                                 p_user_id text, p_now timestamptz)
+returns memori.optimization_result
 as $func$
 declare
   -- the one acting-user rule when a user is given; else memori.user_id, else the stored chunks' owner
-  v_user text := case when p_opt ? 'user_id' then memori._acting_user(p_opt->>'user_id')
-                      else coalesce(nullif(current_setting('memori.user_id', true), ''), p_user_id) end;
-  v_id   uuid;
+  v_user      text := case when p_opt ? 'user_id' then memori._acting_user(p_opt->>'user_id')
+                           else coalesce(nullif(current_setting('memori.user_id', true), ''), p_user_id) end;
+  v_allocated integer;
+  v_conflicts integer;
 begin
   if not (p_opt->>'persist')::boolean then
-    -- _budget_resolve's result already has the key: no copy of a result that can be megabytes
-    return case when p_result ? 'optimization_id' then p_result
-                else p_result || jsonb_build_object('optimization_id', null) end;
+    return p_result;
   end if;
   if v_user is null then
     perform memori._invalid('no user for the optimisation record',
                             'Pass {"user_id": ...} in p_options, SET memori.user_id, or {"persist": false}.');
   end if;
+  v_allocated := jsonb_array_length(p_result.optimized_chunks);
+  v_conflicts := jsonb_array_length(p_result.conflicts);
   perform memori._event_emit('context.optimization.started',
             jsonb_build_object('source', p_source, 'user_id', v_user, 'session_id', p_session_id,
-                               'chunks_count', p_chunks_count, 'tokens_available', p_result->'tokens_available'),
+                               'chunks_count', p_chunks_count, 'tokens_available', p_result.tokens_available),
             p_now);
   insert into memori.context_optimizations (user_id, session_id, source, chunks_count, optimized_count, dropped_count,
                                             conflicts_count, tokens_used, tokens_available, reserved_tokens, metrics,
                                             options, pxyz, created_at, expires_at)
-  values (v_user, p_session_id, p_source, p_chunks_count, jsonb_array_length(p_result->'optimized_chunks'),
-          (p_result->>'chunks_dropped')::integer, jsonb_array_length(p_result->'conflicts'),
-          (p_result->>'total_tokens_used')::integer, (p_result->>'tokens_available')::integer,
-          (p_result->>'reserved_tokens')::integer, p_result->'optimization_metrics', p_opt - 'user_id' - 'session_id' - 'on_error',
+  values (v_user, p_session_id, p_source, p_chunks_count, v_allocated, p_result.chunks_dropped, v_conflicts,
+          p_result.total_tokens_used, p_result.tokens_available, p_result.reserved_tokens,
+          p_result.optimization_metrics, p_opt - 'user_id' - 'session_id' - 'on_error',
           jsonb_build_object('entity', 'context', 'operation', 'optimize', 'source', p_source, 'time', p_now),
           p_now, p_now + memori._budget_retention(p_source))
-  returning id into v_id;
+  returning id into p_result.optimization_id;
   perform memori._event_emit('context.budget.resolved',
-            jsonb_build_object('optimization_id', v_id,
-                               'allocated_count', jsonb_array_length(p_result->'optimized_chunks'),
-                               'dropped_count', p_result->'chunks_dropped', 'tokens_used', p_result->'total_tokens_used',
-                               'tokens_remaining', p_result->'tokens_remaining'), p_now);
-  if (p_result->>'chunks_dropped')::integer > 0 then
+            jsonb_build_object('optimization_id', p_result.optimization_id, 'allocated_count', v_allocated,
+                               'dropped_count', p_result.chunks_dropped, 'tokens_used', p_result.total_tokens_used,
+                               'tokens_remaining', p_result.tokens_remaining), p_now);
+  if p_result.chunks_dropped > 0 then
     perform memori._event_emit('context.chunks_dropped',
-              jsonb_build_object('optimization_id', v_id, 'count', p_result->'chunks_dropped'), p_now);
+              jsonb_build_object('optimization_id', p_result.optimization_id, 'count', p_result.chunks_dropped),
+              p_now);
   end if;
-  if jsonb_array_length(p_result->'conflicts') > 0 then
+  if v_conflicts > 0 then
     perform memori._event_emit('context.conflict_detected',
-              jsonb_build_object('optimization_id', v_id, 'count', jsonb_array_length(p_result->'conflicts'),
-                                 'first', p_result->'conflicts'->0), p_now);
+              jsonb_build_object('optimization_id', p_result.optimization_id, 'count', v_conflicts,
+                                 'first', p_result.conflicts->0), p_now);
   end if;
   perform memori._event_emit('context.optimization.success',
-            jsonb_build_object('optimization_id', v_id, 'tokens_used', p_result->'total_tokens_used',
-                               'chunks_optimized', jsonb_array_length(p_result->'optimized_chunks')), p_now);
-  return p_result || jsonb_build_object('optimization_id', v_id);
+            jsonb_build_object('optimization_id', p_result.optimization_id, 'tokens_used', p_result.total_tokens_used,
+                               'chunks_optimized', v_allocated), p_now);
+  return p_result;
 end
 $func$ language plpgsql volatile security invoker
 set search_path = pg_catalog, memori, pg_temp;
-comment on function memori._budget_record(jsonb, text, integer, jsonb, text, text, timestamptz) is 'Record an optimisation in memori.context_optimizations and emit its events, unless p_opt persist is false.';
+comment on function memori._budget_record(memori.optimization_result, text, integer, jsonb, text, text, timestamptz) is 'Record an optimisation in memori.context_optimizations and emit its events, unless p_opt persist is false.';
 
 -------------------------------------------------------------------------------
 -- _budget_retention: how long rows of a budget table's kind are kept

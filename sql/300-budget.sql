@@ -219,10 +219,10 @@ begin
                                                   v_cfg) s
            order by s.priority desc, s.ts desc nulls last, t.n) c;
   -- steps 3 to 6: budget, greedy walk, result; then persist and events
-  return jsonb_populate_record(null::memori.optimization_result, memori._budget_record(
-           memori._budget_resolve(v_ids, v_types, v_tokens, v_prio, v_orig, v_rec, v_rev, p_available_tokens,
-                                  v_opt, v_cfg, null),
-           'request', v_n, v_opt, v_opt->>'session_id', null, p_now));
+  return memori._budget_record(
+           memori._budget_result(v_ids, v_types, v_tokens, v_prio, v_orig, v_rec, v_rev, p_available_tokens,
+                                 v_opt, v_cfg, null),
+           'request', v_n, v_opt, v_opt->>'session_id', null, p_now);
 exception when others then
   get stacked diagnostics v_state = returned_sqlstate, v_msg = message_text, v_detail = pg_exception_detail,
                           v_hint = pg_exception_hint;
@@ -338,8 +338,6 @@ declare
   v_tokens integer[];
   v_prio   double precision[];
   v_orig   integer[];
-  v_rec    double precision[];
-  v_rev    double precision[];
   v_bases  jsonb := v_cfg->'bases';
   v_caps   boolean;
   v_min    integer;
@@ -349,7 +347,6 @@ declare
   v_budget integer;
   v_alloc  integer[];
   v_left   bigint;
-  v_result jsonb;
   v_owner  text;
   v_state  text;
   v_msg    text;
@@ -384,18 +381,19 @@ begin
   -- order is needed: the first v_k chunks (a top-N sort), checked by the walk
   -- over them, and more (four times as many, at last all) when the prefix
   -- does not decide the result. With invalid arguments everything is ranked
-  -- and _budget_resolve raises the error as before.
+  -- and _budget_result raises the error as before.
   v_budget := p_available_tokens - (v_opt->>'reserve_tokens')::integer;
   v_k := memori._budget_max_dropped(v_opt, v_cfg)::bigint + (v_opt->>'max_conflicts')::bigint + 1024;
   v_k := case when v_budget >= 0 and v_k <= (v_cfg->>'max_stored_chunks')::bigint then v_k end;  -- else: all
   loop
     v_limit := case when v_k < v_n or (v_n is null and v_k is not null) then v_k end;
-    select array_agg(c.id), array_agg(c.chunk_type), array_agg(c.tokens), array_agg(c.priority),
-           array_agg(c.idx), array_agg(c.recency), array_agg(c.revenue_boost)
-      into v_ids, v_types, v_tokens, v_prio, v_orig, v_rec, v_rev
-      -- (the type is carried only when category budgets need it: a narrower sort)
-      from (select c.id, case when v_caps then c.chunk_type end as chunk_type, c.tokens, p.priority, c.idx,
-                   r.recency, c.revenue_boost
+    -- (the type is carried only when category budgets need it: a narrower sort, no array of NULLs; the
+    -- recency and revenue boosts, for the metrics of the allocated chunks only, _budget_result reads with
+    -- their content)
+    select array_agg(c.id), array_agg(c.chunk_type) filter (where v_caps), array_agg(c.tokens),
+           array_agg(c.priority), array_agg(c.idx)
+      into v_ids, v_types, v_tokens, v_prio, v_orig
+      from (select c.id, case when v_caps then c.chunk_type end as chunk_type, c.tokens, p.priority, c.idx
               -- base priorities from the configuration object, not a join per row
               from (select k.id, k.chunk_type, (v_bases->>k.chunk_type)::integer as base_priority, k.tokens,
                            k.ts_us, k.rag_boost, k.business_boost, k.revenue_boost, k.business,
@@ -450,10 +448,9 @@ begin
       using errcode = 'PM003',
             hint = 'Clear old chunks (memori.chunk_clear) or give them a TTL, or raise memori.settings budget.max_stored_chunks.';
   end if;
-  v_result := memori._budget_resolve(v_ids, v_types, v_tokens, v_prio, v_orig, v_rec, v_rev,
-                                     p_available_tokens, v_opt, v_cfg, v_owner, v_n, v_alloc);
-  return jsonb_populate_record(null::memori.optimization_result,
-                               memori._budget_record(v_result, 'stored', v_n, v_opt, p_session_id, v_owner, p_now));
+  return memori._budget_record(memori._budget_result(v_ids, v_types, v_tokens, v_prio, v_orig, null, null,
+                                                     p_available_tokens, v_opt, v_cfg, v_owner, v_n, v_alloc, p_now),
+                               'stored', v_n, v_opt, p_session_id, v_owner, p_now);
 exception when others then
   get stacked diagnostics v_state = returned_sqlstate, v_msg = message_text, v_detail = pg_exception_detail,
                           v_hint = pg_exception_hint;

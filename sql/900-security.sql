@@ -231,7 +231,7 @@ begin
                              memori.chunk_clear(text),
                              memori.context_optimize(jsonb, integer, jsonb, timestamptz),
                              memori.context_optimize_stored(text, integer, jsonb, timestamptz),
-                             memori._budget_record(jsonb, text, integer, jsonb, text, text, timestamptz),
+                             memori._budget_record(memori.optimization_result, text, integer, jsonb, text, text, timestamptz),
                              memori._budget_failed(jsonb, jsonb, text, text, text, text, timestamptz)
     from memori_cleaner;
 
