@@ -14,7 +14,8 @@
 -- configuration
 insert into memori.settings (key, value, description) values
   ('vm.search_exact_max', '5000', 'User-scoped search ranks vectors exactly up to this many matching pages, above it through the HNSW index with iterative scans.'),
-  ('vm.search_candidates', '50', 'Each ranking (full text, vectors) contributes at least this many candidates to the fusion (at most 200, at least p_limit).')
+  ('vm.search_candidates', '50', 'Each ranking (full text, vectors) contributes at least this many candidates to the fusion (at most 200, at least p_limit).'),
+  ('vm.search_ef_search', '200', 'hnsw.ef_search (1..1000) of the HNSW ranking of a user-scoped search: the larger, the better its recall and the slower it is; set for that statement only.')
 on conflict (key) do nothing;
 
 -------------------------------------------------------------------------------
@@ -275,6 +276,30 @@ set search_path = pg_catalog, memori, pg_temp;
 comment on function memori.page_embedding_set(text, text, public.vector, timestamptz) is 'Store (or clear with NULL) the embedding of a page for hybrid search; PM001 on a wrong dimension, PM005 when the page is missing.';
 
 -------------------------------------------------------------------------------
+-- _vm_hnsw_set: pgvector's hnsw.ef_search and hnsw.iterative_scan from here to the end of the transaction
+-- SET LOCAL statements, not set_config() or a SET clause: Citus sends those (and only those, with
+-- citus.propagate_set_commands = local, docs/scale-out.md) to the workers of the transaction, where
+-- the shard query of a coordinator-run search runs. SET is refused in a stable function
+-- (search_pages), hence this volatile one. Returns the values it replaced, to be set back with it.
+create or replace function memori._vm_hnsw_set(p_ef_search text, p_iterative_scan text) returns text[]
+as $func$
+declare
+  v_was text[] := array[coalesce(current_setting('hnsw.ef_search', true), '40'),
+                        coalesce(current_setting('hnsw.iterative_scan', true), 'off')];
+begin
+  if p_ef_search is distinct from v_was[1] then
+    execute format('set local hnsw.ef_search = %L', p_ef_search);
+  end if;
+  if p_iterative_scan is distinct from v_was[2] then
+    execute format('set local hnsw.iterative_scan = %L', p_iterative_scan);
+  end if;
+  return v_was;
+end
+$func$ language plpgsql volatile security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._vm_hnsw_set(text, text) is 'SET LOCAL hnsw.ef_search and hnsw.iterative_scan (on Citus also on the transaction''s workers) unless already so; returns the previous values, to set them back.';
+
+-------------------------------------------------------------------------------
 -- search_pages: hybrid full-text + vector search, fused by reciprocal rank
 -- (issue 21 added p_exact_total: the old signature goes)
 -- p_session_id: the VM session searched (PM005 when missing, PM041 when another user's); in scope 'user'
@@ -335,6 +360,8 @@ declare
   v_t_session text[];  -- the keys of the pages returned
   v_t_page text[];
   v_citus  boolean := current_setting('citus.version', true) is not null;
+  v_hnsw_was text[];  -- the caller's hnsw.ef_search and hnsw.iterative_scan
+  v_plans_was text;  -- the caller's plan_cache_mode, while a filtered search plans per call
 begin
   perform memori._vm_check_filters(p_modality, p_page_types, p_limit);
   perform memori._vm_check_embedding(p_query_embedding);
@@ -404,6 +431,15 @@ begin
         into v_total, v_ft, v_vec;
     end if;
   else
+    -- A filter (p_modality, p_page_types) is served by idx_pages_user_filters only in a plan
+    -- made for its values: PL/pgSQL keeps a generic plan after five calls when it looks no
+    -- dearer, and the count's generic plan reads every page of the user (68 ms among 100k
+    -- pages for 1,000 images, against 0.5 ms through the index). A filtered search plans its
+    -- statements per call (~0.2 ms each) and sets the caller's plan_cache_mode back after them.
+    if p_modality is not null or p_page_types is not null then
+      v_plans_was := current_setting('plan_cache_mode');
+      perform set_config('plan_cache_mode', 'force_custom_plan', true);
+    end if;
     -- ranking 1: full text (weights: hint A, content B), best v_k, through the GIN index
     if numnode(v_tsq) > 0 then
       select coalesce(array_agg(id order by r desc, id desc), '{}') into v_ft
@@ -440,8 +476,15 @@ begin
     -- exactly; above, through the HNSW index with iterative scans (relaxed
     -- order, re-sorted here), which keep scanning until the filters have let
     -- v_k rows through.
+    -- The scan's candidate list is vm.search_ef_search long: pgvector's default (40) found
+    -- 0.75 of the exact top 10 among overlapping topics. _vm_hnsw_set sets both for the
+    -- ranking, here and on a Citus worker that runs it, and the caller's values right after.
     if p_query_embedding is not null then
       if v_total > v_exact then
+        v_hnsw_was := memori._vm_hnsw_set(
+          least(1000, greatest(1, coalesce((select (value #>> '{}')::integer from memori.settings
+                                             where key = 'vm.search_ef_search'), 40)))::text,
+          'relaxed_order');
         select coalesce(array_agg(id order by d, id), '{}') into v_vec
           from (select p.id, p.embedding operator(public.<=>) p_query_embedding as d
                   from memori.pages p
@@ -451,6 +494,7 @@ begin
                    and (p_page_types is null or p.page_type = any (p_page_types))
                  order by p.embedding operator(public.<=>) p_query_embedding
                  limit v_k) a;
+        perform memori._vm_hnsw_set(v_hnsw_was[1], v_hnsw_was[2]);
       end if;
       -- exact ranking: small scopes, and the fallback when the index scan came back
       -- short (hnsw.max_scan_tuples reached, or fewer embedded pages than v_k)
@@ -466,6 +510,9 @@ begin
         select coalesce(array_agg(id order by d, id), '{}') into v_vec
           from (select id, d from c order by d, id limit v_k) e;
       end if;
+    end if;
+    if v_plans_was is not null then
+      perform set_config('plan_cache_mode', v_plans_was, true);
     end if;
   end if;
 
@@ -528,8 +575,7 @@ begin
      order by t.o;
 end
 $func$ language plpgsql stable security invoker
-set search_path = pg_catalog, memori, pg_temp
-set hnsw.iterative_scan = 'relaxed_order';
+set search_path = pg_catalog, memori, pg_temp;
 comment on function memori.search_pages(text, text, public.vector, text, text[], integer, text, text, timestamptz, boolean) is 'Hybrid page search (full-text rank + cosine distance, reciprocal-rank fusion k=60) in a session or all the user''s sessions: metadata, never content; superseded claims after current pages, the newer page first on a tie; never fewer than p_limit rows when that many match. total_available is exact in session scope and with p_exact_total; otherwise, in user scope, it stops at vm.search_exact_max + 1 (total_exact false: a lower bound).';
 
 -------------------------------------------------------------------------------

@@ -200,6 +200,50 @@ def test_never_fewer_than_limit_with_a_one_percent_filter_on_hnsw(conn: psycopg.
     assert [r["page_id"] for r in cut] == [r["page_id"] for r in exact]
 
 
+def test_the_hnsw_ranking_sets_its_ef_search_and_leaves_the_callers_settings(conn: psycopg.Connection) -> None:
+    """Issue 21: vm.search_ef_search (and the iterative scan) are set for the HNSW ranking alone: after the
+    call the caller's hnsw.ef_search and hnsw.iterative_scan are what they were, set for the session or
+    for the transaction (SET LOCAL statements inside a function outlive it unless set back)."""
+    assert value(conn, "select value #>> '{}' from memori.settings where key = 'vm.search_ef_search'") == "200"
+    for i in range(12):
+        page(conn, f"v{i}", f"vector page {i}", embedding=unit(100 + i))
+    q = vec(unit(105))
+    exact = [r["page_id"] for r in search(conn, None, p_scope="user", p_query_embedding=q, p_limit=3)]
+    assert exact[0] == "v5"
+    conn.execute("update memori.settings set value = '2' where key = 'vm.search_exact_max'")
+    conn.execute("analyze memori.pages")
+    for knob in ("enable_seqscan", "enable_bitmapscan", "enable_sort"):  # take the index, as at scale
+        conn.execute(f"set {knob} = off")
+    shown = "select current_setting('hnsw.ef_search'), current_setting('hnsw.iterative_scan')"
+    scans = "select idx_scan from pg_stat_user_indexes where indexrelname = 'idx_pages_embedding_hnsw'"
+    conn.execute("set hnsw.ef_search = 17")
+    conn.execute("set hnsw.iterative_scan = off")
+    conn.execute("select pg_stat_force_next_flush()")
+    before = value(conn, scans)
+    found = search(conn, None, p_scope="user", p_query_embedding=q, p_limit=3)
+    conn.execute("select pg_stat_force_next_flush()")
+    conn.execute("select pg_stat_clear_snapshot()")
+    assert value(conn, scans) > before  # the HNSW path
+    assert [r["page_id"] for r in found] == exact
+    assert conn.execute(shown).fetchone() == ("17", "off")
+    # a filtered search plans per call (plan_cache_mode) and sets the caller's mode back too
+    conn.execute("set plan_cache_mode = force_generic_plan")
+    assert [r["page_id"] for r in search(conn, None, p_scope="user", p_query_embedding=q, p_limit=3,
+                                         p_modality="text")] == exact
+    assert value(conn, "select current_setting('plan_cache_mode')") == "force_generic_plan"
+    conn.execute("reset plan_cache_mode")
+    with conn.transaction():
+        conn.execute("set local hnsw.ef_search = 23")
+        conn.execute("set local hnsw.iterative_scan = strict_order")
+        assert [r["page_id"] for r in search(conn, None, p_scope="user", p_query_embedding=q, p_limit=3)] == exact
+        assert conn.execute(shown).fetchone() == ("23", "strict_order")
+    assert conn.execute(shown).fetchone() == ("17", "off")
+    # the setting is clamped to pgvector's range (1..1000) rather than failing the search
+    conn.execute("update memori.settings set value = '5000' where key = 'vm.search_ef_search'")
+    assert [r["page_id"] for r in search(conn, None, p_scope="user", p_query_embedding=q, p_limit=3)] == exact
+    assert conn.execute(shown).fetchone() == ("17", "off")
+
+
 def chain_setup(conn: psycopg.Connection) -> None:
     page(conn, "msg_1", "a")
     page(conn, "msg_2", "b")

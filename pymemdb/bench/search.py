@@ -13,8 +13,9 @@ all the timed queries):
 1. session scope: ``search_pages`` (vector only, limit 10) p95 against the
    baseline of a primary-key read, and recall@10 against exact ranking
    (goal: recall 1.0, p95 <= 10 ms);
-2. user scope (all 100 sessions): the HNSW path with iterative scans,
-   recall@10 against exact ranking (goal >= 0.95);
+2. user scope (all 100 sessions): the HNSW path with iterative scans and
+   ``vm.search_ef_search`` (reported), recall@10 against exact ranking
+   (goal >= 0.95);
 3. user scope with the 1 % filter (modality image): rows returned (must be
    10 every time) and recall@10;
 4. user scope with ``p_exact_total`` (every match counted, as before issue
@@ -159,9 +160,11 @@ def run(dsn: str, rows: int = 100_000, *, seed: int = 1, progress: Progress | No
         if progress:
             progress(f"generated {rows:,} pages with embeddings and indexes in {generate_s} s")
         centres = [list(r[1]) for r in conn.execute(CENTRES, (TOPICS, DIM)).fetchall()]
+        ef_search = conn.execute("select memori.setting_get('vm.search_ef_search') #>> '{}'").fetchone()
         found = _scenarios(conn, rng, rows, queries, centres)
     return {"suite": "search", "rows": rows, "seed": seed, "generate_s": generate_s,
-            "topics": TOPICS, "queries_per_scenario": queries, **found,
+            "topics": TOPICS, "queries_per_scenario": queries,
+            "ef_search": ef_search[0] if ef_search else None, **found,
             "goals": {"session_p95_ms": GOAL_P95_MS, "session_recall": 1.0, "user_recall": GOAL_USER_RECALL,
                       "user_p95_ms": GOAL_P95_MS}}
 
@@ -172,7 +175,9 @@ def render(result: dict[str, Any]) -> list[Table]:
     for col in ("scenario", "p50 ms", "p95 ms", "baseline p95 ms", "ratio p95", "recall@10", "min recall",
                 "fewer than k"):
         t.add_column(col, justify="left" if col == "scenario" else "right")
-    for key, name in (("session", "session scope (exact)"), ("user", "user scope (HNSW, iterative)"),
+    hnsw = f"user scope (HNSW, iterative, ef_search {result['ef_search']})" if result.get("ef_search") \
+        else "user scope (HNSW, iterative)"
+    for key, name in (("session", "session scope (exact)"), ("user", hnsw),
                       ("user_filtered_1pct", "user scope, 1 % filter"),
                       ("user_exact_total", "user scope, exact total (p_exact_total)")):
         if key not in result:

@@ -216,6 +216,56 @@ def test_vm_pages_on_the_cluster(vm_cluster: tuple[str, str]) -> None:
         assert "Task Count: 1" in plan, plan
 
 
+def _unit(seed: int, dim: int = 384) -> str:
+    """A deterministic unit vector (pgvector's text form)."""
+    v = [((seed * 7919 + i * 104729) % 2003) / 1001.0 - 1.0 for i in range(dim)]
+    norm = sum(x * x for x in v) ** 0.5
+    return "[" + ",".join(f"{x / norm:.6f}" for x in v) + "]"
+
+
+def test_user_scope_hnsw_ranking_gets_its_settings_on_the_worker(vm_cluster: tuple[str, str]) -> None:
+    """Issue 21: the HNSW ranking of a user-scope search runs on the worker with vm.search_ef_search and an
+    iterative scan (SET LOCAL, which Citus sends to the transaction's workers; a function's SET clause
+    and set_config() stay on the coordinator), and the caller's values are sent back after it."""
+    dsn, _app = vm_cluster
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        with conn.transaction():
+            _as(conn, "alice")
+            for i in range(12):
+                conn.execute("select memori.page_create('s-vec', %s, %s, p_add_to_working_set => false)",
+                             (f"v{i}", f"vector page {i}"))
+                conn.execute("select memori.page_embedding_set('s-vec', %s, %s::public.vector)", (f"v{i}", _unit(i)))
+        exact = ("select page_id from memori.search_pages(null, null, %s::public.vector, p_scope => 'user',"
+                 " p_limit => 3)")
+        with conn.transaction():
+            _as(conn, "alice")
+            want = [r[0] for r in conn.execute(exact, (_unit(5),))]
+        assert want[0] == "v5"
+        conn.execute("update memori.settings set value = '2' where key = 'vm.search_exact_max'")
+        try:
+            sent = _remote_commands(conn, exact, (_unit(5),))
+            with conn.transaction():
+                _as(conn, "alice")
+                got = [r[0] for r in conn.execute(exact, (_unit(5),))]
+                after = conn.execute("select current_setting('hnsw.ef_search'),"
+                                     " current_setting('hnsw.iterative_scan')").fetchone()
+        finally:
+            conn.execute("update memori.settings set value = '5000' where key = 'vm.search_exact_max'")
+    assert got == want
+    assert after == ("40", "off")
+    commands = [c for c, _ in sent]
+    ranking = next(i for i, c in enumerate(commands) if "<=>" in c and "LIMIT" in c.upper())
+    before = " ".join(commands[:ranking + 1]).lower()  # a SET LOCAL rides on the BEGIN of a new connection
+    later = " ".join(commands[ranking + 1:]).lower()
+    def setting(name: str, value: str) -> str:
+        return rf"set local hnsw\.{name} (=|to) '?{value}'?"
+
+    assert re.search(setting("ef_search", "200"), before), sent
+    assert re.search(setting("iterative_scan", "relaxed_order"), before), sent
+    assert re.search(setting("ef_search", "40"), later) and re.search(setting("iterative_scan", "off"), later), sent
+    assert len({where.split(" connectionId")[0] for _, where in sent}) == 1, sent
+
+
 # The readers that resolve fork ancestry through memori.vm_visible_pages, each called on a session and on a
 # fork of it (issue 20): every statement they send reaches one worker and only the user's shard group.
 VIEW_READERS = {
