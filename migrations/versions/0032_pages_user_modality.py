@@ -1,7 +1,7 @@
 """The page search's filters through an index (issue 21): ``pages (user_id, modality, page_type)``.
 
-Revision ID: 0030
-Revises: 0029
+Revision ID: 0032
+Revises: 0031
 Create Date: 2026-11-29
 
 Run-once DDL only; the search is sql/540-vm-search.sql.
@@ -24,8 +24,8 @@ memori function.
 
 from alembic import op
 
-revision = "0030"
-down_revision = "0029"
+revision = "0032"
+down_revision = "0031"
 branch_labels = None
 depends_on = None
 
