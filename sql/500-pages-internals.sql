@@ -61,6 +61,7 @@ as $func$
     when 'eviction policy' then array['lru', 'importance_weighted_lru', 'modality_aware_lru']
     when 'fault confidence threshold' then array['explicit', 'referenced', 'speculative']
     when 'VM prompt mode' then array['strict', 'relaxed', 'passive']
+    when 'actor' then array['user', 'model', 'tool', 'system']
   end
 $func$ language sql immutable parallel safe security invoker
 set search_path = pg_catalog, memori, pg_temp;
@@ -245,10 +246,7 @@ create or replace function memori._vm_log_expiry(p_s memori.vm_sessions, p_actor
 returns timestamptz
 as $func$
 begin
-  if p_actor is null or p_actor not in ('user', 'model', 'tool', 'system') then
-    raise exception 'unknown actor %', coalesce(quote_literal(p_actor), 'NULL')
-      using errcode = 'PM004', hint = 'Use one of: user, model, tool, system.';
-  end if;
+  perform memori._vm_check_choice('actor', p_actor);
   return memori._vm_retention(p_s.user_id, p_s.session_id, 'page_mutations', p_now);  -- here, not on a shard
 end
 $func$ language plpgsql stable security invoker
