@@ -477,7 +477,8 @@ begin
     -- order, re-sorted here), which keep scanning until the filters have let
     -- v_k rows through.
     -- The scan's candidate list is vm.search_ef_search long: pgvector's default (40) found
-    -- 0.75 of the exact top 10 among overlapping topics. _vm_hnsw_set sets both for the
+    -- 0.63-0.78 of the exact top 10 among overlapping topics, 200 finds 0.95-0.97 (bench
+    -- search, docs/benchmarks.md). _vm_hnsw_set sets both for the
     -- ranking, here and on a Citus worker that runs it, and the caller's values right after.
     if p_query_embedding is not null then
       if v_total > v_exact then
