@@ -576,7 +576,12 @@ begin
      order by t.o;
 end
 $func$ language plpgsql stable security invoker
-set search_path = pg_catalog, memori, pg_temp;
+set search_path = pg_catalog, memori, pg_temp
+-- the SET clause restores the caller's plan_cache_mode when the call ends, whatever the body set
+-- with set_config() (on Citus, per statement): without it a call run on the coordinator left
+-- force_custom_plan in the caller's transaction. (A delegated call's clause is force_custom_plan:
+-- memori._delegated_plans_per_call.)
+set plan_cache_mode = auto;
 comment on function memori.search_pages(text, text, public.vector, text, text[], integer, text, text, timestamptz, boolean) is 'Hybrid page search (full-text rank + cosine distance, reciprocal-rank fusion k=60) in a session or all the user''s sessions: metadata, never content; superseded claims after current pages, the newer page first on a tie; never fewer than p_limit rows when that many match. total_available is exact in session scope and with p_exact_total; otherwise, in user scope, it stops at vm.search_exact_max + 1 (total_exact false: a lower bound).';
 
 -------------------------------------------------------------------------------

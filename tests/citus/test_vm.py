@@ -246,13 +246,17 @@ def test_user_scope_hnsw_ranking_gets_its_settings_on_the_worker(vm_cluster: tup
             sent = _remote_commands(conn, exact, (_unit(5),))
             with conn.transaction():
                 _as(conn, "alice")
+                conn.execute("set local plan_cache_mode = force_generic_plan")
                 got = [r[0] for r in conn.execute(exact, (_unit(5),))]
                 after = conn.execute("select current_setting('hnsw.ef_search'),"
-                                     " current_setting('hnsw.iterative_scan')").fetchone()
+                                     " current_setting('hnsw.iterative_scan'),"
+                                     " current_setting('plan_cache_mode')").fetchone()
         finally:
             conn.execute("update memori.settings set value = '5000' where key = 'vm.search_exact_max'")
     assert got == want
-    assert after == ("40", "off")
+    # the caller's settings are theirs again after the call (plan_cache_mode: the function's SET clause
+    # undoes the body's per-statement set_config on Citus)
+    assert after == ("40", "off", "force_generic_plan")
     commands = [c for c, _ in sent]
     ranking = next(i for i, c in enumerate(commands) if "<=>" in c and "LIMIT" in c.upper())
     before = " ".join(commands[:ranking + 1]).lower()  # a SET LOCAL rides on the BEGIN of a new connection
