@@ -78,23 +78,46 @@ set search_path = pg_catalog, memori, pg_temp;
 comment on function memori._is_business(jsonb) is 'True when chunk metadata has a business field: such chunks decay slower (recency_mode exponential).';
 
 -------------------------------------------------------------------------------
+-- _recency_curve: the recency boost of an age, from options and configuration already read
+-- The one recency rule: _recency_boost (chunks given in the call), the stored
+-- ranking of context_optimize_stored and the stored winners' metrics of
+-- _budget_result use it. Linear (the seed's workflow): max(0, linear_max -
+-- age in days); a timestamp in the future counts as age 0. Exponential:
+-- max_boost * exp(-rate * days), with the slower rate for business chunks. No
+-- timestamp (age NULL), or prefer_recent false: no boost. A SQL-standard body
+-- without SET, so PostgreSQL inlines it into the ranking statement: a function
+-- with a pinned search_path is not inlined and would run once per chunk.
+create or replace function memori._recency_curve(
+  p_age_ms   double precision,  -- (now - timestamp) in milliseconds; NULL: no timestamp
+  p_business boolean,           -- business metadata: the slower exponential rate
+  p_prefer   boolean,           -- option prefer_recent
+  p_exp      boolean,           -- option recency_mode is 'exponential'
+  p_linear   double precision,  -- budget.recency_linear_max
+  p_max      double precision,  -- budget.recency_max_boost
+  p_rate     double precision,  -- budget.recency_decay_rate
+  p_slow     double precision   -- budget.recency_business_decay_rate
+) returns double precision
+language sql immutable
+begin atomic
+  select case
+    when p_age_ms is null or not p_prefer then 0::pg_catalog.float8
+    when p_exp then p_max * pg_catalog.exp(-(case when p_business then p_slow else p_rate end)
+                                           * greatest(p_age_ms / 86400000::pg_catalog.float8, 0::pg_catalog.float8))
+    else greatest(0::pg_catalog.float8, least(p_linear, p_linear - p_age_ms / 86400000::pg_catalog.float8))
+  end;
+end;
+comment on function memori._recency_curve(double precision, boolean, boolean, boolean, double precision, double precision, double precision, double precision) is 'Recency boost of an age in milliseconds: linear max(0, linear_max - days) or exponential max_boost * exp(-rate * days); inlined into the ranking.';
+
+-------------------------------------------------------------------------------
 -- _recency_boost: the recency boost of a chunk of a given age
 create or replace function memori._recency_boost(p_age_ms double precision, p_business boolean, p_opt jsonb, p_cfg jsonb)
 returns double precision
 as $func$
-  -- Linear (the seed's workflow): max(0, 20 - age in days); a timestamp in
-  -- the future counts as age 0. Exponential: 15 * exp(-rate * days), with
-  -- the slower rate for business chunks. No timestamp, no boost.
-  select case
-    when p_age_ms is null or not (p_opt->>'prefer_recent')::boolean then 0::float8
-    when p_opt->>'recency_mode' = 'exponential' then
-      (p_cfg->>'recency_max_boost')::float8
-      * exp(-(case when p_business then (p_cfg->>'recency_business_decay_rate')::float8
-                   else (p_cfg->>'recency_decay_rate')::float8 end)
-            * greatest(p_age_ms / 86400000::float8, 0::float8))
-    else greatest(0::float8, least((p_cfg->>'recency_linear_max')::float8,
-                                   (p_cfg->>'recency_linear_max')::float8 - p_age_ms / 86400000::float8))
-  end
+  -- _recency_curve with the options and configuration read from their objects
+  select memori._recency_curve(p_age_ms, p_business, (p_opt->>'prefer_recent')::boolean,
+                               p_opt->>'recency_mode' = 'exponential',
+                               (p_cfg->>'recency_linear_max')::float8, (p_cfg->>'recency_max_boost')::float8,
+                               (p_cfg->>'recency_decay_rate')::float8, (p_cfg->>'recency_business_decay_rate')::float8)
 $func$ language sql immutable security invoker
 set search_path = pg_catalog, memori, pg_temp;
 comment on function memori._recency_boost(double precision, boolean, jsonb, jsonb) is 'Recency boost for an age in milliseconds: linear max(0, 20 - days) or exponential decay (p_opt recency_mode).';
@@ -497,8 +520,8 @@ begin
     -- Stored chunks: the winners' type (the ranking carries it only for category budgets), content, revenue
     -- boost and recency boost, and only theirs, in one primary key probe each (limit 1: never the whole
     -- table scanned and hashed, as the planner chose for a join over a small table). The recency boost is
-    -- context_optimize_stored's expression, on the same values: the same double precision numbers, without
-    -- an array of all candidates' boosts (p_recency and p_revenue are NULL here).
+    -- context_optimize_stored's (_recency_curve), on the same values: the same double precision numbers,
+    -- without an array of all candidates' boosts (p_recency and p_revenue are NULL here).
     select coalesce(to_jsonb(array_agg(c order by s.out_key)), '[]'),
            jsonb_build_object('prioritization_score', coalesce(avg(s.priority order by s.pos), 0),
                               'business_relevance_boost', coalesce(avg(s.revenue order by s.pos), 0),
@@ -511,14 +534,8 @@ begin
               from unnest(v_alloc) x(pos)
               left join lateral (
                 select k.chunk_type, k.content, k.revenue_boost,
-                       case
-                         when k.ts_us is null or not v_prefer then 0::float8
-                         when v_exp then v_max * exp(-(case when k.business then v_slow else v_rate end)
-                                                     * greatest((v_now_us - k.ts_us)::float8 / 1000 / 86400000::float8,
-                                                                0::float8))
-                         else greatest(0::float8,
-                                       least(v_linear, v_linear - (v_now_us - k.ts_us)::float8 / 1000 / 86400000::float8))
-                       end as recency
+                       memori._recency_curve((v_now_us - k.ts_us)::float8 / 1000, k.business, v_prefer, v_exp,
+                                             v_linear, v_max, v_rate, v_slow) as recency
                   from memori.context_chunks k
                  where k.user_id = p_stored and k.id = p_ids[x.pos]::text::uuid
                  limit 1) k on true) s

@@ -372,8 +372,8 @@ begin
   end if;
   -- Steps 1 and 2 from the ranking index alone (an index-only scan in
   -- insertion order): tokens and the metadata boosts were stored with the
-  -- chunk; the recency boost is computed here exactly as _recency_boost
-  -- does, from the age in microseconds (integer arithmetic, one rounding).
+  -- chunk; the recency boost is _recency_boost's rule (_recency_curve,
+  -- inlined), from the age in microseconds (integer arithmetic, one rounding).
   --
   -- The ranking is bounded (issue 21): a result lists at most max_dropped_ids
   -- dropped ids and max_conflicts conflicts, and no chunk is allocated once
@@ -402,14 +402,8 @@ begin
                      where k.user_id = v_owner and k.session_id = p_session_id
                        and (k.expires_at is null or k.expires_at > p_now)) c
              cross join lateral (
-               select case
-                        when c.ts_us is null or not v_prefer then 0::float8
-                        when v_exp then v_max * exp(-(case when c.business then v_slow else v_rate end)
-                                                    * greatest((v_now_us - c.ts_us)::float8 / 1000 / 86400000::float8,
-                                                               0::float8))
-                        else greatest(0::float8,
-                                      least(v_linear, v_linear - (v_now_us - c.ts_us)::float8 / 1000 / 86400000::float8))
-                      end as recency) r
+               select memori._recency_curve((v_now_us - c.ts_us)::float8 / 1000, c.business, v_prefer, v_exp,
+                                            v_linear, v_max, v_rate, v_slow) as recency) r
              cross join lateral (select ((c.base_priority::float8 + r.recency) + c.rag_boost) + c.business_boost
                                         as priority) p
              order by p.priority desc, c.ts_us desc nulls last, c.idx

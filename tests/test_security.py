@@ -21,7 +21,9 @@ TRANSACTION_CONTROL = {"memori.cleanup_run(integer,integer,text)",
 INLINED_STRING: set[str] = set()
 INLINED = INLINED_STRING | {
            "memori._store_text_spec(jsonb,text[],text)", "memori._store_item_tsv(jsonb,text)",
-           "memori._store_common_path(text)", "memori._context_scope_rank(text)"}
+           "memori._store_common_path(text)", "memori._context_scope_rank(text)",
+           "memori._recency_curve(double precision,boolean,boolean,boolean,double precision,double precision,"
+           "double precision,double precision)"}
 
 
 def test_every_function_pins_search_path(conn: psycopg.Connection) -> None:

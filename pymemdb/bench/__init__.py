@@ -222,6 +222,30 @@ def vm_sessions(dsn: str, user: str, like: str) -> Iterator[tuple[psycopg.Connec
             conn.execute("delete from memori.page_mutations where session_id like %s", (like,))
 
 
+# The columns of memori.pages a VM suite's set-based insert leaves at 0 or NULL, by the SQL's own rules
+PAGE_COLUMNS: LiteralString = """
+update memori.pages set tokens = memori.token_estimate(content, 'page'), size_bytes = octet_length(content),
+                        search_tsv = memori.page_search_vector(hint, content)
+ where session_id = %(s)s
+"""
+PAGE_REFERENCES: LiteralString = """
+insert into memori.page_representations (session_id, page_id, user_id, level, content, tokens, version,
+                                         created_at)
+select p.session_id, p.page_id, p.user_id, 3, r.ref, memori.token_estimate(r.ref, 'page'), 1, %(now)s
+  from memori.pages p
+ cross join lateral (select memori._page_reference(p.page_id, p.modality, p.hint, p.content, null, null) as ref) r
+ where p.session_id = %(s)s
+"""
+
+
+def derive_pages(conn: psycopg.Connection[Any], args: dict[str, Any], *, references: bool) -> None:
+    """After a suite inserted the pages of session ``args["s"]`` set-based: their tokens, size and full-text
+    vector, and with ``references`` every page's level-3 reference (created at ``args["now"]``)."""
+    conn.execute(PAGE_COLUMNS, args)
+    if references:
+        conn.execute(PAGE_REFERENCES, args)
+
+
 def one(conn: psycopg.Connection[Any], query: LiteralString | sql.Composed, params: Any = None) -> Any:
     row = conn.execute(query, params).fetchone()
     assert row is not None

@@ -27,7 +27,7 @@ from typing import Any, LiteralString
 import psycopg
 from rich.table import Table
 
-from pymemdb.bench import Progress, fmt, one, percentile, ratio, require_rows, stopwatch, vm_sessions
+from pymemdb.bench import Progress, derive_pages, fmt, one, percentile, ratio, require_rows, stopwatch, vm_sessions
 
 USER = "bench"
 MAPPED = 20
@@ -41,18 +41,6 @@ select %(s)s, %(u)s, 'msg_' || lpad(g::text, 7, '0'), 'transcript', 'text',
        repeat('page ' || g || ' talks about topic' || (g %% 200) || ' and forks. ', 12),
        0, 0, ((g * 31) %% 100) / 100.0, 0, %(now)s, %(now)s, %(now)s
   from generate_series(1, %(n)s) g
-"""
-FIX_TOKENS: LiteralString = """
-update memori.pages set tokens = memori.token_estimate(content, 'page'), size_bytes = octet_length(content),
-                        search_tsv = memori.page_search_vector(hint, content)
- where session_id = %(s)s
-"""
-GENERATE_REFERENCES: LiteralString = """
-insert into memori.page_representations (session_id, page_id, user_id, level, content, tokens, version, created_at)
-select p.session_id, p.page_id, p.user_id, 3, r.ref, memori.token_estimate(r.ref, 'page'), 1, %(now)s
-  from memori.pages p
- cross join lateral (select memori._page_reference(p.page_id, p.modality, p.hint, p.content, null, null) as ref) r
- where p.session_id = %(s)s
 """
 MANIFEST: LiteralString = "select memori.vm_manifest(%(s)s, 200) where %(p)s::text is not null"
 # the naive fork: every row copied
@@ -101,8 +89,7 @@ def make_source(conn: psycopg.Connection[Any], session: str, pages: int, now: An
     conn.execute("select memori.turn_begin(%s, %s, %s)", (session, USER, now))
     args = {"s": session, "u": USER, "n": pages, "now": now}
     conn.execute(GENERATE_PAGES, args)
-    conn.execute(FIX_TOKENS, args)
-    conn.execute(GENERATE_REFERENCES, args)
+    derive_pages(conn, args, references=True)
     for g in range(1, min(MAPPED, pages) + 1):
         conn.execute("select memori.vm_add_page(%s, %s, 0, p_now => %s)", (session, f"msg_{g:07d}", now))
 

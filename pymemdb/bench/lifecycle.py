@@ -27,7 +27,7 @@ from typing import Any, LiteralString
 import psycopg
 from rich.table import Table
 
-from pymemdb.bench import Progress, connect, fmt, percentile, ratio
+from pymemdb.bench import Progress, connect, derive_pages, fmt, percentile, ratio
 
 SESSION = "bench_lifecycle"
 USER = "bench"
@@ -41,11 +41,6 @@ select %(s)s, %(u)s, 'old_' || lpad(g::text, 7, '0'), 'transcript', 'text',
        'Old turn ' || g || ' about topic' || (g %% 200) || ' and the service' || (g %% 37) || ' rollout details.',
        0, 0, 0.5, 0, %(now)s, %(now)s, %(now)s, 'old_' || (g / 100)
   from generate_series(1, %(n)s) g
-"""
-FIX_TOKENS: LiteralString = """
-update memori.pages set tokens = memori.token_estimate(content, 'page'), size_bytes = octet_length(content),
-                        search_tsv = memori.page_search_vector(hint, content)
- where session_id = %(s)s
 """
 
 
@@ -81,7 +76,7 @@ def run(dsn: str, rows: int = 10_000, *, seed: int = 1, progress: Progress | Non
         say(f"generating {rows:,} pages and 50 claims")
         params = {"s": SESSION, "u": USER, "n": rows, "now": now}
         conn.execute(GENERATE_PAGES, params)
-        conn.execute(FIX_TOKENS, params)
+        derive_pages(conn, params, references=False)
         conn.execute("analyze memori.pages")
         for k in range(50):
             conn.execute("select memori.claim_create(%s, %s, array[%s, %s], p_topic => %s, p_now => %s)",

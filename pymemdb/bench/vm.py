@@ -30,7 +30,18 @@ from typing import Any, LiteralString
 import psycopg
 from rich.table import Table
 
-from pymemdb.bench import Progress, connect, explain_nested, fmt, one, percentile, ratio, require_rows, stopwatch
+from pymemdb.bench import (
+    Progress,
+    connect,
+    derive_pages,
+    explain_nested,
+    fmt,
+    one,
+    percentile,
+    ratio,
+    require_rows,
+    stopwatch,
+)
 
 GOAL_FAULT_P95_MS = 5.0
 L0_TOKENS = 8_000  # the headline: small enough that faults evict
@@ -53,19 +64,6 @@ select %(s)s, %(u)s, 'msg_' || lpad(g::text, 7, '0'),
        0, 0, ((g * 31) %% 100) / 100.0, 0, %(now)s, %(now)s, %(now)s - make_interval(secs => g),
        case when g %% 5 = 0 then 'notes about topic' || (g %% 200) end, 'seg_' || (g / 100)
   from generate_series(1, %(n)s) g
-"""
-FIX_TOKENS: LiteralString = """
-update memori.pages set tokens = memori.token_estimate(content, 'page'), size_bytes = octet_length(content),
-                        search_tsv = memori.page_search_vector(hint, content)
- where session_id = %(s)s
-"""
-GENERATE_REFERENCES: LiteralString = """
-insert into memori.page_representations (session_id, page_id, user_id, level, content, tokens, version,
-                                         created_at)
-select p.session_id, p.page_id, p.user_id, 3, r.ref, memori.token_estimate(r.ref, 'page'), 1, %(now)s
-  from memori.pages p
- cross join lateral (select memori._page_reference(p.page_id, p.modality, p.hint, p.content, null, null) as ref) r
- where p.session_id = %(s)s
 """
 GENERATE_ABSTRACTS: LiteralString = """
 insert into memori.page_representations (session_id, page_id, user_id, level, content, tokens, version,
@@ -141,8 +139,7 @@ def _faults(conn: psycopg.Connection[Any], rows: int, rng: random.Random, now: A
     with stopwatch() as elapsed:
         args = {"s": FAULTS, "u": USER, "n": rows, "now": now}
         conn.execute(GENERATE_PAGES, args)
-        conn.execute(FIX_TOKENS, args)
-        conn.execute(GENERATE_REFERENCES, args)
+        derive_pages(conn, args, references=True)
         conn.execute(GENERATE_ABSTRACTS, args)
         # as autovacuum would leave them: statistics and the visibility map (index-only counts)
         conn.execute("vacuum analyze memori.pages")
