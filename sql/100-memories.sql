@@ -73,7 +73,7 @@ begin
   perform memori._check_identifier('skill', p_skill, 128);
   select * into v_skill from memori.session_skills s
    where s.skill = p_skill or s.short_name = p_skill or s.skill = 'skill:' || p_skill
-   order by (s.skill = p_skill) desc
+   order by s.skill = p_skill desc, s.short_name is not distinct from p_skill desc  -- id, short name, id without 'skill:'
    limit 1;
   if not found then
     raise exception 'unknown skill %', p_skill
@@ -196,9 +196,9 @@ comment on function memori.session_checkpoint_save(text, text, text, jsonb, time
 -- user: p_user_id NULL means memori.user_id, another one is PM040.
 --
 -- A hot path (pymemdb bench ttl). A hit in the current namespace, the common
--- case, is ONE statement: the skill's row (by id, else short name, else id
--- without 'skill:', memori._session_skill's order) joined to one probe of
--- idx_memories_session_checkpoints (namespace, owner). On Citus it goes whole
+-- case, is ONE statement: the skill's namespace (by id, else short name, else
+-- id without 'skill:', memori._session_skill's order) from key probes of the
+-- skills, and one probe of idx_memories_session_checkpoints (namespace, owner). On Citus it goes whole
 -- to the user's shard (it names the user, owner_id = v_user, a PL/pgSQL
 -- variable: a parameter Citus prunes on), the skill read there from the
 -- reference table's copy: one round trip (the skill read first on its own was
@@ -210,9 +210,11 @@ comment on function memori.session_checkpoint_save(text, text, text, jsonb, time
 -- PL/pgSQL, not SQL: a SQL-standard body (BEGIN ATOMIC) records dependencies
 -- on the tables it reads, so Citus refused to make memori.session_skills a
 -- reference table ("circular dependencies between distributed objects"), and
--- a SQL function that is not inlined may not query a distributed table
--- ("parameterized queries for SQL functions referencing distributed tables
--- are not supported"); a body with SET is never inlined. Citus's forced
+-- a SQL function may not query a distributed table ("parameterized queries
+-- for SQL functions referencing distributed tables are not supported"), not
+-- even an inlinable one called with constants (Citus 14.0.1 plans the call
+-- before PostgreSQL would inline it). Inlined, on one server, the call would
+-- cost 10-20 us less (docs/benchmarks.md, the seed-05 read's floor). Citus's forced
 -- delegation refuses a statement joining a reference table to the user's rows,
 -- so memori.distribute_functions() keeps this function on the coordinator.
 -- Errors, in order: PM001 bad user id or PM040 another user (memori._acting_user,
@@ -238,22 +240,27 @@ begin
     v_user := memori._acting_user(p_user_id);
   end if;
 
-  -- (1) the current namespace: the skill and the probe in one statement
+  -- (1) the current namespace: the skill and the probe in one statement. The skill's
+  -- namespace is the first of three key probes that finds a row (memori._session_skill's
+  -- order: id, short name, id without 'skill:'), each an InitPlan run only when the ones
+  -- before it found nothing: no join and no sort (2-3 us less than a join of the skill row
+  -- ordered by match; docs/benchmarks.md). A short name is NULL for a permanent skill.
   return query
-    select t.*
-      from (select 'session_' || s.short_name || '_' as prefix, s.permanent_namespace
-              from memori.session_skills s
-             where s.skill = p_skill or s.short_name = p_skill or s.skill = 'skill:' || p_skill
-             order by (s.skill = p_skill) desc  -- memori._session_skill's order
-             limit 1) k
-     cross join lateral (
-            select m.*, 'current'::text
-              from memori.memories m
-             where m.owner_id = v_user  -- the prefix is NULL for a permanent skill
-               and m.user_id = coalesce(k.prefix || to_char(p_now at time zone 'UTC', 'YYYY_MM'), k.permanent_namespace)
-               and m.metadata->>'type' = 'session_checkpoint' and (m.expires_at is null or m.expires_at > p_now)
-             order by m.created_at desc, m.id desc
-             limit 1) t;
+    select m.*, 'current'::text
+      from memori.memories m
+     where m.owner_id = v_user
+       and m.user_id = coalesce(
+             (select coalesce('session_' || s.short_name || '_' || to_char(p_now at time zone 'UTC', 'YYYY_MM'),
+                              s.permanent_namespace)
+                from memori.session_skills s where s.skill = p_skill),
+             (select 'session_' || s.short_name || '_' || to_char(p_now at time zone 'UTC', 'YYYY_MM')
+                from memori.session_skills s where s.short_name = p_skill),
+             (select coalesce('session_' || s.short_name || '_' || to_char(p_now at time zone 'UTC', 'YYYY_MM'),
+                              s.permanent_namespace)
+                from memori.session_skills s where s.skill = 'skill:' || p_skill))
+       and m.metadata->>'type' = 'session_checkpoint' and (m.expires_at is null or m.expires_at > p_now)
+     order by m.created_at desc, m.id desc
+     limit 1;
   if found then
     return;
   end if;

@@ -52,6 +52,25 @@ def test_ttl_is_data_not_code(conn: psycopg.Connection) -> None:
 LOAD = "select * from memori.session_checkpoint_load_latest(%s, %s, %s)"
 
 
+@pytest.mark.parametrize("by_name_first", [True, False])
+def test_a_skill_is_resolved_by_id_then_short_name_then_id_without_prefix(
+    conn: psycopg.Connection, by_name_first: bool
+) -> None:
+    """'dup' is the short name of one skill and, with 'skill:', the id of another: the short name wins,
+    whatever the order the rows were written in (the save, the namespace and the latest read agree)."""
+    skills = [("skill:x-builder", "dup"), ("skill:dup", "dupy")]
+    for skill, short in skills if by_name_first else reversed(skills):
+        conn.execute("insert into memori.session_skills (skill, short_name, ttl_days) values (%s, %s, 7)",
+                     (skill, short))
+    assert value(conn, "select memori.session_namespace('dup', %s)", (T0,)) == "session_dup_2026_11"
+    assert value(conn, "select memori.session_namespace('skill:dup', %s)", (T0,)) == "session_dupy_2026_11"
+    saved = save(conn, "dup", "alice", "by short name", T0)
+    assert saved["user_id"] == "session_dup_2026_11" and saved["metadata"]["skill"] == "skill:x-builder"
+    other = save(conn, "skill:dup", "alice", "by id", T0 + SEC)
+    assert one(conn, LOAD, ("dup", "alice", T0 + DAY))["id"] == saved["id"]  # type: ignore[index]
+    assert one(conn, LOAD, ("skill:dup", "alice", T0 + DAY))["id"] == other["id"]  # type: ignore[index]
+
+
 @pytest.mark.parametrize(("offset", "visible"), [(-SEC, True), (timedelta(0), False), (SEC, False)])
 def test_latest_checkpoint_expiry_boundary(conn: psycopg.Connection, offset: timedelta, visible: bool) -> None:
     """A checkpoint is visible until the second it expires; at expires_at it is gone."""
