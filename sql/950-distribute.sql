@@ -771,10 +771,11 @@ begin
         ('region_list',     'counts the entries of regions other users shared, which live with their owners'),
         ('mcp_token_list',  'a NULL user lists every user''s tokens (an admin''s listing)'),
         ('mcp_token_revoke', 'a NULL user revokes a token by id across users (an admin''s call)'),
-        -- not cross-user, but not delegable: one statement joins a reference table to the user's
-        -- rows, which Citus's forced delegation refuses ("queries must filter by the distribution
-        -- argument"); run on the coordinator it is already one round trip to the user's shard
-        ('session_checkpoint_load_latest', 'one statement joins the skills (a reference table) to the user''s rows, '
+        -- not cross-user, but not delegable: one statement reads a reference table beside the user's
+        -- rows (as a join before 2026-11-29, as key probes since: both tried), which Citus's forced
+        -- delegation refuses ("queries must filter by the distribution argument"); run on the
+        -- coordinator it is already one round trip to the user's shard
+        ('session_checkpoint_load_latest', 'one statement reads the skills (a reference table) beside the user''s rows, '
                                            'which a delegated call may not run; on the coordinator one round trip')
       ) x(proname, why) on x.proname = p.proname
      order by r.oid::regprocedure::text
