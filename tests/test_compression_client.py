@@ -10,6 +10,7 @@ from datetime import timedelta
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import ClassVar
 
+import psycopg
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -281,3 +282,15 @@ def test_extractive_summaries_fit_their_target(text: str, target: int) -> None:
     out = ExtractiveSummarizer().summarize(request(source, target))
     assert out.strip(), "never an empty summary"
     assert estimate_tokens(out) <= max(target, 0) or estimate_tokens(out) <= estimate_tokens(source) <= target
+
+
+def test_bench_compression_small(dsn: str) -> None:
+    """`pymemdb bench compression` on its smallest data: every figure it reports is there, and it cleans up."""
+    from pymemdb.bench import compression as bench
+
+    result = bench.run(dsn, 1000, single=50, batch_size=100, iterations=20)
+    assert result["message_add"]["single_vs_insert"] is not None
+    assert result["plan"]["shapes"]["compressed_90pct"]["planned_messages"] is not None
+    with psycopg.connect(dsn) as conn:
+        assert conn.execute("select count(*) from memori.messages").fetchone() == (0,)
+    assert bench.render(result)

@@ -110,3 +110,16 @@ def test_cli_set_get_resolve_list_delete_stats(env_dsn: str) -> None:
     assert code == 2 and "unknown scope" in out and "Use one of" in out and "Traceback" not in out
     code, out = run("set", "k", "{nope", "--user", "alice")
     assert code == 2 and "not valid JSON" in out
+
+
+def test_bench_context_small(dsn: str) -> None:
+    """`pymemdb bench context` on its smallest data: the rows it writes pass the schema's rules (a project entry
+    carries its project's owner and readers, as context_set writes it), so every requester resolves all its
+    keys, and the superuser and row-level-security reads both run."""
+    from pymemdb.bench import context as bench
+
+    result = bench.run(dsn, 10_000, iterations=200)
+    assert result["data"]["entries"] == 10_000
+    assert result["reads"]["resolve"]["keys"] == bench.KEYS
+    assert {"superuser", "rls", "client_get"} <= set(result["reads"])
+    assert bench.render(result)

@@ -64,6 +64,10 @@ members as (
   returning 1)
 select (select count(*) from projects) + (select count(*) from owners) + (select count(*) from members)
 """
+# who may read a project is on the project and its entries (member_ids, readers): the product's own sync
+MEMBERS_SYNC: LiteralString = """
+select count(memori._project_members_sync(project_id, owner_id)) from memori.projects where project_id like 'bench\\_p%'
+"""
 SESSIONS: LiteralString = """
 insert into memori.sessions (session_id, user_id, project_id, start_time, last_activity)
 select 'bench_s' || s, 'bench_u' || mod(s, %(users)s), 'bench_p' || mod(mod(s, %(users)s), %(projects)s),
@@ -72,16 +76,20 @@ select 'bench_s' || s, 'bench_u' || mod(s, %(users)s), 'bench_p' || mod(mod(s, %
 """
 # one statement per scope; values are small objects with some text, as settings and state are
 ENTRIES: LiteralString = """
-insert into memori.context_entries (key, value, type, scope, user_id, project_id, session_id, created_at, updated_at)
+insert into memori.context_entries (key, value, type, scope, user_id, project_id, session_id, created_at, updated_at,
+                                    project_owner, readers)
 select 'key_' || lpad(k::text, 3, '0'),
        jsonb_build_object('v', o * 1000 + k, 'note', left(md5((o * 1000 + k)::text), 16)),
        %(type)s, %(scope)s,
        case %(scope)s when 'user' then 'bench_u' || o when 'session' then 'bench_u' || mod(o, %(users)s)
                       else 'bench_owner' end,
-       case when %(scope)s = 'project' then 'bench_p' || o end,
+       pr.project_id,
        case when %(scope)s = 'session' then 'bench_s' || o end,
-       %(now)s, %(now)s
-  from generate_series(0, %(owners)s - 1) o, generate_series(0, %(keys)s - 1) k
+       %(now)s, %(now)s,
+       pr.owner_id, pr.member_ids  -- a project entry carries its project's owner and readers
+  from generate_series(0, %(owners)s - 1) o
+  left join memori.projects pr on %(scope)s = 'project' and pr.project_id = 'bench_p' || o
+ cross join generate_series(0, %(keys)s - 1) k
 """
 GET: LiteralString = ("select * from memori.context_get(p_key => %s::text, p_user_id => %s::text, "
                       "p_project_id => %s::text, p_session_id => %s::text, p_now => %s::timestamptz)")
@@ -97,6 +105,7 @@ def _generate(conn: psycopg.Connection[Any], rows: int) -> dict[str, Any]:
     shape = {"now": NOW, "keys": KEYS, "projects": projects, "users": users, "sessions": sessions}
     with stopwatch() as elapsed:
         conn.execute(GENERATE, shape)
+        conn.execute(MEMBERS_SYNC)
         conn.execute(SESSIONS, shape)
         for scope, type_, owners in (("global", "business_context", 1), ("project", "business_context", projects),
                                      ("user", "user_preferences", users), ("session", "session_context", sessions)):
