@@ -198,15 +198,16 @@ comment on function memori.session_checkpoint_save(text, text, text, jsonb, time
 -- A hot path (pymemdb bench ttl). A hit in the current namespace, the common
 -- case, is ONE statement: the skill's namespace (by id, else short name, else
 -- id without 'skill:', memori._session_skill's order) from key probes of the
--- skills, and one probe of idx_memories_session_checkpoints (namespace, owner). On Citus it goes whole
--- to the user's shard (it names the user, owner_id = v_user, a PL/pgSQL
--- variable: a parameter Citus prunes on), the skill read there from the
--- reference table's copy: one round trip (the skill read first on its own was
--- a second one, to any worker). Only when it finds nothing: the skill is
--- resolved (PM001/PM002 with a hint for one that is not) and tiers 2 and 3 run
--- as one statement, the ordered branches of a UNION ALL under LIMIT 1 (tier 3
--- runs only when tier 2 found nothing). Tiers 2 and 3 are not in the first
--- statement: the executor would set their nodes up on every call, hits too.
+-- skills, and one probe of idx_memories_session_checkpoints (namespace, owner).
+-- On Citus it goes whole to the user's shard (it names the user, owner_id =
+-- v_user, a PL/pgSQL variable: a parameter Citus prunes on), the skills read
+-- there from the reference table's copy: one round trip (the skill read first
+-- on its own was a second one, to any worker). Only when it finds nothing:
+-- the skill is resolved (PM001/PM002 with a hint for one that is not) and
+-- tiers 2 and 3 run as one statement, the ordered branches of a UNION ALL
+-- under LIMIT 1 (tier 3 runs only when tier 2 found nothing). Tiers 2 and 3
+-- are not in the first statement: the executor would set their nodes up on
+-- every call, hits too.
 -- PL/pgSQL, not SQL: a SQL-standard body (BEGIN ATOMIC) records dependencies
 -- on the tables it reads, so Citus refused to make memori.session_skills a
 -- reference table ("circular dependencies between distributed objects"), and
@@ -214,9 +215,10 @@ comment on function memori.session_checkpoint_save(text, text, text, jsonb, time
 -- for SQL functions referencing distributed tables are not supported"), not
 -- even an inlinable one called with constants (Citus 14.0.1 plans the call
 -- before PostgreSQL would inline it). Inlined, on one server, the call would
--- cost 10-20 us less (docs/benchmarks.md, the seed-05 read's floor). Citus's forced
--- delegation refuses a statement joining a reference table to the user's rows,
--- so memori.distribute_functions() keeps this function on the coordinator.
+-- cost 10-20 us less (docs/benchmarks.md, the seed-05 read's floor). Citus's
+-- forced delegation refuses a statement reading a reference table beside the
+-- user's rows, so memori.distribute_functions() keeps this function on the
+-- coordinator.
 -- Errors, in order: PM001 bad user id or PM040 another user (memori._acting_user,
 -- inline for a valid user id that is memori.user_id or comes without it); PM001
 -- or PM002 (unknown skill) from memori._session_skill.
