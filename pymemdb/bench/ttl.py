@@ -53,6 +53,7 @@ from pymemdb.bench import (
     fmt,
     latency_summary,
     one,
+    percentile,
     plans_table,
     ratio,
     require_empty,
@@ -535,7 +536,7 @@ def _pymemdb_cleanup(
     """
     spans: list[Span] = []
     chunk = -(-total // windows) if windows > 1 and total > 0 else 0
-    deleted, next_pause, wal_during = 0, chunk, 0
+    deleted, next_pause, wal_during, pauses = 0, chunk, 0, 0
     resumed = lsn_resumed = 0
 
     def resume() -> None:
@@ -569,10 +570,12 @@ def _pymemdb_cleanup(
             resumes.append(marks[-1])
 
         def on_batch(run: CleanupRun, batch: CleanupBatch) -> None:
-            nonlocal deleted, next_pause
+            nonlocal deleted, next_pause, pauses
             marks.append(time.monotonic_ns())
             deleted += batch.deleted
-            if chunk and not batch.done and deleted >= next_pause:
+            # windows - 1 pauses: the last window runs to the end (a run can end with an empty batch)
+            if chunk and not batch.done and deleted >= next_pause and pauses < windows - 1:
+                pauses += 1
                 cleanup_window_ends(marks[-1], idle=True)
                 while next_pause <= deleted:
                     next_pause += chunk
@@ -631,6 +634,35 @@ def _halves(spans: list[Span]) -> tuple[list[Span], list[Span]]:
             [Span(s.kind, m, s.end) for s, m in zip(spans, mids, strict=True)])
 
 
+BOOTSTRAP_RESAMPLES = 1000
+
+
+def _pairs_bootstrap(
+    readers: ReaderProcesses, name: str, during: list[Span], idle: list[Span], *, seed: int
+) -> list[float] | None:
+    """A 95 % interval of the pooled p99 ratio: the (cleanup, idle) window pairs resampled with replacement.
+
+    A pair is the unit that drifts together (the machine's load over a few seconds);
+    how much the ratio moves when the run had drawn other pairs is its uncertainty.
+    None when a resample's pool would hold fewer than MIN_P99_SAMPLES reads.
+    """
+    pairs = [(readers.pooled(name, [d]), readers.pooled(name, [i]))
+             for d, i in zip(during, idle, strict=False)]
+    if len(pairs) < 2:
+        return None
+    rng = random.Random(seed)
+    ratios = []
+    for _ in range(BOOTSTRAP_RESAMPLES):
+        drawn = rng.choices(pairs, k=len(pairs))
+        d = sorted(lat for pair in drawn for lat in pair[0])
+        i = sorted(lat for pair in drawn for lat in pair[1])
+        if min(len(d), len(i)) < MIN_P99_SAMPLES:
+            return None
+        ratios.append(percentile(d, 99) / percentile(i, 99))
+    ratios.sort()
+    return [round(percentile(ratios, 2.5), 3), round(percentile(ratios, 97.5), 3)]
+
+
 def _reader_windows(readers: ReaderProcesses, spec: ReaderSpec, spans: list[Span]) -> dict[str, Any]:
     """One reader's idle and during samples, each kind pooled over its windows, and the noise floor.
 
@@ -656,6 +688,7 @@ def _reader_windows(readers: ReaderProcesses, spec: ReaderSpec, spans: list[Span
         "p99_ratio": _p99_ratio(a, b), "aa_p99_ratio": aa, "aa_method": aa_method,
     }
     if len(idle) >= 2:
+        out["p99_ratio_ci95"] = _pairs_bootstrap(readers, spec.name, during, idle, seed=spec.seed)
         heads, tails = _halves(idle)
         out["idle_tail_vs_head_p99_ratio"] = _p99_ratio(
             _reader_summary(readers.pooled(spec.name, heads)),
@@ -883,7 +916,9 @@ def render(result: dict[str, Any]) -> list[Table]:
         for way in (pm, nv):
             r = way["reader"][name]
             idle, during = r["idle"], r["during"]
-            cells.append(f"{_p99(idle)} → {_p99(during)} ({fmt(r['p99_ratio'], 'x')})")
+            ci = r.get("p99_ratio_ci95")
+            ci_text = f", 95 % CI {ci[0]}..{ci[1]}x" if ci else ""
+            cells.append(f"{_p99(idle)} → {_p99(during)} ({fmt(r['p99_ratio'], 'x')}{ci_text})")
         ct.add_row(f"reader {name} p99 µs idle → during (pooled)", *cells, "")
         ct.add_row(f"reader {name} p99 A/A (no cleanup in either)",
                    *(f"{fmt(way['reader'][name]['aa_p99_ratio'], 'x')} ({way['reader'][name]['aa_method']})"
