@@ -76,4 +76,6 @@ def test_run_interleaves_the_cleanup_with_idle_windows(dsn: str) -> None:
         assert r["p99_ratio"] is None  # a few hundred reads: no p99
         assert naive["reader"][name]["aa_method"] == "idle 2nd half / 1st"
     assert pm["waits_idle"]["readers"] and pm["waits"]["readers"]
+    # between the windows the cleaner's connection is idle (no transaction open); the bench's own is not counted
+    assert pm["waits_idle"]["others"].get("idle", 0) >= 50
     assert ttl.render(result)

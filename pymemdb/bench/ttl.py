@@ -460,14 +460,18 @@ def _reader_summary(samples: list[int]) -> dict[str, Any]:
 class WaitSampler:
     """Samples pg_stat_activity every ``interval`` s: what the readers and the other backends wait on.
 
+    ``ignore_pids`` (the benchmark's own control connection) are left out, so the others are the cleaner.
     A reader's sample is ``idle`` between its reads, ``CPU`` when active
     without a wait event (running or waiting for a core), else its wait event.
     Samples are counted under the current ``phase`` (``during`` unless set):
     the interleaved cleanup switches it between its idle and cleanup windows.
     """
 
-    def __init__(self, dsn: str, reader_pids: list[int], interval: float = 0.01) -> None:
+    def __init__(
+        self, dsn: str, reader_pids: list[int], interval: float = 0.01, ignore_pids: list[int] | None = None
+    ) -> None:
         self.dsn, self.reader_pids, self.interval = dsn, reader_pids, interval
+        self.ignore_pids = ignore_pids or []
         self.phase = "during"
         self.counts: dict[str, tuple[Counter[str], Counter[str]]] = {}
         self._stop = threading.Event()
@@ -478,12 +482,12 @@ class WaitSampler:
                 "select pid = any(%s), case when state <> 'active' then 'idle'"
                 " else coalesce(wait_event_type || ':' || wait_event, 'CPU') end"
                 "  from pg_stat_activity where datname = current_database() and pid <> pg_backend_pid()"
-                "   and backend_type = 'client backend'"
+                "   and backend_type = 'client backend' and pid <> all(%s)"
             )
             while not self._stop.is_set():
                 phase = self.phase  # read before the query: a sample belongs to the window it started in
                 readers, others = self.counts.setdefault(phase, (Counter(), Counter()))
-                for is_reader, what in conn.execute(query, (self.reader_pids,)):
+                for is_reader, what in conn.execute(query, (self.reader_pids, self.ignore_pids)):
                     (readers if is_reader else others)[what] += 1
                 self._stop.wait(self.interval)
 
@@ -713,7 +717,8 @@ def _cleanup(
     specs = _reader_specs(targets, seed)
     with ReaderProcesses(dsn, specs) as readers:
         lsn = wal_lsn(conn)
-        with WaitSampler(dsn, readers.pids) as waits:
+        # "others": the cleaner alone, not this (mostly idle) control connection
+        with WaitSampler(dsn, readers.pids, ignore_pids=[conn.info.backend_pid]) as waits:
             load_before = _loadavg()
             if name == "pymemdb":
                 out = _pymemdb_cleanup(dsn, batch_size, windows=windows, total=total, sampler=waits,
