@@ -922,7 +922,7 @@ def render(result: dict[str, Any]) -> list[Table]:
             r = way["reader"][name]
             idle, during = r["idle"], r["during"]
             ci = r.get("p99_ratio_ci95")
-            ci_text = f", 95 % CI {ci[0]}..{ci[1]}x" if ci else ""
+            ci_text = f", 95 % CI {ci[0]:.2f}..{ci[1]:.2f}x" if ci else ""
             cells.append(f"{_p99(idle)} → {_p99(during)} ({fmt(r['p99_ratio'], 'x')}{ci_text})")
         ct.add_row(f"reader {name} p99 µs idle → during (pooled)", *cells, "")
         ct.add_row(f"reader {name} p99 A/A (no cleanup in either)",
