@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table
@@ -211,8 +211,8 @@ def demo_vm(
         raise typer.Exit(1)
 
 
-def _bench(suite: str, dsn: str | None, rows: int, seed: int, as_json: bool) -> None:
-    """Run pymemdb.bench.<suite> on a scratch database and print its tables or JSON."""
+def _bench(suite: str, dsn: str | None, rows: int, seed: int, as_json: bool, **options: Any) -> None:
+    """Run pymemdb.bench.<suite> on a scratch database and print its tables or JSON (``options``: the suite's own)."""
     import importlib
 
     from pymemdb.cli.scratch import scratch_database
@@ -220,7 +220,7 @@ def _bench(suite: str, dsn: str | None, rows: int, seed: int, as_json: bool) -> 
     module = importlib.import_module(f"pymemdb.bench.{suite}")
     # one database per run: two benchmarks on one server must not drop each other's data
     with scratch_database(dsn, f"pymemdb_bench_{suite}_{os.getpid()}") as target:
-        result = module.run(target, rows, seed=seed,
+        result = module.run(target, rows, seed=seed, **options,
                             progress=None if as_json else (lambda msg: console.print(f"[dim]{msg}[/dim]")))
     result["finished_at"] = datetime.now(UTC).isoformat()
     if as_json:
@@ -242,6 +242,7 @@ class BenchSuite:
     help: str  # the command's help; its first sentence is the line in ``pymemdb bench --help``
     rows_help: str = "Rows generated for the benchmark."
     needs_bench_extra: bool = False  # LangGraph's own Postgres classes are the baseline
+    windows: int | None = None  # --windows default, for a suite that measures in interleaved windows
 
 
 BENCH_SUITES = (
@@ -268,14 +269,15 @@ BENCH_SUITES = (
     BenchSuite("store", 20_000, "MemoriStore vs. LangGraph's PostgresStore: put, get, filtered and 1 % vector "
                "search, namespaces, storage.", needs_bench_extra=True),
     BenchSuite("ttl", 1_000_000,
-               "Latest-checkpoint lookup vs. a PK lookup; batched cleanup vs. one naive DELETE (scratch database)."),
+               "Latest-checkpoint lookup vs. a PK lookup; batched cleanup vs. one naive DELETE (scratch database).",
+               windows=10),
     BenchSuite("vm", 100_000,
                "page_fault p50/p95 among --rows pages; vm_context + vm_manifest of a 32k-token working set; replay."),
 )
 
 
 def _register_bench(suite: BenchSuite) -> None:
-    """Declare ``pymemdb bench <suite.name>``: --rows (the suite's default), --dsn, --json, --seed."""
+    """Declare ``pymemdb bench <suite.name>``: --rows (the suite's default), --dsn, --json, --seed[, --windows]."""
 
     # --rows is given as a default (not in Annotated) because its default and help differ per suite
     def run_suite(
@@ -286,6 +288,20 @@ def _register_bench(suite: BenchSuite) -> None:
     ) -> None:
         _bench(suite.name, dsn, rows, seed, as_json)
 
+    def run_windowed_suite(
+        rows: int = typer.Option(suite.rows, "--rows", help=suite.rows_help),
+        dsn: DsnOption = None,
+        as_json: JsonOption = False,
+        seed: SeedOption = 1,
+        windows: int = typer.Option(
+            suite.windows, "--windows", min=1,
+            help="Cleanup windows, each followed by an idle window of its length; "
+            "the readers' samples of each kind are pooled."),
+    ) -> None:
+        _bench(suite.name, dsn, rows, seed, as_json, windows=windows)
+
+    if suite.windows is not None:
+        run_suite = run_windowed_suite
     extra = "\n\nNeeds the bench extra: pip install 'pymemdb\\[bench]'." if suite.needs_bench_extra else ""
     run_suite.__name__ = run_suite.__qualname__ = f"bench_{suite.name}"
     command(bench_app, suite.name, help=suite.help + extra)(run_suite)

@@ -132,7 +132,10 @@ def test_bench_commands_come_from_one_table() -> None:
     for suite in BENCH_SUITES:
         command = bench.commands[suite.name]
         options = {p.name: p for p in command.params}
-        assert list(options) == ["rows", "dsn", "as_json", "seed"]
+        # a suite that measures in interleaved windows (ttl) has --windows too
+        assert list(options) == ["rows", "dsn", "as_json", "seed"] + (["windows"] if suite.windows else [])
+        if suite.windows:
+            assert options["windows"].default == suite.windows
         assert (options["rows"].default, options["rows"].help) == (suite.rows, suite.rows_help)
         assert options["seed"].default == 1
         assert command.help.startswith(suite.help)
