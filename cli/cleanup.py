@@ -99,6 +99,11 @@ def execute(
     max_rows: MaxRowsOption = None,
     now: NowOption = None,
     as_json: JsonOption = False,
+    work_share: Annotated[float | None, typer.Option(
+        "--work-share",
+        help="Largest share of the run's time spent in batches, above 0 and at most 1 (1: no rest between "
+             "batches). Default: memori.settings cleanup.work_share (0.03), which leaves the cores to the "
+             "application's queries.")] = None,
 ) -> None:
     """Delete expired rows in short batches, with a progress bar and a summary."""
     _check_caps(max_rows=max_rows)
@@ -123,7 +128,7 @@ def execute(
 
             summary = db.cleanup.execute(
                 now=_utc(now), batch_size=batch_size, max_rows=max_rows,
-                on_batch=on_batch,
+                on_batch=on_batch, work_share=work_share,
             )
     if as_json:
         print_json(summary)

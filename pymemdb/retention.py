@@ -96,6 +96,7 @@ class CleanupBatch:
     remaining: int
     done: bool
     skipped: int  # rows of this batch a writer held: tried again at the end of the run
+    pause_ms: float  # rest before the next batch (cleanup.work_share, cleanup.batch_pause_ms); 0 when done
 
 
 @dataclass(frozen=True)
@@ -194,11 +195,16 @@ class Cleanup(Room):
         trigger: str = "cli",
         on_start: Callable[[CleanupRun], None] | None = None,
         on_batch: BatchCallback | None = None,
+        work_share: float | None = None,
     ) -> CleanupSummary:
         """Run a cleanup batch by batch, one short transaction each (cleanup_begin/batch/finish).
 
         The plan is written in chunks as the run goes (``run.planned`` grows);
         ``count()`` beforehand gives the expected total for a progress bar.
+        Between batches it rests as long as each batch asks (``pause_ms``:
+        ``cleanup.work_share``, default 0.03, of the run's time in batches);
+        ``work_share`` sets this run's share instead (1: no rest), as
+        ``SET memori.cleanup_work_share`` does (PM001 outside (0, 1]).
 
         Holds one pooled connection for the run: the cleanup lock is a
         session lock. If anything fails the run is finished as failed; if even
@@ -206,11 +212,18 @@ class Cleanup(Room):
         """
         with self._db.connection() as conn:
             try:
+                if work_share is not None:
+                    with conn.transaction():
+                        conn.execute("select set_config('memori.cleanup_work_share', %s, false)", (str(work_share),))
                 return self._drive(conn, now, batch_size, max_rows, trigger, on_start, on_batch)
             except BaseException:
                 if not conn.closed and conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
                     conn.rollback()
                 raise
+            finally:
+                if work_share is not None and not conn.closed and not conn.broken:
+                    with conn.transaction():  # the pooled connection goes back without this run's share
+                        conn.execute("reset memori.cleanup_work_share")
 
     def _drive(
         self,
@@ -229,7 +242,6 @@ class Cleanup(Room):
             )
             timeout_ms = int(self._db.call(SETTING_INT, cur, p_key="cleanup.statement_timeout_ms",
                                            p_default=Jsonb(5000)))
-            pause_ms = int(self._db.call(SETTING_INT, cur, p_key="cleanup.batch_pause_ms", p_default=Jsonb(0)))
         if on_start:
             on_start(run)
         try:
@@ -239,8 +251,8 @@ class Cleanup(Room):
                     on_batch(run, batch)
                 if batch.done:
                     break
-                if pause_ms > 0:
-                    time.sleep(pause_ms / 1000)  # yield to the workload between batches
+                if batch.pause_ms > 0:
+                    time.sleep(batch.pause_ms / 1000)  # yield to the workload: the rest the batch asked for
             with conn.transaction(), conn.cursor() as cur:
                 return self._db.call(CLEANUP_FINISH, cur, p_run_id=run.id)
         except BaseException as exc:

@@ -495,6 +495,7 @@ begin
   if p_trigger is null or p_trigger not in ('cli', 'cron', 'sql') then
     perform memori._invalid(format('unknown cleanup trigger %L', p_trigger), 'Use one of: cli, cron, sql.');
   end if;
+  perform memori._cleanup_pause_ms(0);  -- the pacing settings, checked before anything is deleted (PM001)
 
   perform memori._cleanup_on_coordinator();
 
@@ -880,6 +881,7 @@ declare
   v_pending      integer;
   v_lock_timeout text := current_setting('lock_timeout');
   v_result       memori.cleanup_batch_result;
+  v_started      timestamptz := clock_timestamp();
 begin
   select * into v_run from memori.cleanup_runs where id = p_run_id for update;
   if not found or v_run.status <> 'running' then
@@ -907,11 +909,12 @@ begin
       from (select q.seq from memori.cleanup_queue q
              where q.run_id = v_run.id and q.seq < v_run.next_seq order by q.seq limit v_size) s;
     if v_lo is null then
-      v_result := (v_run.id, v_run.batches, 0, '{}'::jsonb, 0, true, 0);
+      v_result := (v_run.id, v_run.batches, 0, '{}'::jsonb, 0, true, 0, 0);
       return v_result;
     end if;
     v_again := true;
     perform pg_sleep(coalesce(memori._setting('cleanup.skip_retry_pause_ms')::numeric, 50) / 1000);
+    v_started := clock_timestamp();  -- the batch's own time, for its rest, starts after that wait
   end if;
 
   loop
@@ -957,7 +960,11 @@ begin
   v_result := (v_run.id, v_run.batches, v_deleted, v_range.o_counts,
                greatest(v_run.planned - v_run.next_seq + 1, 0) + v_pending,
                v_run.next_seq > v_run.planned and v_run.plan_done and v_pending = 0,
-               v_range.o_skipped);
+               v_range.o_skipped, 0);
+  if not v_result.done then  -- the rest before the next batch, from this batch's own time
+    v_result.pause_ms := memori._cleanup_pause_ms(
+      1000 * date_part('epoch', clock_timestamp() - v_started)::double precision);
+  end if;
   return v_result;
 end
 $func$ language plpgsql volatile security invoker
@@ -1010,10 +1017,65 @@ set search_path = pg_catalog, memori, pg_temp;
 comment on function memori.cleanup_finish(bigint, text) is 'Close a cleanup run (succeeded, or failed with p_error), drop its plan, emit cleanup.cleaned_up and release the session lock.';
 
 -------------------------------------------------------------------------------
+-- _cleanup_pause_ms: how long a cleanup rests after a batch, so that the workload keeps the cores
+-- A run keeps the server busy at most cleanup.work_share of its time: after a
+-- batch that took t ms it rests t * (1 - share) / share ms, and never less than
+-- cleanup.batch_pause_ms. A cleaner that works without rest takes a core the
+-- application's reads then wait for: on 2 cores a reader's p99 went 2.9-3.9x
+-- its idle p99 during a cleanup of 250,000 rows; resting ~30x a batch's time
+-- kept it at 1.05-1.08x (docs/benchmarks.md, bench ttl), hence the default
+-- share 0.03. A session may run faster or gentler with its own share,
+-- SET memori.cleanup_work_share (memori-cleanup execute --work-share).
+-- cleanup_batch returns the rest as pause_ms, measured on its own time (the
+-- commit not included); the client, the CLI and cleanup_run sleep it between
+-- batches. A run's start calls it once, so a share or pause that is not a
+-- number in range fails the run (PM001) before it deletes anything.
+-- p_batch_ms: how long the last batch took, in milliseconds (its transaction, commit included); >= 0, else PM001
+create or replace function memori._cleanup_pause_ms(p_batch_ms double precision) returns double precision
+as $func$
+declare
+  v_session text := nullif(btrim(current_setting('memori.cleanup_work_share', true)), '');
+  v_share   jsonb := memori._setting('cleanup.work_share');
+  v_pause   jsonb := memori._setting('cleanup.batch_pause_ms');
+begin
+  if p_batch_ms is null or p_batch_ms < 0 or p_batch_ms = 'NaN'::float8 then
+    perform memori._invalid(format('batch time %s ms is not a duration', coalesce(p_batch_ms::text, 'NULL')),
+                            'Pass how long the last batch took, in milliseconds (>= 0).');
+  end if;
+  if v_session is not null then
+    if (case when v_session !~ '^[0-9]*[.]?[0-9]+([eE][-+]?[0-9]+)?$' then true  -- (the cast would fail)
+             else not (v_session::numeric > 0 and v_session::numeric <= 1) end) then
+      perform memori._invalid(format('memori.cleanup_work_share is %L; it must be a number above 0 and at most 1',
+                                     v_session),
+                              'SET memori.cleanup_work_share = 1 runs without rest; RESET it to use the '
+                              'cleanup.work_share setting.');
+    end if;
+    v_share := to_jsonb(v_session::numeric);
+  elsif v_share is not null
+        and (case when jsonb_typeof(v_share) <> 'number' then true
+                  else not (v_share::numeric > 0 and v_share::numeric <= 1) end) then
+    perform memori._invalid(format('memori.settings cleanup.work_share is %s; it must be a number above 0 and at most 1',
+                                   v_share),
+                            'Set it with: update memori.settings set value = ''0.03'' where key = ''cleanup.work_share'' '
+                            '(1: no rest beyond cleanup.batch_pause_ms).');
+  end if;
+  if v_pause is not null and (case when jsonb_typeof(v_pause) <> 'number' then true else v_pause::numeric < 0 end) then
+    perform memori._invalid(format('memori.settings cleanup.batch_pause_ms is %s; it must be a number of milliseconds >= 0',
+                                   v_pause),
+                            'Set it with: update memori.settings set value = ''5'' where key = ''cleanup.batch_pause_ms''.');
+  end if;
+  return greatest(coalesce(v_pause::float8, 0),
+                  p_batch_ms * (1 - coalesce(v_share::float8, 1)) / coalesce(v_share::float8, 1));
+end
+$func$ language plpgsql stable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._cleanup_pause_ms(double precision) is 'Rest after a cleanup batch of p_batch_ms: p_batch_ms * (1 - share) / share (share: SET memori.cleanup_work_share, else cleanup.work_share), at least cleanup.batch_pause_ms; PM001 out of range.';
+
+-------------------------------------------------------------------------------
 -- _cleanup_whole: the one batch loop of cleanup_execute and cleanup_run
 -- Start a run, call cleanup_batch until it says done, finish the run. With
 -- p_commit (cleanup_run) the lock is session-level and every step commits,
--- pausing cleanup.batch_pause_ms between batches; without it (cleanup_execute)
+-- resting the pause_ms each batch returns between batches; without it (cleanup_execute)
 -- everything is one transaction holding a transaction-level lock. COMMIT needs
 -- a top-level CALL: no search_path SET clause, every name is schema-qualified.
 create or replace procedure memori._cleanup_whole(
@@ -1024,14 +1086,12 @@ as $proc$
 declare
   v_run   memori.cleanup_runs;
   v_batch memori.cleanup_batch_result;
-  v_pause numeric := 0;
 begin
   if p_commit then
     -- Fail before taking the session lock when COMMIT is not allowed (CALL
     -- inside a transaction block): an error after it would leave the lock
     -- held until the connection closes. At top level this commits nothing.
     commit;
-    v_pause := coalesce((memori._setting('cleanup.batch_pause_ms') #>> '{}')::numeric, 0);
   end if;
   v_run := memori._cleanup_start(p_now, p_batch_size, p_max_rows, p_trigger, p_commit);
   if p_commit then
@@ -1043,8 +1103,10 @@ begin
       commit;
     end if;
     exit when v_batch.done;
-    if v_pause > 0 then
-      perform pg_catalog.pg_sleep(v_pause / 1000);  -- yield to the workload between batches
+    -- rest as the batch says, yielding the cores to the workload (in one transaction
+    -- no rest: it would hold the run's locks and snapshot longer)
+    if p_commit and v_batch.pause_ms > 0 then
+      perform pg_catalog.pg_sleep(v_batch.pause_ms / 1000);
     end if;
   end loop;
   p_summary := memori.cleanup_finish(v_run.id);

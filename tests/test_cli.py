@@ -46,7 +46,7 @@ def test_preview_groups_and_json(env: str) -> None:
 
 def test_execute_yes_json(env: str) -> None:
     _expired(env, 5)
-    result = runner.invoke(cleanup_app, ["execute", "--yes", "--json", "--batch-size", "2",
+    result = runner.invoke(cleanup_app, ["execute", "--yes", "--json", "--batch-size", "2", "--work-share", "1",
                                          "--now", "2026-11-15T12:00:00"])
     assert result.exit_code == 0, result.output
     summary = json.loads(result.stdout)
@@ -69,6 +69,8 @@ def test_execute_while_locked_exits_3(env: str) -> None:
     [
         (["execute", "--yes", "--batch-size", "0"], 2, "batch size must be between 1 and 100000"),
         (["execute", "--yes", "--max-rows", "-1"], 2, "--max-rows must be >= 0, got -1"),
+        (["execute", "--yes", "--work-share", "0"], 2, "memori.cleanup_work_share is '0.0'"),
+        (["execute", "--yes", "--work-share", "1.5"], 2, "it must be a number above 0 and at most 1"),
         (["preview", "--limit", "-1"], 2, "--limit must be >= 0, got -1"),
         (["preview", "--max-rows", "-1"], 2, "--max-rows must be >= 0"),
         (["status", "--runs", "-1"], 2, "limit must be between 1 and 1000"),

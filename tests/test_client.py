@@ -63,6 +63,35 @@ def test_execute_drives_batches_in_separate_transactions(db: pymemdb.Database, d
     assert db.cleanup.status().expired_waiting == 0
 
 
+
+def test_execute_rests_between_batches_as_each_batch_asks(
+    db: pymemdb.Database, dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The client sleeps the pause_ms each batch returns (cleanup.work_share's rule, in SQL), none after the last."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for i in range(7):
+            memory(conn, "ns", T0 - timedelta(seconds=i + 1))
+        conn.execute("update memori.settings set value = '0.2' where key = 'cleanup.work_share'")
+    slept: list[float] = []
+    asked: list[float] = []
+    monkeypatch.setattr("pymemdb.retention.time.sleep", slept.append)
+    summary = db.cleanup.execute(now=T0, batch_size=3, on_batch=lambda run, batch: asked.append(batch.pause_ms))
+    assert summary.deleted == 7 and summary.batches == 3
+    assert asked[-1] == 0 and all(ms >= 5 for ms in asked[:-1])  # at least cleanup.batch_pause_ms (5)
+    assert slept == [ms / 1000 for ms in asked[:-1]]
+    # this run's own share (1: no rest beyond the 5 ms), not left on the pooled connection afterwards
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for i in range(4):
+            memory(conn, "ns", T0 - timedelta(seconds=i + 1))
+    slept.clear()
+    assert db.cleanup.execute(now=T0, batch_size=2, work_share=1).deleted == 4
+    assert slept == [0.005]
+    with db.connection() as conn:
+        assert conn.execute("select current_setting('memori.cleanup_work_share', true)").fetchone() in [(None,), ("",)]
+    with pytest.raises(pymemdb.InvalidArgument):
+        db.cleanup.execute(now=T0, work_share=0)
+
+
 def test_statement_timeout_fails_the_run_and_releases_the_lock(db: pymemdb.Database, dsn: str) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
         memory(conn, "ns", T0 - DAY)

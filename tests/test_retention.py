@@ -194,6 +194,90 @@ def test_begin_batch_finish_across_transactions(dsn: str) -> None:
         c.rollback()
 
 
+
+def _set(conn: psycopg.Connection, key: str, value_json: str) -> None:
+    conn.execute("update memori.settings set value = %s::jsonb where key = %s", (value_json, key))
+
+
+@pytest.mark.parametrize(
+    ("share", "least", "batch_ms", "rest"),
+    [("1", "5", 40.0, 5.0),  # share 1: only the least pause
+     ("0.5", "5", 40.0, 40.0),  # half the time in batches: rest as long as the batch took
+     ("0.25", "5", 40.0, 120.0),  # a quarter: three times as long
+     ("0.25", "200", 40.0, 200.0),  # never below cleanup.batch_pause_ms
+     ("0.1", "0", 0.0, 0.0)],  # a batch that took no time asks for no rest
+)
+def test_the_rest_after_a_batch_keeps_the_runs_share_of_time(
+    conn: psycopg.Connection, share: str, least: str, batch_ms: float, rest: float
+) -> None:
+    """Issue 21: a cleaner that never rests takes a core the application's reads wait for; cleanup.work_share
+    bounds its share of a run's time."""
+    _set(conn, "cleanup.work_share", share)
+    _set(conn, "cleanup.batch_pause_ms", least)
+    assert value(conn, "select memori._cleanup_pause_ms(%s)", (batch_ms,)) == pytest.approx(rest)
+
+
+@pytest.mark.parametrize(
+    ("key", "bad"),
+    [("cleanup.work_share", "0"), ("cleanup.work_share", "1.0001"), ("cleanup.work_share", "-0.5"),
+     ("cleanup.work_share", '"fast"'), ("cleanup.work_share", "null"),
+     ("cleanup.batch_pause_ms", "-1"), ("cleanup.batch_pause_ms", '"5"')],
+)
+def test_pacing_settings_out_of_range_fail_the_run_before_it_deletes(
+    conn: psycopg.Connection, key: str, bad: str
+) -> None:
+    memory(conn, "ns", T0 - SEC)
+    _set(conn, key, bad)
+    err = assert_sqlstate(conn, "PM001", "select * from memori.cleanup_execute(%s)", (T0,))
+    assert key in str(err) and "update memori.settings" in (err.diag.message_hint or "")
+    assert_sqlstate(conn, "PM001", "select * from memori.cleanup_begin(%s)", (T0,))
+    assert value(conn, "select count(*) from memori.memories") == 1  # nothing deleted
+    assert value(conn, "select count(*) from memori.cleanup_runs") == 0
+
+
+def test_a_session_runs_with_its_own_share(conn: psycopg.Connection) -> None:
+    """SET memori.cleanup_work_share (memori-cleanup execute --work-share) wins over the setting; RESET, the
+    setting applies again; a session value out of range is PM001 before anything is deleted."""
+    _set(conn, "cleanup.batch_pause_ms", "0")
+    assert value(conn, "select memori._cleanup_pause_ms(10)") == pytest.approx(10 * 0.97 / 0.03)  # the default
+    conn.execute("set memori.cleanup_work_share = '0.5'")
+    assert value(conn, "select memori._cleanup_pause_ms(10)") == pytest.approx(10.0)
+    conn.execute("set memori.cleanup_work_share = 1")
+    assert value(conn, "select memori._cleanup_pause_ms(10)") == 0
+    memory(conn, "ns", T0 - SEC)
+    for bad in ("0", "1.5", "fast", "-1", "1e"):
+        conn.execute("select set_config('memori.cleanup_work_share', %s, false)", (bad,))
+        err = assert_sqlstate(conn, "PM001", "select * from memori.cleanup_execute(%s)", (T0,))
+        assert "memori.cleanup_work_share" in str(err) and "RESET" in (err.diag.message_hint or "")
+    assert value(conn, "select count(*) from memori.memories") == 1
+    conn.execute("reset memori.cleanup_work_share")
+    assert value(conn, "select memori._cleanup_pause_ms(10)") == pytest.approx(10 * 0.97 / 0.03)
+
+
+@pytest.mark.parametrize("bad", [-1.0, None, float("nan")])
+def test_a_batch_time_that_is_no_duration_is_pm001(conn: psycopg.Connection, bad: float | None) -> None:
+    assert_sqlstate(conn, "PM001", "select memori._cleanup_pause_ms(%s)", (bad,))
+
+
+def test_each_batch_returns_its_rest_and_the_last_none(dsn: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as c:
+        for i in range(5):
+            memory(c, "ns", T0 - (i + 1) * SEC)
+        _set(c, "cleanup.work_share", "0.5")
+        _set(c, "cleanup.batch_pause_ms", "3")
+        run = rows(c, "select * from memori.cleanup_begin(%s, 2)", (T0,))[0]
+        rests = []
+        while True:
+            batch = rows(c, "select * from memori.cleanup_batch(%s)", (run["id"],))[0]
+            rests.append((batch["done"], batch["pause_ms"]))
+            if batch["done"]:
+                break
+        rows(c, "select * from memori.cleanup_finish(%s)", (run["id"],))
+    assert [done for done, _ in rests] == [False, False, True]
+    assert all(rest >= 3 for done, rest in rests if not done)  # at least batch_pause_ms, as long as the batch
+    assert rests[-1][1] == 0
+
+
 def test_second_cleanup_is_refused_not_queued(dsn: str) -> None:
     with psycopg.connect(dsn, autocommit=True) as first, psycopg.connect(dsn, autocommit=True) as second:
         run = rows(first, "select * from memori.cleanup_begin(%s)", (T0,))[0]

@@ -568,6 +568,7 @@ def _pymemdb_cleanup(
         # each mark closes a transaction; the client resumes after it (later when it paused there)
         marks: list[int] = []
         resumes: list[int] = []
+        rests: list[float] = []  # each batch's pause_ms, slept after it
 
         def on_start(run: CleanupRun) -> None:
             marks.append(time.monotonic_ns())
@@ -576,6 +577,7 @@ def _pymemdb_cleanup(
         def on_batch(run: CleanupRun, batch: CleanupBatch) -> None:
             nonlocal deleted, next_pause, pauses
             marks.append(time.monotonic_ns())
+            rests.append(batch.pause_ms)
             deleted += batch.deleted
             # windows - 1 pauses: the last window runs to the end (a run can end with an empty batch)
             if chunk and not batch.done and deleted >= next_pause and pauses < windows - 1:
@@ -594,20 +596,24 @@ def _pymemdb_cleanup(
         end = time.monotonic_ns()
     cleanup_window_ends(end, idle=windows > 1)
     # transactions: begin (plan) start..mark 0, batch j resume j-1..mark j, finish resume n..end.
-    # Batches 2..n start after the client's cleanup.batch_pause_ms: not part of a transaction.
+    # Batches 2..n start after the rest the batch before asked for: not part of a transaction.
     with connect(dsn) as conn:
-        pause_ms = one(conn, "select coalesce((select value::int from memori.settings"
-                              " where key = 'cleanup.batch_pause_ms'), 0)")
+        pause_ms, work_share = conn.execute(
+            "select memori.setting_get('cleanup.batch_pause_ms'), memori.setting_get('cleanup.work_share')"
+        ).fetchone() or (None, None)
     bounds = [start, *resumes]
     txn_ms = [(b - a) / 1e6 for a, b in zip(bounds, [*marks, end], strict=True)]
-    txn_ms = [ms - pause_ms if 2 <= i < len(txn_ms) - 1 else ms for i, ms in enumerate(txn_ms)]
+    # batch j's span holds the rest batch j-1 asked for (the client sleeps it after on_batch)
+    txn_ms = [ms - rests[i - 2] if 2 <= i < len(txn_ms) - 1 else ms for i, ms in enumerate(txn_ms)]
     batches = sorted(txn_ms[1:-1])
     return {
         "run_id": summary.run_id, "deleted": summary.deleted,
         "deleted_by_table": summary.deleted_by_table, "batches": summary.batches,
         # the cleanup's own time: its windows, without the idle windows between them
         "seconds": sum(s.end - s.start for s in spans if s.kind == "during") / 1e9,
-        "longest_txn_ms": round(max(txn_ms), 1), "batch_pause_ms": pause_ms,
+        "longest_txn_ms": round(max(txn_ms), 1), "batch_pause_ms": pause_ms, "work_share": work_share,
+        "rest_ms": {"p50": round(sorted(rests)[len(rests) // 2], 1) if rests else 0.0,
+                    "total_s": round(sum(rests) / 1000, 2)},
         "plan_txn_ms": round(txn_ms[0], 1), "finish_txn_ms": round(txn_ms[-1], 1),
         "batch_txn_ms": {
             "p50": round(batches[len(batches) // 2], 1) if batches else 0.0,
