@@ -66,6 +66,7 @@ LANDED: list[tuple[str, str, str]] = [
     ("a5667e015cec225557edd0e29421b91507f2b560", "0018", "0018, last sql/ before issue 19"),
     ("5cf39953c20633252af27a9a8c5ae7f7e4d37925", "0021", "0021, before the store namespace dictionary"),
     ("d95426c87cc548ae3695ee1cc8c37cb72f98a200", "0023", "0023, before the Citus keys"),
+    ("24a3ba4ca98bb6af32a88e3d06d02d209c7f4420", "0032", "0032, before a cleanup batch returned its rest"),
 ]
 
 # Data written through the old version's API, each when its table exists then.

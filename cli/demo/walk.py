@@ -2,8 +2,9 @@
 
 Saves session checkpoints for several skills at different times, shows TTL
 status, loads the latest checkpoint, jumps the clock eight days, previews and
-executes the cleanup, and shows the recorded run. Nothing sleeps: every call
-takes ``now=``.
+executes the cleanup, and shows the recorded run. Nothing waits for the
+clock: every call takes ``now=`` (the cleanup's rests between its batches,
+a fraction of a second here, are real).
 """
 
 from __future__ import annotations

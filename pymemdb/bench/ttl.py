@@ -922,6 +922,9 @@ def render(result: dict[str, Any]) -> list[Table]:
     ct.add_row("WAL MB", fmt(pm["wal_bytes"] / 2**20), fmt(nv["wal_bytes"] / 2**20),
                fmt(vs["wal_bytes"], "x"))
     ct.add_row("windows: cleanup (+ idle of its length)", fmt(pm["windows"]), "1 (after a fixed idle)", "")
+    rest = pm.get("rest_ms") or {}
+    ct.add_row("rest between batches: work_share / p50 ms / total s",
+               f"{pm.get('work_share')} / {fmt(rest.get('p50'))} / {fmt(rest.get('total_s'))}", "none", "")
     for name in ("latest_checkpoint", "pk_lookup"):
         cells = []
         for way in (pm, nv):
