@@ -1030,7 +1030,7 @@ comment on function memori.cleanup_finish(bigint, text) is 'Close a cleanup run 
 -- commit not included); the client, the CLI and cleanup_run sleep it between
 -- batches. A run's start calls it once, so a share or pause that is not a
 -- number in range fails the run (PM001) before it deletes anything.
--- p_batch_ms: how long the last batch took, in milliseconds (its transaction, commit included); >= 0, else PM001
+-- p_batch_ms: how long the last batch took, in milliseconds (cleanup_batch's own time); >= 0, else PM001
 create or replace function memori._cleanup_pause_ms(p_batch_ms double precision) returns double precision
 as $func$
 declare
