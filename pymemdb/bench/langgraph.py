@@ -20,7 +20,11 @@ small dict updated every fifth step, one pending write per step).
    nothing, each reading every thread once (a random order, interleaved), so
    no read can come from the saver's copy. Beside it, reads of random
    threads, latest and by id, from the savers that wrote them (ours answers
-   from its copy after a stamp check).
+   from its copy after a stamp check). A third reader in that loop,
+   ``_RoundTrip``, sends one prepared ``select $1`` on libpq as the saver's
+   stamp check does: a read that must ask the server whether its copy is
+   current can be no faster, so ``upstream ÷ round trip`` bounds the copy's
+   ratio.
 3. Storage of the same history: each saver's tables after VACUUM FULL.
 4. A retention cycle: ``memori.cleanup_execute`` a day after the default
    policy's retention of superseded checkpoints (30 days), then the sizes
@@ -66,6 +70,7 @@ UPSTREAM_TABLES = ("checkpoints", "checkpoint_blobs", "checkpoint_writes")
 OUR_TABLES = ("lg_threads", "lg_checkpoints", "lg_blobs", "lg_writes")
 NOT_DURABLE = "pymemdb_not_durable"  # MemoriSaver(durable=False): synchronous_commit off, for information
 FLOOR = "one_row_insert"  # the fastest durable put there can be (_OneRowInsert), for information
+ROUND_TRIP = "round_trip"  # the fastest read that asks the server (_RoundTrip), for information
 
 
 def _require_upstream() -> Any:
@@ -135,6 +140,30 @@ class _OneRowInsert:
         self.conn.execute("drop table if exists public.pymemdb_bench_floor")
 
 
+class _RoundTrip:
+    """The floor of a read from a copy that is checked: one prepared ``select $1`` on libpq, nothing else.
+
+    The saver's read from its copy is one such round trip (the prepared stamp
+    check, ``_libpq.Prepared``) plus the work on each side. Timed in the same
+    loop as the savers' reads, ``upstream ÷ this`` is the largest ratio a read
+    that checks its copy with the server can reach; only a read that trusts
+    its copy without asking (stale after another process's put) could go
+    further.
+    """
+
+    def __init__(self, dsn: str) -> None:
+        from pymemdb.integrations._libpq import Prepared
+
+        self.conn = psycopg.Connection.connect(dsn, autocommit=True)
+        self.statement = Prepared("pymemdb_bench_round_trip", "select $1::text")
+
+    def get_tuple(self, config: Any) -> Any:
+        return self.statement.rows(self.conn, [config["configurable"]["thread_id"]])
+
+    def close(self) -> None:
+        self.conn.close()
+
+
 def _write(savers: dict[str, Any], threads: int, rng: random.Random, progress: Progress | None) -> dict[str, Any]:
     lat: dict[str, list[int]] = {name: [] for name in savers}
     wlat: dict[str, list[int]] = {name: [] for name in savers}
@@ -169,26 +198,35 @@ def _write(savers: dict[str, Any], threads: int, rng: random.Random, progress: P
 
 
 def _reads(upstream: Any, ours: Any, threads: int, ids: dict[str, Any], rng: random.Random,
-           iterations: int, kinds: tuple[str, ...] = ("latest", "by_id")) -> dict[str, Any]:
+           iterations: int, kinds: tuple[str, ...] = ("latest", "by_id"),
+           round_trip: _RoundTrip | None = None) -> dict[str, Any]:
     savers = {"upstream": upstream, "pymemdb": ours}
+    if round_trip is not None:
+        savers[ROUND_TRIP] = round_trip
     out: dict[str, Any] = {}
     for kind in kinds:
-        lat: dict[str, list[int]] = {"upstream": [], "pymemdb": []}
+        lat: dict[str, list[int]] = {name: [] for name in savers}
         for i in range(iterations + 50):
             t = rng.randrange(threads)
-            for name in (("upstream", "pymemdb") if i % 2 else ("pymemdb", "upstream")):
+            order = list(savers)
+            rng.shuffle(order)  # which reads first changes every iteration
+            for name in order:
                 conf: dict[str, Any] = {"thread_id": f"bench-{t}", "checkpoint_ns": ""}
-                if kind == "by_id":
+                if kind == "by_id" and name != ROUND_TRIP:
                     conf["checkpoint_id"] = ids[name][t][0]
                 start = time.perf_counter_ns()
                 found = savers[name].get_tuple({"configurable": conf})
                 elapsed = time.perf_counter_ns() - start
-                assert found is not None and len(found.checkpoint["channel_values"]["messages"]) == STEPS
+                if name != ROUND_TRIP:
+                    assert found is not None and len(found.checkpoint["channel_values"]["messages"]) == STEPS
                 if i >= 50:  # warm-up: plans prepared, pages cached
                     lat[name].append(elapsed)
         s: dict[str, Any] = {name: _summary(lat[name]) for name in savers}
         s["ratio_p50"] = ratio(s["upstream"]["p50_us"], s["pymemdb"]["p50_us"])
         s["ratio_p95"] = ratio(s["upstream"]["p95_us"], s["pymemdb"]["p95_us"])
+        if round_trip is not None:  # the ceiling of a read that checks its copy (_RoundTrip)
+            s["ratio_ceiling_p50"] = ratio(s["upstream"]["p50_us"], s[ROUND_TRIP]["p50_us"])
+            s["ratio_ceiling_p95"] = ratio(s["upstream"]["p95_us"], s[ROUND_TRIP]["p95_us"])
         s["goal_met"] = min(s["ratio_p50"] or 0, s["ratio_p95"] or 0) >= GOAL_GET_TUPLE
         out[kind] = s
     return out
@@ -273,7 +311,11 @@ def run(dsn: str, rows: int = 20_000, *, seed: int = 1, progress: Progress | Non
         if progress:
             progress("get_tuple, interleaved")
         iterations = min(2000, threads * 4)
-        result["reads"] = _reads(upstream, ours, threads, ids, rng, iterations=iterations)
+        round_trip = _RoundTrip(dsn)
+        try:
+            result["reads"] = _reads(upstream, ours, threads, ids, rng, iterations=iterations, round_trip=round_trip)
+        finally:
+            round_trip.close()
         if progress:
             progress("get_tuple from a second process (savers that wrote nothing)")
         if threads > COLD_WARMUP:
@@ -359,6 +401,11 @@ def render(result: dict[str, Any]) -> list[Table]:
                      f"{fmt(r['pymemdb']['p50_us'])} / {fmt(r['pymemdb']['p95_us'])}",
                      f"{fmt(r['ratio_p50'], 'x')} / {fmt(r['ratio_p95'], 'x')}",
                      f"≥ {goal}x {'met' if r['goal_met'] else 'MISSED'}")
+        if ROUND_TRIP in r:
+            info.add_row("… one prepared select $1 on libpq p50 / p95 µs", "",
+                         f"{fmt(r[ROUND_TRIP]['p50_us'])} / {fmt(r[ROUND_TRIP]['p95_us'])}",
+                         f"{fmt(r['ratio_ceiling_p50'], 'x')} / {fmt(r['ratio_ceiling_p95'], 'x')}",
+                         "(the ceiling of a checked copy)")
     s = result["storage"]
     info.add_row("storage, same history (MB)", fmt(s["upstream_bytes"] / 2**20), fmt(s["pymemdb_bytes"] / 2**20),
                  fmt(s["ratio"], "x"), f"≤ {GOAL_STORAGE}x {'met' if s['goal_met'] else 'MISSED'}")
