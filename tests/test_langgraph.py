@@ -489,4 +489,8 @@ def test_bench_langgraph_small(dsn: str) -> None:
     assert cold["process"] == "second"
     assert cold["upstream"]["n"] == cold["pymemdb"]["n"] == threads - bench.COLD_WARMUP
     assert {"latest", "by_id"} <= set(result["reads"])
+    for kind in ("latest", "by_id"):  # the round trip, the ceiling of a checked copy, timed in the same loop
+        warm = result["reads"][kind]
+        assert warm[bench.ROUND_TRIP]["n"] == warm["pymemdb"]["n"] == warm["upstream"]["n"]
+        assert warm["ratio_ceiling_p95"] > 0
     assert bench.render(result)
