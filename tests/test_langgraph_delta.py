@@ -370,6 +370,60 @@ def test_prepared_raises_the_servers_error(dsn: str) -> None:
         assert err.value.sqlstate == "PM001"  # no user: our code and hint, as from any other call
 
 
+def test_prepared_on_an_async_connection(dsn: str) -> None:
+    """Prepared.arows: the same rows and errors as rows, prepared again after DEALLOCATE ALL, the loop not blocked."""
+    from pymemdb.integrations._libpq import Prepared
+
+    async def run() -> None:
+        statement = Prepared("pymemdb_test_sleep", "select $1::text, pg_sleep($2::float8)::text")
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+            assert await statement.arows(conn, ["a", "0"]) == [("a", "")]
+            await conn.execute("deallocate all")
+            ticks = 0
+
+            async def tick() -> None:
+                nonlocal ticks
+                while True:
+                    await asyncio.sleep(0.01)
+                    ticks += 1
+
+            ticker = asyncio.create_task(tick())
+            assert await statement.arows(conn, [None, "0.3"]) == [(None, "")]  # re-prepared
+            ticker.cancel()
+            assert ticks >= 10  # the event loop ran while the statement waited for the server
+            with pytest.raises(psycopg.errors.DivisionByZero):
+                await Prepared("pymemdb_test_div", "select 1 / $1::int").arows(conn, ["0"])
+            assert await Prepared("pymemdb_test_div", "select 1 / $1::int").arows(conn, ["2"]) == [("0",)]
+
+    asyncio.run(run())
+
+
+def test_async_reads_are_the_sync_reads(dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """AsyncMemoriSaver reads on libpq as MemoriSaver does: the same tuples, cold and from its copy."""
+    state: dict[str, Any] = {}
+    with MemoriSaver(dsn, user_id="alice") as saver:
+        for n in range(1, 4):  # deltas after the first
+            _put(saver, "chat", n, [f"m{i}" for i in range(n)], state)
+        saver.put_writes(state["config"], [("messages", ["w1"]), ("__error__", "boom")], "task-1")
+        by_id = {"configurable": {"thread_id": "chat", "checkpoint_id": str(UUID(int=2))}}
+        wanted = [saver.get_tuple(c) for c in ({"configurable": {"thread_id": "chat"}}, by_id)]  # type: ignore[arg-type]
+
+    async def run() -> list[Any]:
+        async with AsyncMemoriSaver.from_dsn(dsn, user_id="alice", max_size=1) as asaver:
+            latest = {"configurable": {"thread_id": "chat"}}
+            found = [await asaver.aget_tuple(latest), await asaver.aget_tuple(by_id)]  # type: ignore[arg-type]
+            full = _full_reads(asaver, monkeypatch)
+            assert await asaver.aget_tuple(latest) == found[0] and full == []  # type: ignore[arg-type]  # the copy
+            monkeypatch.undo()
+            assert await asaver.aget_tuple({"configurable": {"thread_id": "nobody"}}) is None
+            async with asaver.pool.connection() as conn:  # the reads were prepared on libpq, not by psycopg
+                names = {r[0] for r in await (await conn.execute("select name from pg_prepared_statements")).fetchall()}
+            assert {"memori_lg_checkpoint_stamp", "memori_lg_checkpoint_get"} <= names
+            return found
+
+    assert asyncio.run(run()) == wanted
+
+
 def test_the_cold_read_decoded_from_libpq_is_the_cursors_row(dsn: str) -> None:
     """MemoriSaver decodes lg_checkpoint_get's binary row itself: the same LangGraphTuple as through a cursor."""
     from pymemdb.integrations import langgraph as lg

@@ -15,9 +15,10 @@ column type (``columns``): through a cursor that row cost ~100 µs more than
 the round trip (psycopg's execute and its loaders; the server's part is
 ~90 µs), as much as the whole read of LangGraph's own saver spends in Python.
 
-Only for autocommit connections that nothing else uses at the same time (a
-connection checked out of the saver's pool): there is no transaction to keep
-in step with psycopg's view of the connection.
+Only for connections that nothing else uses at the same time (a connection
+checked out of the saver's pool, or the saver's own reader), in autocommit or
+inside the transaction the caller opened: psycopg's view of the connection
+stays right because every statement here ends before the next one starts.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from uuid import UUID
 import psycopg
 from psycopg import pq
 from psycopg.errors import error_from_result
+from psycopg.generators import execute
 
 _NOT_PREPARED = b"26000"  # invalid_sql_statement_name: DEALLOCATE ALL or DISCARD ALL dropped it
 _ALREADY_PREPARED = b"42P05"  # duplicate_prepared_statement
@@ -107,6 +109,10 @@ class Prepared:
 
     ``columns``: the result's column types (keys of ``BINARY``), to get binary
     results decoded by type; without, every value comes back as text.
+    ``rows`` blocks on a sync connection; ``arows`` sends the same messages on an
+    async one and waits for the socket without blocking the event loop, as
+    psycopg's own cursors do (its ``execute`` generator, run by the
+    connection's ``wait``).
     """
 
     def __init__(self, name: str, query: str, columns: Sequence[str] | None = None) -> None:
@@ -115,38 +121,70 @@ class Prepared:
         self.loaders = None if columns is None else [BINARY[c] for c in columns]
         self.result_format = 0 if columns is None else 1
         # connection -> its client encoding, for the connections the statement is prepared on
-        self._prepared_on: weakref.WeakKeyDictionary[psycopg.Connection[Any], str] = weakref.WeakKeyDictionary()
+        self._prepared_on: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
 
     def rows(self, conn: psycopg.Connection[Any], params: Sequence[str | None]) -> list[tuple[Any, ...]]:
         """The result rows: as text, or decoded by ``columns`` (None for NULL)."""
         pgconn = conn.pgconn
-        encoding = self._prepared_on.get(conn)
         for attempt in (1, 2):
+            encoding = self._prepared_on.get(conn)
             if encoding is None:
-                encoding = conn.info.encoding
-                prepared = pgconn.prepare(self.name, self.query)
-                if (prepared.status != pq.ExecStatus.COMMAND_OK
-                        and prepared.error_field(pq.DiagnosticField.SQLSTATE) != _ALREADY_PREPARED):
-                    raise error_from_result(prepared, encoding=encoding)
-                self._prepared_on[conn] = encoding
-            values = [None if p is None else p.encode(encoding) for p in params]
-            result = pgconn.exec_prepared(self.name, cast("list[bytes]", values),  # None is NULL
+                encoding = self._prepared(conn, pgconn.prepare(self.name, self.query))
+            result = pgconn.exec_prepared(self.name, self._values(params, encoding),
                                           result_format=self.result_format)
-            if result.status == pq.ExecStatus.TUPLES_OK:
-                loaders = self.loaders
-                if loaders is None:
-                    return [tuple(None if (v := result.get_value(r, c)) is None else v.decode(encoding)
-                                  for c in range(result.nfields))
-                            for r in range(result.ntuples)]
-                if result.nfields != len(loaders):
-                    raise psycopg.ProgrammingError(
-                        f"{self.name.decode()}: {result.nfields} result columns, expected {len(loaders)}")
-                return [tuple(None if (v := result.get_value(r, c)) is None else load(v, encoding)
-                              for c, load in enumerate(loaders))
-                        for r in range(result.ntuples)]
-            if attempt == 1 and result.error_field(pq.DiagnosticField.SQLSTATE) == _NOT_PREPARED:
-                self._prepared_on.pop(conn, None)
-                encoding = None
+            if self._again(conn, result, attempt):
                 continue
-            raise error_from_result(result, encoding=encoding)
+            return self._rows(result, encoding)
         raise AssertionError("unreachable")  # pragma: no cover
+
+    async def arows(self, conn: psycopg.AsyncConnection[Any], params: Sequence[str | None]) -> list[tuple[Any, ...]]:
+        """``rows`` on an async connection."""
+        pgconn = conn.pgconn
+        for attempt in (1, 2):
+            encoding = self._prepared_on.get(conn)
+            if encoding is None:
+                pgconn.send_prepare(self.name, self.query)
+                encoding = self._prepared(conn, (await conn.wait(execute(pgconn)))[-1])
+            pgconn.send_query_prepared(self.name, self._values(params, encoding), result_format=self.result_format)
+            result = (await conn.wait(execute(pgconn)))[-1]
+            if self._again(conn, result, attempt):
+                continue
+            return self._rows(result, encoding)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    # -- the steps both share ----------------------------------------------------
+    def _prepared(self, conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any], result: pq.abc.PGresult) -> str:
+        """After PREPARE: the connection's encoding, now remembered (already prepared counts as prepared)."""
+        encoding = conn.info.encoding
+        if (result.status != pq.ExecStatus.COMMAND_OK
+                and result.error_field(pq.DiagnosticField.SQLSTATE) != _ALREADY_PREPARED):
+            raise error_from_result(result, encoding=encoding)
+        self._prepared_on[conn] = encoding
+        return encoding
+
+    @staticmethod
+    def _values(params: Sequence[str | None], encoding: str) -> list[bytes]:
+        return cast("list[bytes]", [None if p is None else p.encode(encoding) for p in params])  # None is NULL
+
+    def _again(self, conn: Any, result: pq.abc.PGresult, attempt: int) -> bool:
+        """True when the statement was deallocated (DEALLOCATE ALL, DISCARD ALL): prepare it and run it again."""
+        if (attempt == 1 and result.status != pq.ExecStatus.TUPLES_OK
+                and result.error_field(pq.DiagnosticField.SQLSTATE) == _NOT_PREPARED):
+            self._prepared_on.pop(conn, None)
+            return True
+        return False
+
+    def _rows(self, result: pq.abc.PGresult, encoding: str) -> list[tuple[Any, ...]]:
+        if result.status != pq.ExecStatus.TUPLES_OK:
+            raise error_from_result(result, encoding=encoding)
+        loaders = self.loaders
+        if loaders is None:
+            return [tuple(None if (v := result.get_value(r, c)) is None else v.decode(encoding)
+                          for c in range(result.nfields))
+                    for r in range(result.ntuples)]
+        if result.nfields != len(loaders):
+            raise psycopg.ProgrammingError(
+                f"{self.name.decode()}: {result.nfields} result columns, expected {len(loaders)}")
+        return [tuple(None if (v := result.get_value(r, c)) is None else load(v, encoding)
+                      for c, load in enumerate(loaders))
+                for r in range(result.ntuples)]

@@ -863,10 +863,23 @@ class MemoriSaver(_MemoriSaverBase):
 
 def _fetch(function: SqlFunction[Any], args: dict[str, Any], conn: psycopg.Connection[Any]) -> Any:
     """A read's prepared statement on libpq (see _libpq): the stamp check, or the read of a whole tuple."""
+    prepared, params, shape = _read_plan(function, args)
+    return shape(prepared.rows(conn, params))
+
+
+def _read_plan(function: SqlFunction[Any], args: dict[str, Any]
+               ) -> tuple[Prepared, list[str | None], Callable[[list[tuple[Any, ...]]], Any]]:
+    """A read's statement, its text parameters and how its rows become the call's result (None: no row)."""
     if function is LG_CHECKPOINT_STAMP:
-        found = _STAMP_PREPARED.rows(conn, [args[k] for k in _STAMP_ARGS])
-        return _StampRow._make(found[0]) if found else None
-    found = _GET_PREPARED.rows(conn, [None if (v := args.get(k)) is None else str(v) for k in _GET_ARGS])
+        return _STAMP_PREPARED, [args[k] for k in _STAMP_ARGS], _first_stamp
+    return _GET_PREPARED, [None if (v := args.get(k)) is None else str(v) for k in _GET_ARGS], _first_tuple
+
+
+def _first_stamp(found: list[tuple[Any, ...]]) -> _StampRow | None:
+    return _StampRow._make(found[0]) if found else None
+
+
+def _first_tuple(found: list[tuple[Any, ...]]) -> LangGraphTuple | None:
     return LangGraphTuple(*found[0]) if found else None
 
 
@@ -933,8 +946,16 @@ class AsyncMemoriSaver(_MemoriSaverBase):
         return asyncio.run_coroutine_threadsafe(self._arun(plan), self.loop).result()
 
     async def _call(self, call: Call) -> Any:
-        """One call on a pooled connection."""
+        """One call on a pooled connection; the reads as prepared statements on libpq, as MemoriSaver's."""
         function, args = call
+        if function is LG_CHECKPOINT_STAMP or function is LG_CHECKPOINT_GET:
+            prepared, params, shape = _read_plan(function, args)
+            with wrap_exceptions():
+                async with self.pool.connection() as conn:
+                    if self._acting.citus is False:  # one server: no transaction around it, as MemoriSaver
+                        return shape(await prepared.arows(conn, params))
+                    async with self._acting.acall(conn):
+                        return shape(await prepared.arows(conn, params))
         statement = self._statement(function, args)
         with wrap_exceptions():
             async with self.pool.connection() as conn, self._acting.acall(conn), \

@@ -10,6 +10,7 @@ reads on one shard; mcp_token_verify runs as the app role (docs/scale-out.md,
 
 from __future__ import annotations
 
+import asyncio
 import re
 from typing import Any
 
@@ -20,7 +21,7 @@ from langgraph.checkpoint.base import empty_checkpoint
 from psycopg.conninfo import make_conninfo
 
 from pymemdb.install import install
-from pymemdb.integrations.langgraph import MemoriSaver, MemoriStore
+from pymemdb.integrations.langgraph import AsyncMemoriSaver, MemoriSaver, MemoriStore
 from tests.citus.conftest import placements
 from tests.citus.test_single_shard import _assert_single_shard, _shard_ranges, _traced
 
@@ -185,6 +186,13 @@ def _messages(n: int) -> Any:
     return checkpoint
 
 
+async def _async_reads(dsn: str, user: str) -> list[Any]:
+    """The latest checkpoint of "chat" read twice by AsyncMemoriSaver (libpq, in the acting user's transaction)."""
+    async with AsyncMemoriSaver.from_dsn(dsn, user_id=user, max_size=1) as saver:
+        latest: Any = {"configurable": {"thread_id": "chat", "checkpoint_ns": ""}}
+        return [await saver.aget_tuple(latest), await saver.aget_tuple(latest)]
+
+
 def test_saver_on_the_cluster(distributed_dsn: str) -> None:
     """Every saver call for three users as the app role; the reads go to one shard."""
     app = _app_dsn(distributed_dsn)
@@ -202,6 +210,7 @@ def test_saver_on_the_cluster(distributed_dsn: str) -> None:
             assert latest is not None and latest.checkpoint["channel_values"]["messages"] == ["m0", "m1", "m2"]
             assert [w[1:] for w in latest.pending_writes or []] == [("messages", "w3")]
             assert saver.get_tuple({"configurable": {"thread_id": "chat", "checkpoint_ns": ""}}) == latest  # its copy
+            assert asyncio.run(_async_reads(app, user)) == [latest, latest]  # cold, then its copy
             first = cold.get_tuple(saved[0])
             assert first is not None and first.checkpoint["channel_values"]["messages"] == ["m0"]
             history = list(cold.list({"configurable": {"thread_id": "chat"}}))
