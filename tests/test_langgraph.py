@@ -489,6 +489,9 @@ def test_bench_langgraph_small(dsn: str) -> None:
     assert cold["process"] == "second"
     assert cold["upstream"]["n"] == cold["pymemdb"]["n"] == threads - bench.COLD_WARMUP
     assert {"latest", "by_id"} <= set(result["reads"])
+    for kind, reads in (("cold", threads - bench.COLD_WARMUP), ("copy", threads)):  # the async savers, for information
+        timed = result["reads"]["async"][kind]
+        assert timed["pymemdb"]["n"] == timed["upstream"]["n"] == reads
     for kind in ("latest", "by_id"):  # the round trip, the ceiling of a checked copy, timed in the same loop
         warm = result["reads"][kind]
         assert warm[bench.ROUND_TRIP]["n"] == warm["pymemdb"]["n"] == warm["upstream"]["n"]

@@ -24,7 +24,9 @@ small dict updated every fifth step, one pending write per step).
    ``_RoundTrip``, sends one prepared ``select $1`` on libpq as the saver's
    stamp check does: a read that must ask the server whether its copy is
    current can be no faster, so ``upstream ÷ round trip`` bounds the copy's
-   ratio.
+   ratio. Last, the second process does as its sync savers did with the
+   async ones (``async_reads``), then reads every thread again (ours from its
+   copy), for information.
 3. Storage of the same history: each saver's tables after VACUUM FULL.
 4. A retention cycle: ``memori.cleanup_execute`` a day after the default
    policy's retention of superseded checkpoints (30 days), then the sizes
@@ -266,6 +268,51 @@ def cold_reads(dsn: str, threads: int, seed: int) -> dict[str, Any]:
     return s
 
 
+def async_reads(dsn: str, threads: int, seed: int) -> dict[str, Any]:
+    """Run in a second process: LangGraph's async savers, upstream's and ours, that wrote nothing.
+
+    Each reads every thread once (cold, interleaved as in ``cold_reads``),
+    then every thread again in another order: ours from the copy its cold
+    read kept, upstream's as before. For information (the issue's goals are
+    the sync saver's): a LangGraph server runs graphs with ``ainvoke``.
+    """
+    import asyncio
+
+    from psycopg.rows import dict_row
+
+    _require_upstream()
+    from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+
+    from pymemdb.integrations.langgraph import AsyncMemoriSaver
+
+    async def run() -> dict[str, Any]:
+        async with await psycopg.AsyncConnection.connect(
+            dsn, autocommit=True, prepare_threshold=0, row_factory=dict_row
+        ) as up_conn, AsyncMemoriSaver.from_dsn(dsn, user_id=USER, max_size=2) as ours:
+            savers = {"upstream": AsyncPostgresSaver(up_conn), "pymemdb": ours}
+            out: dict[str, Any] = {}
+            for kind, order_seed in (("cold", seed), ("copy", seed + 1)):
+                order = list(range(threads))
+                random.Random(order_seed).shuffle(order)
+                lat: dict[str, list[int]] = {"upstream": [], "pymemdb": []}
+                for i, t in enumerate(order):
+                    for name in (("upstream", "pymemdb") if i % 2 else ("pymemdb", "upstream")):
+                        start = time.perf_counter_ns()
+                        found = await savers[name].aget_tuple(
+                            {"configurable": {"thread_id": f"bench-{t}", "checkpoint_ns": ""}})
+                        elapsed = time.perf_counter_ns() - start
+                        assert found is not None and len(found.checkpoint["channel_values"]["messages"]) == STEPS
+                        if kind == "copy" or i >= COLD_WARMUP:
+                            lat[name].append(elapsed)
+                s: dict[str, Any] = {name: _summary(lat[name]) for name in lat}
+                s["ratio_p50"] = ratio(s["upstream"]["p50_us"], s["pymemdb"]["p50_us"])
+                s["ratio_p95"] = ratio(s["upstream"]["p95_us"], s["pymemdb"]["p95_us"])
+                out[kind] = s
+            return out
+
+    return asyncio.run(run())
+
+
 def _explain_cached_and_put(admin: psycopg.Connection[Any], ours: Any, rng: random.Random) -> tuple[str, str]:
     """Plans of a read from the saver's copy (the stamps only) and of the next put (rolled back)."""
     config: Any = {"configurable": {"thread_id": "bench-0", "checkpoint_ns": ""}}
@@ -321,6 +368,9 @@ def run(dsn: str, rows: int = 20_000, *, seed: int = 1, progress: Progress | Non
         if threads > COLD_WARMUP:
             with multiprocessing.get_context("spawn").Pool(1) as pool:
                 result["reads"]["cold"] = pool.apply(cold_reads, (dsn, threads, seed))
+                if progress:
+                    progress("aget_tuple from a second process (async savers that wrote nothing, then their copies)")
+                result["reads"]["async"] = pool.apply(async_reads, (dsn, threads, seed))
         else:  # too few threads for a second process's warm-up: a saver without a copy, here
             with MemoriSaver(dsn, user_id=USER, max_size=2, cache_bytes=0) as cold:
                 result["reads"]["cold"] = _reads(upstream, cold, threads, ids, rng, iterations=threads,
@@ -406,6 +456,14 @@ def render(result: dict[str, Any]) -> list[Table]:
                          f"{fmt(r[ROUND_TRIP]['p50_us'])} / {fmt(r[ROUND_TRIP]['p95_us'])}",
                          f"{fmt(r['ratio_ceiling_p50'], 'x')} / {fmt(r['ratio_ceiling_p95'], 'x')}",
                          "(the ceiling of a checked copy)")
+    for kind, label in (("cold", "aget_tuple latest, async savers, a second process"),
+                        ("copy", "… again: ours from its copy")):
+        if kind in result["reads"].get("async", {}):
+            r = result["reads"]["async"][kind]
+            info.add_row(f"{label} p50 / p95 µs",
+                         f"{fmt(r['upstream']['p50_us'])} / {fmt(r['upstream']['p95_us'])}",
+                         f"{fmt(r['pymemdb']['p50_us'])} / {fmt(r['pymemdb']['p95_us'])}",
+                         f"{fmt(r['ratio_p50'], 'x')} / {fmt(r['ratio_p95'], 'x')}", "(AsyncPostgresSaver)")
     s = result["storage"]
     info.add_row("storage, same history (MB)", fmt(s["upstream_bytes"] / 2**20), fmt(s["pymemdb_bytes"] / 2**20),
                  fmt(s["ratio"], "x"), f"≤ {GOAL_STORAGE}x {'met' if s['goal_met'] else 'MISSED'}")
