@@ -50,6 +50,239 @@ set search_path = pg_catalog, memori, pg_temp;
 comment on function memori._invalid(text, text) is 'Raise PM001 (invalid argument) with a message and a hint.';
 
 -------------------------------------------------------------------------------
+-- _setting_rule_book: what each memori.settings value must be, by key
+-- One list of every key pymemdb reads, with its kind and bounds, for the CHECK
+-- below and memori.setting_rules(). Kinds: boolean; integer and number (min /
+-- max inclusive, NULL: unbounded); positive (a number above 0); share (above 0,
+-- at most 1); interval (a JSON string such as "7 days", of at least min
+-- seconds); regex; strings (an array of strings); shares (a non-empty array of
+-- shares); factors ([size, factor] pairs); ms_by_type (an object of whole
+-- milliseconds >= 1); count_or_all (an integer >= 0 or "all"); choice (one of
+-- the '|'-separated choices).
+create or replace function memori._setting_rule_book() returns jsonb
+as $func$
+  select jsonb_object_agg(v.key, jsonb_build_object(
+           'kind', v.kind, 'min', v.lo, 'max', v.hi, 'choices', v.choices,
+           'rule', case v.kind
+             when 'boolean' then 'true or false'
+             when 'integer' then 'a whole number' || b.bounds
+             when 'number' then 'a number' || b.bounds
+             when 'positive' then 'a number above 0'
+             when 'share' then 'a number above 0 and at most 1'
+             when 'interval' then 'an interval as a JSON string such as "7 days"'
+                                  || case when v.lo > 0 then ', at least ' || v.lo || ' s' when v.lo = 0 then ', not negative' else '' end
+             when 'regex' then 'a regular expression as a JSON string'
+             when 'strings' then 'a JSON array of strings'
+             when 'shares' then 'a non-empty JSON array of numbers above 0 and at most 1'
+             when 'factors' then 'a JSON array of [model size in billions >= 0, factor from 0 to 1] pairs'
+             when 'ms_by_type' then 'a JSON object of entry type: TTL in milliseconds (a whole number >= 1)'
+             when 'count_or_all' then 'a whole number >= 0 or "all"'
+             when 'choice' then 'one of "' || replace(v.choices, '|', '", "') || '" (a JSON string)'
+           end))
+    from (values
+      ('budget.business_max_boost',              'number',       0::numeric, null::numeric, null::text),
+      ('budget.density_business',                'positive',  null, null, null),
+      ('budget.density_code',                    'positive',  null, null, null),
+      ('budget.density_general',                 'positive',  null, null, null),
+      ('budget.max_chunks',                      'integer',      1, null, null),
+      ('budget.max_conflicts',                   'integer',      0, null, null),
+      ('budget.max_content_bytes',               'integer',      1, null, null),
+      ('budget.max_dropped_ids',                 'count_or_all', null, null, null),
+      ('budget.max_stored_chunks',               'integer',      1, null, null),
+      ('budget.persist',                         'boolean',   null, null, null),
+      ('budget.rag_boost_scale',                 'number',       0, null, null),
+      ('budget.recency_business_decay_rate',     'number',       0, null, null),
+      ('budget.recency_decay_rate',              'number',       0, null, null),
+      ('budget.recency_linear_max',              'number',       0, null, null),
+      ('budget.recency_max_boost',               'number',       0, null, null),
+      ('budget.revenue_max_boost',               'number',       0, null, null),
+      ('budget.revenue_scale',                   'positive',  null, null, null),
+      ('budget.summary_threshold',               'integer',      0, null, null),
+      ('checkpoint.auto_enabled',                'boolean',   null, null, null),
+      ('checkpoint.auto_interval_seconds',       'integer',      0, null, null),
+      ('checkpoint.auto_triggers',               'strings',   null, null, null),
+      ('checkpoint.batch_size',                  'integer',      1, null, null),
+      ('checkpoint.compression_threshold_bytes', 'integer',      0, null, null),
+      ('checkpoint.default_retention_days',      'integer',      0, null, null),
+      ('checkpoint.max_data_bytes',              'integer',      1, null, null),
+      ('checkpoint.max_retention_days',          'integer',      1, null, null),
+      ('checkpoint.max_versions',                'integer',      1, null, null),
+      ('checkpoint.preserve_important',          'boolean',   null, null, null),
+      ('checkpoint.query_events',                'boolean',   null, null, null),
+      ('checkpoint.warning_days',                'integer',      0, null, null),
+      ('cleanup.batch_pause_ms',                 'number',       0, null, null),
+      ('cleanup.enabled',                        'boolean',   null, null, null),
+      ('cleanup.lock_retries',                   'integer',      0, null, null),
+      ('cleanup.lock_timeout_ms',                'integer',      1, null, null),
+      ('cleanup.plan_chunk_rows',                'integer',      1, null, null),
+      ('cleanup.skip_retries',                   'integer',      0, null, null),
+      ('cleanup.skip_retry_pause_ms',            'number',       0, null, null),
+      ('cleanup.statement_timeout_ms',           'integer',      0, null, null),
+      ('cleanup.work_share',                     'share',     null, null, null),
+      ('compression.aging_ratios',               'shares',    null, null, null),
+      ('compression.auto_markers',               'boolean',   null, null, null),
+      ('compression.chars_per_token',            'positive',  null, null, null),
+      ('compression.default_context_size',       'integer',      1, null, null),
+      ('compression.enabled',                    'boolean',   null, null, null),
+      ('compression.max_checkpoints',            'integer',      2, null, null),
+      ('compression.max_message_bytes',          'integer',      1, null, null),
+      ('compression.min_checkpoint_tokens',      'integer',      0, null, null),
+      ('compression.new_checkpoint_ratio',       'share',     null, null, null),
+      ('compression.plan_retention_days',        'integer',      0, null, null),
+      ('compression.preserve_recent_max_share',  'number',       0,    1, null),
+      ('compression.preserve_recent_tokens',     'integer',      0, null, null),
+      ('compression.summary_max_tokens',         'integer',      1, null, null),
+      ('compression.trigger_ratio',              'share',     null, null, null),
+      ('compression.ultra_tokens',               'integer',      1, null, null),
+      ('compression.usable_ratio',               'share',     null, null, null),
+      ('context.default_ttl_ms',                 'ms_by_type', null, null, null),
+      ('context.max_key_length',                 'integer',      1, null, null),
+      ('context.max_value_bytes',                'integer',      1, null, null),
+      ('context.max_windows',                    'integer',      1, null, null),
+      ('context.search_max_rows',                'integer',      1, null, null),
+      ('context.temporary_window_ttl_ms',        'integer',      1, null, null),
+      ('events.notify',                          'boolean',   null, null, null),
+      ('mcp.token_default_ttl',                  'interval',     1, null, null),
+      ('mcp.token_max_ttl',                      'interval',     1, null, null),
+      ('mcp.token_touch_interval',               'interval',     0, null, null),
+      ('memories.max_content_bytes',             'integer',      1, null, null),
+      ('reliability.compression_penalty',        'number',       0,    1, null),
+      ('reliability.model_factors',              'factors',   null, null, null),
+      ('reliability.penalty_floor',              'number',       0,    1, null),
+      ('retention.warning_days',                 'integer',      0, null, null),
+      ('snapshots.auto_create',                  'boolean',   null, null, null),
+      ('snapshots.auto_threshold',               'share',     null, null, null),
+      ('snapshots.enabled',                      'boolean',   null, null, null),
+      ('store.search_candidates',                'integer',      1, null, null),
+      ('store.search_exact_max',                 'integer',      0, null, null),
+      ('vm.autopin_pattern',                     'regex',     null, null, null),
+      ('vm.claim_max_tokens',                    'integer',      1, null, null),
+      ('vm.embedding_dim',                       'integer',      1, 16000, null),
+      ('vm.eviction_cooldown_turns',             'integer',      0, null, null),
+      ('vm.eviction_policy',                     'choice',    null, null, 'lru|importance_weighted_lru|modality_aware_lru'),
+      ('vm.eviction_threshold',                  'share',     null, null, null),
+      ('vm.fault_confidence_threshold',          'choice',    null, null, 'explicit|referenced|speculative'),
+      ('vm.fault_protection_turns',              'integer',      0, null, null),
+      ('vm.faults_allowed',                      'boolean',   null, null, null),
+      ('vm.gc_grace',                            'interval',     0, null, null),
+      ('vm.max_content_bytes',                   'integer',      1, null, null),
+      ('vm.max_fault_tokens_per_turn',           'integer',      0, null, null),
+      ('vm.max_faults_per_turn',                 'integer',      0, null, null),
+      ('vm.max_fork_depth',                      'integer',      1, null, null),
+      ('vm.max_l0_tokens',                       'integer',      1, null, null),
+      ('vm.max_l1_pages',                        'integer',      0, null, null),
+      ('vm.pinned_last_turns',                   'integer',      0, null, null),
+      ('vm.prepass_max_faults',                  'integer',      0, null, null),
+      ('vm.prepass_stopwords',                   'strings',   null, null, null),
+      ('vm.prepass_topics',                      'integer',      0, null, null),
+      ('vm.prepass_useful_level',                'integer',      0,    3, null),
+      ('vm.search_candidates',                   'integer',      1, null, null),
+      ('vm.search_ef_search',                    'integer',      1, 1000, null),
+      ('vm.search_exact_max',                    'integer',      0, null, null),
+      ('vm.thrash_window_turns',                 'integer',      1, null, null)
+    ) v(key, kind, lo, hi, choices)
+   cross join lateral (select case when v.lo is not null and v.hi is not null then ' from ' || v.lo || ' to ' || v.hi
+                                   when v.lo is not null then ' >= ' || v.lo else '' end as bounds) b
+$func$ language sql immutable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._setting_rule_book() is 'The rule of every memori.settings key pymemdb reads, as a JSON object by key: kind, min, max, choices and the rule in words.';
+
+-------------------------------------------------------------------------------
+-- setting_rules: what each memori.settings value must be, for a DBA before an UPDATE
+create or replace function memori.setting_rules()
+returns table (key text, kind text, min_value numeric, max_value numeric, choices text, rule text)
+as $func$
+  select b.key, b.value->>'kind', (b.value->>'min')::numeric, (b.value->>'max')::numeric, b.value->>'choices',
+         b.value->>'rule'
+    from jsonb_each(memori._setting_rule_book()) b
+   order by b.key
+$func$ language sql immutable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori.setting_rules() is 'What each memori.settings value must be (kind, bounds, choices, and the rule in words): an UPDATE that breaks its rule is refused with PM001.';
+
+-------------------------------------------------------------------------------
+-- _setting_valid: a memori.settings value checked against its rule when it is written
+-- The CHECK constraint settings_value_valid calls it with the rule book
+-- (Citus refuses triggers on reference tables, which memori.settings is on a
+-- cluster; the constraint names both functions, and neither calls another of
+-- ours, so both exist on every node that checks a row). A key without a rule
+-- (not one pymemdb reads) is not checked. The constraint is NOT VALID: rows
+-- written before it are not checked again, and their readers still check or
+-- clamp what they read. Immutable: a value's validity never changes.
+create or replace function memori._setting_valid(p_key text, p_value jsonb, p_book jsonb) returns boolean
+as $func$
+declare
+  v_rule jsonb := p_book -> p_key;
+  v_kind text := v_rule ->> 'kind';
+  v_min  numeric := (v_rule ->> 'min')::numeric;
+  v_max  numeric := (v_rule ->> 'max')::numeric;
+  v_num  numeric := case when jsonb_typeof(p_value) = 'number' then (p_value #>> '{}')::numeric end;
+  v_text text := case when jsonb_typeof(p_value) = 'string' then p_value #>> '{}' end;
+  v_ok   boolean;
+  v_secs numeric;
+begin
+  if v_rule is null then
+    return true;
+  end if;
+  if v_kind = 'interval' and v_text is not null then
+    begin
+      v_secs := extract(epoch from v_text::interval);
+    exception when others then  -- not an interval: refused below
+      v_secs := null;
+    end;
+  elsif v_kind = 'regex' and v_text is not null then
+    begin
+      perform '' ~ v_text;
+      v_secs := 0;  -- a valid regular expression
+    exception when invalid_regular_expression then
+      v_secs := null;
+    end;
+  end if;
+  v_ok := case v_kind
+    when 'boolean' then jsonb_typeof(p_value) = 'boolean'
+    when 'integer' then v_num = trunc(v_num) and v_num >= coalesce(v_min, v_num) and v_num <= coalesce(v_max, v_num)
+    when 'number' then v_num >= coalesce(v_min, v_num) and v_num <= coalesce(v_max, v_num)
+    when 'positive' then v_num > 0
+    when 'share' then v_num > 0 and v_num <= 1
+    when 'interval' then v_secs >= coalesce(v_min, v_secs) and v_secs <= coalesce(v_max, v_secs)
+    when 'regex' then v_secs = 0
+    when 'strings' then jsonb_typeof(p_value) = 'array'
+                        and not jsonb_path_exists(p_value, 'strict $[*] ? (@.type() != "string")')
+    when 'shares' then jsonb_typeof(p_value) = 'array' and jsonb_array_length(p_value) > 0
+                       and not jsonb_path_exists(p_value, 'strict $[*] ? (@.type() != "number" || @ <= 0 || @ > 1)')
+    when 'factors' then jsonb_typeof(p_value) = 'array'
+                        and not jsonb_path_exists(p_value, 'strict $[*] ? (@.type() != "array" || @.size() != 2)')
+                        and not jsonb_path_exists(p_value, 'strict $[*] ? (@[0].type() != "number" || @[0] < 0
+                                                                  || @[1].type() != "number" || @[1] < 0 || @[1] > 1)')
+    when 'ms_by_type' then jsonb_typeof(p_value) = 'object'
+                           and not jsonb_path_exists(p_value, 'strict $.* ? (@.type() != "number" || @ < 1 || @ != @.floor())')
+    when 'count_or_all' then p_value = '"all"'::jsonb or (v_num = trunc(v_num) and v_num >= 0)
+    when 'choice' then v_text = any (string_to_array(v_rule ->> 'choices', '|'))
+  end;
+  if v_ok is not true then
+    raise exception 'memori.settings %: % is not %', p_key, coalesce(p_value::text, 'NULL'), v_rule ->> 'rule'
+      using errcode = 'PM001',
+            hint = format('Write %s: update memori.settings set value = ''<json>'' where key = %L '
+                          '(memori.setting_rules() lists every rule).', v_rule ->> 'rule', p_key);
+  end if;
+  return true;
+end
+$func$ language plpgsql immutable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._setting_valid(text, jsonb, jsonb) is 'CHECK of memori.settings.value: true, or PM001 naming the key and its rule (memori.setting_rules()) when the value breaks it; keys without a rule pass.';
+
+do $check$
+begin
+  if not exists (select from pg_catalog.pg_constraint
+                  where conrelid = 'memori.settings'::regclass and conname = 'settings_value_valid') then
+    -- NOT VALID: an install or upgrade never fails on a value written before the rules
+    alter table memori.settings
+      add constraint settings_value_valid check (memori._setting_valid(key, value, memori._setting_rule_book())) not valid;
+  end if;
+end
+$check$;
+
+-------------------------------------------------------------------------------
 -- _identifier_problem: why a required identifier is invalid (NULL when valid)
 create or replace function memori._identifier_problem(p_name text, p_value text, p_max_length integer default 256)
 returns text[]
