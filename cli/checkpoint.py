@@ -15,6 +15,8 @@ from pymemdb.cli._output import console, fmt_time, print_json, print_result, pri
 app = typer.Typer(help="Typed checkpoints with retention windows, milestones and versions (seed 01).",
                   no_args_is_help=True)
 
+UserIdOption = Annotated[str | None, typer.Option("--user")]
+
 
 def _json_object(raw: str, option: str) -> dict[str, object]:
     value = parse_json(raw, option, f'Pass a JSON object, e.g. {option} \'{{"step": 1}}\'.')
@@ -76,7 +78,7 @@ def get(
 @command(app, "list")
 def list_(
     session_id: Annotated[str | None, typer.Option("--session")] = None,
-    user_id: Annotated[str | None, typer.Option("--user")] = None,
+    user_id: UserIdOption = None,
     type: Annotated[str | None, typer.Option("--type")] = None,
     tags: Annotated[list[str] | None, typer.Option("--tag")] = None,
     include_expired: Annotated[bool, typer.Option("--include-expired")] = False,
@@ -120,7 +122,7 @@ def preserve(
 
 @command(app)
 def stats(
-    user_id: Annotated[str | None, typer.Option("--user")] = None,
+    user_id: UserIdOption = None,
     dsn: DsnOption = None,
     as_json: JsonOption = False,
 ) -> None:

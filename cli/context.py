@@ -20,6 +20,7 @@ UserOption = Annotated[str, typer.Option("--user", "-u", help="The acting user (
 ProjectOption = Annotated[str | None, typer.Option("--project", "-p", help="Project id.", show_default=False)]
 SessionOption = Annotated[str | None, typer.Option("--session", "-s", help="Session id.", show_default=False)]
 ScopeOption = Annotated[str, typer.Option("--scope", help="global, user, project or session.")]
+KeyArg = Annotated[str, typer.Argument(help="Key.")]
 
 
 def _json(raw: str, what: str) -> Any:
@@ -37,7 +38,7 @@ def _values_table(values: list[ContextValue], title: str) -> Table:
 
 @command(app, "set")
 def set_(
-    key: Annotated[str, typer.Argument(help="Key.")],
+    key: KeyArg,
     value: Annotated[str, typer.Argument(help="Value as JSON.")],
     user: UserOption,
     scope: ScopeOption = "user",
@@ -58,7 +59,7 @@ def set_(
 
 @command(app)
 def get(
-    key: Annotated[str, typer.Argument(help="Key.")],
+    key: KeyArg,
     user: UserOption,
     project: ProjectOption = None,
     session: SessionOption = None,
@@ -113,7 +114,7 @@ def list_(
 
 @command(app)
 def delete(
-    key: Annotated[str, typer.Argument(help="Key.")],
+    key: KeyArg,
     user: UserOption,
     scope: ScopeOption = "user",
     project: ProjectOption = None,

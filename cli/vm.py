@@ -14,14 +14,13 @@ import typer
 
 from pymemdb.cli import vm_fork, vm_pages
 from pymemdb.cli._common import DsnOption, JsonOption, database, handle_errors, print_json, print_one, print_rows
+from pymemdb.cli.vm_pages import SessionArg
 from pymemdb.vm.lifecycle import VmPrefetchItem
 
 app = typer.Typer(help="AI virtual memory: pages, working set, faults, context, search, claims, segments, prefetch, "
                        "forks, GC and shared regions (seed 03).", no_args_is_help=True)
 app.registered_commands.extend(vm_pages.app.registered_commands)
 vm_fork.register(app)
-
-SessionArg = Annotated[str, typer.Argument(help="VM session id.")]
 
 
 def _items(items: list[VmPrefetchItem], as_json: bool, title: str) -> None:

@@ -17,9 +17,11 @@ from pymemdb.cli._common import (
     print_one,
     print_rows,
 )
+from pymemdb.cli.vm_pages import SessionArg
 
 UserOption = Annotated[str | None, typer.Option("--user", help="Acting user (default: memori.user_id).")]
 RegionArg = Annotated[str, typer.Argument(help="Region id (unique across users).")]
+OwnSessionArg = Annotated[str, typer.Argument(help="Your VM session.")]
 
 region_app = typer.Typer(help="Shared regions: the only way pages cross users (read only, with an access list).",
                          no_args_is_help=True)
@@ -38,7 +40,7 @@ def fork(
                                          f"{r.shared_pages} pages shared, {r.working_set_pages} mapped pages copied")
 
 
-def fork_chain(session_id: Annotated[str, typer.Argument(help="VM session id.")], dsn: DsnOption = None,
+def fork_chain(session_id: SessionArg, dsn: DsnOption = None,
                as_json: JsonOption = False) -> None:
     """The ancestors a forked session sees pages of (memori.session_fork_chain)."""
     with database(dsn) as db:
@@ -103,7 +105,7 @@ def region_revoke(region_id: RegionArg, member: Annotated[str, typer.Argument(he
 
 @region_app.command("put")
 @handle_errors
-def region_put(region_id: RegionArg, session_id: Annotated[str, typer.Argument(help="Your VM session.")],
+def region_put(region_id: RegionArg, session_id: OwnSessionArg,
                page_id: Annotated[str | None, typer.Argument(help="Page id (omit for a session-scope region).")]
                = None,
                user_id: UserOption = None, dsn: DsnOption = None) -> None:
@@ -115,7 +117,7 @@ def region_put(region_id: RegionArg, session_id: Annotated[str, typer.Argument(h
 
 @region_app.command("remove")
 @handle_errors
-def region_remove(region_id: RegionArg, session_id: Annotated[str, typer.Argument(help="Your VM session.")],
+def region_remove(region_id: RegionArg, session_id: OwnSessionArg,
                   page_id: Annotated[str | None, typer.Argument(help="Page id (omit for a whole session).")] = None,
                   user_id: UserOption = None, dsn: DsnOption = None) -> None:
     """Stop sharing a page or session (memori.region_page_remove)."""

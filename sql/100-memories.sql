@@ -88,12 +88,29 @@ set search_path = pg_catalog, memori, pg_temp;
 comment on function memori._session_skill(text) is 'The memori.session_skills row for a skill id (skill:api-builder) or short name (api); raises PM002.';
 
 -------------------------------------------------------------------------------
+-- _skill_namespace_of: the namespace formula of a skill's columns at p_now
+-- session_{short}_{YYYY_MM} (UTC month) for a session skill (short name set),
+-- else the permanent namespace; NULL p_now gives the permanent namespace (NULL
+-- for a session skill). Reads no table, and has no SET clause, so PostgreSQL
+-- inlines it: into session_checkpoint_load_latest's hot statement it is the
+-- expression, not a call (on Citus too, where that statement runs on the
+-- user's shard). Everything in it is schema-qualified for that reason.
+create or replace function memori._skill_namespace_of(p_short_name text, p_permanent text, p_now timestamptz)
+returns text
+language sql stable
+begin atomic
+  select coalesce('session_' operator(pg_catalog.||) p_short_name operator(pg_catalog.||) '_'
+                    operator(pg_catalog.||) pg_catalog.to_char(p_now at time zone 'UTC', 'YYYY_MM'),
+                  p_permanent);
+end;
+comment on function memori._skill_namespace_of(text, text, timestamptz) is 'Namespace of a skill''s short name or permanent namespace at p_now: session_{short}_{YYYY_MM} (UTC month), else the permanent one; inlined.';
+
+-------------------------------------------------------------------------------
 -- _skill_namespace: where a skill's checkpoints go at p_now
 create or replace function memori._skill_namespace(p_skill memori.session_skills, p_now timestamptz)
 returns text
 as $func$
-  select case when p_skill.short_name is null then p_skill.permanent_namespace
-              else format('session_%s_%s', p_skill.short_name, to_char(p_now at time zone 'UTC', 'YYYY_MM')) end
+  select memori._skill_namespace_of(p_skill.short_name, p_skill.permanent_namespace, p_now)
 $func$ language sql stable security invoker
 set search_path = pg_catalog, memori, pg_temp;
 comment on function memori._skill_namespace(memori.session_skills, timestamptz) is 'Namespace of a resolved skill at p_now: session_{short}_{YYYY_MM} (UTC month) or the permanent namespace.';
@@ -252,13 +269,11 @@ begin
       from memori.memories m
      where m.owner_id = v_user
        and m.user_id = coalesce(
-             (select coalesce('session_' || s.short_name || '_' || to_char(p_now at time zone 'UTC', 'YYYY_MM'),
-                              s.permanent_namespace)
+             (select memori._skill_namespace_of(s.short_name, s.permanent_namespace, p_now)
                 from memori.session_skills s where s.skill = p_skill),
-             (select 'session_' || s.short_name || '_' || to_char(p_now at time zone 'UTC', 'YYYY_MM')
+             (select memori._skill_namespace_of(s.short_name, s.permanent_namespace, p_now)
                 from memori.session_skills s where s.short_name = p_skill),
-             (select coalesce('session_' || s.short_name || '_' || to_char(p_now at time zone 'UTC', 'YYYY_MM'),
-                              s.permanent_namespace)
+             (select memori._skill_namespace_of(s.short_name, s.permanent_namespace, p_now)
                 from memori.session_skills s where s.skill = 'skill:' || p_skill))
        and m.metadata->>'type' = 'session_checkpoint' and (m.expires_at is null or m.expires_at > p_now)
      order by m.created_at desc, m.id desc

@@ -22,6 +22,8 @@ INLINED_STRING: set[str] = set()
 INLINED = INLINED_STRING | {
            "memori._store_text_spec(jsonb,text[],text)", "memori._store_item_tsv(jsonb,text)",
            "memori._store_common_path(text)", "memori._context_scope_rank(text)",
+           "memori._skill_namespace_of(text,text,timestamp with time zone)",
+           "memori._lg_msgpack_array(bytea)", "memori._lg_msgpack_array_header(integer)",
            "memori._recency_curve(double precision,boolean,boolean,boolean,double precision,double precision,"
            "double precision,double precision)"}
 
