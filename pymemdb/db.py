@@ -16,7 +16,7 @@ from psycopg_pool import ConnectionPool
 
 from pymemdb import embedded
 from pymemdb._sql import MaybeRow, OneRow, Rows, Scalar, SqlFunction, given, jsonb
-from pymemdb.core import SETTING_GET, TOKEN_ESTIMATE
+from pymemdb.core import SETTING_GET, SETTING_RULES, TOKEN_ESTIMATE, SettingRule
 from pymemdb.errors import SchemaNotInstalled, wrap_exceptions
 
 T = TypeVar("T")
@@ -190,6 +190,10 @@ class Database:
     def setting(self, key: str, default: Any = None) -> Any:
         """memori.setting_get: a memori.settings value (JSON), or ``default`` when the key is absent."""
         return self.call(SETTING_GET, **given(p_key=key, p_default=jsonb(default)))
+
+    def setting_rules(self) -> list[SettingRule]:
+        """memori.setting_rules: what each setting's value must be (an UPDATE breaking its rule: PM001)."""
+        return self.call(SETTING_RULES)
 
     def token_estimate(self, text: str, kind: str | None = None) -> int:
         """memori.token_estimate: the one token estimate (kind general, business, code, auto, compression, page)."""

@@ -227,6 +227,10 @@ def test_pacing_settings_out_of_range_fail_the_run_before_it_deletes(
     conn: psycopg.Connection, key: str, bad: str
 ) -> None:
     memory(conn, "ns", T0 - SEC)
+    err = assert_sqlstate(conn, "PM001", "update memori.settings set value = %s::jsonb where key = %s", (bad, key))
+    assert key in str(err)  # refused when written (memori.setting_rules)
+    # a value written before the rules existed (the constraint is NOT VALID) still fails the run, not a batch
+    conn.execute("alter table memori.settings drop constraint settings_value_valid")
     _set(conn, key, bad)
     err = assert_sqlstate(conn, "PM001", "select * from memori.cleanup_execute(%s)", (T0,))
     assert key in str(err) and "update memori.settings" in (err.diag.message_hint or "")

@@ -238,7 +238,10 @@ def test_the_hnsw_ranking_sets_its_ef_search_and_leaves_the_callers_settings(con
         assert [r["page_id"] for r in search(conn, None, p_scope="user", p_query_embedding=q, p_limit=3)] == exact
         assert conn.execute(shown).fetchone() == ("23", "strict_order")
     assert conn.execute(shown).fetchone() == ("17", "off")
-    # the setting is clamped to pgvector's range (1..1000) rather than failing the search
+    # pgvector's range (1..1000): a value beyond it is refused when written, and one written before that
+    # rule (the constraint is NOT VALID) is clamped rather than failing the search
+    assert_sqlstate(conn, "PM001", "update memori.settings set value = '5000' where key = 'vm.search_ef_search'")
+    conn.execute("alter table memori.settings drop constraint settings_value_valid")
     conn.execute("update memori.settings set value = '5000' where key = 'vm.search_ef_search'")
     assert [r["page_id"] for r in search(conn, None, p_scope="user", p_query_embedding=q, p_limit=3)] == exact
     assert conn.execute(shown).fetchone() == ("17", "off")

@@ -242,6 +242,11 @@ def test_user_scope_hnsw_ranking_gets_its_settings_on_the_worker(vm_cluster: tup
             want = [r[0] for r in conn.execute(exact, (_unit(5),))]
         assert want[0] == "v5"
         conn.execute("update memori.settings set value = '2' where key = 'vm.search_exact_max'")
+        # the reference table's CHECK runs on every node (memori._setting_valid exists on the workers)
+        with pytest.raises(psycopg.Error) as refused:
+            conn.execute("update memori.settings set value = '-1' where key = 'vm.search_exact_max'")
+        assert refused.value.sqlstate == "PM001" and "vm.search_exact_max" in str(refused.value)
+        assert conn.execute("select value from memori.settings where key = 'vm.search_exact_max'").fetchone() == (2,)
         try:
             sent = _remote_commands(conn, exact, (_unit(5),))
             with conn.transaction():
