@@ -790,8 +790,8 @@ begin
                  -- a delta: one index scan for the whole chain (= ANY), put in chain order by
                  -- array_position; the root's array header parsed inline. The bodies of
                  -- memori._lg_msgpack_array and _lg_msgpack_array_header, written out (keep them in
-                 -- step): this read is planned per call, and inlining the two there cost ~9%
-                 -- (1,000 reads of a 40-version delta chain: 672-685 ms, 726-748 ms inlined)
+                 -- step): the hot read, and calling the two there cost ~9% with the same plan
+                 -- (1,000 reads of a 40-version delta chain: 672-685 ms, 726-748 ms with the calls)
                  select case when j.n < 16 then set_byte('\x00'::bytea, 0, 144 + j.n)
                              when j.n < 65536 then '\xdc'::bytea || substring(int4send(j.n) from 3 for 2)
                              else '\xdd'::bytea || int4send(j.n) end
