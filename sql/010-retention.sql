@@ -1051,18 +1051,13 @@ begin
                               'cleanup.work_share setting.');
     end if;
     v_share := to_jsonb(v_session::numeric);
-  elsif v_share is not null
-        and (case when jsonb_typeof(v_share) <> 'number' then true
-                  else not (v_share::numeric > 0 and v_share::numeric <= 1) end) then
-    perform memori._invalid(format('memori.settings cleanup.work_share is %s; it must be a number above 0 and at most 1',
-                                   v_share),
-                            'Set it with: update memori.settings set value = ''0.03'' where key = ''cleanup.work_share'' '
-                            '(1: no rest beyond cleanup.batch_pause_ms).');
+  elsif v_share is not null then
+    -- the settings' own rules (memori.setting_rules): a write that breaks them is refused, and a
+    -- value written before them fails here, with the same PM001 and hint
+    perform memori._setting_valid('cleanup.work_share', v_share, memori._setting_rule_book());
   end if;
-  if v_pause is not null and (case when jsonb_typeof(v_pause) <> 'number' then true else v_pause::numeric < 0 end) then
-    perform memori._invalid(format('memori.settings cleanup.batch_pause_ms is %s; it must be a number of milliseconds >= 0',
-                                   v_pause),
-                            'Set it with: update memori.settings set value = ''5'' where key = ''cleanup.batch_pause_ms''.');
+  if v_pause is not null then
+    perform memori._setting_valid('cleanup.batch_pause_ms', v_pause, memori._setting_rule_book());
   end if;
   return greatest(coalesce(v_pause::float8, 0),
                   p_batch_ms * (1 - coalesce(v_share::float8, 1)) / coalesce(v_share::float8, 1));
