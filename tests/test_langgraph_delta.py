@@ -398,6 +398,72 @@ def test_prepared_on_an_async_connection(dsn: str) -> None:
     asyncio.run(run())
 
 
+def test_prepared_beside_runs_while_the_server_works(dsn: str) -> None:
+    """rows_beside / arows_beside: the caller's work runs after the statement is sent and before its result is
+    read; its result comes back beside the rows; a failing one leaves the connection usable; errors and
+    re-preparing as rows."""
+    from pymemdb.integrations._libpq import Prepared
+
+    statement = Prepared("pymemdb_test_beside", "select $1::text, pg_sleep($2::float8)::text")
+    div = Prepared("pymemdb_test_beside_div", "select 1 / $1::int")
+
+    def in_flight(conn: Any) -> str:
+        # the server has the statement: libpq reports the connection busy until its result is read
+        assert conn.pgconn.transaction_status == psycopg.pq.TransactionStatus.ACTIVE
+        return "built"
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        assert statement.rows_beside(conn, ["a", "0.05"], lambda: in_flight(conn)) == ([("a", "")], "built")
+        conn.execute("deallocate all")
+        calls: list[int] = []
+        assert statement.rows_beside(conn, [None, "0"], lambda: calls.append(1)) == ([(None, "")], None)
+        assert calls == [1]  # run once, though the statement was prepared and sent again
+        with pytest.raises(ZeroDivisionError):
+            statement.rows_beside(conn, ["b", "0.05"], lambda: 1 // 0)
+        assert conn.pgconn.transaction_status == psycopg.pq.TransactionStatus.IDLE
+        assert statement.rows(conn, ["c", "0"]) == [("c", "")]
+        with pytest.raises(psycopg.errors.DivisionByZero):
+            div.rows_beside(conn, ["0"], lambda: None)
+        assert div.rows_beside(conn, ["1"], lambda: "x") == ([("1",)], "x")
+
+    async def run() -> None:
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+            assert await statement.arows_beside(conn, ["a", "0.05"], lambda: in_flight(conn)) == ([("a", "")], "built")
+            await conn.execute("deallocate all")
+            assert await statement.arows_beside(conn, ["b", "0"], lambda: 2) == ([("b", "")], 2)
+            with pytest.raises(ZeroDivisionError):
+                await statement.arows_beside(conn, ["b", "0.05"], lambda: 1 // 0)
+            assert await statement.arows(conn, ["c", "0"]) == [("c", "")]
+            with pytest.raises(psycopg.errors.DivisionByZero):
+                await div.arows_beside(conn, ["0"], lambda: None)
+
+    asyncio.run(run())
+
+
+def test_a_read_from_the_copy_is_built_beside_the_stamp_check(dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The copy's tuple is built while the server checks the stamps, and thrown away when they no longer match."""
+    from pymemdb.integrations._libpq import Prepared
+
+    beside: list[str] = []
+    original = Prepared.rows_beside
+
+    def spy(self: Prepared, conn: Any, params: Any, work: Any) -> Any:
+        beside.append(self.name.decode())
+        return original(self, conn, params, work)
+
+    monkeypatch.setattr(Prepared, "rows_beside", spy)
+    state: dict[str, Any] = {}
+    with MemoriSaver(dsn, user_id="alice") as saver, MemoriSaver(dsn, user_id="alice") as other:
+        _put(saver, "chat", 1, ["a"], state)
+        latest = {"configurable": {"thread_id": "chat"}}
+        first = saver.get_tuple(latest)  # type: ignore[arg-type]  # (the put left a copy: read from it too)
+        assert saver.get_tuple(latest) == first and beside == ["memori_lg_checkpoint_stamp"] * 2  # type: ignore[arg-type]
+        _put(other, "chat", 2, ["a", "b"], dict(state))  # another saver moves the thread on
+        found = saver.get_tuple(latest)  # type: ignore[arg-type]
+        assert found is not None and found.checkpoint["channel_values"]["messages"] == ["a", "b"]
+        assert beside == ["memori_lg_checkpoint_stamp"] * 3  # the stale copy's tuple was built, then dropped
+
+
 def test_async_reads_are_the_sync_reads(dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """AsyncMemoriSaver reads on libpq as MemoriSaver does: the same tuples, cold and from its copy."""
     state: dict[str, Any] = {}

@@ -27,13 +27,15 @@ import json
 import struct
 import weakref
 from collections.abc import Callable, Sequence
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 from uuid import UUID
 
 import psycopg
 from psycopg import pq
 from psycopg.errors import error_from_result
 from psycopg.generators import execute
+
+T = TypeVar("T")
 
 _NOT_PREPARED = b"26000"  # invalid_sql_statement_name: DEALLOCATE ALL or DISCARD ALL dropped it
 _ALREADY_PREPARED = b"42P05"  # duplicate_prepared_statement
@@ -112,7 +114,8 @@ class Prepared:
     ``rows`` blocks on a sync connection; ``arows`` sends the same messages on an
     async one and waits for the socket without blocking the event loop, as
     psycopg's own cursors do (its ``execute`` generator, run by the
-    connection's ``wait``).
+    connection's ``wait``). ``rows_beside`` and ``arows_beside`` run the
+    caller's own work between sending the statement and reading its result.
     """
 
     def __init__(self, name: str, query: str, columns: Sequence[str] | None = None) -> None:
@@ -151,6 +154,47 @@ class Prepared:
                 continue
             return self._rows(result, encoding)
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def rows_beside(self, conn: psycopg.Connection[Any], params: Sequence[str | None],
+                    beside: Callable[[], T]) -> tuple[list[tuple[Any, ...]], T]:
+        """``rows``, with ``beside()`` run while the server works on the statement; its result comes second.
+
+        The statement is sent, ``beside`` runs, then the result is read: the
+        caller's own work overlaps the round trip instead of following it (a
+        read from the saver's copy builds its tuple while the server checks the
+        copy's stamps). If ``beside`` raises, the result is still read (and
+        dropped) before the error goes on, so the connection stays usable.
+        """
+        pgconn = conn.pgconn
+        encoding = self._prepared_on.get(conn)
+        if encoding is None:
+            encoding = self._prepared(conn, pgconn.prepare(self.name, self.query))
+        pgconn.send_query_prepared(self.name, self._values(params, encoding), result_format=self.result_format)
+        try:
+            done = beside()
+        finally:
+            result = conn.wait(execute(pgconn))[-1]  # psycopg's own wait: the GIL released, Ctrl-C cancels
+        if self._again(conn, result, 1):
+            return self.rows(conn, params), done
+        return self._rows(result, encoding), done
+
+    async def arows_beside(self, conn: psycopg.AsyncConnection[Any], params: Sequence[str | None],
+                           beside: Callable[[], T]) -> tuple[list[tuple[Any, ...]], T]:
+        """``rows_beside`` on an async connection."""
+        pgconn = conn.pgconn
+        encoding = self._prepared_on.get(conn)
+        if encoding is None:
+            pgconn.send_prepare(self.name, self.query)
+            encoding = self._prepared(conn, (await conn.wait(execute(pgconn)))[-1])
+        pgconn.send_query_prepared(self.name, self._values(params, encoding), result_format=self.result_format)
+        pgconn.flush()  # non-blocking: on its way before beside() runs (execute flushes whatever is left)
+        try:
+            done = beside()
+        finally:
+            result = (await conn.wait(execute(pgconn)))[-1]
+        if self._again(conn, result, 1):
+            return await self.arows(conn, params), done
+        return self._rows(result, encoding), done
 
     # -- the steps both share ----------------------------------------------------
     def _prepared(self, conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any], result: pq.abc.PGresult) -> str:

@@ -131,6 +131,9 @@ LG_CHECKPOINT_GET = maybe(
 )
 LG_CHECKPOINT_STAMP = maybe("lg_checkpoint_stamp", *_CHECKPOINT, USER_ID, NOW, result=LangGraphStamp)
 _STAMP_ARGS = ("p_thread_id", "p_checkpoint_ns", "p_checkpoint_id", "p_user_id")
+# not an argument: in a stamp call's arguments, the work to run while the server answers it (Prepared.rows_beside);
+# the call's result is then (the stamp row, that work's result)
+_BESIDE = "beside"
 # the same call on libpq directly, prepared once per connection (MemoriSaver's read from its copy: see _libpq)
 _STAMP_PREPARED = Prepared("memori_lg_checkpoint_stamp", LG_CHECKPOINT_STAMP.positional(_STAMP_ARGS))
 # and the cold read, every argument given (an absent known stamp is NULL, its default), binary rows decoded by
@@ -490,9 +493,15 @@ class _MemoriSaverBase(BaseCheckpointSaver[str]):
         """The stamps alone when this saver holds the checkpoint with its writes and they are current; else the read."""
         call, copy = self._get_call(config)
         if copy is not None and copy.writes_stamp is not None:
-            found: LangGraphStamp | _StampRow | None = yield LG_CHECKPOINT_STAMP, {k: call[1][k] for k in _STAMP_ARGS}
+            held = copy  # (the lambda's own binding: mypy narrows it)
+            thread_id, ns = call[1]["p_thread_id"], call[1]["p_checkpoint_ns"]
+            check = {k: call[1][k] for k in _STAMP_ARGS}
+            # the tuple is built from the copy while the server checks its stamps (kept only if they match)
+            check[_BESIDE] = lambda: self._copy_tuple(thread_id, ns, held, held.writes)
+            found: _StampRow | None
+            found, built = yield LG_CHECKPOINT_STAMP, check
             if found is not None and found.stamp == copy.stamp and found.writes_stamp == copy.writes_stamp:
-                return self._copy_tuple(call[1]["p_thread_id"], call[1]["p_checkpoint_ns"], copy, copy.writes)
+                return cast(CheckpointTuple, built)
         latest = get_checkpoint_id(config) is None
         got = self._got((yield call), copy, latest)
         if got is False:  # our copy went meanwhile: read it whole
@@ -864,7 +873,19 @@ class MemoriSaver(_MemoriSaverBase):
 def _fetch(function: SqlFunction[Any], args: dict[str, Any], conn: psycopg.Connection[Any]) -> Any:
     """A read's prepared statement on libpq (see _libpq): the stamp check, or the read of a whole tuple."""
     prepared, params, shape = _read_plan(function, args)
+    if (beside := args.get(_BESIDE)) is not None:
+        found, done = prepared.rows_beside(conn, params, beside)
+        return shape(found), done
     return shape(prepared.rows(conn, params))
+
+
+async def _afetch(function: SqlFunction[Any], args: dict[str, Any], conn: psycopg.AsyncConnection[Any]) -> Any:
+    """``_fetch`` on an async connection."""
+    prepared, params, shape = _read_plan(function, args)
+    if (beside := args.get(_BESIDE)) is not None:
+        found, done = await prepared.arows_beside(conn, params, beside)
+        return shape(found), done
+    return shape(await prepared.arows(conn, params))
 
 
 def _read_plan(function: SqlFunction[Any], args: dict[str, Any]
@@ -949,13 +970,12 @@ class AsyncMemoriSaver(_MemoriSaverBase):
         """One call on a pooled connection; the reads as prepared statements on libpq, as MemoriSaver's."""
         function, args = call
         if function is LG_CHECKPOINT_STAMP or function is LG_CHECKPOINT_GET:
-            prepared, params, shape = _read_plan(function, args)
             with wrap_exceptions():
                 async with self.pool.connection() as conn:
                     if self._acting.citus is False:  # one server: no transaction around it, as MemoriSaver
-                        return shape(await prepared.arows(conn, params))
+                        return await _afetch(function, args, conn)
                     async with self._acting.acall(conn):
-                        return shape(await prepared.arows(conn, params))
+                        return await _afetch(function, args, conn)
         statement = self._statement(function, args)
         with wrap_exceptions():
             async with self.pool.connection() as conn, self._acting.acall(conn), \
