@@ -493,7 +493,7 @@ class _MemoriSaverBase(BaseCheckpointSaver[str]):
         """The stamps alone when this saver holds the checkpoint with its writes and they are current; else the read."""
         call, copy = self._get_call(config)
         if copy is not None and copy.writes_stamp is not None:
-            held = copy  # (the lambda's own binding: mypy narrows it)
+            held = copy  # a name of its own for the lambda: mypy does not carry copy's narrowing into it
             thread_id, ns = call[1]["p_thread_id"], call[1]["p_checkpoint_ns"]
             check = {k: call[1][k] for k in _STAMP_ARGS}
             # the tuple is built from the copy while the server checks its stamps (kept only if they match)
