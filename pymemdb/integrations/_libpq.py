@@ -37,6 +37,10 @@ from psycopg.generators import execute
 
 T = TypeVar("T")
 
+def _nothing() -> None:
+    """The work beside a plain ``rows`` call: none."""
+
+
 _NOT_PREPARED = b"26000"  # invalid_sql_statement_name: DEALLOCATE ALL or DISCARD ALL dropped it
 _ALREADY_PREPARED = b"42P05"  # duplicate_prepared_statement
 
@@ -111,11 +115,12 @@ class Prepared:
 
     ``columns``: the result's column types (keys of ``BINARY``), to get binary
     results decoded by type; without, every value comes back as text.
-    ``rows`` blocks on a sync connection; ``arows`` sends the same messages on an
-    async one and waits for the socket without blocking the event loop, as
-    psycopg's own cursors do (its ``execute`` generator, run by the
+    ``rows`` runs on a sync connection, ``arows`` on an async one without
+    blocking the event loop; both send the statement and wait for its result
+    as psycopg's own cursors do (its ``execute`` generator, run by the
     connection's ``wait``). ``rows_beside`` and ``arows_beside`` run the
-    caller's own work between sending the statement and reading its result.
+    caller's own work between sending the statement and reading its result;
+    ``rows`` and ``arows`` are them with no such work.
     """
 
     def __init__(self, name: str, query: str, columns: Sequence[str] | None = None) -> None:
@@ -128,73 +133,62 @@ class Prepared:
 
     def rows(self, conn: psycopg.Connection[Any], params: Sequence[str | None]) -> list[tuple[Any, ...]]:
         """The result rows: as text, or decoded by ``columns`` (None for NULL)."""
+        return self.rows_beside(conn, params, _nothing)[0]
+
+    async def arows(self, conn: psycopg.AsyncConnection[Any], params: Sequence[str | None]) -> list[tuple[Any, ...]]:
+        """``rows`` on an async connection."""
+        return (await self.arows_beside(conn, params, _nothing))[0]
+
+    def rows_beside(self, conn: psycopg.Connection[Any], params: Sequence[str | None],
+                    beside: Callable[[], T]) -> tuple[list[tuple[Any, ...]], T]:
+        """``rows``, with ``beside()`` run while the server works on the statement; its result comes second.
+
+        The statement is sent, ``beside`` runs (once, even when the statement
+        must be prepared again), then the result is read: the caller's own work
+        overlaps the round trip instead of following it (a read from the
+        saver's copy builds its tuple while the server checks the copy's
+        stamps). If ``beside`` raises, the result is still read (and dropped)
+        before the error goes on, so the connection stays usable. The wait is
+        psycopg's own: the GIL released, Ctrl-C cancels the statement.
+        """
         pgconn = conn.pgconn
+        done: list[T] = []
         for attempt in (1, 2):
             encoding = self._prepared_on.get(conn)
             if encoding is None:
                 encoding = self._prepared(conn, pgconn.prepare(self.name, self.query))
-            result = pgconn.exec_prepared(self.name, self._values(params, encoding),
-                                          result_format=self.result_format)
+            pgconn.send_query_prepared(self.name, self._values(params, encoding), result_format=self.result_format)
+            try:
+                if not done:
+                    done.append(beside())
+            finally:
+                result = conn.wait(execute(pgconn))[-1]
             if self._again(conn, result, attempt):
                 continue
-            return self._rows(result, encoding)
+            return self._rows(result, encoding), done[0]
         raise AssertionError("unreachable")  # pragma: no cover
 
-    async def arows(self, conn: psycopg.AsyncConnection[Any], params: Sequence[str | None]) -> list[tuple[Any, ...]]:
-        """``rows`` on an async connection."""
+    async def arows_beside(self, conn: psycopg.AsyncConnection[Any], params: Sequence[str | None],
+                           beside: Callable[[], T]) -> tuple[list[tuple[Any, ...]], T]:
+        """``rows_beside`` on an async connection: the event loop runs while the statement waits for the server."""
         pgconn = conn.pgconn
+        done: list[T] = []
         for attempt in (1, 2):
             encoding = self._prepared_on.get(conn)
             if encoding is None:
                 pgconn.send_prepare(self.name, self.query)
                 encoding = self._prepared(conn, (await conn.wait(execute(pgconn)))[-1])
             pgconn.send_query_prepared(self.name, self._values(params, encoding), result_format=self.result_format)
-            result = (await conn.wait(execute(pgconn)))[-1]
+            pgconn.flush()  # non-blocking: on its way before beside() runs (execute flushes whatever is left)
+            try:
+                if not done:
+                    done.append(beside())
+            finally:
+                result = (await conn.wait(execute(pgconn)))[-1]
             if self._again(conn, result, attempt):
                 continue
-            return self._rows(result, encoding)
+            return self._rows(result, encoding), done[0]
         raise AssertionError("unreachable")  # pragma: no cover
-
-    def rows_beside(self, conn: psycopg.Connection[Any], params: Sequence[str | None],
-                    beside: Callable[[], T]) -> tuple[list[tuple[Any, ...]], T]:
-        """``rows``, with ``beside()`` run while the server works on the statement; its result comes second.
-
-        The statement is sent, ``beside`` runs, then the result is read: the
-        caller's own work overlaps the round trip instead of following it (a
-        read from the saver's copy builds its tuple while the server checks the
-        copy's stamps). If ``beside`` raises, the result is still read (and
-        dropped) before the error goes on, so the connection stays usable.
-        """
-        pgconn = conn.pgconn
-        encoding = self._prepared_on.get(conn)
-        if encoding is None:
-            encoding = self._prepared(conn, pgconn.prepare(self.name, self.query))
-        pgconn.send_query_prepared(self.name, self._values(params, encoding), result_format=self.result_format)
-        try:
-            done = beside()
-        finally:
-            result = conn.wait(execute(pgconn))[-1]  # psycopg's own wait: the GIL released, Ctrl-C cancels
-        if self._again(conn, result, 1):
-            return self.rows(conn, params), done
-        return self._rows(result, encoding), done
-
-    async def arows_beside(self, conn: psycopg.AsyncConnection[Any], params: Sequence[str | None],
-                           beside: Callable[[], T]) -> tuple[list[tuple[Any, ...]], T]:
-        """``rows_beside`` on an async connection."""
-        pgconn = conn.pgconn
-        encoding = self._prepared_on.get(conn)
-        if encoding is None:
-            pgconn.send_prepare(self.name, self.query)
-            encoding = self._prepared(conn, (await conn.wait(execute(pgconn)))[-1])
-        pgconn.send_query_prepared(self.name, self._values(params, encoding), result_format=self.result_format)
-        pgconn.flush()  # non-blocking: on its way before beside() runs (execute flushes whatever is left)
-        try:
-            done = beside()
-        finally:
-            result = (await conn.wait(execute(pgconn)))[-1]
-        if self._again(conn, result, 1):
-            return await self.arows(conn, params), done
-        return self._rows(result, encoding), done
 
     # -- the steps both share ----------------------------------------------------
     def _prepared(self, conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any], result: pq.abc.PGresult) -> str:
