@@ -86,6 +86,22 @@ set search_path = pg_catalog, memori, pg_temp;
 comment on function memori._lg_user(text) is 'The user LangGraph state is read and written for: p_user_id, else setting memori.user_id; PM001 when neither.';
 
 -------------------------------------------------------------------------------
+-- _lg_acting: memori._lg_user in an inlinable form, for the saver's inlined reads
+-- (lg_checkpoint_stamp, lg_checkpoint_get): p_user_id, else memori.user_id, else
+-- memori._lg_user's PM001. It reads no table and has no SET clause, so it is
+-- inlined too: in a read's index conditions it is an expression computed once a
+-- scan (a PL/pgSQL call there would cost a call each time). Does not check the
+-- id's form as _lg_user does: a read of an id that cannot exist finds nothing.
+create or replace function memori._lg_acting(p_user_id text)
+returns text
+language sql stable
+begin atomic
+  select coalesce(p_user_id, nullif(pg_catalog.current_setting('memori.user_id', true), ''),
+                  memori._lg_user(p_user_id));
+end;
+comment on function memori._lg_acting(text) is 'The user of a LangGraph read: p_user_id, else setting memori.user_id; PM001 when neither (memori._lg_user); inlined.';
+
+-------------------------------------------------------------------------------
 -- _lg_policy: the retention of a saver policy (superseded checkpoints, idle threads)
 create or replace function memori._lg_policy(p_policy text, out superseded interval, out idle interval)
 as $func$
@@ -666,11 +682,22 @@ comment on function memori.lg_writes_put(text, text, uuid, text, text, integer[]
 -- that holds a copy under both reads only these (three key probes);
 -- lg_checkpoint_get returns the whole tuple.
 --
--- The saver's reads are PL/pgSQL of one statement each, every table in it
--- filtered by the user (so that Citus routes the statement to the user's
--- shard), with no function in it that reads a table (Citus ships a routed
--- statement's calls to the shard, and refuses SQL functions over distributed
--- tables, inlined or not: docs/scale-out.md, "LangGraph saver").
+-- The saver's reads are one statement each, every table in it filtered by the
+-- user (so that Citus routes the statement to the user's shard). On one server
+-- they are SQL functions that PostgreSQL inlines into the saver's prepared
+-- statement (the stamp check's server time: +29-30 us over a bare select
+-- inlined, +48-49 us as a PL/pgSQL call; docs/benchmarks.md). Inlining needs
+-- LANGUAGE sql without a SET clause, so the body is a string parsed with the
+-- caller's search_path: every table and function in it is qualified (memori.,
+-- pg_catalog.), and it runs with the caller's rights (security invoker). Not a
+-- SQL-standard body: Citus refuses one that depends on the tables it reads.
+-- Where the citus extension is installed, the end of this file re-creates each
+-- as PL/pgSQL of the same statement (memori._lg_reads_as_plpgsql): Citus
+-- refuses SQL functions over distributed tables, inlined or not
+-- (docs/scale-out.md, "LangGraph saver"), and routes on the user held in a
+-- PL/pgSQL variable. The user is memori._lg_acting(p_user_id) in the statement,
+-- v_user in the PL/pgSQL form; no function in it reads a table (Citus ships a
+-- routed statement's calls to the shard).
 -- p_thread_id: LangGraph's thread_id; no row when the thread is absent or expired
 -- p_checkpoint_ns: the checkpoint namespace (LangGraph's checkpoint_ns, '' for the root graph); NULL: ''
 -- p_checkpoint_id: the checkpoint; NULL: the latest unexpired one of the namespace
@@ -684,36 +711,28 @@ create or replace function memori.lg_checkpoint_stamp(
   p_now           timestamptz default now()
 ) returns table (checkpoint_id uuid, stamp text, writes_stamp text)
 as $func$
-declare
-  v_user text := coalesce(p_user_id, nullif(current_setting('memori.user_id', true), ''));
-begin
-  if v_user is null then
-    perform memori._lg_user(null);  -- raises PM001 with its hint
-  end if;
-  return query
   select c.checkpoint_id, t.id::text || '.' || c.xmin::text || '.' || c.checkpoint_id::text,
-         (select coalesce(string_agg(w.xmin::text, '.' order by w.task_id, w.idx), '')
+         (select coalesce(pg_catalog.string_agg(w.xmin::text, '.' order by w.task_id, w.idx), '')
             from memori.lg_writes w
-           where w.user_id = v_user and w.thread = t.id and w.checkpoint_ns = c.checkpoint_ns
+           where w.user_id = memori._lg_acting(p_user_id) and w.thread = t.id and w.checkpoint_ns = c.checkpoint_ns
              and w.checkpoint_id = c.checkpoint_id
              and (w.expires_at is null or w.expires_at > p_now))
     from memori.lg_threads t
    cross join lateral (
      -- the latest of the namespace, or the given id: only one branch runs (one-time filters)
      (select c.xmin, c.checkpoint_ns, c.checkpoint_id from memori.lg_checkpoints c
-       where p_checkpoint_id is null and c.user_id = v_user and c.thread = t.id
+       where p_checkpoint_id is null and c.user_id = memori._lg_acting(p_user_id) and c.thread = t.id
          and c.checkpoint_ns = coalesce(p_checkpoint_ns, '')
          and (c.expires_at is null or c.expires_at > p_now)
        order by c.checkpoint_id desc limit 1)
      union all
      (select c.xmin, c.checkpoint_ns, c.checkpoint_id from memori.lg_checkpoints c
-       where p_checkpoint_id is not null and c.user_id = v_user and c.thread = t.id
+       where p_checkpoint_id is not null and c.user_id = memori._lg_acting(p_user_id) and c.thread = t.id
          and c.checkpoint_ns = coalesce(p_checkpoint_ns, '')
          and c.checkpoint_id = p_checkpoint_id and (c.expires_at is null or c.expires_at > p_now))) c
-   where t.user_id = v_user and t.thread_id = p_thread_id and (t.expires_at is null or t.expires_at > p_now);
-end
-$func$ language plpgsql stable security invoker
-set search_path = pg_catalog, memori, pg_temp;
+   where t.user_id = memori._lg_acting(p_user_id) and t.thread_id = p_thread_id
+     and (t.expires_at is null or t.expires_at > p_now)
+$func$ language sql stable security invoker;
 comment on function memori.lg_checkpoint_stamp(text, text, uuid, text, timestamptz) is 'The read stamps of a LangGraph checkpoint (the given id, else the latest of the namespace): of the checkpoint and of its pending writes, what a cached copy is checked against. No row when absent or expired.';
 
 -------------------------------------------------------------------------------
@@ -746,13 +765,6 @@ create or replace function memori.lg_checkpoint_get(
   p_known_writes  text default null
 ) returns setof memori.lg_tuple
 as $func$
-declare
-  v_user text := coalesce(p_user_id, nullif(current_setting('memori.user_id', true), ''));
-begin
-  if v_user is null then
-    perform memori._lg_user(null);  -- raises PM001 with its hint
-  end if;
-  return query
   select t.thread_id, c.checkpoint_ns, c.checkpoint_id, c.parent_id,
          case when c.changed then c.checkpoint end, case when c.changed then c.metadata end,
          b.channels, b.types, b.vals,
@@ -769,21 +781,21 @@ begin
                                    -- the given id, else the latest: each branch keeps its own index
                                    -- plan, and only one runs (one-time filters on p_checkpoint_id)
                                    (select c.xmin, c.* from memori.lg_checkpoints c
-                                     where p_checkpoint_id is null and c.user_id = v_user and c.thread = t.id
+                                     where p_checkpoint_id is null and c.user_id = memori._lg_acting(p_user_id) and c.thread = t.id
                                        and c.checkpoint_ns = coalesce(p_checkpoint_ns, '')
                                        and (c.expires_at is null or c.expires_at > p_now)
                                      order by c.checkpoint_id desc limit 1)
                                    union all
                                    (select c.xmin, c.* from memori.lg_checkpoints c
-                                     where p_checkpoint_id is not null and c.user_id = v_user and c.thread = t.id
+                                     where p_checkpoint_id is not null and c.user_id = memori._lg_acting(p_user_id) and c.thread = t.id
                                        and c.checkpoint_ns = coalesce(p_checkpoint_ns, '')
                                        and c.checkpoint_id = p_checkpoint_id
                                        and (c.expires_at is null or c.expires_at > p_now))) c) s) c
    cross join lateral (
      -- one primary-key probe per channel (LATERAL ... LIMIT 1): a join would be
      -- planned for the namespace's whole blob history, which grows with every step
-     select array_agg(v.key) as channels, array_agg(bl.type) as types, array_agg(bl.blob) as vals
-       from jsonb_each_text(case when c.changed then c.checkpoint -> 'channel_versions' end) v
+     select pg_catalog.array_agg(v.key) as channels, pg_catalog.array_agg(bl.type) as types, pg_catalog.array_agg(bl.blob) as vals
+       from pg_catalog.jsonb_each_text(case when c.changed then c.checkpoint -> 'channel_versions' end) v
       cross join lateral (
         select x.type,
                case when x.base is null then x.blob else (
@@ -792,33 +804,33 @@ begin
                  -- memori._lg_msgpack_array and _lg_msgpack_array_header, written out (keep them in
                  -- step): the hot read, and calling the two there cost ~9% with the same plan
                  -- (1,000 reads of a 40-version delta chain: 672-685 ms, 726-748 ms with the calls)
-                 select case when j.n < 16 then set_byte('\x00'::bytea, 0, 144 + j.n)
-                             when j.n < 65536 then '\xdc'::bytea || substring(int4send(j.n) from 3 for 2)
-                             else '\xdd'::bytea || int4send(j.n) end
+                 select case when j.n < 16 then pg_catalog.set_byte('\x00'::bytea, 0, 144 + j.n)
+                             when j.n < 65536 then '\xdc'::bytea || substring(pg_catalog.int4send(j.n) from 3 for 2)
+                             else '\xdd'::bytea || pg_catalog.int4send(j.n) end
                         || j.body || x.blob
-                   from (select (sum(coalesce(y.items, r.items)) + x.items)::integer as n,
-                                string_agg(case when y.items is null then substring(y.blob from r.header + 1)
-                                                else y.blob end, ''::bytea order by array_position(x.base, y.version))
+                   from (select (pg_catalog.sum(coalesce(y.items, r.items)) + x.items)::integer as n,
+                                pg_catalog.string_agg(case when y.items is null then substring(y.blob from r.header + 1)
+                                                else y.blob end, ''::bytea order by pg_catalog.array_position(x.base, y.version))
                                   as body
                            -- the root is TOASTed (a whole list): detoasted once here (|| and OFFSET 0),
                            -- not by every get_byte and substring below (they read its chunks again each)
                            from (select y.version, y.items, y.blob || ''::bytea as blob
                                    from memori.lg_blobs y
-                                  where y.user_id = v_user and y.thread = x.thread and y.checkpoint_ns = x.checkpoint_ns
+                                  where y.user_id = memori._lg_acting(p_user_id) and y.thread = x.thread and y.checkpoint_ns = x.checkpoint_ns
                                     and y.channel = x.channel and y.version = any (x.base)
                                  offset 0) y
                            left join lateral (
                              select case when h.b between 144 and 159 then h.b - 144
-                                         when h.b = 220 then (get_byte(y.blob, 1) << 8) | get_byte(y.blob, 2)
-                                         when h.b = 221 then (get_byte(y.blob, 1)::bigint << 24)
-                                                             | (get_byte(y.blob, 2) << 16)
-                                                             | (get_byte(y.blob, 3) << 8) | get_byte(y.blob, 4) end
+                                         when h.b = 220 then (pg_catalog.get_byte(y.blob, 1) << 8) | pg_catalog.get_byte(y.blob, 2)
+                                         when h.b = 221 then (pg_catalog.get_byte(y.blob, 1)::bigint << 24)
+                                                             | (pg_catalog.get_byte(y.blob, 2) << 16)
+                                                             | (pg_catalog.get_byte(y.blob, 3) << 8) | pg_catalog.get_byte(y.blob, 4) end
                                       as items,
                                     case when h.b between 144 and 159 then 1 when h.b = 220 then 3 else 5 end as header
-                               from (select case when y.items is null then get_byte(y.blob, 0) end as b) h) r
+                               from (select case when y.items is null then pg_catalog.get_byte(y.blob, 0) end as b) h) r
                              on y.items is null) j) end as blob
           from memori.lg_blobs x
-         where x.user_id = v_user and x.thread = c.thread and x.checkpoint_ns = c.checkpoint_ns
+         where x.user_id = memori._lg_acting(p_user_id) and x.thread = c.thread and x.checkpoint_ns = c.checkpoint_ns
            and x.channel = v.key and x.version = v.value
            and (x.expires_at is null or x.expires_at > p_now)
          limit 1) bl) b
@@ -826,19 +838,18 @@ begin
      -- one scan of the pending writes: their row versions in key order (what a cached copy of
      -- them is checked against) and the writes in (task_path, task_id, idx) order
      select s.*, c.changed or s.stamp is distinct from p_known_writes as sent
-       from (select coalesce(string_agg(wr.xmin::text, '.' order by wr.task_id, wr.idx), '') as stamp,
-                    array_agg(wr.task_id) as task_ids, array_agg(wr.channel) as channels,
-                    array_agg(wr.type) as types, array_agg(wr.blob) as vals, array_agg(wr.task_path) as paths,
-                    array_agg(wr.idx) as idx
+       from (select coalesce(pg_catalog.string_agg(wr.xmin::text, '.' order by wr.task_id, wr.idx), '') as stamp,
+                    pg_catalog.array_agg(wr.task_id) as task_ids, pg_catalog.array_agg(wr.channel) as channels,
+                    pg_catalog.array_agg(wr.type) as types, pg_catalog.array_agg(wr.blob) as vals, pg_catalog.array_agg(wr.task_path) as paths,
+                    pg_catalog.array_agg(wr.idx) as idx
                from (select wr.xmin, wr.task_id, wr.channel, wr.type, wr.blob, wr.task_path, wr.idx
                        from memori.lg_writes wr
-                      where wr.user_id = v_user and wr.thread = c.thread and wr.checkpoint_ns = c.checkpoint_ns
+                      where wr.user_id = memori._lg_acting(p_user_id) and wr.thread = c.thread and wr.checkpoint_ns = c.checkpoint_ns
                         and wr.checkpoint_id = c.checkpoint_id and (wr.expires_at is null or wr.expires_at > p_now)
                       order by wr.task_path, wr.task_id, wr.idx) wr) s) w
-   where t.user_id = v_user and t.thread_id = p_thread_id and (t.expires_at is null or t.expires_at > p_now);
-end
-$func$ language plpgsql stable security invoker
-set search_path = pg_catalog, memori, pg_temp;
+   where t.user_id = memori._lg_acting(p_user_id) and t.thread_id = p_thread_id
+     and (t.expires_at is null or t.expires_at > p_now)
+$func$ language sql stable security invoker;
 comment on function memori.lg_checkpoint_get(text, text, uuid, text, timestamptz, text, text) is 'A LangGraph checkpoint tuple (checkpoint, blobs, pending writes, stamps): the given id, else the latest of the namespace; no row when absent or expired; the parts whose known stamp is current come back NULL.';
 
 -------------------------------------------------------------------------------
@@ -1252,6 +1263,58 @@ set search_path = pg_catalog, memori, pg_temp;
 comment on function memori.lg_policy_set(text, interval, interval, integer) is 'Create or change a LangGraph saver retention policy: superseded checkpoints kept p_superseded_after, threads kept p_idle_after idle (NULL: kept). Applies to rows written afterwards.';
 
 -------------------------------------------------------------------------------
+-- _lg_reads_as_plpgsql: the saver's inlined reads re-created as PL/pgSQL of the same statement
+-- lg_checkpoint_stamp and lg_checkpoint_get are LANGUAGE sql, inlined on one
+-- server. Citus refuses SQL functions over distributed tables ("parameterized
+-- queries for SQL functions referencing distributed tables are not supported"),
+-- inlined or not, and routes a statement on the user held in a PL/pgSQL
+-- variable: where the citus extension is installed the end of this file calls
+-- this, which re-creates each as PL/pgSQL whose one statement is the SQL
+-- function's with v_user where it says memori._lg_acting(p_user_id), the same
+-- signature, comment and grants (CREATE OR REPLACE keeps them), and a pinned
+-- search_path. Idempotent: a read already PL/pgSQL is left alone. The tests call
+-- it on one server to run the saver against the Citus form.
+create or replace function memori._lg_reads_as_plpgsql()
+returns setof regprocedure
+as $func$
+declare
+  v_fn        regprocedure;
+  v_name      text;
+  v_statement text;
+begin
+  for v_fn, v_name, v_statement in
+    select p.oid::regprocedure, p.proname, rtrim(p.prosrc, e' \n;') from pg_proc p
+     where p.pronamespace = 'memori'::regnamespace and p.proname in ('lg_checkpoint_stamp', 'lg_checkpoint_get')
+       and p.prolang = (select l.oid from pg_language l where l.lanname = 'sql')
+     order by 1
+  loop
+    if strpos(v_statement, 'memori._lg_acting(p_user_id)') = 0 then
+      raise exception '% does not name its user as memori._lg_acting(p_user_id)', v_fn;
+    end if;
+    execute format($create$
+      create or replace function memori.%I(%s) returns %s
+      as %L language plpgsql stable security invoker
+      set search_path = pg_catalog, memori, pg_temp$create$,
+      v_name, pg_get_function_arguments(v_fn), pg_get_function_result(v_fn),
+      format($body$
+declare
+  v_user text := coalesce(p_user_id, nullif(current_setting('memori.user_id', true), ''));
+begin
+  if v_user is null then
+    perform memori._lg_user(null);  -- raises PM001 with its hint
+  end if;
+  return query
+%s;
+end
+$body$, replace(v_statement, 'memori._lg_acting(p_user_id)', 'v_user')));
+    return next v_fn;
+  end loop;
+end
+$func$ language plpgsql volatile security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._lg_reads_as_plpgsql() is 'Re-create the LangGraph saver''s inlined reads (LANGUAGE sql) as PL/pgSQL of the same statement, as Citus needs; returns the functions re-created.';
+
+-------------------------------------------------------------------------------
 -- On a Citus server: custom plans for every saver function's statements (planned per call)
 -- One server plans the saver's key probes once (generic plans: the saver's
 -- connections, lg_checkpoint_put and lg_writes_put force them; replanning cost
@@ -1267,6 +1330,8 @@ comment on function memori.lg_policy_set(text, interval, interval, integer) is '
 -- (memori._delegated_plans_per_call, sql/950-distribute.sql). Set here, by the
 -- catalog, so that no saver function (and no caller's setting) is left out;
 -- sql/ is applied again after memori.distribute().
+--
+-- And, first, the saver's inlined reads as PL/pgSQL (memori._lg_reads_as_plpgsql).
 do $do$
 declare
   v_fn regprocedure;
@@ -1274,6 +1339,7 @@ begin
   if not exists (select from pg_catalog.pg_extension where extname = 'citus') then
     return;
   end if;
+  perform memori._lg_reads_as_plpgsql();
   for v_fn in
     select p.oid::regprocedure from pg_catalog.pg_proc p
      where p.pronamespace = 'memori'::regnamespace and p.proname ~ '^_?lg_' and p.prokind = 'f'

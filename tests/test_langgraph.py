@@ -1,4 +1,9 @@
-"""LangGraph storage through SQL: users, supersede-and-expire, idle threads, prune, runs, copy, retention cycles."""
+"""LangGraph storage through SQL: users, supersede-and-expire, idle threads, prune, runs, copy, retention cycles.
+
+Every test here (and in test_langgraph_delta) runs twice: on the saver's reads as
+one server has them (LANGUAGE sql, inlined) and as a Citus server has them
+(PL/pgSQL of the same statement, memori._lg_reads_as_plpgsql).
+"""
 
 from __future__ import annotations
 
@@ -17,6 +22,29 @@ from tests.helpers import T0, assert_sqlstate, memory, one, rows, value
 DAY = timedelta(days=1)
 SEC = timedelta(seconds=1)
 KEEP = 30 * DAY  # the default policy's retention of superseded checkpoints
+READS = ("memori.lg_checkpoint_stamp(text,text,uuid,text,timestamp with time zone)",
+         "memori.lg_checkpoint_get(text,text,uuid,text,timestamp with time zone,text,text)")
+
+
+@pytest.fixture(name="dsn", params=["sql", "plpgsql"])
+def dsn_of_each_read_form(dsn: str, request: pytest.FixtureRequest) -> str:
+    """A fresh database, its saver reads in the form the parameter names."""
+    if request.param == "plpgsql":
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            made = [r[0] for r in conn.execute("select memori._lg_reads_as_plpgsql()::text")]
+            assert sorted(made) == sorted(READS)
+            assert conn.execute("select memori._lg_reads_as_plpgsql()").fetchall() == []  # idempotent
+    return dsn
+
+
+def read_form(conn: psycopg.Connection) -> str:
+    forms = {r["sig"]: (r["lang"], tuple(r["proconfig"] or ())) for r in rows(conn, """
+        select p.oid::regprocedure::text as sig, l.lanname as lang, p.proconfig
+          from pg_proc p join pg_language l on l.oid = p.prolang
+         where p.oid = any (%s::regprocedure[])""", (list(READS),))}
+    assert len(forms) == 2
+    assert set(forms.values()) in ({("sql", ())}, {("plpgsql", ("search_path=pg_catalog, memori, pg_temp",))})
+    return next(iter(forms.values()))[0]
 
 
 def cid(n: int) -> UUID:
@@ -356,8 +384,27 @@ def test_writes_put_vouches_for_a_copy_only_when_it_plus_these_writes_is_all(con
     assert write("e", -1, b"err again", stamp(conn, "t")[1]) is None  # type: ignore[index]  # a replaced row
 
 
+def test_the_reads_are_inlined_on_one_server_and_one_statement_of_plpgsql_for_citus(conn: psycopg.Connection) -> None:
+    """One server inlines the saver's reads into the caller's statement (no call); the Citus form is the same
+    statement in PL/pgSQL, the user in a variable (what Citus routes on), and answers the same."""
+    put(conn, "t", 1, {"a": "1"}, blobs={"a": "1"})
+    form = read_form(conn)
+    for call in ("memori.lg_checkpoint_stamp('t', '', null, 'alice')",
+                 "memori.lg_checkpoint_get('t', '', null, 'alice')"):
+        plan = "\n".join(r[0] for r in conn.execute(f"explain (costs off) select * from {call}"))
+        assert ("Function Scan on lg_checkpoint_" in plan) == (form == "plpgsql"), plan
+    body = {r["proname"]: r["prosrc"] for r in rows(conn, "select proname, prosrc from pg_proc where oid = any (%s"
+                                                           "::regprocedure[])", (list(READS),))}
+    for src in body.values():
+        assert ("memori._lg_acting(p_user_id)" in src) == (form == "sql")
+        assert ("v_user" in src) == (form == "plpgsql")
+    assert stamp(conn, "t") is not None and get(conn, "t") is not None
+    assert_sqlstate(conn, "PM001", "select * from memori.lg_checkpoint_get('t')")
+
+
 def test_stamp_reads_ignore_the_callers_search_path(conn: psycopg.Connection) -> None:
-    """lg_checkpoint_stamp pins its search_path: a caller's functions and tables do not reach its reads."""
+    """The saver's reads qualify every name (or pin their search_path, the Citus form): a caller's functions
+    and tables do not reach them."""
     put(conn, "t", 1, {})
     expected = stamp(conn, "t")
     conn.execute("create function public.current_setting(text, boolean) returns text language sql "

@@ -16,7 +16,9 @@ from psycopg.types.json import Jsonb
 
 from pymemdb.integrations.langgraph import AsyncMemoriSaver, MemoriSaver
 from tests.helpers import T0, assert_sqlstate, one, rows, run_threads, value
-from tests.test_langgraph import DAY, KEEP, cid, cleanup, get
+
+# dsn_of_each_read_form: the dsn fixture, each test on both forms of the saver's reads
+from tests.test_langgraph import DAY, KEEP, cid, cleanup, dsn_of_each_read_form, get  # noqa: F401
 
 SEC = DAY / 86400
 

@@ -16,10 +16,13 @@ TRANSACTION_CONTROL = {"memori.cleanup_run(integer,integer,text)",
                        "memori.cleanup_summary)"}
 # SQL-standard bodies (BEGIN ATOMIC) are resolved when created, so the caller's
 # search_path cannot reach them; without a SET clause PostgreSQL inlines them.
-# (The LangGraph reads are PL/pgSQL with a pinned search_path: Citus refuses SQL
-# functions over distributed tables, inlined or not; docs/scale-out.md.)
-INLINED_STRING: set[str] = set()
+# The saver's reads have string bodies instead (every table and function qualified):
+# Citus refuses SQL-standard bodies that read distributed tables, and where Citus is
+# installed they become PL/pgSQL with a pinned search_path (sql/800-langgraph.sql).
+INLINED_STRING = {"memori.lg_checkpoint_stamp(text,text,uuid,text,timestamp with time zone)",
+                  "memori.lg_checkpoint_get(text,text,uuid,text,timestamp with time zone,text,text)"}
 INLINED = INLINED_STRING | {
+           "memori._lg_acting(text)",
            "memori._store_text_spec(jsonb,text[],text)", "memori._store_item_tsv(jsonb,text)",
            "memori._store_common_path(text)", "memori._context_scope_rank(text)",
            "memori._skill_namespace_of(text,text,timestamp with time zone)",
