@@ -500,6 +500,81 @@ set search_path = pg_catalog, memori, pg_temp;
 comment on function memori._acting_user(text) is 'The acting user: p_user_id (which must equal memori.user_id when that is set), else memori.user_id; PM001 when neither, PM040 when they differ.';
 
 -------------------------------------------------------------------------------
+-- _acting_user_inlined: memori._acting_user as an expression, for inlined reads
+-- A valid user id that is memori.user_id, or comes without it, is the answer
+-- (the rule of memori._identifier_problem as plain expressions: the regular
+-- expression costs ~2 us); anything else goes to memori._acting_user, which
+-- returns memori.user_id for NULL or raises PM001 / PM040. No table, no SET
+-- clause: PostgreSQL inlines it into the inlined read that names it
+-- (session_checkpoint_load_latest), where an index condition computes it once.
+create or replace function memori._acting_user_inlined(p_user_id text)
+returns text
+language sql stable
+begin atomic
+  select case when p_user_id is not null and pg_catalog.btrim(p_user_id) <> '' and pg_catalog.length(p_user_id) <= 256
+                   and p_user_id !~ '[[:cntrl:]]'
+                   and coalesce(nullif(pg_catalog.current_setting('memori.user_id', true), ''), p_user_id) = p_user_id
+              then p_user_id
+              else memori._acting_user(p_user_id) end;
+end;
+comment on function memori._acting_user_inlined(text) is 'memori._acting_user as an inlined expression: a valid p_user_id that is memori.user_id (or comes without it) is returned as is; otherwise memori._acting_user decides (PM001, PM040).';
+
+-------------------------------------------------------------------------------
+-- _as_plpgsql: an inlined read re-created as PL/pgSQL of the same statement, for Citus
+-- A few hot reads are LANGUAGE sql functions of one statement with a string
+-- body and no SET clause, so that one server inlines them into the caller's
+-- query (a PL/pgSQL call costs 10-20 us more than its statement;
+-- docs/benchmarks.md). Citus refuses SQL functions over distributed tables,
+-- inlined or not ("parameterized queries for SQL functions referencing
+-- distributed tables are not supported"), even called with constants, and
+-- routes a statement on the user's value as a parameter. Where the citus
+-- extension is installed, the file that creates such a read calls this after
+-- it: the function becomes PL/pgSQL whose one statement is the SQL body, with
+-- v_user (set once from p_acting) wherever the body says p_acting, the same
+-- signature, result, row estimate, comment and grants (CREATE OR REPLACE keeps
+-- them) and a pinned search_path. Nothing happens to a function that is not
+-- LANGUAGE sql (already converted). Tests call it on one server to run the
+-- reads in the form Citus has.
+-- p_fn: the read (a stable set-returning LANGUAGE sql function)
+-- p_acting: the expression of the acting user exactly as the body writes it (memori._lg_acting(p_user_id)),
+--   or NULL when the body takes the user as a plain argument
+create or replace function memori._as_plpgsql(p_fn regprocedure, p_acting text default null)
+returns boolean
+as $func$
+declare
+  v_proc      pg_proc;
+  v_statement text;
+begin
+  select p.* into v_proc from pg_proc p where p.oid = p_fn;
+  if v_proc.prolang <> (select l.oid from pg_language l where l.lanname = 'sql') then
+    return false;
+  end if;
+  if not v_proc.proretset or v_proc.provolatile <> 's' or v_proc.prosqlbody is not null then
+    raise exception '%: not a stable set-returning LANGUAGE sql function with a string body', p_fn;
+  end if;
+  v_statement := rtrim(v_proc.prosrc, e' \n;');
+  if p_acting is not null then
+    if strpos(v_statement, p_acting) = 0 then
+      raise exception '%: its body does not name the acting user as %', p_fn, p_acting;
+    end if;
+    v_statement := replace(v_statement, p_acting, 'v_user');
+  end if;
+  execute format($create$
+    create or replace function %s.%I(%s) returns %s
+    as %L language plpgsql stable security invoker rows %s
+    set search_path = pg_catalog, memori, pg_temp$create$,
+    v_proc.pronamespace::regnamespace::text, v_proc.proname,
+    pg_get_function_arguments(p_fn), pg_get_function_result(p_fn),
+    case when p_acting is null then format(e'begin\n  return query\n%s;\nend', v_statement)
+         else format(e'declare\n  v_user text := %s;\nbegin\n  return query\n%s;\nend', p_acting, v_statement) end,
+    v_proc.prorows);
+  return true;
+end
+$func$ language plpgsql volatile security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._as_plpgsql(regprocedure, text) is 'Re-create an inlined read (stable set-returning LANGUAGE sql) as PL/pgSQL of the same statement, the acting user p_acting in a variable: the form Citus needs. False when it is not LANGUAGE sql.';
+
+-------------------------------------------------------------------------------
 -- _content_kind: the 'auto' heuristic of token_estimate
 create or replace function memori._content_kind(p_text text) returns text
 as $func$

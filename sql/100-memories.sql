@@ -205,90 +205,61 @@ set search_path = pg_catalog, memori, pg_temp;
 comment on function memori.session_checkpoint_save(text, text, text, jsonb, timestamptz) is 'Save a session checkpoint for a skill: session namespace with the skill''s TTL, or the permanent namespace.';
 
 -------------------------------------------------------------------------------
--- session_checkpoint_load_latest: seed 05's load_latest_checkpoint
--- Tiers, first hit wins: (1) the current namespace, (2) the legacy namespace
--- named by the user id, (3) any earlier session_{short}_YYYY_MM namespace.
--- Only the user's own rows (owner_id; rows written without a user belong to
--- their namespace); expired rows never come back. The user is the acting
--- user: p_user_id NULL means memori.user_id, another one is PM040.
---
--- A hot path (pymemdb bench ttl). A hit in the current namespace, the common
--- case, is ONE statement: the skill's namespace (by id, else short name, else
--- id without 'skill:', memori._session_skill's order) from key probes of the
--- skills, and one probe of idx_memories_session_checkpoints (namespace, owner).
--- On Citus it goes whole to the user's shard (it names the user, owner_id =
--- v_user, a PL/pgSQL variable: a parameter Citus prunes on), the skills read
--- there from the reference table's copy: one round trip (the skill read first
--- on its own was a second one, to any worker). Only when it finds nothing:
--- the skill is resolved (PM001/PM002 with a hint for one that is not) and
+-- _session_checkpoint_current: seed 05's tier 1, the latest checkpoint of the skill's current namespace
+-- ONE statement: the skill's namespace (by id, else short name, else id
+-- without 'skill:', memori._session_skill's order) from key probes of the
+-- skills, each an InitPlan run only when the ones before it found nothing (no
+-- join and no sort: 2-3 us less than a join of the skill row ordered by match;
+-- docs/benchmarks.md), and one probe of idx_memories_session_checkpoints
+-- (namespace, owner). A short name is NULL for a permanent skill. An unknown
+-- skill finds nothing here (session_checkpoint_load_latest's later tiers raise
+-- PM001/PM002 for it).
+-- Inlined on one server (LANGUAGE sql, a string body with every table and
+-- function qualified, no SET clause; the caller's search_path parses it, with
+-- the caller's rights). On Citus it goes whole to the user's shard (owner_id =
+-- p_user, a parameter Citus prunes on), the skills read there from the
+-- reference table's copy: one round trip. Citus refuses a SQL function over a
+-- distributed table, so where the citus extension is installed the end of
+-- this file makes it PL/pgSQL of this statement (memori._as_plpgsql).
+-- p_user: the acting user, already resolved (memori._acting_user_inlined)
+create or replace function memori._session_checkpoint_current(p_skill text, p_user text, p_now timestamptz)
+returns setof memori.session_checkpoint
+as $func$
+  select m.*, 'current'::text
+    from memori.memories m
+   where m.owner_id = p_user
+     and m.user_id = coalesce(
+           (select memori._skill_namespace_of(s.short_name, s.permanent_namespace, p_now)
+              from memori.session_skills s where s.skill = p_skill),
+           (select memori._skill_namespace_of(s.short_name, s.permanent_namespace, p_now)
+              from memori.session_skills s where s.short_name = p_skill),
+           (select memori._skill_namespace_of(s.short_name, s.permanent_namespace, p_now)
+              from memori.session_skills s where s.skill = 'skill:' || p_skill))
+     and m.metadata->>'type' = 'session_checkpoint' and (m.expires_at is null or m.expires_at > p_now)
+   order by m.created_at desc, m.id desc
+   limit 1
+$func$ language sql stable security invoker rows 1;
+comment on function memori._session_checkpoint_current(text, text, timestamptz) is 'Seed 05''s tier 1: the latest unexpired session checkpoint of a skill''s current namespace for a resolved user; one statement, inlined (PL/pgSQL on Citus).';
+
+-------------------------------------------------------------------------------
+-- _session_checkpoint_fallback: seed 05's tiers 2 and 3, when the current namespace has nothing
+-- The skill is resolved (PM001/PM002 with a hint for one that is not) and
 -- tiers 2 and 3 run as one statement, the ordered branches of a UNION ALL
--- under LIMIT 1 (tier 3 runs only when tier 2 found nothing). Tiers 2 and 3
--- are not in the first statement: the executor would set their nodes up on
--- every call, hits too.
--- PL/pgSQL, not SQL: a SQL-standard body (BEGIN ATOMIC) records dependencies
--- on the tables it reads, so Citus refused to make memori.session_skills a
--- reference table ("circular dependencies between distributed objects"), and
--- a SQL function may not query a distributed table ("parameterized queries
--- for SQL functions referencing distributed tables are not supported"), not
--- even an inlinable one called with constants (Citus 14.0.1 plans the call
--- before PostgreSQL would inline it). Inlined, on one server, the call would
--- cost 10-20 us less (docs/benchmarks.md, the seed-05 read's floor). Citus's
--- forced delegation refuses a statement reading a reference table beside the
--- user's rows, so memori.distribute_functions() keeps this function on the
--- coordinator.
--- Errors, in order: PM001 bad user id or PM040 another user (memori._acting_user,
--- inline for a valid user id that is memori.user_id or comes without it); PM001
--- or PM002 (unknown skill) from memori._session_skill.
--- p_skill: a memori.session_skills skill id ('skill:api-builder'), its short name ('api') or its id without
---   'skill:'; empty or over 128 characters: PM001; unknown: PM002
-create or replace function memori.session_checkpoint_load_latest(
-  p_skill   text,
-  p_user_id text,
-  p_now     timestamptz default now()
-) returns setof memori.session_checkpoint
+-- under LIMIT 1 (tier 3 runs only when tier 2 found nothing).
+-- p_user: the acting user, already resolved (memori._acting_user_inlined)
+create or replace function memori._session_checkpoint_fallback(p_skill text, p_user text, p_now timestamptz)
+returns setof memori.session_checkpoint
 as $func$
 declare
-  v_user   text;
-  v_skill  memori.session_skills;
-  v_prefix text;
+  v_skill  memori.session_skills := memori._session_skill(p_skill);  -- PM001/PM002 for a skill that is not one
+  v_prefix text := 'session_' || v_skill.short_name || '_';  -- NULL for a permanent skill
 begin
-  if p_user_id is not null and btrim(p_user_id) <> '' and length(p_user_id) <= 256 and p_user_id !~ '[[:cntrl:]]'
-     and coalesce(nullif(current_setting('memori.user_id', true), ''), p_user_id) = p_user_id then
-    v_user := p_user_id;
-  else
-    v_user := memori._acting_user(p_user_id);
-  end if;
-
-  -- (1) the current namespace: the skill and the probe in one statement. The skill's
-  -- namespace is the first of three key probes that finds a row (memori._session_skill's
-  -- order: id, short name, id without 'skill:'), each an InitPlan run only when the ones
-  -- before it found nothing: no join and no sort (2-3 us less than a join of the skill row
-  -- ordered by match; docs/benchmarks.md). A short name is NULL for a permanent skill.
-  return query
-    select m.*, 'current'::text
-      from memori.memories m
-     where m.owner_id = v_user
-       and m.user_id = coalesce(
-             (select memori._skill_namespace_of(s.short_name, s.permanent_namespace, p_now)
-                from memori.session_skills s where s.skill = p_skill),
-             (select memori._skill_namespace_of(s.short_name, s.permanent_namespace, p_now)
-                from memori.session_skills s where s.short_name = p_skill),
-             (select memori._skill_namespace_of(s.short_name, s.permanent_namespace, p_now)
-                from memori.session_skills s where s.skill = 'skill:' || p_skill))
-       and m.metadata->>'type' = 'session_checkpoint' and (m.expires_at is null or m.expires_at > p_now)
-     order by m.created_at desc, m.id desc
-     limit 1;
-  if found then
-    return;
-  end if;
-  v_skill := memori._session_skill(p_skill);  -- PM001/PM002 for a skill that is not one
-  v_prefix := 'session_' || v_skill.short_name || '_';  -- NULL for a permanent skill
   return query
     select t.*
       from ( -- (2) the legacy namespace named by the user
             (select m.*, 'legacy'::text
                from memori.memories m
-              where m.owner_id = v_user and m.user_id = v_user
+              where m.owner_id = p_user and m.user_id = p_user
                 and m.metadata->>'type' = 'session_checkpoint' and (m.expires_at is null or m.expires_at > p_now)
               order by m.created_at desc, m.id desc
               limit 1)
@@ -296,7 +267,7 @@ begin
             -- (3) earlier months of the skill's session namespace (none for a permanent skill)
             (select m.*, 'previous'::text
                from memori.memories m
-              where m.owner_id = v_user and v_prefix is not null
+              where m.owner_id = p_user and v_prefix is not null
                 and m.user_id ~>=~ v_prefix and m.user_id ~<~ (v_prefix || chr(1114111))  -- index range
                 and m.user_id ~ ('^' || v_prefix || '[0-9]{4}_[0-9]{2}$')
                 and m.metadata->>'type' = 'session_checkpoint' and (m.expires_at is null or m.expires_at > p_now)
@@ -307,6 +278,44 @@ begin
 end
 $func$ language plpgsql stable security invoker rows 1
 set search_path = pg_catalog, memori, pg_temp;
+comment on function memori._session_checkpoint_fallback(text, text, timestamptz) is 'Seed 05''s tiers 2 and 3: the latest unexpired session checkpoint of the legacy user namespace, else of an earlier month of the skill''s session namespace; PM001/PM002 for an unknown skill.';
+
+-------------------------------------------------------------------------------
+-- session_checkpoint_load_latest: seed 05's load_latest_checkpoint
+-- Tiers, first hit wins: (1) the current namespace, (2) the legacy namespace
+-- named by the user id, (3) any earlier session_{short}_YYYY_MM namespace.
+-- Only the user's own rows (owner_id; rows written without a user belong to
+-- their namespace); expired rows never come back. The user is the acting
+-- user: p_user_id NULL means memori.user_id, another one is PM040.
+--
+-- A hot path (pymemdb bench ttl). A hit in the current namespace, the common
+-- case, is one statement (memori._session_checkpoint_current). Tiers 2 and 3
+-- are a PL/pgSQL function (memori._session_checkpoint_fallback), the second
+-- branch of a UNION ALL under LIMIT 1: the executor sets up one function scan
+-- node for it and runs it only when tier 1 found nothing.
+-- LANGUAGE sql with a string body (every table and function qualified) and no
+-- SET clause: PostgreSQL inlines it, the acting-user check and tier 1 into the
+-- caller's statement (a PL/pgSQL wrapper cost 9-10 us, its SET clause 2.5-3.4
+-- and the acting-user call 6 more; docs/benchmarks.md, the seed-05 read's
+-- floor). On Citus it reads no table itself (tier 1 is PL/pgSQL there), and
+-- runs on the coordinator: Citus's forced delegation refuses a statement
+-- reading a reference table beside the user's rows (memori.distribute_functions()).
+-- Errors, in order: PM001 bad user id or PM040 another user (memori._acting_user_inlined);
+-- PM001 or PM002 (unknown skill) from memori._session_skill, when tier 1 found nothing.
+-- p_skill: a memori.session_skills skill id ('skill:api-builder'), its short name ('api') or its id without
+--   'skill:'; empty or over 128 characters: PM001; unknown: PM002
+create or replace function memori.session_checkpoint_load_latest(
+  p_skill   text,
+  p_user_id text,
+  p_now     timestamptz default now()
+) returns setof memori.session_checkpoint
+as $func$
+  select t.*
+    from (select c.* from memori._session_checkpoint_current(p_skill, memori._acting_user_inlined(p_user_id), p_now) c
+          union all
+          select e.* from memori._session_checkpoint_fallback(p_skill, memori._acting_user_inlined(p_user_id), p_now) e) t
+   limit 1
+$func$ language sql stable security invoker rows 1;
 comment on function memori.session_checkpoint_load_latest(text, text, timestamptz) is 'Latest unexpired session checkpoint of a skill for a user: current namespace, then legacy user namespace, then earlier session namespaces; source says which.';
 
 -------------------------------------------------------------------------------
@@ -403,3 +412,13 @@ select m.user_id,
  where m.expires_at is not null and m.expires_at > now()
  group by m.user_id;
 comment on view memori.ttl_next_expiry is 'Per namespace: next and latest expiry of memories with an active TTL.';
+
+-------------------------------------------------------------------------------
+-- On a Citus server: seed 05's tier 1 as PL/pgSQL of its statement (memori._as_plpgsql)
+do $do$
+begin
+  if exists (select from pg_catalog.pg_extension where extname = 'citus') then
+    perform memori._as_plpgsql('memori._session_checkpoint_current(text, text, timestamptz)');
+  end if;
+end
+$do$;

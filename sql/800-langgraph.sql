@@ -692,7 +692,7 @@ comment on function memori.lg_writes_put(text, text, uuid, text, text, integer[]
 -- pg_catalog.), and it runs with the caller's rights (security invoker). Not a
 -- SQL-standard body: Citus refuses one that depends on the tables it reads.
 -- Where the citus extension is installed, the end of this file re-creates each
--- as PL/pgSQL of the same statement (memori._lg_reads_as_plpgsql): Citus
+-- as PL/pgSQL of the same statement (memori._as_plpgsql): Citus
 -- refuses SQL functions over distributed tables, inlined or not
 -- (docs/scale-out.md, "LangGraph saver"), and routes on the user held in a
 -- PL/pgSQL variable. The user is memori._lg_acting(p_user_id) in the statement,
@@ -1263,58 +1263,6 @@ set search_path = pg_catalog, memori, pg_temp;
 comment on function memori.lg_policy_set(text, interval, interval, integer) is 'Create or change a LangGraph saver retention policy: superseded checkpoints kept p_superseded_after, threads kept p_idle_after idle (NULL: kept). Applies to rows written afterwards.';
 
 -------------------------------------------------------------------------------
--- _lg_reads_as_plpgsql: the saver's inlined reads re-created as PL/pgSQL of the same statement
--- lg_checkpoint_stamp and lg_checkpoint_get are LANGUAGE sql, inlined on one
--- server. Citus refuses SQL functions over distributed tables ("parameterized
--- queries for SQL functions referencing distributed tables are not supported"),
--- inlined or not, and routes a statement on the user held in a PL/pgSQL
--- variable: where the citus extension is installed the end of this file calls
--- this, which re-creates each as PL/pgSQL whose one statement is the SQL
--- function's with v_user where it says memori._lg_acting(p_user_id), the same
--- signature, comment and grants (CREATE OR REPLACE keeps them), and a pinned
--- search_path. Idempotent: a read already PL/pgSQL is left alone. The tests call
--- it on one server to run the saver against the Citus form.
-create or replace function memori._lg_reads_as_plpgsql()
-returns setof regprocedure
-as $func$
-declare
-  v_fn        regprocedure;
-  v_name      text;
-  v_statement text;
-begin
-  for v_fn, v_name, v_statement in
-    select p.oid::regprocedure, p.proname, rtrim(p.prosrc, e' \n;') from pg_proc p
-     where p.pronamespace = 'memori'::regnamespace and p.proname in ('lg_checkpoint_stamp', 'lg_checkpoint_get')
-       and p.prolang = (select l.oid from pg_language l where l.lanname = 'sql')
-     order by 1
-  loop
-    if strpos(v_statement, 'memori._lg_acting(p_user_id)') = 0 then
-      raise exception '% does not name its user as memori._lg_acting(p_user_id)', v_fn;
-    end if;
-    execute format($create$
-      create or replace function memori.%I(%s) returns %s
-      as %L language plpgsql stable security invoker
-      set search_path = pg_catalog, memori, pg_temp$create$,
-      v_name, pg_get_function_arguments(v_fn), pg_get_function_result(v_fn),
-      format($body$
-declare
-  v_user text := coalesce(p_user_id, nullif(current_setting('memori.user_id', true), ''));
-begin
-  if v_user is null then
-    perform memori._lg_user(null);  -- raises PM001 with its hint
-  end if;
-  return query
-%s;
-end
-$body$, replace(v_statement, 'memori._lg_acting(p_user_id)', 'v_user')));
-    return next v_fn;
-  end loop;
-end
-$func$ language plpgsql volatile security invoker
-set search_path = pg_catalog, memori, pg_temp;
-comment on function memori._lg_reads_as_plpgsql() is 'Re-create the LangGraph saver''s inlined reads (LANGUAGE sql) as PL/pgSQL of the same statement, as Citus needs; returns the functions re-created.';
-
--------------------------------------------------------------------------------
 -- On a Citus server: custom plans for every saver function's statements (planned per call)
 -- One server plans the saver's key probes once (generic plans: the saver's
 -- connections, lg_checkpoint_put and lg_writes_put force them; replanning cost
@@ -1331,7 +1279,8 @@ comment on function memori._lg_reads_as_plpgsql() is 'Re-create the LangGraph sa
 -- catalog, so that no saver function (and no caller's setting) is left out;
 -- sql/ is applied again after memori.distribute().
 --
--- And, first, the saver's inlined reads as PL/pgSQL (memori._lg_reads_as_plpgsql).
+-- And, first, the saver's inlined reads as PL/pgSQL of the same statement
+-- (memori._as_plpgsql): Citus refuses SQL functions over distributed tables.
 do $do$
 declare
   v_fn regprocedure;
@@ -1339,10 +1288,14 @@ begin
   if not exists (select from pg_catalog.pg_extension where extname = 'citus') then
     return;
   end if;
-  perform memori._lg_reads_as_plpgsql();
+  perform memori._as_plpgsql('memori.lg_checkpoint_stamp(text, text, uuid, text, timestamptz)',
+                             'memori._lg_acting(p_user_id)');
+  perform memori._as_plpgsql('memori.lg_checkpoint_get(text, text, uuid, text, timestamptz, text, text)',
+                             'memori._lg_acting(p_user_id)');
   for v_fn in
     select p.oid::regprocedure from pg_catalog.pg_proc p
      where p.pronamespace = 'memori'::regnamespace and p.proname ~ '^_?lg_' and p.prokind = 'f'
+       and p.proname <> '_lg_acting'  -- an expression inlined into its callers (a SET clause would make it a call)
      order by 1
   loop
     execute format('alter function %s set plan_cache_mode = force_custom_plan', v_fn);

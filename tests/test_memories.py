@@ -1,4 +1,9 @@
-"""Seed 05 through SQL: session namespaces, TTL, latest checkpoint with fallback, monitoring."""
+"""Seed 05 through SQL: session namespaces, TTL, latest checkpoint with fallback, monitoring.
+
+Every test here runs twice: with the latest checkpoint's tier 1 as one server has
+it (LANGUAGE sql, inlined) and as a Citus server has it (PL/pgSQL of the same
+statement, memori._as_plpgsql).
+"""
 
 from __future__ import annotations
 
@@ -11,6 +16,16 @@ from tests.helpers import T0, assert_sqlstate, memory, one, rows, save, value
 
 SEC = timedelta(seconds=1)
 DAY = timedelta(days=1)
+TIER_ONE = "memori._session_checkpoint_current(text,text,timestamp with time zone)"
+
+
+@pytest.fixture(name="dsn", params=["sql", "plpgsql"])
+def dsn_of_each_tier_one_form(dsn: str, request: pytest.FixtureRequest) -> str:
+    """A fresh database, seed 05's tier 1 in the form the parameter names."""
+    if request.param == "plpgsql":
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            assert conn.execute("select memori._as_plpgsql(%s)", (TIER_ONE,)).fetchone() == (True,)
+    return dsn
 
 
 def test_session_namespace_per_skill_and_month(conn: psycopg.Connection) -> None:
@@ -154,12 +169,23 @@ def test_latest_checkpoint_rejects_bad_input_user_first(
     assert_sqlstate(conn, code, LOAD, (skill, user, T0))
 
 
-def test_latest_checkpoint_is_plpgsql_and_tier_one_is_an_index_probe(conn: psycopg.Connection) -> None:
-    """PL/pgSQL (Citus prunes shards on its variables); tier 1 reads the user's newest row of one namespace by index."""
+def test_latest_checkpoint_is_inlined_and_tier_one_is_an_index_probe(conn: psycopg.Connection) -> None:
+    """One server inlines the read and its tier 1 into the caller's statement (PL/pgSQL costs a call), tiers 2
+    and 3 a function scan run only on a miss; the Citus form's tier 1 is PL/pgSQL (Citus prunes shards on its
+    parameters). Tier 1 reads the user's newest row of one namespace by index."""
+    tier_one = value(conn, "select l.lanname from pg_proc p join pg_language l on l.oid = p.prolang"
+                           " where p.oid = %s::regprocedure", (TIER_ONE,))
     assert value(conn, "select l.lanname from pg_proc p join pg_language l on l.oid = p.prolang"
-                       " where p.oid = 'memori.session_checkpoint_load_latest'::regproc") == "plpgsql"
+                       " where p.oid = 'memori.session_checkpoint_load_latest'::regproc") == "sql"
     saved = save(conn, "api", "alice", "now", T0)
     assert one(conn, LOAD, ("api", "alice", T0 + DAY))["id"] == saved["id"]  # type: ignore[index]
+    plan = "\n".join(r[0] for r in conn.execute("explain (costs off) " + LOAD, ("api", "alice", T0 + DAY)))
+    assert "Function Scan on _session_checkpoint_fallback" in plan, plan
+    if tier_one == "sql":
+        assert "Index Scan using idx_memories_" in plan and "Sort" not in plan, plan
+        assert "Function Scan on _session_checkpoint_current" not in plan and "session_checkpoint_load_latest" not in plan
+    else:
+        assert tier_one == "plpgsql" and "Function Scan on _session_checkpoint_current" in plan, plan
     plan = "\n".join(r[0] for r in conn.execute(
         "explain (costs off) select m.* from memori.memories m"
         " where m.owner_id = 'alice' and m.user_id = 'session_api_2026_11'"

@@ -16,13 +16,16 @@ TRANSACTION_CONTROL = {"memori.cleanup_run(integer,integer,text)",
                        "memori.cleanup_summary)"}
 # SQL-standard bodies (BEGIN ATOMIC) are resolved when created, so the caller's
 # search_path cannot reach them; without a SET clause PostgreSQL inlines them.
-# The saver's reads have string bodies instead (every table and function qualified):
-# Citus refuses SQL-standard bodies that read distributed tables, and where Citus is
-# installed they become PL/pgSQL with a pinned search_path (sql/800-langgraph.sql).
+# The hot reads that read tables (the LangGraph saver's, seed 05's latest checkpoint)
+# have string bodies instead, every table and function qualified: Citus refuses
+# SQL-standard bodies that read distributed tables, and where Citus is installed they
+# become PL/pgSQL with a pinned search_path (memori._as_plpgsql).
 INLINED_STRING = {"memori.lg_checkpoint_stamp(text,text,uuid,text,timestamp with time zone)",
-                  "memori.lg_checkpoint_get(text,text,uuid,text,timestamp with time zone,text,text)"}
+                  "memori.lg_checkpoint_get(text,text,uuid,text,timestamp with time zone,text,text)",
+                  "memori.session_checkpoint_load_latest(text,text,timestamp with time zone)",
+                  "memori._session_checkpoint_current(text,text,timestamp with time zone)"}
 INLINED = INLINED_STRING | {
-           "memori._lg_acting(text)",
+           "memori._lg_acting(text)", "memori._acting_user_inlined(text)",
            "memori._store_text_spec(jsonb,text[],text)", "memori._store_item_tsv(jsonb,text)",
            "memori._store_common_path(text)", "memori._context_scope_rank(text)",
            "memori._skill_namespace_of(text,text,timestamp with time zone)",
@@ -138,6 +141,8 @@ def test_search_path_hijack_is_ignored(conn: psycopg.Connection) -> None:
     conn.execute("set search_path = pg_temp, public, pg_catalog")
     row = rows(conn, "select * from memori.session_checkpoint_save('api', 'alice', 'x')")[0]
     assert row["created_at"].year > 2000
+    latest = rows(conn, "select * from memori.session_checkpoint_load_latest('api', 'alice')")  # inlined: qualified
+    assert [(r["id"], r["source"]) for r in latest] == [(row["id"], "current")]
     assert value(conn, "select count(*) from memori.memories") == 1
     assert_sqlstate(conn, "PM001", "select * from memori.cleanup_preview(now(), 0)")
 

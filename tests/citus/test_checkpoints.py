@@ -65,6 +65,23 @@ def test_tables_are_placed(distributed_dsn: str) -> None:
     assert left == []
 
 
+def test_the_inlined_reads_are_plpgsql_on_every_node(distributed_dsn: str) -> None:
+    """One server inlines them (LANGUAGE sql); Citus refuses SQL functions over distributed tables, so the
+    install made each PL/pgSQL of the same statement (memori._as_plpgsql), on the coordinator and the workers."""
+    reads = ["memori._session_checkpoint_current(text,text,timestamp with time zone)",
+             "memori.lg_checkpoint_stamp(text,text,uuid,text,timestamp with time zone)",
+             "memori.lg_checkpoint_get(text,text,uuid,text,timestamp with time zone,text,text)"]
+    form = ("select string_agg(l.lanname, ',' order by p.oid::regprocedure::text) from pg_proc p"
+            " join pg_language l on l.oid = p.prolang where p.oid = any ('{%s}'::regprocedure[])"
+            % ",".join(f'"{r}"' for r in reads))
+    with psycopg.connect(distributed_dsn) as conn:
+        assert conn.execute(form).fetchone() == ("plpgsql,plpgsql,plpgsql",)
+        workers = conn.execute("select result from run_command_on_workers(%s)", (form,)).fetchall()
+        assert workers == [("plpgsql,plpgsql,plpgsql",)] * 2
+        assert conn.execute("select l.lanname from pg_proc p join pg_language l on l.oid = p.prolang"
+                            " where p.oid = 'memori.session_checkpoint_load_latest'::regproc").fetchone() == ("sql",)
+
+
 def test_three_users_rls_matrix_and_single_shard_calls(app_dsn: str) -> None:
     with psycopg.connect(app_dsn, autocommit=True, row_factory=dict_row) as conn:
         made: dict[str, dict[str, Any]] = {}
