@@ -183,7 +183,8 @@ def test_latest_checkpoint_is_inlined_and_tier_one_is_an_index_probe(conn: psyco
     assert "Function Scan on _session_checkpoint_fallback" in plan, plan
     if tier_one == "sql":
         assert "Index Scan using idx_memories_" in plan and "Sort" not in plan, plan
-        assert "Function Scan on _session_checkpoint_current" not in plan and "session_checkpoint_load_latest" not in plan
+        assert "Function Scan on _session_checkpoint_current" not in plan, plan
+        assert "session_checkpoint_load_latest" not in plan, plan
     else:
         assert tier_one == "plpgsql" and "Function Scan on _session_checkpoint_current" in plan, plan
     plan = "\n".join(r[0] for r in conn.execute(

@@ -71,9 +71,9 @@ def test_the_inlined_reads_are_plpgsql_on_every_node(distributed_dsn: str) -> No
     reads = ["memori._session_checkpoint_current(text,text,timestamp with time zone)",
              "memori.lg_checkpoint_stamp(text,text,uuid,text,timestamp with time zone)",
              "memori.lg_checkpoint_get(text,text,uuid,text,timestamp with time zone,text,text)"]
+    names = ",".join(f'"{r}"' for r in reads)
     form = ("select string_agg(l.lanname, ',' order by p.oid::regprocedure::text) from pg_proc p"
-            " join pg_language l on l.oid = p.prolang where p.oid = any ('{%s}'::regprocedure[])"
-            % ",".join(f'"{r}"' for r in reads))
+            f" join pg_language l on l.oid = p.prolang where p.oid = any ('{{{names}}}'::regprocedure[])")
     with psycopg.connect(distributed_dsn) as conn:
         assert conn.execute(form).fetchone() == ("plpgsql,plpgsql,plpgsql",)
         workers = conn.execute("select result from run_command_on_workers(%s)", (form,)).fetchall()
