@@ -751,9 +751,10 @@ def _pool_options(user_id: str, durable: bool, max_size: int) -> dict[str, Any]:
 
 def _pool_kwargs(user_id: str, durable: bool) -> dict[str, Any]:
     # every operation is one function call: autocommit saves the COMMIT round trip.
-    # Generic plans: the statement inside each read function (lg_checkpoint_stamp,
-    # lg_checkpoint_get: PL/pgSQL keeps its plan per session) would otherwise be planned
-    # again on every call whenever PostgreSQL's cost estimate prefers custom plans;
+    # Generic plans: each read's statement (lg_checkpoint_stamp, lg_checkpoint_get:
+    # inlined into the prepared call on one server, PL/pgSQL's own cached plan where
+    # Citus is installed) would otherwise be planned again on every call whenever
+    # PostgreSQL's cost estimate prefers custom plans;
     # planning costs more than the read (the stamp's round trip, p50 / p95: 130 / 156 us
     # generic, 137 / 197 under `auto`, 331 / 438 custom; 2026-11-29).
     options = f"-c memori.user_id={_guc(user_id)} -c plan_cache_mode=force_generic_plan"
