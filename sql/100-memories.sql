@@ -313,7 +313,8 @@ as $func$
   select t.*
     from (select c.* from memori._session_checkpoint_current(p_skill, memori._acting_user_inlined(p_user_id), p_now) c
           union all
-          select e.* from memori._session_checkpoint_fallback(p_skill, memori._acting_user_inlined(p_user_id), p_now) e) t
+          select e.*
+            from memori._session_checkpoint_fallback(p_skill, memori._acting_user_inlined(p_user_id), p_now) e) t
    limit 1
 $func$ language sql stable security invoker rows 1;
 comment on function memori.session_checkpoint_load_latest(text, text, timestamptz) is 'Latest unexpired session checkpoint of a skill for a user: current namespace, then legacy user namespace, then earlier session namespaces; source says which.';

@@ -89,9 +89,9 @@ comment on function memori._lg_user(text) is 'The user LangGraph state is read a
 -- _lg_acting: memori._lg_user in an inlinable form, for the saver's inlined reads
 -- (lg_checkpoint_stamp, lg_checkpoint_get): p_user_id, else memori.user_id, else
 -- memori._lg_user's PM001. It reads no table and has no SET clause, so it is
--- inlined too: in a read's index conditions it is an expression computed once a
--- scan (a PL/pgSQL call there would cost a call each time). Does not check the
--- id's form as _lg_user does: a read of an id that cannot exist finds nothing.
+-- inlined too: in a read's index conditions it is an expression computed at
+-- the start of each scan, not a function call. Does not check the id's form as
+-- _lg_user does: a read of an id that cannot exist finds nothing.
 create or replace function memori._lg_acting(p_user_id text)
 returns text
 language sql stable
@@ -781,20 +781,23 @@ as $func$
                                    -- the given id, else the latest: each branch keeps its own index
                                    -- plan, and only one runs (one-time filters on p_checkpoint_id)
                                    (select c.xmin, c.* from memori.lg_checkpoints c
-                                     where p_checkpoint_id is null and c.user_id = memori._lg_acting(p_user_id) and c.thread = t.id
+                                     where p_checkpoint_id is null and c.user_id = memori._lg_acting(p_user_id)
+                                       and c.thread = t.id
                                        and c.checkpoint_ns = coalesce(p_checkpoint_ns, '')
                                        and (c.expires_at is null or c.expires_at > p_now)
                                      order by c.checkpoint_id desc limit 1)
                                    union all
                                    (select c.xmin, c.* from memori.lg_checkpoints c
-                                     where p_checkpoint_id is not null and c.user_id = memori._lg_acting(p_user_id) and c.thread = t.id
+                                     where p_checkpoint_id is not null and c.user_id = memori._lg_acting(p_user_id)
+                                       and c.thread = t.id
                                        and c.checkpoint_ns = coalesce(p_checkpoint_ns, '')
                                        and c.checkpoint_id = p_checkpoint_id
                                        and (c.expires_at is null or c.expires_at > p_now))) c) s) c
    cross join lateral (
      -- one primary-key probe per channel (LATERAL ... LIMIT 1): a join would be
      -- planned for the namespace's whole blob history, which grows with every step
-     select pg_catalog.array_agg(v.key) as channels, pg_catalog.array_agg(bl.type) as types, pg_catalog.array_agg(bl.blob) as vals
+     select pg_catalog.array_agg(v.key) as channels, pg_catalog.array_agg(bl.type) as types,
+            pg_catalog.array_agg(bl.blob) as vals
        from pg_catalog.jsonb_each_text(case when c.changed then c.checkpoint -> 'channel_versions' end) v
       cross join lateral (
         select x.type,
@@ -810,21 +813,25 @@ as $func$
                         || j.body || x.blob
                    from (select (pg_catalog.sum(coalesce(y.items, r.items)) + x.items)::integer as n,
                                 pg_catalog.string_agg(case when y.items is null then substring(y.blob from r.header + 1)
-                                                else y.blob end, ''::bytea order by pg_catalog.array_position(x.base, y.version))
+                                                else y.blob end,
+                                           ''::bytea order by pg_catalog.array_position(x.base, y.version))
                                   as body
                            -- the root is TOASTed (a whole list): detoasted once here (|| and OFFSET 0),
                            -- not by every get_byte and substring below (they read its chunks again each)
                            from (select y.version, y.items, y.blob || ''::bytea as blob
                                    from memori.lg_blobs y
-                                  where y.user_id = memori._lg_acting(p_user_id) and y.thread = x.thread and y.checkpoint_ns = x.checkpoint_ns
+                                  where y.user_id = memori._lg_acting(p_user_id) and y.thread = x.thread
+                                    and y.checkpoint_ns = x.checkpoint_ns
                                     and y.channel = x.channel and y.version = any (x.base)
                                  offset 0) y
                            left join lateral (
                              select case when h.b between 144 and 159 then h.b - 144
-                                         when h.b = 220 then (pg_catalog.get_byte(y.blob, 1) << 8) | pg_catalog.get_byte(y.blob, 2)
+                                         when h.b = 220 then (pg_catalog.get_byte(y.blob, 1) << 8)
+                                                             | pg_catalog.get_byte(y.blob, 2)
                                          when h.b = 221 then (pg_catalog.get_byte(y.blob, 1)::bigint << 24)
                                                              | (pg_catalog.get_byte(y.blob, 2) << 16)
-                                                             | (pg_catalog.get_byte(y.blob, 3) << 8) | pg_catalog.get_byte(y.blob, 4) end
+                                                             | (pg_catalog.get_byte(y.blob, 3) << 8)
+                                                             | pg_catalog.get_byte(y.blob, 4) end
                                       as items,
                                     case when h.b between 144 and 159 then 1 when h.b = 220 then 3 else 5 end as header
                                from (select case when y.items is null then pg_catalog.get_byte(y.blob, 0) end as b) h) r
@@ -840,11 +847,13 @@ as $func$
      select s.*, c.changed or s.stamp is distinct from p_known_writes as sent
        from (select coalesce(pg_catalog.string_agg(wr.xmin::text, '.' order by wr.task_id, wr.idx), '') as stamp,
                     pg_catalog.array_agg(wr.task_id) as task_ids, pg_catalog.array_agg(wr.channel) as channels,
-                    pg_catalog.array_agg(wr.type) as types, pg_catalog.array_agg(wr.blob) as vals, pg_catalog.array_agg(wr.task_path) as paths,
+                    pg_catalog.array_agg(wr.type) as types, pg_catalog.array_agg(wr.blob) as vals,
+                    pg_catalog.array_agg(wr.task_path) as paths,
                     pg_catalog.array_agg(wr.idx) as idx
                from (select wr.xmin, wr.task_id, wr.channel, wr.type, wr.blob, wr.task_path, wr.idx
                        from memori.lg_writes wr
-                      where wr.user_id = memori._lg_acting(p_user_id) and wr.thread = c.thread and wr.checkpoint_ns = c.checkpoint_ns
+                      where wr.user_id = memori._lg_acting(p_user_id) and wr.thread = c.thread
+                        and wr.checkpoint_ns = c.checkpoint_ns
                         and wr.checkpoint_id = c.checkpoint_id and (wr.expires_at is null or wr.expires_at > p_now)
                       order by wr.task_path, wr.task_id, wr.idx) wr) s) w
    where t.user_id = memori._lg_acting(p_user_id) and t.thread_id = p_thread_id
