@@ -37,6 +37,7 @@ from psycopg.generators import execute
 
 T = TypeVar("T")
 
+
 def _nothing() -> None:
     """The work beside a plain ``rows`` call: none."""
 
