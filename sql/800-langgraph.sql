@@ -738,7 +738,8 @@ comment on function memori.lg_checkpoint_stamp(text, text, uuid, text, timestamp
 -------------------------------------------------------------------------------
 -- lg_checkpoint_get: one checkpoint (the latest of the namespace without an id)
 -- The hot read of every graph step: one statement (see lg_checkpoint_stamp).
--- A delta blob's full value (as in lg_blob_value and lg_checkpoint_list: keep them in step) is its chain's items (root first) and its own
+-- A delta blob's full value (as in lg_blob_value and lg_checkpoint_list: keep them in step;
+-- test_the_three_reads_of_a_delta_chain_agree checks it) is its chain's items (root first) and its own
 -- tail under one msgpack array header: a delta stores only the items appended
 -- to its base version; the msgpack array of the whole list is a header for
 -- the total count, then the root's items, then every delta's items in chain
@@ -863,7 +864,8 @@ comment on function memori.lg_checkpoint_get(text, text, uuid, text, timestamptz
 
 -------------------------------------------------------------------------------
 -- lg_blob_value: the full serialised value of a channel version, as LangGraph's serde wrote it
--- (a delta blob joined to its chain as in lg_checkpoint_get: keep the two in step)
+-- (a delta blob joined to its chain as in lg_checkpoint_get: keep the two in step; tests/test_langgraph_delta.py's
+-- test_the_three_reads_of_a_delta_chain_agree checks it)
 -- p_thread_id: LangGraph's thread_id; NULL result when the thread is absent or expired
 -- p_channel: the channel's name
 -- p_version: the channel version (as in a checkpoint's channel_versions); NULL result when absent or expired
@@ -946,7 +948,8 @@ begin
   -- (a custom plan: the generic one would be far costlier), so only the filters
   -- given reach the plan, and the (thread, namespace, id) index serves them.
   -- Each checkpoint's blobs and writes as lg_checkpoint_get reads them (keep the
-  -- two in step); one statement, every table filtered by the user (Citus routes it).
+  -- two in step: test_the_three_reads_of_a_delta_chain_agree); one statement, every table
+  -- filtered by the user (Citus routes it).
   return query
   select c.thread_id, c.checkpoint_ns, c.checkpoint_id, c.parent_id, c.checkpoint, c.metadata,
          b.channels, b.types, b.vals, w.task_ids, w.channels, w.types, w.vals, w.paths, w.idx, null::text, null::text

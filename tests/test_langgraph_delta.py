@@ -76,6 +76,50 @@ def test_big_lists_use_array_32_headers(conn: psycopg.Connection) -> None:
     put_list(conn, 1, "1", items[:65_530])
     put_list(conn, 2, "2", items, base="1", appended=items[65_530:], parent=1)
     assert read_list(conn) == items
+    assert each_read_of(conn, 2, "2") == dict.fromkeys(("get", "list", "blob_value"), ormsgpack.packb(items))
+
+
+def each_read_of(conn: psycopg.Connection, n: int, version: str, *, thread: str = "t") -> dict[str, bytes]:
+    """Checkpoint n's list as each of the three reads that join a delta to its chain gives it.
+
+    lg_checkpoint_get, lg_checkpoint_list and lg_blob_value each write the join out
+    (the hot read inlines it, Citus cannot call a SQL function over the user's rows):
+    this is what keeps the three in step.
+    """
+    listed = one(conn, "select * from memori.lg_checkpoint_list(%s, '', %s, p_user_id => 'alice', p_now => %s)",
+                 (thread, cid(n), T0))
+    assert listed is not None, n
+    return {
+        "get": blob_of(get(conn, thread, n)),
+        "list": blob_of(listed),
+        "blob_value": bytes(value(conn, "select memori.lg_blob_value(%s, 'm', %s, '', 'alice', %s)",
+                                  (thread, version, T0))),
+    }
+
+
+def blob_of(row: dict[str, Any] | None) -> bytes:
+    assert row is not None
+    return bytes(dict(zip(row["blob_channels"], row["blob_values"], strict=True))["m"])
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(steps=st.lists(st.tuples(st.integers(0, 20), st.booleans()), min_size=1, max_size=6))
+def test_the_three_reads_of_a_delta_chain_agree(conn: psycopg.Connection, steps: list[tuple[int, bool]]) -> None:
+    """Any chain of appends and full values (across the fixarray / array 16 headers): get, list and
+    lg_blob_value give every checkpoint's list as LangGraph's serde wrote it."""
+    conn.execute("truncate memori.lg_threads cascade")
+    items: list[int] = []
+    lists: list[list[int]] = []
+    for n, (grow, full) in enumerate(steps, start=1):
+        appended = list(range(len(items), len(items) + grow))
+        items = items + appended
+        delta = n > 1 and not full
+        put_list(conn, n, str(n), items, base=str(n - 1) if delta else None, appended=appended if delta else None,
+                 parent=n - 1 if n > 1 else None)
+        lists.append(items)
+    assert blob_of(get(conn, "t")) == ormsgpack.packb(items)  # the latest, as the savers read it
+    for n, expected in enumerate(lists, start=1):
+        assert each_read_of(conn, n, str(n)) == dict.fromkeys(("get", "list", "blob_value"), ormsgpack.packb(expected))
 
 
 def test_a_delta_without_its_base_is_refused(conn: psycopg.Connection) -> None:
