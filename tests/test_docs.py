@@ -12,6 +12,11 @@ and in the failure message.
 from __future__ import annotations
 
 import difflib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
 
 import psycopg
 import pytest
@@ -34,6 +39,27 @@ def test_page_examples_run_as_printed(page: str, dsn: str) -> None:
     assert not report.failures, "\n\n".join(
         [f"{len(report.failures)} example(s) of {page} differ from what they print:",
          *map(docs_runner.describe, report.failures), *skips])
+
+
+def test_examples_still_run_as_printed_a_year_on() -> None:
+    """An example whose output depends on the day it runs passes p_now (or prints no such value).
+
+    The page examples run again in a pytest of their own under libfaketime, 400 days on: the clock
+    of that process and of the embedded server it starts. (A store example searched at now() for
+    items written at a fixed p_now with a 30-day TTL: it would have failed from 2026-12-31.)
+    """
+    faketime = shutil.which("faketime")
+    if faketime is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("faketime is missing (CI=true: .ci/run installs Debian's faketime)")
+        pytest.skip("faketime is not installed (Debian: apt-get install faketime)")
+    env = {k: v for k, v in os.environ.items() if k != "PYMEMDB_TEST_DSN"}  # its own server, its clock moved too
+    with tempfile.TemporaryDirectory(prefix="pymemdb-docs-year-on-") as base:
+        done = subprocess.run(
+            [faketime, "-f", "+400d", sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+             f"--basetemp={base}", "tests/test_docs.py::test_page_examples_run_as_printed"],
+            cwd=ROOT, env=env, capture_output=True, text=True, check=False, timeout=900)
+    assert done.returncode == 0, f"400 days on, the examples differ:\n{done.stdout[-6000:]}{done.stderr[-2000:]}"
 
 
 def test_convention_recognises_blocks() -> None:
