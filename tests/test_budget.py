@@ -296,7 +296,7 @@ def test_stored_bad_input(conn: psycopg.Connection) -> None:
                                    " \"content\": \"01234567890\"}]', 'alice')")
     conn.execute("update memori.settings set value = '1' where key = 'budget.max_stored_chunks'")
     add(conn, "s", [{"type": "tool_output", "content": "a"}, {"type": "tool_output", "content": "b"}])
-    assert_sqlstate(conn, "PM003", "select memori.context_optimize_stored('s', 10)")
+    assert_sqlstate(conn, "PM003", "select memori.context_optimize_stored('s', 10, p_now => %s)", (T0,))
 
 
 def test_stored_persists_for_the_chunks_owner(conn: psycopg.Connection) -> None:

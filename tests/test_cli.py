@@ -185,22 +185,25 @@ def test_preview_then_execute_delete_the_same_list(env: str) -> None:
     """Issue 16 item 3: `preview --now X` then `execute --now X --yes` on an idle database, compared row by row.
 
     The database has a history: a cleanup and checkpoints ran at the real clock, so there are events
-    (kept 30 days from when they happened) that a --now a year ahead finds expired; and the tool itself
+    (kept 30 days from when they happened) that a --now half a year ahead finds expired; and the tool itself
     writes events (cleanup.batch_completed, checkpoint.expired, ...) while it runs.
     """
+    # --now is half a year after the real clock; every date below is relative to the clock (fixed
+    # ones would be due at the real clock once it passes them, and the cleanup below removes them)
+    later_at = datetime.now(UTC).replace(microsecond=0) + timedelta(days=184)
     with psycopg.connect(env, autocommit=True) as conn:
         for i in range(6):  # due at --now, not at the real clock
-            memory(conn, f"ns_{i % 2}", datetime(2027, 1, 1, tzinfo=UTC) - timedelta(seconds=i + 1))
+            memory(conn, f"ns_{i % 2}", later_at - timedelta(days=151, seconds=i + 1))
         for i in range(3):
             conn.execute("select memori.session_checkpoint_save('api', %s, 'x', '{}'::jsonb, %s)",
                          (f"u{i}", T0 - timedelta(days=40)))
             # automatic checkpoints (30 days) that expire before --now: the run reports them as
             # checkpoint.expired / expiring_soon events
             conn.execute("select memori.checkpoint_create('s1', 'alice', 'automatic', 't', '{}'::jsonb, "
-                         "p_now => %s)", (datetime(2027, 4, 1, tzinfo=UTC) + timedelta(days=i * 20),))
+                         "p_now => %s)", (later_at - timedelta(days=61 - i * 20),))
         conn.execute("select memori.cleanup_execute()")  # yesterday's cleanup, at the real clock: its events
         conn.execute(DELETE_LOG)
-    later = "2027-06-01T00:00:00"
+    later = later_at.strftime("%Y-%m-%dT%H:%M:%S%z")
     previewed = runner.invoke(cleanup_app, ["preview", "--json", "--limit", "100000", "--now", later])
     assert previewed.exit_code == 0, previewed.output
     planned = [(r["table_name"], r["row_id"]) for r in json.loads(previewed.stdout)["rows"]]

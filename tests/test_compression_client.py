@@ -189,7 +189,7 @@ def test_run_with_http_summarizer_and_a_failing_one(db: pymemdb.Database, chat_s
     with pytest.raises(SummarizerError):
         db.compression.run("h", Broken(), context_size=8000, force=True, now=T0 + SEC)
     assert db.compression.active_context("h") == before, "a failed summarizer changes nothing"
-    assert db.events.list(event_type="compression.error")[0].payload["error"].endswith("model crashed")
+    assert db.events.list(event_type="compression.error", now=T0 + SEC)[0].payload["error"].endswith("model crashed")
 
 
 def test_compression_cli(db: pymemdb.Database, dsn: str, tmp_path) -> None:  # type: ignore[no-untyped-def]
