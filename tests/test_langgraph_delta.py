@@ -47,12 +47,34 @@ def put_list(conn: psycopg.Connection, n: int, version: str, items: list[Any], *
 def read_list(conn: psycopg.Connection, n: int | None = None, *, at: datetime = T0, thread: str = "t") -> Any:
     found = get(conn, thread, n, at=at)
     assert found is not None, n
-    blobs = dict(zip(found["blob_channels"], found["blob_values"], strict=True))
-    return ormsgpack.unpackb(bytes(blobs["m"]))
+    return ormsgpack.unpackb(blob_of(found))
 
 
 def blob_expiries(conn: psycopg.Connection) -> dict[str, Any]:
     return {r["version"]: r["expires_at"] for r in rows(conn, "select version, expires_at from memori.lg_blobs")}
+
+
+# the three reads that join a delta blob to its chain (each writes the join out: the hot read inlines it,
+# Citus cannot call a SQL function over the user's rows); the tests hold them to the same bytes
+READS = ("get", "list", "blob_value")
+
+
+def each_read_of(conn: psycopg.Connection, n: int, version: str, *, thread: str = "t") -> dict[str, bytes]:
+    """Checkpoint n's list (channel m at ``version``) as each of READS gives it."""
+    listed = one(conn, "select * from memori.lg_checkpoint_list(%s, '', %s, p_user_id => 'alice', p_now => %s)",
+                 (thread, cid(n), T0))
+    assert listed is not None, n
+    return {
+        "get": blob_of(get(conn, thread, n)),
+        "list": blob_of(listed),
+        "blob_value": bytes(value(conn, "select memori.lg_blob_value(%s, 'm', %s, '', 'alice', %s)",
+                                  (thread, version, T0))),
+    }
+
+
+def blob_of(row: dict[str, Any] | None) -> bytes:
+    assert row is not None
+    return bytes(dict(zip(row["blob_channels"], row["blob_values"], strict=True))["m"])
 
 
 # -- encoding ------------------------------------------------------------------------------
@@ -76,30 +98,7 @@ def test_big_lists_use_array_32_headers(conn: psycopg.Connection) -> None:
     put_list(conn, 1, "1", items[:65_530])
     put_list(conn, 2, "2", items, base="1", appended=items[65_530:], parent=1)
     assert read_list(conn) == items
-    assert each_read_of(conn, 2, "2") == dict.fromkeys(("get", "list", "blob_value"), ormsgpack.packb(items))
-
-
-def each_read_of(conn: psycopg.Connection, n: int, version: str, *, thread: str = "t") -> dict[str, bytes]:
-    """Checkpoint n's list as each of the three reads that join a delta to its chain gives it.
-
-    lg_checkpoint_get, lg_checkpoint_list and lg_blob_value each write the join out
-    (the hot read inlines it, Citus cannot call a SQL function over the user's rows):
-    this is what keeps the three in step.
-    """
-    listed = one(conn, "select * from memori.lg_checkpoint_list(%s, '', %s, p_user_id => 'alice', p_now => %s)",
-                 (thread, cid(n), T0))
-    assert listed is not None, n
-    return {
-        "get": blob_of(get(conn, thread, n)),
-        "list": blob_of(listed),
-        "blob_value": bytes(value(conn, "select memori.lg_blob_value(%s, 'm', %s, '', 'alice', %s)",
-                                  (thread, version, T0))),
-    }
-
-
-def blob_of(row: dict[str, Any] | None) -> bytes:
-    assert row is not None
-    return bytes(dict(zip(row["blob_channels"], row["blob_values"], strict=True))["m"])
+    assert each_read_of(conn, 2, "2") == dict.fromkeys(READS, ormsgpack.packb(items))
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -119,7 +118,7 @@ def test_the_three_reads_of_a_delta_chain_agree(conn: psycopg.Connection, steps:
         lists.append(items)
     assert blob_of(get(conn, "t")) == ormsgpack.packb(items)  # the latest, as the savers read it
     for n, expected in enumerate(lists, start=1):
-        assert each_read_of(conn, n, str(n)) == dict.fromkeys(("get", "list", "blob_value"), ormsgpack.packb(expected))
+        assert each_read_of(conn, n, str(n)) == dict.fromkeys(READS, ormsgpack.packb(expected))
 
 
 def test_a_delta_without_its_base_is_refused(conn: psycopg.Connection) -> None:
