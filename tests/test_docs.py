@@ -17,10 +17,12 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from pathlib import Path
 
 import psycopg
 import pytest
 
+from pymemdb import embedded
 from tests import docs_bless, docs_reference, docs_runner
 from tests.conftest import ROOT
 
@@ -55,10 +57,14 @@ def test_examples_still_run_as_printed_a_year_on() -> None:
         pytest.skip("faketime is not installed (Debian: apt-get install faketime)")
     env = {k: v for k, v in os.environ.items() if k != "PYMEMDB_TEST_DSN"}  # its own server, its clock moved too
     with tempfile.TemporaryDirectory(prefix="pymemdb-docs-year-on-") as base:
-        done = subprocess.run(
-            [faketime, "-f", "+400d", sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-             f"--basetemp={base}", "tests/test_docs.py::test_page_examples_run_as_printed"],
-            cwd=ROOT, env=env, capture_output=True, text=True, check=False, timeout=900)
+        try:
+            done = subprocess.run(
+                [faketime, "-f", "+400d", sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                 f"--basetemp={base}", "tests/test_docs.py::test_page_examples_run_as_printed"],
+                cwd=ROOT, env=env, capture_output=True, text=True, check=False, timeout=900)
+        finally:  # a timeout kills that pytest, not the server it started (its session fixture's folder)
+            for server in Path(base).glob("embedded*"):
+                embedded.stop(server)
     assert done.returncode == 0, f"400 days on, the examples differ:\n{done.stdout[-6000:]}{done.stderr[-2000:]}"
 
 
