@@ -409,10 +409,26 @@ def test_prepared_raises_the_servers_error(dsn: str) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
         with pytest.raises(psycopg.errors.DivisionByZero):
             Prepared("pymemdb_test_div", "select 1 / $1::int").rows(conn, ["0"])
-        assert Prepared("pymemdb_test_div", "select 1 / $1::int").rows(conn, ["1"]) == [("1",)]
+        assert Prepared("pymemdb_test_div", "select 1 / $1::int").rows(conn, ["1"]) == [(1,)]
         with pytest.raises(InvalidArgument) as err, wrap_exceptions():
             Prepared("pymemdb_test_stamp", "select * from memori.lg_checkpoint_stamp($1)").rows(conn, ["t"])
         assert err.value.sqlstate == "PM001"  # no user: our code and hint, as from any other call
+
+
+def test_prepared_rows_are_a_cursors_rows(dsn: str) -> None:
+    """The values and types a psycopg cursor gives, for every type of lg_checkpoint_get's row, NULLs included."""
+    from pymemdb.integrations._libpq import Prepared
+
+    query = ("select $1::text, null::text, gen_random_uuid(), null::uuid,"
+             " '{\"big\": 123456789012345678901234567890, \"f\": 1.5, \"s\": \"\u00e9\"}'::jsonb, null::jsonb,"
+             " array['a', null, '\u00e9']::text[], '{}'::text[], array['\\x00ff'::bytea, null], null::bytea[],"
+             " array[1, -2, null]::integer[], array[]::integer[]")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        found = Prepared("pymemdb_test_types", query).rows(conn, ["x"])
+        expected = conn.execute(query.replace("$1", "%s").replace("gen_random_uuid()", "%s::uuid"),
+                                ["x", str(found[0][2])], binary=True).fetchall()
+    assert found == expected and [type(v) for v in found[0]] == [type(v) for v in expected[0]]
+    assert found[0][4]["big"] == 123456789012345678901234567890  # an integer, as json reads it (not a float)
 
 
 def test_prepared_on_an_async_connection(dsn: str) -> None:
@@ -438,7 +454,7 @@ def test_prepared_on_an_async_connection(dsn: str) -> None:
             assert ticks >= 10  # the event loop ran while the statement waited for the server
             with pytest.raises(psycopg.errors.DivisionByZero):
                 await Prepared("pymemdb_test_div", "select 1 / $1::int").arows(conn, ["0"])
-            assert await Prepared("pymemdb_test_div", "select 1 / $1::int").arows(conn, ["2"]) == [("0",)]
+            assert await Prepared("pymemdb_test_div", "select 1 / $1::int").arows(conn, ["2"]) == [(0,)]
 
     asyncio.run(run())
 
@@ -469,7 +485,7 @@ def test_prepared_beside_runs_while_the_server_works(dsn: str) -> None:
         assert statement.rows(conn, ["c", "0"]) == [("c", "")]
         with pytest.raises(psycopg.errors.DivisionByZero):
             div.rows_beside(conn, ["0"], lambda: None)
-        assert div.rows_beside(conn, ["1"], lambda: "x") == ([("1",)], "x")
+        assert div.rows_beside(conn, ["1"], lambda: "x") == ([(1,)], "x")
 
     async def run() -> None:
         async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
