@@ -86,6 +86,21 @@ class LangGraphStamp:
 
 
 @dataclass(frozen=True)
+class LangGraphDeltaHistory:
+    """memori.lg_delta_history: one channel's pending writes up the parent chain, and its seed if one was found."""
+
+    channel: str
+    seeded: bool  # an ancestor stores a value of the channel (a blob, else an inline value)
+    seed_version: str | None
+    seed_type: str | None  # the seed blob's serde type; NULL for an inline seed or none
+    seed_value: bytes | None  # the seed blob's whole value (a delta joined to its chain)
+    seed_inline: Any  # the inline seed (JSON, null included) when seeded without a blob
+    write_task_ids: list[str]
+    write_types: list[str]
+    write_values: list[bytes]
+
+
+@dataclass(frozen=True)
 class LangGraphWritesPut:
     """memori.lg_writes_put: rows written, and the writes' new stamp when the caller's copy plus them is all."""
 

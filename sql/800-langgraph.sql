@@ -1013,6 +1013,161 @@ set search_path = pg_catalog, memori, pg_temp;
 comment on function memori.lg_checkpoint_list(text, text, uuid, jsonb, uuid, integer, text, timestamptz) is 'LangGraph checkpoint tuples of a user, newest first: by thread, namespace, id, metadata containment, before an id, up to a limit.';
 
 -------------------------------------------------------------------------------
+-- lg_delta_history: what a DeltaChannel needs to rebuild its value, in one call
+-- LangGraph's get_delta_channel_history: from the checkpoint's parent up the
+-- parent chain, per channel, the pending writes of each ancestor until the
+-- nearest ancestor that stores a value of the channel (its seed: a blob, e.g. a
+-- _DeltaSnapshot, or an inline value in the checkpoint's channel_values),
+-- whose writes count too. The checkpoint's own writes are pending for the next
+-- step and do not. The walk stops at the root, at a parent that is absent or
+-- expired (as reading it with lg_checkpoint_get would), and when every channel
+-- has its seed. Writes come oldest checkpoint first, within one checkpoint in
+-- LangGraph's writes_sort_key order (task_path, task_id, idx: by code point,
+-- hence COLLATE "C"). One statement walks the chain (a recursive CTE, one key
+-- probe per ancestor and per wanted channel); the seed's full value is
+-- memori.lg_blob_value's (a delta blob joined to its chain).
+-- p_thread_id: LangGraph's thread_id; a row per channel with no writes and no seed when the thread or
+--   checkpoint is absent or expired
+-- p_channels: the channels to walk for (LangGraph's DeltaChannel names); a row per distinct name, in the
+--   order given; NULL: PM001
+-- p_checkpoint_ns: the checkpoint namespace (LangGraph's checkpoint_ns, '' for the root graph); NULL: ''
+-- p_checkpoint_id: the checkpoint whose ancestors are walked; NULL: the latest unexpired one of the namespace
+-- p_user_id: whose LangGraph state; NULL: memori.user_id (PM001 when neither). Not the acting-user rule (no
+--   PM040): row-level security keeps an app role to memori.user_id's rows
+create or replace function memori.lg_delta_history(
+  p_thread_id     text,
+  p_channels      text[],
+  p_checkpoint_ns text default '',
+  p_checkpoint_id uuid default null,
+  p_user_id       text default null,
+  p_now           timestamptz default now()
+) returns table (channel text, seeded boolean, seed_version text, seed_type text, seed_value bytea,
+                 seed_inline jsonb, write_task_ids text[], write_types text[], write_values bytea[])
+as $func$
+declare
+  v_user text := memori._lg_user(p_user_id);
+  v_row  record;
+begin
+  if p_channels is null then
+    perform memori._invalid('the channels to walk for are required', 'Pass the DeltaChannel names, e.g. {messages}.');
+  end if;
+  for v_row in
+    with recursive target as (
+      -- the checkpoint: the given id, else the latest (a backward probe of the key, as lg_checkpoint_get)
+      select t.id as thread, c.checkpoint_ns, c.checkpoint_id, c.parent_id
+        from memori.lg_threads t
+       cross join lateral (
+         select c.checkpoint_ns, c.checkpoint_id, c.parent_id from memori.lg_checkpoints c
+          where c.user_id = v_user and c.thread = t.id and c.checkpoint_ns = coalesce(p_checkpoint_ns, '')
+            and (p_checkpoint_id is null or c.checkpoint_id = p_checkpoint_id)
+            and (c.expires_at is null or c.expires_at > p_now)
+          order by c.checkpoint_id desc
+          limit 1) c
+       where t.user_id = v_user and t.thread_id = p_thread_id and (t.expires_at is null or t.expires_at > p_now)),
+    -- per ancestor: the channels still wanted there (its writes count for them) and which of them it seeds;
+    -- the path guards against a cycle of parent ids (LangGraph's ids never make one; a put could)
+    walk (depth, thread, checkpoint_ns, checkpoint_id, parent_id, path, wanted, seeds) as (
+      select 1, x.thread, x.checkpoint_ns, a.checkpoint_id, a.parent_id, array[x.checkpoint_id, a.checkpoint_id],
+             s.wanted, s.seeds
+        from target x
+       cross join lateral (  -- a key probe (LIMIT 1 keeps it one, whatever the statistics of a new user say)
+         select a.checkpoint_id, a.parent_id, a.checkpoint from memori.lg_checkpoints a
+          where a.user_id = v_user and a.thread = x.thread and a.checkpoint_ns = x.checkpoint_ns
+            and a.checkpoint_id = x.parent_id and (a.expires_at is null or a.expires_at > p_now)
+          limit 1) a
+       cross join lateral (
+         select array_agg(distinct w.ch) as wanted,
+                coalesce(jsonb_object_agg(w.ch, a.checkpoint -> 'channel_versions' -> w.ch)
+                           filter (where w.inline or w.blob), '{}') as seeds
+           from (select u.ch, (a.checkpoint -> 'channel_values') ? u.ch as inline,
+                        exists (select from memori.lg_blobs b
+                                 where b.user_id = v_user and b.thread = x.thread and b.checkpoint_ns = x.checkpoint_ns
+                                   and b.channel = u.ch and b.version = a.checkpoint -> 'channel_versions' ->> u.ch
+                                   and b.type <> 'empty' and (b.expires_at is null or b.expires_at > p_now)) as blob
+                   from unnest(p_channels) u(ch)
+                  where u.ch is not null) w) s
+       where s.wanted is not null
+      union all
+      select w.depth + 1, w.thread, w.checkpoint_ns, a.checkpoint_id, a.parent_id, w.path || a.checkpoint_id,
+             s.wanted, s.seeds
+        from walk w
+       cross join lateral (
+         select a.checkpoint_id, a.parent_id, a.checkpoint from memori.lg_checkpoints a
+          where a.user_id = v_user and a.thread = w.thread and a.checkpoint_ns = w.checkpoint_ns
+            and a.checkpoint_id = w.parent_id and (a.expires_at is null or a.expires_at > p_now)
+          limit 1) a
+       cross join lateral (
+         select array_agg(u.ch) as wanted,
+                coalesce(jsonb_object_agg(u.ch, a.checkpoint -> 'channel_versions' -> u.ch)
+                           filter (where (a.checkpoint -> 'channel_values') ? u.ch
+                                      or exists (select from memori.lg_blobs b
+                                                  where b.user_id = v_user and b.thread = w.thread
+                                                    and b.checkpoint_ns = w.checkpoint_ns and b.channel = u.ch
+                                                    and b.version = a.checkpoint -> 'channel_versions' ->> u.ch
+                                                    and b.type <> 'empty'
+                                                    and (b.expires_at is null or b.expires_at > p_now))), '{}')
+                  as seeds
+           from unnest(w.wanted) u(ch)
+          where not w.seeds ? u.ch) s
+       where s.wanted is not null and a.checkpoint_id <> all (w.path))
+    select n.ch as channel, sd.checkpoint_id is not null as seeded, sd.version, sd.inline,
+           wr.task_ids, wr.types, wr.vals, (select w.thread from walk w limit 1) as thread
+      from (select u.ch, min(u.n) as n from unnest(p_channels) with ordinality u(ch, n)
+             where u.ch is not null group by u.ch) n
+      left join lateral (
+        select w.checkpoint_id, w.seeds ->> n.ch as version,
+               (select a.checkpoint -> 'channel_values' -> n.ch from memori.lg_checkpoints a
+                 where a.user_id = v_user and a.thread = w.thread and a.checkpoint_ns = w.checkpoint_ns
+                   and a.checkpoint_id = w.checkpoint_id) as inline
+          from walk w
+         where w.seeds ? n.ch) sd on true
+      left join lateral (
+        -- the chain's writes in one scan of the writes' key (= ANY, as the delta join reads a chain's blobs),
+        -- the oldest checkpoint first by its place in the chain
+        select array_agg(x.task_id order by array_position(ch.ids, x.checkpoint_id) desc, x.task_path collate "C",
+                                            x.task_id collate "C", x.idx) as task_ids,
+               array_agg(x.type order by array_position(ch.ids, x.checkpoint_id) desc, x.task_path collate "C",
+                                         x.task_id collate "C", x.idx) as types,
+               array_agg(x.blob order by array_position(ch.ids, x.checkpoint_id) desc, x.task_path collate "C",
+                                         x.task_id collate "C", x.idx) as vals
+          from (select array(select w.checkpoint_id from walk w where n.ch = any (w.wanted) order by w.depth) as ids,
+                       (select w.thread from walk w limit 1) as thread) ch
+          join memori.lg_writes x
+            on x.user_id = v_user and x.thread = ch.thread and x.checkpoint_ns = coalesce(p_checkpoint_ns, '')
+           and x.checkpoint_id = any (ch.ids) and x.channel = n.ch
+           and (x.expires_at is null or x.expires_at > p_now)) wr on true
+     order by n.n
+  loop
+    channel := v_row.channel;
+    seeded := v_row.seeded;
+    seed_version := v_row.version;
+    seed_type := null;
+    seed_value := null;
+    seed_inline := null;
+    if v_row.seeded then
+      -- a blob wins over the inline reading (for a _DeltaSnapshot that is LangGraph's true marker)
+      select b.type into seed_type
+        from memori.lg_blobs b
+       where b.user_id = v_user and b.thread = v_row.thread and b.checkpoint_ns = coalesce(p_checkpoint_ns, '')
+         and b.channel = v_row.channel and b.version = v_row.version and b.type <> 'empty'
+         and (b.expires_at is null or b.expires_at > p_now);
+      if seed_type is not null then
+        seed_value := memori.lg_blob_value(p_thread_id, v_row.channel, v_row.version, p_checkpoint_ns, v_user, p_now);
+      else
+        seed_inline := coalesce(v_row.inline, 'null'::jsonb);
+      end if;
+    end if;
+    write_task_ids := coalesce(v_row.task_ids, '{}');
+    write_types := coalesce(v_row.types, '{}');
+    write_values := coalesce(v_row.vals, '{}');
+    return next;
+  end loop;
+end
+$func$ language plpgsql stable security invoker
+set search_path = pg_catalog, memori, pg_temp;
+comment on function memori.lg_delta_history(text, text[], text, uuid, text, timestamptz) is 'LangGraph''s DeltaChannel history of a checkpoint: per channel, the pending writes up its parent chain (oldest first) to the nearest ancestor storing a value, and that value (the seed).';
+
+-------------------------------------------------------------------------------
 -- lg_thread_delete: a thread with everything of it
 -- p_thread_id: the thread to delete (expired or not) with its checkpoints, blobs and writes
 -- p_user_id: whose LangGraph state; NULL: memori.user_id (PM001 when neither). Not the acting-user rule (no

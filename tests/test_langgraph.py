@@ -256,6 +256,63 @@ def test_delta_channel_threads_are_never_thinned(conn: psycopg.Connection) -> No
     assert value(conn, "select threads from memori.lg_threads_prune('{d}', 'delete', 'alice')") == 1
 
 
+def _write(conn: psycopg.Connection, thread: str, n: int, task: str, path: str, channel: str, data: str) -> None:
+    conn.execute("select memori.lg_writes_put(%s, '', %s, %s, %s, '{0}', %s, '{bytes}', %s::bytea[],"
+                 " p_user_id => 'alice', p_now => %s)", (thread, cid(n), task, path, [channel], [data.encode()], T0))
+
+
+def _history(conn: psycopg.Connection, thread: str, at: datetime, n: int | None = None) -> list[dict[str, Any]]:
+    return rows(conn, "select channel, seeded, seed_version, seed_type, seed_value, seed_inline, write_task_ids,"
+                      " write_values from memori.lg_delta_history(%s, '{a,b}', '', %s, 'alice', %s)",
+                (thread, cid(n) if n is not None else None, at))
+
+
+def test_delta_history_stops_at_an_expired_ancestor(conn: psycopg.Connection) -> None:
+    """The walk ends where a read of the parent would find nothing: at the superseded checkpoints' expiry."""
+    put(conn, "t", 1, {"a": "1"}, blobs={"a": "1"})
+    put(conn, "t", 2, {"a": "2"}, parent=1)  # a DeltaChannel between snapshots: a version, no value
+    put(conn, "t", 3, {"a": "3"}, parent=2)
+    for n, task in ((1, "t1"), (2, "t2"), (3, "t3")):
+        _write(conn, "t", n, task, "", "a", f"w{n}")
+    before = _history(conn, "t", T0 + KEEP - SEC)
+    assert [(r["channel"], r["seeded"], r["seed_version"], r["seed_type"], r["write_task_ids"]) for r in before] == \
+        [("a", True, "1", "bytes", ["t1", "t2"]), ("b", False, None, None, [])]  # 3's own write is pending
+    assert bytes(before[0]["seed_value"]) == b"a@1" and [bytes(v) for v in before[0]["write_values"]] == [b"w1", b"w2"]
+    after = _history(conn, "t", T0 + KEEP)  # checkpoints 1 and 2 expired (3 is the latest: kept)
+    assert [(r["channel"], r["seeded"], r["write_task_ids"]) for r in after] == [("a", False, []), ("b", False, [])]
+    assert [r["write_task_ids"] for r in _history(conn, "t", T0, 2)] == [["t1"], []]  # from a given checkpoint
+    assert _history(conn, "missing", T0) == [
+        {"channel": c, "seeded": False, "seed_version": None, "seed_type": None, "seed_value": None,
+         "seed_inline": None, "write_task_ids": [], "write_values": []} for c in ("a", "b")]
+
+
+def test_delta_history_orders_writes_by_code_point_and_ends_a_cycle(conn: psycopg.Connection) -> None:
+    """writes_sort_key order (task_path, task_id, idx) by code point whatever the database's collation; a parent
+    cycle (a put may make one; LangGraph never does) is walked once."""
+    put(conn, "t", 5, {"b": "1"}, parent=6)
+    put(conn, "t", 6, {"b": "2"}, parent=5)
+    for task, path in (("x", "b"), ("y", "B"), ("z", ""), ("w", "é"), ("v", "~__pregel_pull, n")):
+        _write(conn, "t", 5, task, path, "b", task)
+    _write(conn, "t", 6, "t6", "", "b", "own")
+    found = _history(conn, "t", T0)
+    assert found[1]["channel"] == "b" and not found[1]["seeded"]
+    assert found[1]["write_task_ids"] == ["z", "y", "x", "v", "w"]  # '', 'B', 'b', '~...', 'é'
+    assert sorted(["b", "B", "", "é", "~__pregel_pull, n"]) == ["", "B", "b", "~__pregel_pull, n", "é"]
+
+
+def test_delta_history_seeds_from_an_inline_value(conn: psycopg.Connection) -> None:
+    """A value kept in the checkpoint's channel_values (LangGraph's primitives, JSON null included) is a seed."""
+    for n, inline in ((1, {"a": None, "b": 7}), (2, {})):
+        conn.execute("select memori.lg_checkpoint_put('i', '', %s, %s, %s, '{}', '{}', '{}', '{}', '{}'::bytea[],"
+                     " p_user_id => 'alice', p_now => %s)",
+                     (cid(n), cid(n - 1) if n > 1 else None,
+                      Jsonb({"v": 4, "channel_values": inline, "channel_versions": {"a": str(n), "b": str(n)}}), T0))
+    assert [(r["channel"], r["seeded"], r["seed_version"], r["seed_inline"]) for r in _history(conn, "i", T0)] == \
+        [("a", True, "1", None), ("b", True, "1", 7)]
+    assert value(conn, "select seed_inline is not null from memori.lg_delta_history('i', '{a}', p_user_id => 'alice',"
+                       " p_now => %s)", (T0,)) is True  # JSON null, not SQL NULL: seeded with None
+
+
 # -- prune, runs, copy, delete -----------------------------------------------------------
 def test_prune_keep_latest_keeps_one_per_namespace_and_its_blobs(conn: psycopg.Connection) -> None:
     put(conn, "t", 1, {"a": "1", "b": "1"}, blobs={"a": "1", "b": "1"})

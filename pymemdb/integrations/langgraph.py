@@ -31,7 +31,7 @@ import json
 import random
 import re
 import threading
-from collections.abc import AsyncIterator, Callable, Generator, Iterable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
@@ -47,6 +47,7 @@ from langgraph.checkpoint.base import (
     Checkpoint,
     CheckpointMetadata,
     CheckpointTuple,
+    DeltaChannelHistory,
     get_checkpoint_id,
     get_serializable_checkpoint_metadata,
     writes_sort_key,
@@ -74,7 +75,13 @@ from pymemdb.integrations._langgraph_cache import (
     register_array_dumpers,
 )
 from pymemdb.integrations._libpq import Prepared
-from pymemdb.types import LangGraphPruneResult, LangGraphStamp, LangGraphTuple, LangGraphWritesPut
+from pymemdb.types import (
+    LangGraphDeltaHistory,
+    LangGraphPruneResult,
+    LangGraphStamp,
+    LangGraphTuple,
+    LangGraphWritesPut,
+)
 
 __all__ = ["AsyncMemoriSaver", "AsyncMemoriStore", "MemoriSaver", "MemoriStore", "blob_value", "set_policy"]
 
@@ -149,6 +156,12 @@ LG_CHECKPOINT_LIST = rows(
     "lg_checkpoint_list",
     *_CHECKPOINT, ("p_filter", "jsonb"), ("p_before", "uuid"), ("p_limit", "integer"), USER_ID, NOW,
     result=LangGraphTuple,
+)
+LG_DELTA_HISTORY = rows(
+    "lg_delta_history",
+    ("p_thread_id", "text"), ("p_channels", "text[]"), ("p_checkpoint_ns", "text"), ("p_checkpoint_id", "uuid"),
+    USER_ID, NOW,
+    result=LangGraphDeltaHistory,
 )
 LG_THREAD_DELETE = scalar("lg_thread_delete", ("p_thread_id", "text"), USER_ID, result=int)
 LG_THREAD_COPY = scalar(
@@ -533,6 +546,30 @@ class _MemoriSaverBase(BaseCheckpointSaver[str]):
         call, sent = self._writes_call(config, writes, task_id, task_path)
         self._after_writes(sent, (yield call))
 
+    def _plan_delta_history(self, config: RunnableConfig, channels: Sequence[str]
+                            ) -> Plan[Mapping[str, DeltaChannelHistory]]:
+        """LangGraph's DeltaChannel history in one call (memori.lg_delta_history walks the parent chain)."""
+        if not channels:
+            return {}
+        conf = config["configurable"]
+        found: list[LangGraphDeltaHistory] = yield LG_DELTA_HISTORY, {
+            "p_thread_id": str(conf["thread_id"]),
+            "p_channels": list(channels),
+            "p_checkpoint_ns": conf.get("checkpoint_ns", "") or "",
+            "p_checkpoint_id": get_checkpoint_id(config),
+            "p_user_id": self.user_id,
+        }
+        history: dict[str, DeltaChannelHistory] = {}
+        for row in found:
+            entry: DeltaChannelHistory = {"writes": [
+                (task_id, row.channel, self.serde.loads_typed((type_, value)))
+                for task_id, type_, value in zip(row.write_task_ids, row.write_types, row.write_values, strict=True)]}
+            if row.seeded:
+                entry["seed"] = (self.serde.loads_typed((row.seed_type, row.seed_value))
+                                 if row.seed_type is not None and row.seed_value is not None else row.seed_inline)
+            history[row.channel] = entry
+        return history
+
     def _plan_delete_thread(self, thread_id: str) -> Plan[None]:
         self._memory.drop_thread(str(thread_id))
         yield LG_THREAD_DELETE, {"p_thread_id": str(thread_id), "p_user_id": self.user_id}
@@ -587,6 +624,14 @@ class _MemoriSaverBase(BaseCheckpointSaver[str]):
         self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
     ) -> None:
         await self._arun(self._plan_writes(config, writes, task_id, task_path))
+
+    def get_delta_channel_history(self, *, config: RunnableConfig, channels: Sequence[str]
+                                  ) -> Mapping[str, DeltaChannelHistory]:
+        return self._run(self._plan_delta_history(config, channels))
+
+    async def aget_delta_channel_history(self, *, config: RunnableConfig, channels: Sequence[str]
+                                         ) -> Mapping[str, DeltaChannelHistory]:
+        return await self._arun(self._plan_delta_history(config, channels))
 
     def delete_thread(self, thread_id: str) -> None:
         self._run(self._plan_delete_thread(thread_id))

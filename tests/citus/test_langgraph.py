@@ -17,7 +17,7 @@ from typing import Any
 import ormsgpack
 import psycopg
 import pytest
-from langgraph.checkpoint.base import empty_checkpoint
+from langgraph.checkpoint.base import BaseCheckpointSaver, empty_checkpoint
 from psycopg.conninfo import make_conninfo
 
 from pymemdb.install import install
@@ -213,6 +213,12 @@ def test_saver_on_the_cluster(distributed_dsn: str) -> None:
             assert asyncio.run(_async_reads(app, user)) == [latest, latest]  # cold, then its copy
             first = cold.get_tuple(saved[0])
             assert first is not None and first.checkpoint["channel_values"]["messages"] == ["m0"]
+            # LangGraph's DeltaChannel history in one call: the parent's whole value (a delta joined on the shard)
+            # and its writes, as LangGraph's own walk of get_tuple reads them
+            latest_config: Any = {"configurable": {"thread_id": "chat", "checkpoint_ns": ""}}
+            assert cold.get_delta_channel_history(config=latest_config, channels=["messages"]) == \
+                BaseCheckpointSaver.get_delta_channel_history(cold, config=latest_config, channels=["messages"]) == \
+                {"messages": {"writes": [("task-2", "messages", "w2")], "seed": ["m0", "m1"]}}
             history = list(cold.list({"configurable": {"thread_id": "chat"}}))
             assert [t.metadata["step"] for t in history] == [3, 2, 1]
             assert [t.metadata["step"] for t in cold.list(None, filter={"step": 2})] == [2]
@@ -239,6 +245,7 @@ def test_saver_on_the_cluster(distributed_dsn: str) -> None:
                 ("lg_checkpoint_stamp", "select * from memori.lg_checkpoint_stamp('chat', '', null, %(u)s)"),
                 ("lg_checkpoint_list", "select * from memori.lg_checkpoint_list('chat', p_user_id => %(u)s)"),
                 ("lg_blob_value", "select memori.lg_blob_value('chat', 'messages', '2', p_user_id => %(u)s)"),
+                ("lg_delta_history", "select * from memori.lg_delta_history('chat', '{messages}', p_user_id => %(u)s)"),
             ):
                 _assert_single_shard(name, _traced(conn, user, call), shards, delegated=False)
             with conn.transaction():

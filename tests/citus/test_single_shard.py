@@ -125,6 +125,8 @@ LANGGRAPH_SAMPLES: dict[str, str] = {
     "lg_blob_value": "select memori.lg_blob_value(p_user_id => %(u)s, p_thread_id => 'chat', "
                      "p_channel => 'messages', p_version => '1')",
     "lg_checkpoint_list": "select * from memori.lg_checkpoint_list(p_user_id => %(u)s, p_thread_id => 'chat')",
+    "lg_delta_history": "select * from memori.lg_delta_history(p_user_id => %(u)s, p_thread_id => 'chat', "
+                        "p_channels => array['messages'])",
     "lg_thread_copy": "select memori.lg_thread_copy(p_user_id => %(u)s, p_source_thread_id => 'chat', "
                       "p_target_thread_id => 'chat2')",
     "lg_threads_prune": "select * from memori.lg_threads_prune(p_user_id => %(u)s, p_thread_ids => array['chat2'])",
