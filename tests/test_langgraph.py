@@ -600,4 +600,6 @@ def test_bench_langgraph_small(dsn: str) -> None:
         warm = result["reads"][kind]
         assert warm[bench.ROUND_TRIP]["n"] == warm["pymemdb"]["n"] == warm["upstream"]["n"]
         assert warm["ratio_ceiling_p95"] > 0
+    delta = result["delta_history"]  # DeltaChannel history: ours, LangGraph's default walk, upstream, interleaved
+    assert delta["pymemdb"]["n"] == delta["default_walk"]["n"] == delta["upstream"]["n"] == 5 * bench.DELTA_THREADS
     assert bench.render(result)

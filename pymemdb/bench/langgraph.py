@@ -31,6 +31,15 @@ small dict updated every fifth step, one pending write per step).
 4. A retention cycle: ``memori.cleanup_execute`` a day after the default
    policy's retention of superseded checkpoints (30 days), then the sizes
    again. The upstream tables have no retention: they stay as they are.
+5. ``get_delta_channel_history`` (LangGraph's beta DeltaChannel: a channel
+   stored as a snapshot every ``DELTA_DEPTH`` updates, rebuilt from the writes
+   between): ``DELTA_THREADS`` threads per saver whose snapshot is
+   ``DELTA_DEPTH`` checkpoints up the chain; ours in one call
+   (``memori.lg_delta_history``, a saver that holds no copy), LangGraph's
+   default walk on our saver (one ``get_tuple`` per ancestor: what a saver
+   without the override does), and the upstream saver's override (two
+   statements), interleaved; after the others, so that its threads stay out of
+   their figures.
 """
 
 from __future__ import annotations
@@ -73,6 +82,9 @@ OUR_TABLES = ("lg_threads", "lg_checkpoints", "lg_blobs", "lg_writes")
 NOT_DURABLE = "pymemdb_not_durable"  # MemoriSaver(durable=False): synchronous_commit off, for information
 FLOOR = "one_row_insert"  # the fastest durable put there can be (_OneRowInsert), for information
 ROUND_TRIP = "round_trip"  # the fastest read that asks the server (_RoundTrip), for information
+DELTA_THREADS = 20  # threads per saver in the DeltaChannel history phase
+DELTA_DEPTH = 100  # checkpoints between the snapshot and the read (LangGraph's default snapshot frequency)
+DELTA_USER = USER + "_delta"
 
 
 def _require_upstream() -> Any:
@@ -326,6 +338,51 @@ def _explain_cached_and_put(admin: psycopg.Connection[Any], ours: Any, rng: rand
     return cached, explain_nested(admin, cast(LiteralString, ours._statement(function, args).text), args)
 
 
+def _delta_history(dsn: str, upstream: Any, rng: random.Random) -> dict[str, Any]:
+    """DeltaChannel history: ours in one call, LangGraph's default walk on our saver, the upstream override."""
+    from langgraph.checkpoint.base import BaseCheckpointSaver, empty_checkpoint
+    from langgraph.checkpoint.serde.types import _DeltaSnapshot
+
+    from pymemdb.integrations.langgraph import MemoriSaver
+
+    channels = ["items"]
+    with MemoriSaver(dsn, user_id=DELTA_USER, max_size=2, cache_bytes=0) as ours:
+        for saver in (ours, upstream):
+            for t in range(DELTA_THREADS):
+                config: Any = {"configurable": {"thread_id": f"delta-{t}", "checkpoint_ns": ""}}
+                version = None
+                for step in range(DELTA_DEPTH + 1):
+                    checkpoint = empty_checkpoint()
+                    version = saver.get_next_version(version, None)
+                    checkpoint["channel_versions"] = {"items": version}
+                    if step == 0:  # the snapshot; the steps after store the channel's version only
+                        checkpoint["channel_values"] = {"items": _DeltaSnapshot([f"x{i}" for i in range(50)])}
+                    config = saver.put(config, checkpoint, {"source": "loop", "step": step}, {"items": version})
+                    saver.put_writes(config, [("items", [f"m{step}"])], f"task-{step}")
+        readers: dict[str, Any] = {
+            "pymemdb": lambda c: ours.get_delta_channel_history(config=c, channels=channels),
+            "default_walk": lambda c: BaseCheckpointSaver.get_delta_channel_history(ours, config=c, channels=channels),
+            "upstream": lambda c: upstream.get_delta_channel_history(config=c, channels=channels),
+        }
+        lat: dict[str, list[int]] = {name: [] for name in readers}
+        for i in range(DELTA_THREADS * 6):
+            config = {"configurable": {"thread_id": f"delta-{i % DELTA_THREADS}", "checkpoint_ns": ""}}
+            order = list(readers)
+            rng.shuffle(order)
+            for name in order:
+                start = time.perf_counter_ns()
+                history = readers[name](config)
+                elapsed = time.perf_counter_ns() - start
+                assert len(history["items"]["writes"]) == DELTA_DEPTH and "seed" in history["items"]
+                if i >= DELTA_THREADS:  # the first round prepares plans
+                    lat[name].append(elapsed)
+    out: dict[str, Any] = {"threads": DELTA_THREADS, "depth": DELTA_DEPTH}
+    out.update({name: _summary(v) for name, v in lat.items()})
+    out["ratio_p50"] = ratio(out["upstream"]["p50_us"], out["pymemdb"]["p50_us"])
+    out["ratio_default_p50"] = ratio(out["default_walk"]["p50_us"], out["pymemdb"]["p50_us"])
+    return out
+
+
 def run(dsn: str, rows: int = 20_000, *, seed: int = 1, progress: Progress | None = None) -> dict[str, Any]:
     require_rows(rows, STEPS, f"Pass --rows {STEPS * 1000} (threads of {STEPS} checkpoints each).")
     postgres_saver = _require_upstream()
@@ -416,10 +473,14 @@ def run(dsn: str, rows: int = 20_000, *, seed: int = 1, progress: Progress | Non
             "upstream_bytes": storage["upstream_bytes"],
             "ratio_after": ratio(sum(kept.values()), storage["upstream_bytes"]),
         }
+        if progress:  # last: its threads stay out of the storage and retention figures
+            progress(f"get_delta_channel_history, {DELTA_DEPTH} checkpoints back to the snapshot")
+        result["delta_history"] = _delta_history(dsn, upstream, rng)
         for table in UPSTREAM_TABLES:  # the baseline's tables are the bench's own: drop them
             admin.execute(psycopg.sql.SQL("drop table if exists public.{}").format(psycopg.sql.Identifier(table)))
         admin.execute("drop table if exists public.checkpoint_migrations")
-        admin.execute("delete from memori.lg_threads where user_id in (%s, %s)", (USER, USER + "_not_durable"))
+        admin.execute("delete from memori.lg_threads where user_id in (%s, %s, %s)",
+                      (USER, USER + "_not_durable", DELTA_USER))
     return result
 
 
@@ -464,6 +525,15 @@ def render(result: dict[str, Any]) -> list[Table]:
                          f"{fmt(r['upstream']['p50_us'])} / {fmt(r['upstream']['p95_us'])}",
                          f"{fmt(r['pymemdb']['p50_us'])} / {fmt(r['pymemdb']['p95_us'])}",
                          f"{fmt(r['ratio_p50'], 'x')} / {fmt(r['ratio_p95'], 'x')}", "(AsyncPostgresSaver)")
+    if "delta_history" in result:
+        d = result["delta_history"]
+        info.add_row(f"get_delta_channel_history, {d['depth']} back, p50 / p95 µs",
+                     f"{fmt(d['upstream']['p50_us'])} / {fmt(d['upstream']['p95_us'])}",
+                     f"{fmt(d['pymemdb']['p50_us'])} / {fmt(d['pymemdb']['p95_us'])}", fmt(d["ratio_p50"], "x"),
+                     "(DeltaChannel)")
+        info.add_row("… LangGraph's default walk on MemoriSaver p50 / p95 µs", "",
+                     f"{fmt(d['default_walk']['p50_us'])} / {fmt(d['default_walk']['p95_us'])}",
+                     fmt(d["ratio_default_p50"], "x"), "(one get_tuple per ancestor)")
     s = result["storage"]
     info.add_row("storage, same history (MB)", fmt(s["upstream_bytes"] / 2**20), fmt(s["pymemdb_bytes"] / 2**20),
                  fmt(s["ratio"], "x"), f"≤ {GOAL_STORAGE}x {'met' if s['goal_met'] else 'MISSED'}")
