@@ -286,7 +286,8 @@ comment on function memori._lg_namespace_settle(text, bigint, text, timestamptz)
 -- p_checkpoint: the checkpoint as a JSON object (else PM001), with channel_versions; values that are not
 --   primitives come as blobs
 -- p_metadata: the checkpoint's metadata, a JSON object (else PM001); counters_since_delta_snapshot or
---   delta_writes_versioned mark a DeltaChannel graph (its checkpoints then never expire alone)
+--   delta_writes_versioned mark a DeltaChannel graph (its checkpoints then never expire alone), as does a
+--   DeltaChannel snapshot (a blob whose channel_values entry is LangGraph's marker, true)
 -- p_blob_channels: the channel of each new blob; the blob arrays have one entry per blob (lengths differ: PM001)
 -- p_blob_versions: the channel version of each blob (a version the thread already has is kept as it is)
 -- p_blob_types: LangGraph serde's type tag of each blob (e.g. 'msgpack')
@@ -363,7 +364,11 @@ begin
     perform memori._invalid('blob channels, versions, types, values, bases and item counts differ in length',
                             'Pass one entry per blob in each array (bases and items: both or neither).');
   end if;
-  v_delta := p_metadata ? 'counters_since_delta_snapshot' or p_metadata ? 'delta_writes_versioned';
+  -- a DeltaChannel graph: its update counters or LangGraph.js's mark in the metadata, or a snapshot (the
+  -- inline true marker of a channel whose value comes as a blob: a plain true is never a blob)
+  v_delta := p_metadata ? 'counters_since_delta_snapshot' or p_metadata ? 'delta_writes_versioned'
+             or exists (select from unnest(p_blob_channels) c(ch)
+                         where p_checkpoint -> 'channel_values' -> c.ch = 'true'::jsonb);
   -- What this runs on every step of every graph: the saver's policy (key probes
   -- joined, no aggregate: (table_name, kind) is retention_policies' key), then the
   -- live thread (and whether _lg_thread would renew it: the same test) and whether

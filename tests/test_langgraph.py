@@ -256,6 +256,25 @@ def test_delta_channel_threads_are_never_thinned(conn: psycopg.Connection) -> No
     assert value(conn, "select threads from memori.lg_threads_prune('{d}', 'delete', 'alice')") == 1
 
 
+def test_a_deltachannel_snapshot_alone_marks_the_thread(conn: psycopg.Connection) -> None:
+    """A snapshot (a blob behind LangGraph's inline true marker) marks a DeltaChannel thread without the metadata
+    counters; a plain inline true (no blob) does not: its checkpoints thin as usual."""
+    for thread, blobs in (("snap", ["items"]), ("plain", [])):
+        for n in (1, 2):
+            conn.execute("select memori.lg_checkpoint_put(%s, '', %s, %s, %s, '{}', %s, %s, %s, %s::bytea[],"
+                         " p_user_id => 'alice', p_now => %s)",
+                         (thread, cid(n), cid(n - 1) if n > 1 else None,
+                          Jsonb({"v": 4, "channel_values": {"items": True} if n == 1 else {},
+                                 "channel_versions": {"items": str(n)}}),
+                          blobs if n == 1 else [], ["1"] if blobs and n == 1 else [],
+                          ["msgpack"] if blobs and n == 1 else [], [b"\xc7"] if blobs and n == 1 else [], T0))
+    marked = {r["thread_id"]: r["uses_delta"]
+              for r in rows(conn, "select thread_id, uses_delta from memori.lg_threads")}
+    assert marked == {"snap": True, "plain": False}
+    assert value(conn, "select count(*) from memori.lg_checkpoints c join memori.lg_threads t on t.id = c.thread"
+                       " where t.thread_id = 'plain' and c.expires_at is not null") == 1
+
+
 def _write(conn: psycopg.Connection, thread: str, n: int, task: str, path: str, channel: str, data: str) -> None:
     conn.execute("select memori.lg_writes_put(%s, '', %s, %s, %s, '{0}', %s, '{bytes}', %s::bytea[],"
                  " p_user_id => 'alice', p_now => %s)", (thread, cid(n), task, path, [channel], [data.encode()], T0))
