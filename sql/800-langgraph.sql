@@ -1069,39 +1069,24 @@ begin
           order by c.checkpoint_id desc
           limit 1) c
        where t.user_id = v_user and t.thread_id = p_thread_id and (t.expires_at is null or t.expires_at > p_now)),
-    -- per ancestor: the channels still wanted there (its writes count for them) and which of them it seeds;
-    -- the path guards against a cycle of parent ids (LangGraph's ids never make one; a put could)
+    -- the checkpoint (depth 0: it seeds nothing, its writes are pending), then each ancestor: the channels
+    -- still wanted there (its writes count for them) and which of them it seeds (channel -> version); the path
+    -- guards against a cycle of parent ids (LangGraph's ids never make one; a put could)
     walk (depth, thread, checkpoint_ns, checkpoint_id, parent_id, path, wanted, seeds) as (
-      select 1, x.thread, x.checkpoint_ns, a.checkpoint_id, a.parent_id, array[x.checkpoint_id, a.checkpoint_id],
-             s.wanted, s.seeds
+      select 0, x.thread, x.checkpoint_ns, x.checkpoint_id, x.parent_id, array[x.checkpoint_id],
+             array(select distinct u.ch from unnest(p_channels) u(ch) where u.ch is not null), '{}'::jsonb
         from target x
-       cross join lateral (  -- a key probe (LIMIT 1 keeps it one, whatever the statistics of a new user say)
-         select a.checkpoint_id, a.parent_id, a.checkpoint from memori.lg_checkpoints a
-          where a.user_id = v_user and a.thread = x.thread and a.checkpoint_ns = x.checkpoint_ns
-            and a.checkpoint_id = x.parent_id and (a.expires_at is null or a.expires_at > p_now)
-          limit 1) a
-       cross join lateral (
-         select array_agg(distinct w.ch) as wanted,
-                coalesce(jsonb_object_agg(w.ch, a.checkpoint -> 'channel_versions' -> w.ch)
-                           filter (where w.inline or w.blob), '{}') as seeds
-           from (select u.ch, (a.checkpoint -> 'channel_values') ? u.ch as inline,
-                        exists (select from memori.lg_blobs b
-                                 where b.user_id = v_user and b.thread = x.thread and b.checkpoint_ns = x.checkpoint_ns
-                                   and b.channel = u.ch and b.version = a.checkpoint -> 'channel_versions' ->> u.ch
-                                   and b.type <> 'empty' and (b.expires_at is null or b.expires_at > p_now)) as blob
-                   from unnest(p_channels) u(ch)
-                  where u.ch is not null) w) s
-       where s.wanted is not null
       union all
       select w.depth + 1, w.thread, w.checkpoint_ns, a.checkpoint_id, a.parent_id, w.path || a.checkpoint_id,
              s.wanted, s.seeds
         from walk w
-       cross join lateral (
+       cross join lateral (  -- a key probe (LIMIT 1 keeps it one, whatever the statistics of a new user say)
          select a.checkpoint_id, a.parent_id, a.checkpoint from memori.lg_checkpoints a
           where a.user_id = v_user and a.thread = w.thread and a.checkpoint_ns = w.checkpoint_ns
             and a.checkpoint_id = w.parent_id and (a.expires_at is null or a.expires_at > p_now)
           limit 1) a
        cross join lateral (
+         -- stored there: an inline value in channel_values (JSON null too), or a blob of its version
          select array_agg(u.ch) as wanted,
                 coalesce(jsonb_object_agg(u.ch, a.checkpoint -> 'channel_versions' -> u.ch)
                            filter (where (a.checkpoint -> 'channel_values') ? u.ch
@@ -1116,7 +1101,7 @@ begin
           where not w.seeds ? u.ch) s
        where s.wanted is not null and a.checkpoint_id <> all (w.path))
     select n.ch as channel, sd.checkpoint_id is not null as seeded, sd.version, sd.inline,
-           wr.task_ids, wr.types, wr.vals, (select w.thread from walk w limit 1) as thread
+           wr.task_ids, wr.types, wr.vals, (select x.thread from target x) as thread
       from (select u.ch, min(u.n) as n from unnest(p_channels) with ordinality u(ch, n)
              where u.ch is not null group by u.ch) n
       left join lateral (
@@ -1135,8 +1120,9 @@ begin
                                          x.task_id collate "C", x.idx) as types,
                array_agg(x.blob order by array_position(ch.ids, x.checkpoint_id) desc, x.task_path collate "C",
                                          x.task_id collate "C", x.idx) as vals
-          from (select array(select w.checkpoint_id from walk w where n.ch = any (w.wanted) order by w.depth) as ids,
-                       (select w.thread from walk w limit 1) as thread) ch
+          from (select array(select w.checkpoint_id from walk w
+                              where w.depth > 0 and n.ch = any (w.wanted) order by w.depth) as ids,
+                       (select x.thread from target x) as thread) ch
           join memori.lg_writes x
             on x.user_id = v_user and x.thread = ch.thread and x.checkpoint_ns = coalesce(p_checkpoint_ns, '')
            and x.checkpoint_id = any (ch.ids) and x.channel = n.ch

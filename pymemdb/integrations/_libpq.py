@@ -49,9 +49,9 @@ class Prepared:
 
     Its rows are tuples of the values a psycopg cursor would give (None for
     NULL), loaded from binary results. ``rows`` runs on a sync connection,
-    ``arows`` on an async one without blocking the event loop; both send the statement and wait for its result
-    as psycopg's own cursors do (its ``execute`` generator, run by the
-    connection's ``wait``). ``rows_beside`` and ``arows_beside`` run the
+    ``arows`` on an async one without blocking the event loop; both send the
+    statement and wait for its result as psycopg's own cursors do (its
+    ``execute`` generator, run by the connection's ``wait``). ``rows_beside`` and ``arows_beside`` run the
     caller's own work between sending the statement and reading its result;
     ``rows`` and ``arows`` are them with no such work.
     """
