@@ -849,7 +849,8 @@ as $func$
          limit 1) bl) b
    cross join lateral (
      -- one scan of the pending writes: their row versions in key order (what a cached copy of
-     -- them is checked against) and the writes in (task_path, task_id, idx) order
+     -- them is checked against) and the writes in LangGraph's writes_sort_key order: (task_path,
+     -- task_id, idx) by code point, as Python compares strings, whatever the database's collation
      select s.*, c.changed or s.stamp is distinct from p_known_writes as sent
        from (select coalesce(pg_catalog.string_agg(wr.xmin::text, '.' order by wr.task_id, wr.idx), '') as stamp,
                     pg_catalog.array_agg(wr.task_id) as task_ids, pg_catalog.array_agg(wr.channel) as channels,
@@ -861,7 +862,7 @@ as $func$
                       where wr.user_id = memori._lg_acting(p_user_id) and wr.thread = c.thread
                         and wr.checkpoint_ns = c.checkpoint_ns
                         and wr.checkpoint_id = c.checkpoint_id and (wr.expires_at is null or wr.expires_at > p_now)
-                      order by wr.task_path, wr.task_id, wr.idx) wr) s) w
+                      order by wr.task_path collate "C", wr.task_id collate "C", wr.idx) wr) s) w
    where t.user_id = memori._lg_acting(p_user_id) and t.thread_id = p_thread_id
      and (t.expires_at is null or t.expires_at > p_now)
 $func$ language sql stable security invoker;
@@ -1002,15 +1003,14 @@ begin
            and (x.expires_at is null or x.expires_at > p_now)
          limit 1) bl) b
    cross join lateral (
-     select array_agg(wr.task_id order by wr.task_path, wr.task_id, wr.idx) as task_ids,
-            array_agg(wr.channel order by wr.task_path, wr.task_id, wr.idx) as channels,
-            array_agg(wr.type order by wr.task_path, wr.task_id, wr.idx) as types,
-            array_agg(wr.blob order by wr.task_path, wr.task_id, wr.idx) as vals,
-            array_agg(wr.task_path order by wr.task_path, wr.task_id, wr.idx) as paths,
-            array_agg(wr.idx order by wr.task_path, wr.task_id, wr.idx) as idx
-       from memori.lg_writes wr
-      where wr.user_id = v_user and wr.thread = c.thread and wr.checkpoint_ns = c.checkpoint_ns
-        and wr.checkpoint_id = c.checkpoint_id and (wr.expires_at is null or wr.expires_at > p_now)) w
+     -- the pending writes sorted once, in LangGraph's writes_sort_key order (by code point)
+     select array_agg(wr.task_id) as task_ids, array_agg(wr.channel) as channels, array_agg(wr.type) as types,
+            array_agg(wr.blob) as vals, array_agg(wr.task_path) as paths, array_agg(wr.idx) as idx
+       from (select wr.task_id, wr.channel, wr.type, wr.blob, wr.task_path, wr.idx
+               from memori.lg_writes wr
+              where wr.user_id = v_user and wr.thread = c.thread and wr.checkpoint_ns = c.checkpoint_ns
+                and wr.checkpoint_id = c.checkpoint_id and (wr.expires_at is null or wr.expires_at > p_now)
+              order by wr.task_path collate "C", wr.task_id collate "C", wr.idx) wr) w
    order by c.checkpoint_id desc;
 end
 $func$ language plpgsql stable security invoker
