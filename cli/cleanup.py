@@ -7,6 +7,7 @@ holds the lock.
 from __future__ import annotations
 
 import sys
+from contextlib import nullcontext
 from datetime import UTC, datetime
 from typing import Annotated
 
@@ -117,11 +118,12 @@ def execute(
                 return
             if not typer.confirm(f"Delete {expected} expired rows?"):
                 raise typer.Exit(1)
-        with Progress(
-            TextColumn("cleanup"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-            console=err_console, disable=not show_progress,
-        ) as progress:
-            task = progress.add_task("cleanup", total=expected)
+        progress = Progress(TextColumn("cleanup"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                            console=err_console)
+        task = progress.add_task("cleanup", total=expected)
+        # the bar is started only on a terminal: a disabled one still ended with an empty line on
+        # stderr before rich 14.3, in front of the one-line error or under cron
+        with progress if show_progress else nullcontext():
 
             def on_batch(run: CleanupRun, batch: CleanupBatch) -> None:
                 progress.advance(task, batch.deleted)
