@@ -22,7 +22,7 @@ from psycopg.conninfo import make_conninfo
 
 from pymemdb.install import install
 from tests.helpers import T0, rows
-from tests.test_langgraph import READS, cid, put
+from tests.test_langgraph import READS, _write, put
 
 # task paths (and ids) whose code point order differs from en-US's: '', 'B', 'b', '~…', 'é' against '', '~…', 'b',
 # 'B', 'é'
@@ -71,8 +71,7 @@ def test_the_database_orders_task_paths_otherwise(conn: psycopg.Connection) -> N
 
 def _writes(conn: psycopg.Connection, n: int) -> None:
     for path in PATHS:
-        conn.execute("select memori.lg_writes_put('t', '', %s, %s, %s, '{0}', '{a}', '{bytes}', %s::bytea[],"
-                     " p_user_id => 'alice', p_now => %s)", (cid(n), TASKS[path], path, [path.encode()], T0))
+        _write(conn, "t", n, TASKS[path], path, "a", path)
 
 
 def _expected() -> list[str]:

@@ -51,9 +51,10 @@ class Prepared:
     NULL), loaded from binary results. ``rows`` runs on a sync connection,
     ``arows`` on an async one without blocking the event loop; both send the
     statement and wait for its result as psycopg's own cursors do (its
-    ``execute`` generator, run by the connection's ``wait``). ``rows_beside`` and ``arows_beside`` run the
-    caller's own work between sending the statement and reading its result;
-    ``rows`` and ``arows`` are them with no such work.
+    ``execute`` generator, run by the connection's ``wait``). ``rows_beside``
+    and ``arows_beside`` run the caller's own work between sending the
+    statement and reading its result; ``rows`` and ``arows`` are them with no
+    such work.
     """
 
     def __init__(self, name: str, query: str) -> None:
