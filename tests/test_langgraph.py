@@ -619,6 +619,16 @@ def test_bench_langgraph_small(dsn: str) -> None:
         warm = result["reads"][kind]
         assert warm[bench.ROUND_TRIP]["n"] == warm["pymemdb"]["n"] == warm["upstream"]["n"]
         assert warm["ratio_ceiling_p95"] > 0
+    # the ceilings, each timed in its goal's loop: a put keeping retention, a cold read of deltas, a checked copy
+    writes = result["writes"]
+    assert writes[bench.RETENTION_FLOOR]["put"]["n"] == writes["upstream"]["put"]["n"] == bench.STEPS * threads
+    assert writes["put_ratio_retention_ceiling"] > 0
+    assert cold[bench.CHAIN_FLOOR]["n"] == cold["pymemdb"]["n"] and cold["ratio_ceiling_p95"] > 0
+    latest = result["reads"]["latest"]
+    assert latest[bench.COPY_FLOOR]["n"] == latest["pymemdb"]["n"] and latest["ratio_copy_floor_p95"] > 0
+    assert bench.COPY_FLOOR not in result["reads"]["by_id"]
+    with psycopg.connect(dsn) as conn:  # the floor's tables were the bench's own
+        assert conn.execute("select to_regclass('public.pymemdb_bench_retention_checkpoints')").fetchone() == (None,)
     delta = result["delta_history"]  # DeltaChannel history: ours, LangGraph's default walk, upstream, interleaved
     assert delta["pymemdb"]["n"] == delta["default_walk"]["n"] == delta["upstream"]["n"] == 5 * bench.DELTA_THREADS
     assert bench.render(result)
