@@ -478,6 +478,35 @@ def test_the_reads_are_inlined_on_one_server_and_one_statement_of_plpgsql_for_ci
     assert_sqlstate(conn, "PM001", "select * from memori.lg_checkpoint_get('t')")
 
 
+def test_a_read_by_id_probes_that_id_and_the_latest_skips_expired_ones(conn: psycopg.Connection) -> None:
+    """The given id, else the latest unexpired: one backward index scan bounded to [id, id], else to every id,
+    also in a generic plan (the saver's): a read by id meets no other checkpoint, expired or not."""
+    for n in range(1, 31):
+        put(conn, "t", n, {})  # each supersedes the one before: 1..29 expire 30 days on
+    later = T0 + 30 * DAY + SEC
+    assert get(conn, "t", 5, at=T0) is not None and get(conn, "t", 5, at=later) is None
+    assert stamp(conn, "t", 5, at=later) is None
+    assert get(conn, "t", 30, at=later)["checkpoint_id"] == cid(30)  # type: ignore[index]
+    assert get(conn, "t", at=later)["checkpoint_id"] == cid(30)  # type: ignore[index]
+    assert stamp(conn, "t", 30, at=later) == stamp(conn, "t", at=later) is not None
+    assert get(conn, "t", 31, at=T0) is None  # an id past the latest is no checkpoint
+    last = 2**128 - 1  # ids at both ends of the uuid range
+    put(conn, "u", 0, {})
+    assert get(conn, "u")["checkpoint_id"] == cid(0) and get(conn, "u", 0) is not None  # type: ignore[index]
+    put(conn, "u", last, {})
+    assert get(conn, "u")["checkpoint_id"] == cid(last) and stamp(conn, "u", 0) is not None  # type: ignore[index]
+    if read_form(conn) == "sql":  # the inlined statement's plan (the Citus form hides it in a function scan)
+        conn.execute("set plan_cache_mode = force_generic_plan")
+        for function in ("lg_checkpoint_stamp", "lg_checkpoint_get"):
+            conn.execute(f"prepare by_id_{function}(uuid, timestamptz) as"
+                         f" select * from memori.{function}('t', '', $1, 'alice', $2)")
+            plan = "\n".join(r[0] for r in conn.execute(
+                f"explain (analyze, costs off, timing off, summary off)"
+                f" execute by_id_{function}('{cid(5)}', '{later.isoformat()}')"))
+            assert "Rows Removed by Filter: 1\n" in plan, plan  # checkpoint 5 alone, found and expired
+            assert plan.count("Rows Removed by Filter") == 1, plan
+
+
 def test_stamp_reads_ignore_the_callers_search_path(conn: psycopg.Connection) -> None:
     """The saver's reads qualify every name (or pin their search_path, the Citus form): a caller's functions
     and tables do not reach them."""
