@@ -23,15 +23,16 @@ small dict updated every fifth step, one pending write per step).
    nothing, each reading every thread once (a random order, interleaved), so
    no read can come from the saver's copy; a third reader, ``_ChainFloor``,
    reads only the rows (delta chains joined, nothing else): the ceiling of a
-   cold read at the storage goal. Beside it, reads of random
-   threads, latest and by id, from the savers that wrote them (ours answers
-   from its copy after a stamp check). A third reader in that loop,
-   ``_RoundTrip``, sends one prepared ``select $1`` on libpq as the saver's
-   stamp check does: a read that must ask the server whether its copy is
-   current can be no faster, so ``upstream ÷ round trip`` bounds the copy's
-   ratio. Last, the second process does as its sync savers did with the
-   async ones (``async_reads``), then reads every thread again (ours from its
-   copy), for information.
+   cold read at the storage goal. Beside it, reads of random threads, latest
+   and by id, from the savers that wrote them (ours answers from its copy
+   after a stamp check). Two more readers in that loop bound the copy's
+   ratio: ``_CopyFloor`` (latest only) checks a copy of its own for change
+   and expiry with nothing else around it, and ``_RoundTrip`` sends one
+   prepared ``select $1`` on libpq as the saver's stamp check does: no read
+   that asks the server whether its copy is current can be faster. Last, the
+   second process does as its sync savers did with the async ones
+   (``async_reads``), then reads every thread again (ours from its copy), for
+   information.
 3. Storage of the same history: each saver's tables after VACUUM FULL.
 4. A retention cycle: ``memori.cleanup_execute`` a day after the default
    policy's retention of superseded checkpoints (30 days), then the sizes
