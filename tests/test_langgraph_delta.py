@@ -593,6 +593,36 @@ def test_the_cold_read_decoded_from_libpq_is_the_cursors_row(dsn: str) -> None:
         assert isinstance(again.metadata["big"], int)
 
 
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.integers(-(2**200), 2**200)
+    | st.floats(allow_nan=False, allow_infinity=False) | st.text(alphabet="0123456789.-e \u0661\u00e9\"\\x"),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=4), inner, max_size=4),
+    max_leaves=12)
+
+
+@given(value=_JSON)
+@settings(max_examples=300, deadline=None)
+def test_a_copys_json_reads_back_as_json_would_read_it(value: Any) -> None:
+    """The copy's parser (orjson unless a run of 19 digits may be an integer beyond 64 bits) against json's:
+    equal values, an integer never made a float, whatever digits the strings hold."""
+    import json
+
+    from pymemdb.integrations.langgraph import _copy_loads
+
+    text = json.dumps(value)
+    expected = json.loads(text)
+    got = _copy_loads(text)
+
+    def same(a: Any, b: Any) -> bool:
+        if isinstance(a, dict):
+            return isinstance(b, dict) and a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+        if isinstance(a, list):
+            return isinstance(b, list) and len(a) == len(b) and all(map(same, a, b))
+        return type(a) is type(b) and a == b
+
+    assert same(expected, got), (text, got)
+
+
 def test_reads_take_a_pooled_connection_while_the_reader_is_busy(dsn: str) -> None:
     from pymemdb.errors import PymemdbError
 

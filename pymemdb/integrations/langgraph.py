@@ -29,7 +29,6 @@ from __future__ import annotations
 import asyncio
 import json
 import random
-import re
 import threading
 from collections.abc import AsyncIterator, Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -99,12 +98,16 @@ except ImportError:  # pragma: no cover - depends on the environment
     _loads, _orjson_dumps = json.loads, None
 
 
-_LONG_NUMBER = re.compile(r"\d{19}")  # 19 digits: maybe beyond a 64-bit integer
+# A run of 19 ASCII digits may be a number beyond a 64-bit integer, which orjson would make a float. Found by
+# mapping every digit to "1" and every other byte to a space, then one substring search: ~0.6 µs for a
+# checkpoint's JSON, where a regular expression took ~7 (its version strings are mostly digits).
+_DIGITS_AS_ONES = bytes(0x31 if 0x30 <= b <= 0x39 else 0x20 for b in range(256))
+_LONG_NUMBER = b"1" * 19
 
 
 def _copy_loads(text: str) -> Any:
     """A stamped copy's JSON back: orjson, unless a number is long enough for orjson to make an integer a float."""
-    return json.loads(text) if _LONG_NUMBER.search(text) is not None else _loads(text)
+    return json.loads(text) if _LONG_NUMBER in text.encode().translate(_DIGITS_AS_ONES) else _loads(text)
 
 
 def _copy_json(value: Any) -> str:
