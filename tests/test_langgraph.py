@@ -484,7 +484,8 @@ def test_a_read_by_id_probes_that_id_and_the_latest_skips_expired_ones(conn: psy
     for n in range(1, 31):
         put(conn, "t", n, {})  # each supersedes the one before: 1..29 expire 30 days on
     later = T0 + 30 * DAY + SEC
-    assert get(conn, "t", 5, at=T0) is not None and get(conn, "t", 5, at=later) is None
+    assert get(conn, "t", 5, at=T0 + 30 * DAY - SEC) is not None  # expires at T0 + 30 days: gone from then on
+    assert get(conn, "t", 5, at=T0 + 30 * DAY) is None and get(conn, "t", 5, at=later) is None
     assert stamp(conn, "t", 5, at=later) is None
     assert get(conn, "t", 30, at=later)["checkpoint_id"] == cid(30)  # type: ignore[index]
     assert get(conn, "t", at=later)["checkpoint_id"] == cid(30)  # type: ignore[index]

@@ -164,6 +164,11 @@ class _OneRowInsert:
         self.conn.execute("drop table if exists public.pymemdb_bench_floor")
 
 
+def _inline_values(values: dict[str, Any]) -> dict[str, Any]:
+    """The channel values a saver keeps in the checkpoint's JSON (primitives); the others are blobs, as upstream's."""
+    return {k: v for k, v in values.items() if v is None or isinstance(v, (str, int, float, bool))}
+
+
 class _RetentionFloor:
     """The ceiling of a put that keeps retention: only the writes retention needs, in upstream's own form.
 
@@ -206,7 +211,7 @@ class _RetentionFloor:
         conf = config["configurable"]
         thread, ns, parent = conf["thread_id"], conf.get("checkpoint_ns", ""), conf.get("checkpoint_id")
         values = checkpoint["channel_values"]
-        inline = {k: v for k, v in values.items() if v is None or isinstance(v, (str, int, float, bool))}
+        inline = _inline_values(values)
         dumped = [(thread, ns, k, str(v), *self.serde.dumps_typed(values[k]))
                   for k, v in new_versions.items() if k in values and k not in inline]
         with self.conn.pipeline(), self.conn.cursor(binary=True) as cur:
@@ -375,7 +380,7 @@ select c.xmin::text, c.checkpoint_id,
             ((stamp, checkpoint_id, writes_stamp),) = self.statement.rows(self.conn, [USER, thread, ""])
             checkpoint = dict(found.checkpoint)
             values = checkpoint.pop("channel_values")
-            inline = {k: v for k, v in values.items() if v is None or isinstance(v, (str, int, float, bool))}
+            inline = _inline_values(values)
             self.copies[thread] = (
                 (stamp, checkpoint_id, writes_stamp), _copy_json({**checkpoint, "channel_values": inline}),
                 _copy_json(found.metadata), [(k, *self.serde.dumps_typed(v)) for k, v in values.items()
